@@ -1,0 +1,302 @@
+//! The client-facing error: CONTRACT's JSON error body and the HTTP status it
+//! travels with.
+//!
+//! Every error the gateway answers with, from a malformed request line to a
+//! provider that stalls, ends up as one [`ApiError`]. Its body is always
+//! `{"error": {"message", "type", "param", "code"}}`.
+
+use serde::Serialize;
+
+/// The `type` field of an error body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorType {
+    /// The request is wrong: bad HTTP, bad JSON, bad parameter, unknown path or model.
+    InvalidRequest,
+    /// Missing or invalid API key.
+    Authentication,
+    /// A per-key rate limit was hit.
+    RateLimit,
+    /// The provider failed, rejected the request or did not answer in time.
+    Upstream,
+    /// The gateway itself cannot serve the request now (overloaded, shutting down).
+    Server,
+}
+
+impl ErrorType {
+    /// The wire name, e.g. `invalid_request_error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::InvalidRequest => "invalid_request_error",
+            ErrorType::Authentication => "authentication_error",
+            ErrorType::RateLimit => "rate_limit_error",
+            ErrorType::Upstream => "upstream_error",
+            ErrorType::Server => "server_error",
+        }
+    }
+}
+
+/// One error answer: status, body fields and the headers that go with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub status: u16,
+    /// The `type` field.
+    pub kind: ErrorType,
+    /// The `code` field (CONTRACT's table), e.g. `invalid_value`.
+    pub code: &'static str,
+    /// The offending parameter, e.g. `messages[0].role`, when there is one.
+    pub param: Option<String>,
+    /// Human-readable explanation. Never contains a key or message content.
+    pub message: String,
+    /// `Retry-After` in whole seconds (429, and 502 when the provider sent one).
+    pub retry_after: Option<u64>,
+    /// `Allow` header value for 405.
+    pub allow: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: u16, kind: ErrorType, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind,
+            code,
+            param: None,
+            message: message.into(),
+            retry_after: None,
+            allow: None,
+        }
+    }
+
+    /// Sets `param`.
+    #[must_use]
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    /// 400 `invalid_value` for `param`.
+    pub fn invalid_value(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(400, ErrorType::InvalidRequest, "invalid_value", message).with_param(param)
+    }
+
+    /// 400 `invalid_type` for `param`: the value has the wrong JSON type.
+    pub fn invalid_type(param: impl Into<String>, expected: &str) -> Self {
+        let param = param.into();
+        let message = format!("Invalid type for '{param}': expected {expected}.");
+        Self::new(400, ErrorType::InvalidRequest, "invalid_type", message).with_param(param)
+    }
+
+    /// 400 `missing_required_parameter` for `param`.
+    pub fn missing(param: impl Into<String>) -> Self {
+        let param = param.into();
+        let message = format!("Missing required parameter: '{param}'.");
+        Self::new(
+            400,
+            ErrorType::InvalidRequest,
+            "missing_required_parameter",
+            message,
+        )
+        .with_param(param)
+    }
+
+    /// 400 `invalid_json`: the body is not a JSON object.
+    pub fn invalid_json(detail: impl std::fmt::Display) -> Self {
+        Self::new(
+            400,
+            ErrorType::InvalidRequest,
+            "invalid_json",
+            format!("The request body is not valid JSON: {detail}."),
+        )
+    }
+
+    /// 400 `unsupported_content_type`.
+    pub fn unsupported_content_type() -> Self {
+        Self::new(
+            400,
+            ErrorType::InvalidRequest,
+            "unsupported_content_type",
+            "The request body must be sent with 'Content-Type: application/json'.",
+        )
+    }
+
+    /// 404 `model_not_found`.
+    pub fn model_not_found(model: &str) -> Self {
+        // The model string comes from the client; cap what is echoed back.
+        let shown: String = model.chars().take(128).collect();
+        Self::new(
+            404,
+            ErrorType::InvalidRequest,
+            "model_not_found",
+            format!(
+                "The model '{shown}' does not exist. GET /v1/models lists the available models."
+            ),
+        )
+        .with_param("model")
+    }
+
+    /// 401 `invalid_api_key`.
+    pub fn invalid_api_key(missing: bool) -> Self {
+        let message = if missing {
+            "Missing API key: send 'Authorization: Bearer <API_KEY>'."
+        } else {
+            "Invalid API key."
+        };
+        Self::new(401, ErrorType::Authentication, "invalid_api_key", message)
+    }
+
+    /// 404 `unknown_url`.
+    pub fn unknown_url(method: &str, path: &str) -> Self {
+        let shown: String = path.chars().take(256).collect();
+        let method: String = method.chars().take(16).collect();
+        Self::new(
+            404,
+            ErrorType::InvalidRequest,
+            "unknown_url",
+            format!("Unknown request URL: {method} {shown}."),
+        )
+    }
+
+    /// 405 `method_not_allowed` with `Allow: allow`.
+    pub fn method_not_allowed(method: &str, allow: &'static str) -> Self {
+        let method: String = method.chars().take(16).collect();
+        let mut e = Self::new(
+            405,
+            ErrorType::InvalidRequest,
+            "method_not_allowed",
+            format!("Method {method} is not allowed here; use {allow}."),
+        );
+        e.allow = Some(allow);
+        e
+    }
+
+    /// 413 `request_too_large`.
+    pub fn request_too_large(limit: u64) -> Self {
+        Self::new(
+            413,
+            ErrorType::InvalidRequest,
+            "request_too_large",
+            format!("The request body is larger than {limit} bytes."),
+        )
+    }
+
+    /// 431 `headers_too_large`.
+    pub fn headers_too_large(message: impl Into<String>) -> Self {
+        Self::new(431, ErrorType::InvalidRequest, "headers_too_large", message)
+    }
+
+    /// 400 `malformed_request`: the HTTP framing itself is wrong.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(400, ErrorType::InvalidRequest, "malformed_request", message)
+    }
+
+    /// 408 `request_timeout`: the client was too slow sending its request.
+    pub fn request_timeout() -> Self {
+        Self::new(
+            408,
+            ErrorType::InvalidRequest,
+            "request_timeout",
+            "The request was not received in time.",
+        )
+    }
+
+    /// 417 `expectation_failed`.
+    pub fn expectation_failed() -> Self {
+        Self::new(
+            417,
+            ErrorType::InvalidRequest,
+            "expectation_failed",
+            "Only 'Expect: 100-continue' is supported.",
+        )
+    }
+
+    /// 505 `http_version_not_supported`.
+    pub fn version_not_supported() -> Self {
+        Self::new(
+            505,
+            ErrorType::InvalidRequest,
+            "http_version_not_supported",
+            "Only HTTP/1.0 and HTTP/1.1 are supported.",
+        )
+    }
+
+    /// 429 `rate_limit_exceeded` with `Retry-After`.
+    pub fn rate_limited(message: impl Into<String>, retry_after_secs: u64) -> Self {
+        let mut e = Self::new(429, ErrorType::RateLimit, "rate_limit_exceeded", message);
+        e.retry_after = Some(retry_after_secs.max(1));
+        e
+    }
+
+    /// 502 `upstream_error`.
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self::new(502, ErrorType::Upstream, "upstream_error", message)
+    }
+
+    /// 504 `upstream_timeout`.
+    pub fn upstream_timeout(message: impl Into<String>) -> Self {
+        Self::new(504, ErrorType::Upstream, "upstream_timeout", message)
+    }
+
+    /// 503 `server_overloaded`: too many connections, or shutting down.
+    pub fn overloaded(message: impl Into<String>) -> Self {
+        Self::new(503, ErrorType::Server, "server_overloaded", message)
+    }
+
+    /// The JSON body, `{"error": {...}}`.
+    pub fn body(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            error: Inner<'a>,
+        }
+        #[derive(Serialize)]
+        struct Inner<'a> {
+            message: &'a str,
+            #[serde(rename = "type")]
+            kind: &'a str,
+            param: Option<&'a str>,
+            code: &'a str,
+        }
+        let body = Body {
+            error: Inner {
+                message: &self.message,
+                kind: self.kind.as_str(),
+                param: self.param.as_deref(),
+                code: self.code,
+            },
+        };
+        // Serializing plain strings into a Vec cannot fail.
+        serde_json::to_vec(&body).expect("error body serializes")
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_has_contract_shape() {
+        let e = ApiError::invalid_value("temperature", "must be \"between\" 0 and 2");
+        let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], "invalid_value");
+        assert_eq!(v["error"]["param"], "temperature");
+        assert_eq!(v["error"]["message"], "must be \"between\" 0 and 2");
+        let e = ApiError::invalid_api_key(true);
+        let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
+        assert!(v["error"]["param"].is_null());
+        assert_eq!(e.status, 401);
+    }
+
+    #[test]
+    fn retry_after_is_at_least_one() {
+        assert_eq!(ApiError::rate_limited("x", 0).retry_after, Some(1));
+    }
+}

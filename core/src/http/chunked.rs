@@ -1,0 +1,293 @@
+//! `Transfer-Encoding: chunked`, decoded incrementally.
+//!
+//! Strict on every shape request smugglers use: the size is hex digits only
+//! (no sign, no `0x`, at most 16 digits), lines end with CRLF (never a bare
+//! LF), each chunk's data is followed by exactly CRLF. Extensions are
+//! accepted and ignored; trailers are read and dropped. Every line and the
+//! whole body are capped.
+
+use super::{HttpError, HttpLimits};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Reading the hex digits of a chunk size.
+    Size { value: u64, digits: u8 },
+    /// After the digits: whitespace or a `;extension` up to CR.
+    Extension { value: u64 },
+    /// Saw the CR ending the size line.
+    SizeLf { value: u64 },
+    /// Inside chunk data.
+    Data { remaining: u64 },
+    /// Expecting the CR after chunk data.
+    DataCr,
+    /// Expecting the LF after chunk data.
+    DataLf,
+    /// In the trailer section; `at_line_start` when the previous line ended.
+    Trailer { at_line_start: bool, cr: bool },
+    /// The last chunk and trailer section are complete.
+    Done,
+}
+
+/// An incremental chunked-body decoder.
+///
+/// Feed it bytes with [`ChunkedDecoder::decode`]; it appends the data to an
+/// output buffer and says how many input bytes it used. It stops at the end
+/// of the body, so bytes of a pipelined next message stay unconsumed.
+#[derive(Debug, Clone)]
+pub struct ChunkedDecoder {
+    state: State,
+    line_len: usize,
+    trailer_len: usize,
+    decoded: u64,
+    limits: HttpLimits,
+}
+
+impl ChunkedDecoder {
+    /// A decoder at the start of a body.
+    pub fn new(limits: HttpLimits) -> Self {
+        ChunkedDecoder {
+            state: State::Size {
+                value: 0,
+                digits: 0,
+            },
+            line_len: 0,
+            trailer_len: 0,
+            decoded: 0,
+            limits,
+        }
+    }
+
+    /// True once the terminating chunk and trailers have been read.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Bytes of body data decoded so far.
+    pub fn decoded(&self) -> u64 {
+        self.decoded
+    }
+
+    /// Decodes from `input`, appending body data to `out`. Returns the number
+    /// of input bytes consumed (all of them unless the body ended).
+    pub fn decode(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, HttpError> {
+        let mut i = 0;
+        while i < input.len() {
+            match self.state {
+                State::Done => break,
+                State::Data { remaining } => {
+                    let take = remaining.min((input.len() - i) as u64) as usize;
+                    out.extend_from_slice(&input[i..i + take]);
+                    i += take;
+                    let remaining = remaining - take as u64;
+                    self.state = if remaining == 0 {
+                        State::DataCr
+                    } else {
+                        State::Data { remaining }
+                    };
+                }
+                _ => {
+                    self.step(input[i])?;
+                    i += 1;
+                }
+            }
+        }
+        Ok(i)
+    }
+
+    /// Call when the peer closed: an unfinished body is an error.
+    pub fn finish(&self) -> Result<(), HttpError> {
+        if self.is_done() {
+            Ok(())
+        } else {
+            Err(HttpError::Truncated)
+        }
+    }
+
+    fn count_line_byte(&mut self) -> Result<(), HttpError> {
+        self.line_len += 1;
+        if self.line_len > self.limits.max_chunk_line {
+            return Err(HttpError::BadChunk("chunk-size line too long"));
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, b: u8) -> Result<(), HttpError> {
+        self.state = match self.state {
+            State::Size { value, digits } => {
+                self.count_line_byte()?;
+                match b {
+                    b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
+                        if digits >= 16 {
+                            return Err(HttpError::BadChunk("chunk size too large"));
+                        }
+                        let d = (b as char).to_digit(16).unwrap_or(0) as u64;
+                        State::Size {
+                            value: (value << 4) | d,
+                            digits: digits + 1,
+                        }
+                    }
+                    _ if digits == 0 => return Err(HttpError::BadChunk("missing chunk size")),
+                    b'\r' => State::SizeLf { value },
+                    b';' | b' ' | b'\t' => State::Extension { value },
+                    b'\n' => return Err(HttpError::BareLineEnding),
+                    _ => return Err(HttpError::BadChunk("invalid chunk size")),
+                }
+            }
+            State::Extension { value } => {
+                self.count_line_byte()?;
+                match b {
+                    b'\r' => State::SizeLf { value },
+                    b'\n' => return Err(HttpError::BareLineEnding),
+                    0..=8 | 10..=31 | 127 => {
+                        return Err(HttpError::BadChunk("control character in chunk extension"));
+                    }
+                    _ => State::Extension { value },
+                }
+            }
+            State::SizeLf { value } => {
+                if b != b'\n' {
+                    return Err(HttpError::BareLineEnding);
+                }
+                self.line_len = 0;
+                if value == 0 {
+                    State::Trailer {
+                        at_line_start: true,
+                        cr: false,
+                    }
+                } else {
+                    self.decoded = self.decoded.saturating_add(value);
+                    if self.decoded > self.limits.max_body {
+                        return Err(HttpError::BodyTooLarge);
+                    }
+                    State::Data { remaining: value }
+                }
+            }
+            State::DataCr => match b {
+                b'\r' => State::DataLf,
+                _ => return Err(HttpError::BadChunk("chunk data not followed by CRLF")),
+            },
+            State::DataLf => match b {
+                b'\n' => State::Size {
+                    value: 0,
+                    digits: 0,
+                },
+                _ => return Err(HttpError::BadChunk("chunk data not followed by CRLF")),
+            },
+            State::Trailer { at_line_start, cr } => {
+                self.trailer_len += 1;
+                if self.trailer_len > self.limits.max_trailers {
+                    return Err(HttpError::BadChunk("trailer section too large"));
+                }
+                match (cr, b) {
+                    (true, b'\n') if at_line_start => State::Done,
+                    (true, b'\n') => State::Trailer {
+                        at_line_start: true,
+                        cr: false,
+                    },
+                    (true, _) | (false, b'\n') => return Err(HttpError::BareLineEnding),
+                    (false, b'\r') => State::Trailer {
+                        at_line_start,
+                        cr: true,
+                    },
+                    (false, 0) => return Err(HttpError::BadChunk("NUL in trailer")),
+                    (false, _) => State::Trailer {
+                        at_line_start: false,
+                        cr: false,
+                    },
+                }
+            }
+            State::Data { .. } | State::Done => unreachable!("handled in decode"),
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_body: u64) -> HttpLimits {
+        HttpLimits {
+            max_body,
+            ..HttpLimits::default()
+        }
+    }
+
+    /// Decodes `input` whole and split at every position; all must agree.
+    fn decode_all_ways(input: &[u8], max_body: u64) -> Result<(Vec<u8>, usize), HttpError> {
+        let whole = {
+            let mut d = ChunkedDecoder::new(limits(max_body));
+            let mut out = Vec::new();
+            d.decode(input, &mut out).map(|n| (out, n, d.is_done()))
+        };
+        for split in 0..=input.len() {
+            let mut d = ChunkedDecoder::new(limits(max_body));
+            let mut out = Vec::new();
+            let r = d.decode(&input[..split], &mut out).and_then(|a| {
+                if d.is_done() {
+                    Ok(a)
+                } else {
+                    d.decode(&input[split..], &mut out).map(|b| a + b)
+                }
+            });
+            let got = r.map(|n| (out, n, d.is_done()));
+            assert_eq!(got, whole, "split at {split}");
+        }
+        let (out, n, done) = whole?;
+        assert!(done, "body not complete");
+        Ok((out, n))
+    }
+
+    #[test]
+    fn decodes_chunks_extensions_and_trailers() {
+        let input = b"5\r\nhello\r\n6;name=\"v\"\r\n world\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+        let (out, n) = decode_all_ways(input, 1024).unwrap();
+        assert_eq!(out, b"hello world");
+        assert_eq!(&input[n..], b"NEXT");
+    }
+
+    #[test]
+    fn uppercase_hex_and_leading_zeros() {
+        let (out, _) = decode_all_ways(b"000A\r\n0123456789\r\n0\r\n\r\n", 1024).unwrap();
+        assert_eq!(out.len(), 10);
+    }
+
+    #[test]
+    fn rejects_smuggling_shapes() {
+        let cases: &[&[u8]] = &[
+            b"5\nhello\r\n0\r\n\r\n",         // bare LF after size
+            b"5\r\nhello\n0\r\n\r\n",         // bare LF after data
+            b"5\r\nhelloX\r\n0\r\n\r\n",      // data longer than size
+            b"-5\r\nhello\r\n0\r\n\r\n",      // sign
+            b"0x5\r\nhello\r\n0\r\n\r\n",     // 0x prefix
+            b"\r\nhello\r\n0\r\n\r\n",        // empty size
+            b"11111111111111111\r\n",         // 17 digits
+            b"5\r\nhello\r\n0\r\nX: 1\n\r\n", // bare LF in trailer
+            b"5 \x01\r\nhello\r\n0\r\n\r\n",  // control char in extension
+        ];
+        for case in cases {
+            assert!(
+                decode_all_ways(case, 1024).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(case)
+            );
+        }
+    }
+
+    #[test]
+    fn body_cap_counts_declared_sizes() {
+        assert_eq!(
+            decode_all_ways(b"5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n", 9),
+            Err(HttpError::BodyTooLarge)
+        );
+        assert!(decode_all_ways(b"5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n", 10).is_ok());
+    }
+
+    #[test]
+    fn truncated_body_is_an_error_at_eof() {
+        let mut d = ChunkedDecoder::new(limits(100));
+        let mut out = Vec::new();
+        d.decode(b"5\r\nhel", &mut out).unwrap();
+        assert_eq!(d.finish(), Err(HttpError::Truncated));
+    }
+}

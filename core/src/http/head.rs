@@ -1,0 +1,97 @@
+//! Finding the end of a header block across partial reads.
+
+use super::HttpError;
+
+/// Finds the blank line that ends an HTTP header block, resuming where the
+/// previous call stopped, so a head delivered one byte at a time is scanned
+/// once (O(bytes)), not once per byte.
+///
+/// It also enforces CRLF line endings: a bare LF anywhere in the head is an
+/// error as soon as it arrives (HTTP parsers that disagree on bare LF are the
+/// root of request smuggling), and a head that grows past the cap without
+/// ending is an error without waiting for more.
+#[derive(Debug, Clone, Default)]
+pub struct HeadScanner {
+    scanned: usize,
+}
+
+impl HeadScanner {
+    /// A scanner at the start of a head.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets progress, for the next message.
+    pub fn reset(&mut self) {
+        self.scanned = 0;
+    }
+
+    /// Looks at `buf` (the message so far, from its first byte; it only ever
+    /// grows between calls) and returns the length of the head, CRLFCRLF
+    /// included, once it is complete.
+    pub fn scan(&mut self, buf: &[u8], max_head: usize) -> Result<Option<usize>, HttpError> {
+        let mut from = self.scanned.min(buf.len());
+        while let Some(off) = memchr::memchr(b'\n', &buf[from..]) {
+            let lf = from + off;
+            if lf == 0 || buf[lf - 1] != b'\r' {
+                return Err(HttpError::BareLineEnding);
+            }
+            if lf >= 3 && &buf[lf - 3..lf] == b"\r\n\r" {
+                let end = lf + 1;
+                if end > max_head {
+                    return Err(HttpError::HeadTooLarge);
+                }
+                self.scanned = end;
+                return Ok(Some(end));
+            }
+            from = lf + 1;
+        }
+        self.scanned = buf.len();
+        if buf.len() >= max_head {
+            return Err(HttpError::HeadTooLarge);
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(input: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
+        HeadScanner::new().scan(input, max)
+    }
+
+    fn dribbled(input: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
+        let mut s = HeadScanner::new();
+        for n in 1..=input.len() {
+            if let Some(end) = s.scan(&input[..n], max)? {
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
+    }
+
+    #[test]
+    fn finds_end_whole_and_dribbled() {
+        let head = b"GET / HTTP/1.1\r\nHost: x\r\n\r\nBODY";
+        assert_eq!(whole(head, 1024), Ok(Some(27)));
+        assert_eq!(dribbled(head, 1024), Ok(Some(27)));
+    }
+
+    #[test]
+    fn bare_lf_is_rejected() {
+        let head = b"GET / HTTP/1.1\nHost: x\r\n\r\n";
+        assert_eq!(whole(head, 1024), Err(HttpError::BareLineEnding));
+        assert_eq!(dribbled(head, 1024), Err(HttpError::BareLineEnding));
+    }
+
+    #[test]
+    fn cap_applies_before_end() {
+        let head = b"GET / HTTP/1.1\r\nX: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+        assert_eq!(whole(head, 20), Err(HttpError::HeadTooLarge));
+        assert_eq!(dribbled(head, 20), Err(HttpError::HeadTooLarge));
+        assert_eq!(whole(head, head.len()), Ok(Some(head.len())));
+        assert_eq!(whole(head, head.len() - 1), Err(HttpError::HeadTooLarge));
+    }
+}

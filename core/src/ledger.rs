@@ -1,0 +1,202 @@
+//! The usage ledger: one JSON object per line, one line per metered request.
+//!
+//! Every authenticated `POST /v1/chat/completions` gets exactly one line when
+//! it finishes, whatever its status: successes, rejections (400/404/429),
+//! provider failures (502/504) and client disconnects (status 499 when no
+//! response head had been sent). Unauthenticated requests and `GET /v1/models`
+//! are not metered. The runtime appends the line, and only then lets the last
+//! bytes of the response go to the client.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{Price, format_usd};
+use crate::time::rfc3339_ms;
+use crate::usage::Usage;
+
+/// One metered request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerRecord {
+    /// Finish time, RFC 3339 UTC with milliseconds.
+    pub ts: String,
+    /// The gateway's request id (`x-request-id`).
+    pub request_id: String,
+    /// The key's name (never the key).
+    pub key: String,
+    /// The model id the client asked for (empty when the body was invalid).
+    pub model: String,
+    /// Streamed or not.
+    pub stream: bool,
+    /// The HTTP status the client got (499: disconnected before any answer).
+    pub status: u16,
+    /// Metered input tokens.
+    pub prompt_tokens: u64,
+    /// Metered output tokens, reasoning included.
+    pub completion_tokens: u64,
+    /// Reasoning tokens (0 if unreported).
+    pub reasoning_tokens: u64,
+    /// Cached prompt tokens (0 if unreported).
+    pub cached_tokens: u64,
+    /// Cost as an exact decimal (nine places) in USD.
+    #[serde(with = "decimal_usd")]
+    pub cost_usd: u64,
+    /// Cost in integer nano-dollars: what sums are computed from.
+    pub cost_nano_usd: u64,
+    /// The completion's `finish_reason`, if one arrived.
+    pub finish_reason: Option<String>,
+    /// False when the answer is incomplete (no `finish_reason`, or failed).
+    pub complete: bool,
+    /// The client went away before the response was done.
+    pub client_disconnected: bool,
+    /// The provider's status, when it answered.
+    pub upstream_status: Option<u16>,
+    /// The error code the client got, if any.
+    pub error: Option<String>,
+    /// Time from the first byte of the request to the end, milliseconds.
+    pub duration_ms: u64,
+    /// Time to the first byte of the response head, milliseconds.
+    pub ttfb_ms: Option<u64>,
+}
+
+impl LedgerRecord {
+    /// A record with timestamps and identity filled and everything else empty.
+    pub fn new(unix_ms: u64, request_id: &str, key: &str) -> Self {
+        LedgerRecord {
+            ts: rfc3339_ms(unix_ms),
+            request_id: request_id.to_owned(),
+            key: key.to_owned(),
+            model: String::new(),
+            stream: false,
+            status: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            reasoning_tokens: 0,
+            cached_tokens: 0,
+            cost_usd: 0,
+            cost_nano_usd: 0,
+            finish_reason: None,
+            complete: false,
+            client_disconnected: false,
+            upstream_status: None,
+            error: None,
+            duration_ms: 0,
+            ttfb_ms: None,
+        }
+    }
+
+    /// Fills token counts and cost from a metered usage.
+    pub fn meter(&mut self, usage: &Usage, price: &Price) {
+        self.prompt_tokens = usage.prompt_tokens;
+        self.completion_tokens = usage.completion_tokens;
+        self.reasoning_tokens = usage.reasoning_tokens;
+        self.cached_tokens = usage.cached_tokens;
+        self.cost_nano_usd = price.cost_nano(usage.prompt_tokens, usage.completion_tokens);
+        self.cost_usd = self.cost_nano_usd;
+    }
+
+    /// The JSON line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        // A struct of strings, integers and booleans always serializes.
+        let mut line = serde_json::to_vec(self).expect("ledger record serializes");
+        line.push(b'\n');
+        line
+    }
+
+    /// Parses one line (as written by [`LedgerRecord::to_line`]).
+    pub fn from_line(line: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(line)
+    }
+}
+
+/// `cost_usd`: nano-dollars written as an exact JSON decimal number.
+mod decimal_usd {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+    use serde_json::value::RawValue;
+
+    pub fn serialize<S: Serializer>(nanos: &u64, s: S) -> Result<S::Ok, S::Error> {
+        let raw =
+            RawValue::from_string(super::format_usd(*nanos)).map_err(serde::ser::Error::custom)?;
+        serde::Serialize::serialize(&raw, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let raw: Box<RawValue> = Deserialize::deserialize(d)?;
+        parse_decimal_nanos(raw.get()).ok_or_else(|| D::Error::custom("invalid cost_usd"))
+    }
+
+    /// `"0.000313500"` (up to nine decimals) to nano-dollars, exactly.
+    pub fn parse_decimal_nanos(s: &str) -> Option<u64> {
+        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        if int.is_empty()
+            || frac.len() > 9
+            || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        let int: u64 = int.parse().ok()?;
+        let mut frac_nanos = 0u64;
+        for (i, b) in frac.bytes().enumerate() {
+            frac_nanos += u64::from(b - b'0') * 10u64.pow(8 - i as u32);
+        }
+        int.checked_mul(1_000_000_000)?.checked_add(frac_nanos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_round_trips_with_exact_cost() {
+        let mut r = LedgerRecord::new(1_795_318_440_123, "req_1", "alice");
+        r.model = "reasoning-model-k3".into();
+        r.stream = true;
+        r.status = 200;
+        r.finish_reason = Some("stop".into());
+        r.complete = true;
+        r.meter(
+            &Usage {
+                prompt_tokens: 10,
+                completion_tokens: 20,
+                reasoning_tokens: 15,
+                ..Usage::default()
+            },
+            &Price::DEFAULT,
+        );
+        let line = r.to_line();
+        let text = std::str::from_utf8(&line).unwrap();
+        assert!(text.ends_with('\n') && !text[..text.len() - 1].contains('\n'));
+        assert!(text.contains("\"cost_usd\":0.000313500"), "{text}");
+        assert!(text.contains("\"ts\":\"2026-11-22T03:34:00.123Z\""));
+        let back = LedgerRecord::from_line(&line).unwrap();
+        assert_eq!(back, r);
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        for field in [
+            "ts",
+            "request_id",
+            "key",
+            "model",
+            "stream",
+            "status",
+            "prompt_tokens",
+            "completion_tokens",
+            "reasoning_tokens",
+            "cached_tokens",
+            "cost_usd",
+            "finish_reason",
+            "complete",
+            "client_disconnected",
+        ] {
+            assert!(v.get(field).is_some(), "missing {field}");
+        }
+    }
+
+    #[test]
+    fn decimal_parsing() {
+        use super::decimal_usd::parse_decimal_nanos as p;
+        assert_eq!(p("0.000313500"), Some(313_500));
+        assert_eq!(p("2.85"), Some(2_850_000_000));
+        assert_eq!(p("1"), Some(1_000_000_000));
+        assert_eq!(p("-1"), None);
+        assert_eq!(p("0.0000000001"), None);
+    }
+}

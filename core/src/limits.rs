@@ -1,0 +1,449 @@
+//! Per-key rate limits: requests and tokens per minute, refilled continuously.
+//!
+//! Each key has two [`TokenBucket`]s. A bucket holds up to one minute's worth
+//! (`per_minute`) and refills at `per_minute` per 60 seconds, continuously, so
+//! there are no window edges to burst across. The arithmetic is integers only
+//! (milliseconds and "units" where one token is 60,000 units and one
+//! millisecond refills `per_minute` units), so it gives the same answers in
+//! any process, or in a server-side script, for the same inputs.
+//!
+//! Admission takes one request and reserves a token estimate (prompt estimate
+//! plus `max_tokens` when given, capped at the bucket's size so one large
+//! request can always run when the bucket is full). When the request ends,
+//! [`RateLimiter::settle`] replaces the reservation by the metered tokens;
+//! a bucket may go into debt (down to minus one minute's worth), which delays
+//! the key's next requests until the refill has paid it back.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::time::Instant;
+
+/// Milliseconds per minute: the unit scale of a bucket.
+const UNITS_PER_TOKEN: i64 = 60_000;
+
+/// Default requests per minute per key.
+pub const DEFAULT_RPM: u64 = 60;
+/// Default tokens per minute per key.
+pub const DEFAULT_TPM: u64 = 100_000;
+
+/// The limits of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests per minute.
+    pub requests_per_minute: u64,
+    /// Tokens (prompt + completion) per minute.
+    pub tokens_per_minute: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            requests_per_minute: DEFAULT_RPM,
+            tokens_per_minute: DEFAULT_TPM,
+        }
+    }
+}
+
+/// A continuously refilled bucket of `per_minute` tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBucket {
+    per_minute: u64,
+    /// Current content in units (may be negative: debt).
+    level: i64,
+    /// Time of the last refill, milliseconds.
+    updated_ms: u64,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub fn full(per_minute: u64, now_ms: u64) -> Self {
+        let per_minute = per_minute.clamp(1, i64::MAX as u64 / UNITS_PER_TOKEN as u64 / 2);
+        TokenBucket {
+            per_minute,
+            level: per_minute as i64 * UNITS_PER_TOKEN,
+            updated_ms: now_ms,
+        }
+    }
+
+    /// Capacity (and refill per minute).
+    pub fn per_minute(&self) -> u64 {
+        self.per_minute
+    }
+
+    fn capacity_units(&self) -> i64 {
+        self.per_minute as i64 * UNITS_PER_TOKEN
+    }
+
+    /// Adds what the time since the last refill earned, up to capacity.
+    pub fn refill(&mut self, now_ms: u64) {
+        let elapsed = now_ms.saturating_sub(self.updated_ms);
+        if elapsed == 0 {
+            return;
+        }
+        let earned = (elapsed as i128 * self.per_minute as i128).min(i64::MAX as i128) as i64;
+        self.level = self.level.saturating_add(earned).min(self.capacity_units());
+        self.updated_ms = now_ms;
+    }
+
+    /// Changes the capacity (a key's limits were edited), keeping the level
+    /// within the new capacity.
+    pub fn set_per_minute(&mut self, per_minute: u64) {
+        let fresh = TokenBucket::full(per_minute, self.updated_ms);
+        self.per_minute = fresh.per_minute;
+        self.level = self.level.min(fresh.level);
+    }
+
+    /// Whole tokens available now (0 when in debt).
+    pub fn available(&self) -> u64 {
+        (self.level.max(0) / UNITS_PER_TOKEN) as u64
+    }
+
+    /// Milliseconds until `n` tokens are available (0 if they are).
+    pub fn wait_ms(&self, n: u64) -> u64 {
+        let need = (n.min(self.per_minute) as i64) * UNITS_PER_TOKEN - self.level;
+        if need <= 0 {
+            0
+        } else {
+            (need as u64).div_ceil(self.per_minute)
+        }
+    }
+
+    /// Milliseconds until the bucket is full again.
+    pub fn ms_until_full(&self) -> u64 {
+        let need = self.capacity_units() - self.level;
+        if need <= 0 {
+            0
+        } else {
+            (need as u64).div_ceil(self.per_minute)
+        }
+    }
+
+    /// Removes `n` tokens (which must be available; see [`TokenBucket::wait_ms`]).
+    fn take(&mut self, n: u64) {
+        self.level -= n.min(self.per_minute) as i64 * UNITS_PER_TOKEN;
+    }
+
+    /// Adds (positive) or removes (negative) tokens, without exceeding
+    /// capacity or going below one minute of debt.
+    pub fn adjust(&mut self, delta_tokens: i64) {
+        let delta = delta_tokens.saturating_mul(UNITS_PER_TOKEN);
+        self.level = self
+            .level
+            .saturating_add(delta)
+            .clamp(-self.capacity_units(), self.capacity_units());
+    }
+}
+
+/// Which limit a request ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    /// Requests per minute.
+    Requests,
+    /// Tokens per minute.
+    Tokens,
+}
+
+/// The state of a key's limits, for the `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitStatus {
+    /// `x-ratelimit-limit-requests`.
+    pub limit_requests: u64,
+    /// `x-ratelimit-remaining-requests`.
+    pub remaining_requests: u64,
+    /// Milliseconds until the request bucket is full.
+    pub reset_requests_ms: u64,
+    /// `x-ratelimit-limit-tokens`.
+    pub limit_tokens: u64,
+    /// `x-ratelimit-remaining-tokens`.
+    pub remaining_tokens: u64,
+    /// Milliseconds until the token bucket is full.
+    pub reset_tokens_ms: u64,
+}
+
+impl LimitStatus {
+    /// The six `x-ratelimit-*` header fields.
+    pub fn headers(&self) -> [(&'static str, String); 6] {
+        [
+            (
+                "x-ratelimit-limit-requests",
+                self.limit_requests.to_string(),
+            ),
+            ("x-ratelimit-limit-tokens", self.limit_tokens.to_string()),
+            (
+                "x-ratelimit-remaining-requests",
+                self.remaining_requests.to_string(),
+            ),
+            (
+                "x-ratelimit-remaining-tokens",
+                self.remaining_tokens.to_string(),
+            ),
+            (
+                "x-ratelimit-reset-requests",
+                format_reset(self.reset_requests_ms),
+            ),
+            (
+                "x-ratelimit-reset-tokens",
+                format_reset(self.reset_tokens_ms),
+            ),
+        ]
+    }
+}
+
+/// A duration as OpenAI writes its reset headers: `20ms`, `1.5s`, `6m0s`.
+pub fn format_reset(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        let s = format!("{}.{:03}", ms / 1000, ms % 1000);
+        format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
+    } else {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
+
+/// An admitted request: what to give back or charge when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// Tokens reserved at admission.
+    pub reserved_tokens: u64,
+    /// The key's limits after admission.
+    pub status: LimitStatus,
+}
+
+/// A refused request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejection {
+    /// Which limit.
+    pub kind: LimitKind,
+    /// Whole seconds until a retry can succeed (at least 1): `Retry-After`.
+    pub retry_after_secs: u64,
+    /// The key's limits now.
+    pub status: LimitStatus,
+}
+
+#[derive(Debug, Clone)]
+struct KeyBuckets {
+    requests: TokenBucket,
+    tokens: TokenBucket,
+}
+
+impl KeyBuckets {
+    fn new(limits: Limits, now_ms: u64) -> Self {
+        KeyBuckets {
+            requests: TokenBucket::full(limits.requests_per_minute, now_ms),
+            tokens: TokenBucket::full(limits.tokens_per_minute, now_ms),
+        }
+    }
+
+    fn refresh(&mut self, limits: Limits, now_ms: u64) {
+        if self.requests.per_minute() != limits.requests_per_minute {
+            self.requests.set_per_minute(limits.requests_per_minute);
+        }
+        if self.tokens.per_minute() != limits.tokens_per_minute {
+            self.tokens.set_per_minute(limits.tokens_per_minute);
+        }
+        self.requests.refill(now_ms);
+        self.tokens.refill(now_ms);
+    }
+
+    fn status(&self) -> LimitStatus {
+        LimitStatus {
+            limit_requests: self.requests.per_minute(),
+            remaining_requests: self.requests.available(),
+            reset_requests_ms: self.requests.ms_until_full(),
+            limit_tokens: self.tokens.per_minute(),
+            remaining_tokens: self.tokens.available(),
+            reset_tokens_ms: self.tokens.ms_until_full(),
+        }
+    }
+
+    /// Both buckets must have room; then both are charged.
+    fn admit(&mut self, tokens: u64) -> Result<Admission, Rejection> {
+        let wait_requests = self.requests.wait_ms(1);
+        let wait_tokens = self.tokens.wait_ms(tokens);
+        if wait_requests > 0 || wait_tokens > 0 {
+            let (kind, wait) = if wait_requests >= wait_tokens {
+                (LimitKind::Requests, wait_requests)
+            } else {
+                (LimitKind::Tokens, wait_tokens)
+            };
+            return Err(Rejection {
+                kind,
+                retry_after_secs: wait.div_ceil(1000).max(1),
+                status: self.status(),
+            });
+        }
+        self.requests.take(1);
+        let reserved = tokens.min(self.tokens.per_minute());
+        self.tokens.take(reserved);
+        Ok(Admission {
+            reserved_tokens: reserved,
+            status: self.status(),
+        })
+    }
+}
+
+/// The limits of every key, shared by all connections of a process.
+#[derive(Debug, Default)]
+pub struct RateLimiter {
+    keys: Mutex<HashMap<String, KeyBuckets>>,
+}
+
+impl RateLimiter {
+    /// An empty limiter: keys get full buckets on first use.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with_key<R>(
+        &self,
+        key: &str,
+        limits: Limits,
+        now: Instant,
+        f: impl FnOnce(&mut KeyBuckets) -> R,
+    ) -> R {
+        let now_ms = now.as_millis();
+        // A poisoned lock means a panic elsewhere while holding it; the map
+        // itself is still consistent (every update is a single assignment).
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let buckets = match keys.get_mut(key) {
+            Some(b) => b,
+            None => keys
+                .entry(key.to_owned())
+                .or_insert_with(|| KeyBuckets::new(limits, now_ms)),
+        };
+        buckets.refresh(limits, now_ms);
+        f(buckets)
+    }
+
+    /// Admits one request of `key` reserving `tokens`, or says when to retry.
+    pub fn admit(
+        &self,
+        key: &str,
+        limits: Limits,
+        tokens: u64,
+        now: Instant,
+    ) -> Result<Admission, Rejection> {
+        self.with_key(key, limits, now, |b| b.admit(tokens))
+    }
+
+    /// Replaces a reservation by the tokens actually metered.
+    pub fn settle(
+        &self,
+        key: &str,
+        limits: Limits,
+        reserved: u64,
+        used: u64,
+        now: Instant,
+    ) -> LimitStatus {
+        self.with_key(key, limits, now, |b| {
+            let delta = reserved as i128 - used as i128;
+            b.tokens
+                .adjust(delta.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
+            b.status()
+        })
+    }
+
+    /// The key's limits now, without charging anything.
+    pub fn status(&self, key: &str, limits: Limits, now: Instant) -> LimitStatus {
+        self.with_key(key, limits, now, |b| b.status())
+    }
+
+    /// Drops keys that are no longer configured.
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.retain(|k, _| keep(k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(ms: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn requests_per_minute_with_continuous_refill() {
+        let l = RateLimiter::new();
+        let limits = Limits {
+            requests_per_minute: 60,
+            tokens_per_minute: 1_000_000,
+        };
+        for _ in 0..60 {
+            l.admit("k", limits, 1, at(0)).unwrap();
+        }
+        let r = l.admit("k", limits, 1, at(0)).unwrap_err();
+        assert_eq!(r.kind, LimitKind::Requests);
+        assert_eq!(r.retry_after_secs, 1);
+        assert_eq!(r.status.remaining_requests, 0);
+        // One request per second refills; 999 ms is not enough.
+        assert!(l.admit("k", limits, 1, at(999)).is_err());
+        assert!(l.admit("k", limits, 1, at(1000)).is_ok());
+        assert!(l.admit("k", limits, 1, at(1000)).is_err());
+        // Other keys are independent.
+        assert!(l.admit("other", limits, 1, at(1000)).is_ok());
+    }
+
+    #[test]
+    fn tokens_reserve_settle_and_debt() {
+        let l = RateLimiter::new();
+        let limits = Limits {
+            requests_per_minute: 1000,
+            tokens_per_minute: 6000,
+        };
+        let a = l.admit("k", limits, 5000, at(0)).unwrap();
+        assert_eq!(a.reserved_tokens, 5000);
+        assert_eq!(a.status.remaining_tokens, 1000);
+        let r = l.admit("k", limits, 2000, at(0)).unwrap_err();
+        assert_eq!(r.kind, LimitKind::Tokens);
+        // 1000 more tokens at 100/s: 10 s.
+        assert_eq!(r.retry_after_secs, 10);
+        // Settling with fewer tokens gives the rest back.
+        let s = l.settle("k", limits, 5000, 100, at(0));
+        assert_eq!(s.remaining_tokens, 5900);
+        // Using far more than reserved puts the key in debt, at most a minute.
+        l.settle("k", limits, 0, 100_000, at(0));
+        let r = l.admit("k", limits, 1, at(0)).unwrap_err();
+        assert_eq!(r.retry_after_secs, 61);
+        assert!(l.admit("k", limits, 1, at(60_010)).is_ok());
+    }
+
+    #[test]
+    fn oversized_reservation_needs_a_full_bucket() {
+        let l = RateLimiter::new();
+        let limits = Limits {
+            requests_per_minute: 100,
+            tokens_per_minute: 1000,
+        };
+        let a = l.admit("k", limits, 50_000, at(0)).unwrap();
+        assert_eq!(a.reserved_tokens, 1000);
+        let r = l.admit("k", limits, 50_000, at(0)).unwrap_err();
+        assert_eq!(r.retry_after_secs, 60);
+    }
+
+    #[test]
+    fn limits_can_change() {
+        let l = RateLimiter::new();
+        let mut limits = Limits {
+            requests_per_minute: 10,
+            tokens_per_minute: 1000,
+        };
+        l.admit("k", limits, 1, at(0)).unwrap();
+        limits.requests_per_minute = 2;
+        let s = l.status("k", limits, at(0));
+        assert_eq!((s.limit_requests, s.remaining_requests), (2, 2));
+    }
+
+    #[test]
+    fn reset_format() {
+        assert_eq!(format_reset(20), "20ms");
+        assert_eq!(format_reset(1000), "1s");
+        assert_eq!(format_reset(1500), "1.5s");
+        assert_eq!(format_reset(360_000), "6m0s");
+        assert_eq!(format_reset(61_000), "1m1s");
+    }
+}

@@ -1,0 +1,155 @@
+//! Time as core sees it: passed in, never read.
+//!
+//! [`Instant`] is a point on the runtime's monotonic timeline (time elapsed
+//! since the runtime started it at zero). Core never reads a clock: every
+//! `handle_*` call takes `now`, tests drive a virtual clock by adding
+//! durations, and integer milliseconds make the rate-limit math identical
+//! wherever it runs. [`WallClock`] turns an `Instant` into Unix time from one
+//! reading of the system clock taken by the runtime at start.
+
+use std::ops::{Add, AddAssign, Sub};
+use std::time::Duration;
+
+/// A point in monotonic time: the duration since the runtime's start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant(Duration);
+
+impl Instant {
+    /// The runtime's start.
+    pub const ZERO: Instant = Instant(Duration::ZERO);
+
+    /// The instant `since_start` after the start.
+    pub const fn from_start(since_start: Duration) -> Instant {
+        Instant(since_start)
+    }
+
+    /// Time since the start.
+    pub const fn since_start(self) -> Duration {
+        self.0
+    }
+
+    /// Whole milliseconds since the start.
+    pub fn as_millis(self) -> u64 {
+        u64::try_from(self.0.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// `self - earlier`, or zero when `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(d))
+    }
+}
+
+impl AddAssign<Duration> for Instant {
+    fn add_assign(&mut self, d: Duration) {
+        *self = *self + d;
+    }
+}
+
+impl Sub<Instant> for Instant {
+    type Output = Duration;
+    fn sub(self, earlier: Instant) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
+}
+
+/// Unix time for monotonic instants, from one reading taken at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallClock {
+    unix_ms_at_start: u64,
+}
+
+impl WallClock {
+    /// `unix_ms_at_start` is the Unix time, in milliseconds, at [`Instant::ZERO`].
+    pub fn new(unix_ms_at_start: u64) -> Self {
+        WallClock { unix_ms_at_start }
+    }
+
+    /// Unix milliseconds at `now`.
+    pub fn unix_ms(&self, now: Instant) -> u64 {
+        self.unix_ms_at_start.saturating_add(now.as_millis())
+    }
+
+    /// Unix seconds at `now`.
+    pub fn unix_secs(&self, now: Instant) -> u64 {
+        self.unix_ms(now) / 1000
+    }
+}
+
+/// Formats Unix milliseconds as RFC 3339 UTC with milliseconds,
+/// e.g. `2026-11-22T03:34:00.123Z`.
+pub fn rfc3339_ms(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        unix_ms % 1000
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (H. Hinnant's `civil_from_days`).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// (year, month, day) to days since 1970-01-01; inverse of [`civil_from_days`].
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(1_795_318_440_123), "2026-11-22T03:34:00.123Z");
+    }
+
+    #[test]
+    fn days_round_trip() {
+        for z in [-800_000i64, -1, 0, 1, 59, 60, 11_016, 20_000, 2_000_000] {
+            let (y, m, d) = civil_from_days(z);
+            assert_eq!(days_from_civil(y, m, d), z);
+        }
+    }
+
+    #[test]
+    fn instants_and_wall_clock() {
+        let t = Instant::ZERO + Duration::from_millis(1500);
+        assert_eq!(t.as_millis(), 1500);
+        assert_eq!(t - Instant::ZERO, Duration::from_millis(1500));
+        assert_eq!(Instant::ZERO - t, Duration::ZERO);
+        let c = WallClock::new(1_000_000);
+        assert_eq!(c.unix_ms(t), 1_001_500);
+        assert_eq!(c.unix_secs(t), 1001);
+    }
+}

@@ -1,0 +1,1145 @@
+//! Chat request validation and the rewrite for the provider.
+//!
+//! The body is read as an object of members whose values stay raw JSON text
+//! ([`serde_json::value::RawValue`]): only the parameters the specification
+//! names are parsed and checked, everything else is carried through as the
+//! exact text the client sent, in the client's order. The body is rebuilt
+//! only when something must change — `stream_options.include_usage` forced
+//! on for streams, `reasoning_content` removed from assistant turns, a model
+//! id mapped to the provider's — and then by splicing raw member text, never
+//! by re-serializing values. Otherwise the original bytes go upstream.
+//!
+//! Skipping a raw value is iterative in serde_json, so deeply nested input
+//! cannot overflow the stack; duplicate keys are refused (a provider that
+//! read the other copy would see a different request than the one checked).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::catalog::Catalog;
+use crate::error::ApiError;
+
+/// The roles a message may have.
+pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+/// Most stop sequences.
+pub const MAX_STOP: usize = 4;
+/// Tokens assumed for one image part when estimating a prompt.
+pub const IMAGE_TOKEN_ESTIMATE: u64 = 765;
+
+/// A validated chat completion request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRequest {
+    /// The model id (a catalogue entry).
+    pub model: String,
+    /// `stream: true`.
+    pub stream: bool,
+    /// `max_tokens` (or `max_completion_tokens`) when given.
+    pub max_tokens: Option<u64>,
+    /// A prompt-size estimate (about four bytes of text per token, plus
+    /// per-message and per-image allowances), used to reserve rate-limit
+    /// tokens until the provider reports the real count.
+    pub estimated_prompt_tokens: u64,
+    /// The body for the provider when it differs from the client's.
+    pub rewritten: Option<Vec<u8>>,
+}
+
+impl ChatRequest {
+    /// Tokens to reserve at admission: the prompt estimate plus `max_tokens`.
+    pub fn reservation(&self) -> u64 {
+        self.estimated_prompt_tokens
+            .saturating_add(self.max_tokens.unwrap_or(0))
+            .max(1)
+    }
+
+    /// The body to send upstream.
+    pub fn upstream_body<'a>(&'a self, original: &'a [u8]) -> &'a [u8] {
+        self.rewritten.as_deref().unwrap_or(original)
+    }
+}
+
+/// Validates a chat completion body and prepares the provider's body.
+pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
+    let top: Members<'_> = serde_json::from_slice(body).map_err(ApiError::invalid_json)?;
+
+    let model_raw = top.get("model").ok_or_else(|| ApiError::missing("model"))?;
+    let model = string(model_raw, "model")?;
+    let entry = catalog
+        .get(&model)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
+
+    let messages_raw = top
+        .get("messages")
+        .ok_or_else(|| ApiError::missing("messages"))?;
+    let messages = check_messages(messages_raw)?;
+
+    let stream = match top.get("stream") {
+        None => false,
+        Some(raw) => match kind(raw) {
+            Kind::Null => false,
+            Kind::Bool => raw.get() == "true",
+            _ => return Err(ApiError::invalid_type("stream", "a boolean")),
+        },
+    };
+    let mut include_usage_already = false;
+    if let Some(raw) = top.get("stream_options") {
+        match kind(raw) {
+            Kind::Null => {}
+            Kind::Object => {
+                let opts = object(raw, "stream_options")?;
+                if let Some(v) = opts.get("include_usage") {
+                    if kind(v) != Kind::Bool {
+                        return Err(ApiError::invalid_type(
+                            "stream_options.include_usage",
+                            "a boolean",
+                        ));
+                    }
+                    include_usage_already = v.get() == "true";
+                }
+            }
+            _ => return Err(ApiError::invalid_type("stream_options", "an object")),
+        }
+    }
+    if let Some(raw) = top.get("temperature") {
+        number_in(raw, "temperature", 0.0, 2.0)?;
+    }
+    if let Some(raw) = top.get("top_p") {
+        number_in(raw, "top_p", 0.0, 1.0)?;
+    }
+    let mut max_tokens = match top.get("max_tokens") {
+        Some(raw) => positive_integer(raw, "max_tokens")?,
+        None => None,
+    };
+    if max_tokens.is_none() {
+        // Not validated (not in the specification), but a cap is a cap.
+        max_tokens = top
+            .get("max_completion_tokens")
+            .and_then(|raw| raw.get().parse::<u64>().ok());
+    }
+    if let Some(raw) = top.get("stop") {
+        check_stop(raw)?;
+    }
+    let (tool_names, tools_len) = match top.get("tools") {
+        Some(raw) => check_tools(raw)?,
+        None => (Vec::new(), 0),
+    };
+    if let Some(raw) = top.get("tool_choice") {
+        check_tool_choice(raw, &tool_names)?;
+    }
+
+    let estimated_prompt_tokens = messages
+        .estimate
+        .saturating_add(tools_len.div_ceil(4) as u64);
+    let map_model = entry.upstream_id.as_deref().filter(|u| *u != model);
+    let force_usage = stream && !include_usage_already;
+    let rewritten = (force_usage || messages.needs_strip || map_model.is_some())
+        .then(|| rewrite(body.len(), &top, force_usage, &messages, map_model));
+
+    Ok(ChatRequest {
+        model: model.into_owned(),
+        stream,
+        max_tokens,
+        estimated_prompt_tokens,
+        rewritten,
+    })
+}
+
+/// A JSON object's members in order, values unparsed.
+struct Members<'a> {
+    items: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'a> Members<'a> {
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.items.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut items: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                while let Some(Key(k)) = map.next_key()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    items.push((k, v));
+                }
+                if let Some(dup) = first_duplicate(&items) {
+                    return Err(de::Error::custom(format_args!("duplicate key '{dup}'")));
+                }
+                Ok(Members { items })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The first key that occurs twice; O(n log n) for large objects.
+fn first_duplicate<'a>(items: &'a [(Cow<'_, str>, &RawValue)]) -> Option<&'a str> {
+    if items.len() <= 16 {
+        return items
+            .iter()
+            .enumerate()
+            .find(|(i, (k, _))| items[..*i].iter().any(|(o, _)| o == k))
+            .map(|(_, (k, _))| k.as_ref());
+    }
+    let mut keys: Vec<&str> = items.iter().map(|(k, _)| k.as_ref()).collect();
+    keys.sort_unstable();
+    keys.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+/// A string, borrowed when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Array,
+    String,
+    Number,
+    Bool,
+    Null,
+}
+
+fn kind(raw: &RawValue) -> Kind {
+    match raw.get().as_bytes().first() {
+        Some(b'{') => Kind::Object,
+        Some(b'[') => Kind::Array,
+        Some(b'"') => Kind::String,
+        Some(b't' | b'f') => Kind::Bool,
+        Some(b'n') => Kind::Null,
+        _ => Kind::Number,
+    }
+}
+
+fn string<'a>(raw: &'a RawValue, param: &str) -> Result<Cow<'a, str>, ApiError> {
+    if kind(raw) != Kind::String {
+        return Err(ApiError::invalid_type(param, "a string"));
+    }
+    serde_json::from_str::<Key<'a>>(raw.get())
+        .map(|k| k.0)
+        .map_err(|_| ApiError::invalid_type(param, "a string"))
+}
+
+fn object<'a>(raw: &'a RawValue, param: &str) -> Result<Members<'a>, ApiError> {
+    if kind(raw) != Kind::Object {
+        return Err(ApiError::invalid_type(param, "an object"));
+    }
+    serde_json::from_str(raw.get())
+        .map_err(|e| ApiError::invalid_value(param, format!("Invalid object for '{param}': {e}.")))
+}
+
+fn array<'a>(raw: &'a RawValue, param: &str) -> Result<Vec<&'a RawValue>, ApiError> {
+    if kind(raw) != Kind::Array {
+        return Err(ApiError::invalid_type(param, "an array"));
+    }
+    serde_json::from_str(raw.get())
+        .map_err(|e| ApiError::invalid_value(param, format!("Invalid array for '{param}': {e}.")))
+}
+
+fn number_in(raw: &RawValue, param: &str, min: f64, max: f64) -> Result<(), ApiError> {
+    match kind(raw) {
+        Kind::Null => Ok(()),
+        Kind::Number => {
+            let v: f64 = serde_json::from_str(raw.get()).map_err(|_| {
+                ApiError::invalid_value(param, format!("'{param}' is not a representable number."))
+            })?;
+            if (min..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(ApiError::invalid_value(
+                    param,
+                    format!("'{param}' must be between {min} and {max}; got {v}."),
+                ))
+            }
+        }
+        _ => Err(ApiError::invalid_type(param, "a number")),
+    }
+}
+
+fn positive_integer(raw: &RawValue, param: &str) -> Result<Option<u64>, ApiError> {
+    match kind(raw) {
+        Kind::Null => Ok(None),
+        Kind::Number => {
+            let text = raw.get();
+            if text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+                return Err(ApiError::invalid_type(param, "an integer"));
+            }
+            if text.starts_with('-') || text == "0" {
+                return Err(ApiError::invalid_value(
+                    param,
+                    format!("'{param}' must be a positive integer."),
+                ));
+            }
+            text.parse::<u64>()
+                .map(Some)
+                .map_err(|_| ApiError::invalid_value(param, format!("'{param}' is too large.")))
+        }
+        _ => Err(ApiError::invalid_type(param, "an integer")),
+    }
+}
+
+fn check_stop(raw: &RawValue) -> Result<(), ApiError> {
+    match kind(raw) {
+        Kind::Null | Kind::String => Ok(()),
+        Kind::Array => {
+            let items = array(raw, "stop")?;
+            if items.len() > MAX_STOP {
+                return Err(ApiError::invalid_value(
+                    "stop",
+                    format!(
+                        "'stop' may hold at most {MAX_STOP} sequences; got {}.",
+                        items.len()
+                    ),
+                ));
+            }
+            for (i, item) in items.iter().enumerate() {
+                if kind(item) != Kind::String {
+                    return Err(ApiError::invalid_type(format!("stop[{i}]"), "a string"));
+                }
+            }
+            Ok(())
+        }
+        _ => Err(ApiError::invalid_type(
+            "stop",
+            "a string or an array of strings",
+        )),
+    }
+}
+
+/// Checks `tools`; returns the function names and the raw length (for the
+/// prompt estimate).
+fn check_tools(raw: &RawValue) -> Result<(Vec<String>, usize), ApiError> {
+    if kind(raw) == Kind::Null {
+        return Ok((Vec::new(), 0));
+    }
+    let tools = array(raw, "tools")?;
+    let mut names = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        let p = format!("tools[{i}]");
+        let t = object(tool, &p)?;
+        match t.get("type") {
+            Some(ty) if string(ty, &format!("{p}.type"))? == "function" => {}
+            Some(_) => {
+                return Err(ApiError::invalid_value(
+                    format!("{p}.type"),
+                    "Only tools of type 'function' are supported.",
+                ));
+            }
+            None => return Err(ApiError::missing(format!("{p}.type"))),
+        }
+        let f = object(
+            t.get("function")
+                .ok_or_else(|| ApiError::missing(format!("{p}.function")))?,
+            &format!("{p}.function"),
+        )?;
+        let name_param = format!("{p}.function.name");
+        let name = string(
+            f.get("name")
+                .ok_or_else(|| ApiError::missing(&name_param))?,
+            &name_param,
+        )?;
+        if !is_function_name(&name) {
+            return Err(ApiError::invalid_value(
+                name_param,
+                "Function names are 1 to 64 characters of a-z, A-Z, 0-9, '_' and '-'.",
+            ));
+        }
+        if let Some(params) = f.get("parameters") {
+            if kind(params) != Kind::Object {
+                return Err(ApiError::invalid_type(
+                    format!("{p}.function.parameters"),
+                    "an object",
+                ));
+            }
+        }
+        names.push(name.into_owned());
+    }
+    Ok((names, raw.get().len()))
+}
+
+fn is_function_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn check_tool_choice(raw: &RawValue, tools: &[String]) -> Result<(), ApiError> {
+    match kind(raw) {
+        Kind::Null => Ok(()),
+        Kind::String => {
+            let v = string(raw, "tool_choice")?;
+            match v.as_ref() {
+                "auto" | "none" => Ok(()),
+                "required" if !tools.is_empty() => Ok(()),
+                "required" => Err(ApiError::invalid_value(
+                    "tool_choice",
+                    "'tool_choice' 'required' needs 'tools'.",
+                )),
+                _ => Err(ApiError::invalid_value(
+                    "tool_choice",
+                    "'tool_choice' must be 'auto', 'none', 'required' or an object naming a function.",
+                )),
+            }
+        }
+        Kind::Object => {
+            let o = object(raw, "tool_choice")?;
+            match o.get("type") {
+                Some(t) if string(t, "tool_choice.type")? == "function" => {}
+                _ => {
+                    return Err(ApiError::invalid_value(
+                        "tool_choice.type",
+                        "'tool_choice.type' must be 'function'.",
+                    ));
+                }
+            }
+            let f = object(
+                o.get("function")
+                    .ok_or_else(|| ApiError::missing("tool_choice.function"))?,
+                "tool_choice.function",
+            )?;
+            let name = string(
+                f.get("name")
+                    .ok_or_else(|| ApiError::missing("tool_choice.function.name"))?,
+                "tool_choice.function.name",
+            )?;
+            if !tools.iter().any(|t| *t == name) {
+                return Err(ApiError::invalid_value(
+                    "tool_choice.function.name",
+                    "'tool_choice' names a function that is not in 'tools'.",
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(ApiError::invalid_type(
+            "tool_choice",
+            "a string or an object",
+        )),
+    }
+}
+
+/// What validating `messages` found.
+struct CheckedMessages<'a> {
+    items: Vec<&'a RawValue>,
+    /// Indices of assistant messages carrying `reasoning_content`.
+    strip: Vec<usize>,
+    needs_strip: bool,
+    estimate: u64,
+}
+
+fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
+    let items = array(raw, "messages")?;
+    if items.is_empty() {
+        return Err(ApiError::invalid_value(
+            "messages",
+            "'messages' must contain at least one message.",
+        ));
+    }
+    let mut strip = Vec::new();
+    let mut estimate: u64 = 3;
+    for (i, msg) in items.iter().enumerate() {
+        let p = format!("messages[{i}]");
+        let m = object(msg, &p)?;
+        let role_param = format!("{p}.role");
+        let role = string(
+            m.get("role")
+                .ok_or_else(|| ApiError::missing(&role_param))?,
+            &role_param,
+        )?;
+        if !ROLES.contains(&role.as_ref()) {
+            return Err(ApiError::invalid_value(
+                role_param,
+                format!("'{p}.role' must be one of {}.", ROLES.join(", ")),
+            ));
+        }
+        let role = role.as_ref();
+        let tool_calls = m.get("tool_calls").filter(|t| kind(t) != Kind::Null);
+        if let Some(tc) = tool_calls {
+            if role != "assistant" {
+                return Err(ApiError::invalid_value(
+                    format!("{p}.tool_calls"),
+                    "Only assistant messages may carry 'tool_calls'.",
+                ));
+            }
+            check_tool_calls(tc, &p)?;
+            estimate += (tc.get().len() as u64).div_ceil(4);
+        }
+        estimate += 4 + check_content(m.get("content"), role, tool_calls.is_some(), &p)?;
+        if role == "tool" {
+            let id_param = format!("{p}.tool_call_id");
+            string(
+                m.get("tool_call_id")
+                    .ok_or_else(|| ApiError::missing(&id_param))?,
+                &id_param,
+            )?;
+        }
+        if role == "assistant" && m.get("reasoning_content").is_some() {
+            strip.push(i);
+        }
+    }
+    Ok(CheckedMessages {
+        needs_strip: !strip.is_empty(),
+        items,
+        strip,
+        estimate,
+    })
+}
+
+fn check_tool_calls(raw: &RawValue, p: &str) -> Result<(), ApiError> {
+    let param = format!("{p}.tool_calls");
+    for (j, call) in array(raw, &param)?.iter().enumerate() {
+        let cp = format!("{param}[{j}]");
+        let c = object(call, &cp)?;
+        if let Some(f) = c.get("function") {
+            let fp = format!("{cp}.function");
+            let f = object(f, &fp)?;
+            let np = format!("{fp}.name");
+            string(f.get("name").ok_or_else(|| ApiError::missing(&np))?, &np)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a message's content; returns its token estimate.
+fn check_content(
+    raw: Option<&RawValue>,
+    role: &str,
+    has_tool_calls: bool,
+    p: &str,
+) -> Result<u64, ApiError> {
+    let param = format!("{p}.content");
+    let Some(raw) = raw else {
+        return if role == "assistant" && has_tool_calls {
+            Ok(0)
+        } else {
+            Err(ApiError::missing(param))
+        };
+    };
+    match kind(raw) {
+        Kind::String => Ok((raw.get().len() as u64).saturating_sub(2).div_ceil(4)),
+        Kind::Null if role == "assistant" => Ok(0),
+        Kind::Array => {
+            let parts = array(raw, &param)?;
+            if parts.is_empty() {
+                return Err(ApiError::invalid_value(
+                    param,
+                    format!("'{p}.content' must not be an empty array."),
+                ));
+            }
+            let mut estimate = 0;
+            for (j, part) in parts.iter().enumerate() {
+                estimate += check_part(part, role, &format!("{param}[{j}]"))?;
+            }
+            Ok(estimate)
+        }
+        _ => Err(ApiError::invalid_type(
+            param,
+            "a string or an array of content parts",
+        )),
+    }
+}
+
+fn check_part(raw: &RawValue, role: &str, p: &str) -> Result<u64, ApiError> {
+    let part = object(raw, p)?;
+    let type_param = format!("{p}.type");
+    let ty = string(
+        part.get("type")
+            .ok_or_else(|| ApiError::missing(&type_param))?,
+        &type_param,
+    )?;
+    match ty.as_ref() {
+        "text" => {
+            let tp = format!("{p}.text");
+            let text = part.get("text").ok_or_else(|| ApiError::missing(&tp))?;
+            if kind(text) != Kind::String {
+                return Err(ApiError::invalid_type(tp, "a string"));
+            }
+            Ok((text.get().len() as u64).saturating_sub(2).div_ceil(4))
+        }
+        "image_url" if role == "user" => {
+            let ip = format!("{p}.image_url");
+            let image = object(
+                part.get("image_url")
+                    .ok_or_else(|| ApiError::missing(&ip))?,
+                &ip,
+            )?;
+            let up = format!("{ip}.url");
+            let url = string(image.get("url").ok_or_else(|| ApiError::missing(&up))?, &up)?;
+            check_image_url(&url, &up)?;
+            Ok(IMAGE_TOKEN_ESTIMATE)
+        }
+        "image_url" => Err(ApiError::invalid_value(
+            type_param,
+            "Image parts are only allowed in user messages.",
+        )),
+        _ => Err(ApiError::invalid_value(
+            type_param,
+            format!("'{p}.type' must be 'text' or 'image_url'."),
+        )),
+    }
+}
+
+/// An image URL is `http(s)://…` or `data:image/<type>;base64,<data>`.
+fn check_image_url(url: &str, param: &str) -> Result<(), ApiError> {
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(());
+    }
+    let bad = || {
+        ApiError::invalid_value(
+            param,
+            "An image URL must be http(s):// or a data:image/...;base64,... URI.",
+        )
+    };
+    let rest = url.strip_prefix("data:").ok_or_else(bad)?;
+    let (meta, data) = rest.split_once(',').ok_or_else(bad)?;
+    let mime = meta.split(';').next().unwrap_or("");
+    let is_base64 = meta
+        .split(';')
+        .skip(1)
+        .any(|p| p.eq_ignore_ascii_case("base64"));
+    let mime_ok = mime.len() > 6 && mime[..6].eq_ignore_ascii_case("image/");
+    if !mime_ok || !is_base64 || data.is_empty() {
+        return Err(bad());
+    }
+    let valid = data.bytes().all(|b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_' | b'\r' | b'\n')
+    });
+    if valid { Ok(()) } else { Err(bad()) }
+}
+
+/// Rebuilds the body by splicing raw member text.
+fn rewrite(
+    len: usize,
+    top: &Members<'_>,
+    force_usage: bool,
+    messages: &CheckedMessages<'_>,
+    map_model: Option<&str>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 40);
+    out.push(b'{');
+    let mut first = true;
+    let mut saw_options = false;
+    for (key, raw) in &top.items {
+        match key.as_ref() {
+            "model" if map_model.is_some() => {
+                let mapped = serde_json::to_string(&map_model).unwrap_or_default();
+                member(&mut out, &mut first, key, mapped.as_bytes());
+            }
+            "messages" if messages.needs_strip => {
+                let mut arr = Vec::with_capacity(raw.get().len());
+                arr.push(b'[');
+                for (i, msg) in messages.items.iter().enumerate() {
+                    if i > 0 {
+                        arr.push(b',');
+                    }
+                    if messages.strip.binary_search(&i).is_ok() {
+                        // Validated as an object above.
+                        let m: Members<'_> =
+                            serde_json::from_str(msg.get()).expect("message is an object");
+                        object_without(&mut arr, &m, "reasoning_content");
+                    } else {
+                        arr.extend_from_slice(msg.get().as_bytes());
+                    }
+                }
+                arr.push(b']');
+                member(&mut out, &mut first, key, &arr);
+            }
+            "stream_options" if force_usage => {
+                saw_options = true;
+                member(&mut out, &mut first, key, &forced_options(raw));
+            }
+            _ => member(&mut out, &mut first, key, raw.get().as_bytes()),
+        }
+    }
+    if force_usage && !saw_options {
+        member(
+            &mut out,
+            &mut first,
+            "stream_options",
+            b"{\"include_usage\":true}",
+        );
+    }
+    out.push(b'}');
+    out
+}
+
+fn member(out: &mut Vec<u8>, first: &mut bool, key: &str, value: &[u8]) {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+    // Writing a string into a Vec cannot fail.
+    serde_json::to_writer(&mut *out, key).expect("key serializes");
+    out.push(b':');
+    out.extend_from_slice(value);
+}
+
+fn object_without(out: &mut Vec<u8>, m: &Members<'_>, skip: &str) {
+    out.push(b'{');
+    let mut first = true;
+    for (k, v) in &m.items {
+        if k != skip {
+            member(out, &mut first, k, v.get().as_bytes());
+        }
+    }
+    out.push(b'}');
+}
+
+/// `stream_options` with `include_usage: true`, other members kept in place.
+fn forced_options(raw: &RawValue) -> Vec<u8> {
+    let mut out = Vec::new();
+    match serde_json::from_str::<Members<'_>>(raw.get()) {
+        Ok(m) => {
+            out.push(b'{');
+            let mut first = true;
+            let mut set = false;
+            for (k, v) in &m.items {
+                if k == "include_usage" {
+                    member(&mut out, &mut first, k, b"true");
+                    set = true;
+                } else {
+                    member(&mut out, &mut first, k, v.get().as_bytes());
+                }
+            }
+            if !set {
+                member(&mut out, &mut first, "include_usage", b"true");
+            }
+            out.push(b'}');
+        }
+        // `null` (validated: an object or null).
+        Err(_) => out.extend_from_slice(b"{\"include_usage\":true}"),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Model, Price};
+    use serde_json::{Value, json};
+
+    fn catalog() -> Catalog {
+        Catalog::default()
+    }
+
+    fn ok(body: &str) -> ChatRequest {
+        validate_chat_request(body.as_bytes(), &catalog()).unwrap_or_else(|e| panic!("{e}: {body}"))
+    }
+
+    fn err(body: &str) -> ApiError {
+        validate_chat_request(body.as_bytes(), &catalog()).expect_err(body)
+    }
+
+    const M: &str = r#""messages":[{"role":"user","content":"hi"}]"#;
+
+    #[test]
+    fn minimal_request_is_forwarded_unchanged() {
+        let body = format!(r#"{{"model":"reasoning-model-k3",{M}, "seed": 7, "user":"u"}}"#);
+        let r = ok(&body);
+        assert!(!r.stream);
+        assert_eq!(r.rewritten, None);
+        assert_eq!(r.upstream_body(body.as_bytes()), body.as_bytes());
+    }
+
+    #[test]
+    fn stream_forces_include_usage_keeping_order_and_values() {
+        let body = format!(
+            r#"{{"model":"reasoning-model-k3","stream":true,"presence_penalty":0.50,{M},"response_format":{{"type":"json_object"}},"parallel_tool_calls":false,"frequency_penalty":1e-1}}"#
+        );
+        let r = ok(&body);
+        assert!(r.stream);
+        let out = String::from_utf8(r.rewritten.unwrap()).unwrap();
+        // Raw numbers keep their spelling; order is kept; the option is appended.
+        assert_eq!(
+            out,
+            format!(
+                r#"{{"model":"reasoning-model-k3","stream":true,"presence_penalty":0.50,{M},"response_format":{{"type":"json_object"}},"parallel_tool_calls":false,"frequency_penalty":1e-1,"stream_options":{{"include_usage":true}}}}"#
+            )
+        );
+        let r = ok(&format!(
+            r#"{{"stream_options":{{"x":1,"include_usage":false}},"model":"reasoning-model-k3","stream":true,{M}}}"#
+        ));
+        let v: Value = serde_json::from_slice(r.rewritten.as_ref().unwrap()).unwrap();
+        assert_eq!(v["stream_options"], json!({"x": 1, "include_usage": true}));
+        let r = ok(&format!(
+            r#"{{"model":"reasoning-model-k3","stream":true,"stream_options":{{"include_usage":true}},{M}}}"#
+        ));
+        assert_eq!(r.rewritten, None);
+        let r = ok(&format!(
+            r#"{{"model":"reasoning-model-k3","stream":true,"stream_options":null,{M}}}"#
+        ));
+        let v: Value = serde_json::from_slice(r.rewritten.as_ref().unwrap()).unwrap();
+        assert_eq!(v["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn reasoning_content_is_stripped_from_assistant_turns() {
+        let body = r#"{"model":"reasoning-model-k3","messages":[
+            {"role":"user","content":"a"},
+            {"role":"assistant","content":"b","reasoning_content":"secret thoughts","name":"x"},
+            {"role":"user","content":"c","reasoning_content":"kept: not an assistant turn"}]}"#;
+        let r = ok(body);
+        let v: Value = serde_json::from_slice(r.rewritten.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            v["messages"][1],
+            json!({"role":"assistant","content":"b","name":"x"})
+        );
+        assert_eq!(
+            v["messages"][2]["reasoning_content"],
+            "kept: not an assistant turn"
+        );
+        assert!(!String::from_utf8_lossy(r.rewritten.as_ref().unwrap()).contains("secret"));
+    }
+
+    #[test]
+    fn model_mapping() {
+        let c = Catalog::new(vec![Model {
+            upstream_id: Some("provider-model".into()),
+            ..Model::default_model()
+        }])
+        .unwrap();
+        let r = validate_chat_request(
+            format!(r#"{{"model":"reasoning-model-k3",{M}}}"#).as_bytes(),
+            &c,
+        )
+        .unwrap();
+        let v: Value = serde_json::from_slice(r.rewritten.as_ref().unwrap()).unwrap();
+        assert_eq!(v["model"], "provider-model");
+        assert_eq!(r.model, "reasoning-model-k3");
+        let _ = Price::DEFAULT;
+    }
+
+    #[test]
+    fn every_rule_names_its_param() {
+        let cases: &[(&str, u16, &str, Option<&str>)] = &[
+            ("not json", 400, "invalid_json", None),
+            ("[1]", 400, "invalid_json", None),
+            (
+                r#"{"model":"reasoning-model-k3","model":"x",MSG}"#,
+                400,
+                "invalid_json",
+                None,
+            ),
+            (r#"{MSG}"#, 400, "missing_required_parameter", Some("model")),
+            (r#"{"model":7,MSG}"#, 400, "invalid_type", Some("model")),
+            (
+                r#"{"model":"gpt-4",MSG}"#,
+                404,
+                "model_not_found",
+                Some("model"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3"}"#,
+                400,
+                "missing_required_parameter",
+                Some("messages"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[]}"#,
+                400,
+                "invalid_value",
+                Some("messages"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":{}}"#,
+                400,
+                "invalid_type",
+                Some("messages"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[1]}"#,
+                400,
+                "invalid_type",
+                Some("messages[0]"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"content":"x"}]}"#,
+                400,
+                "missing_required_parameter",
+                Some("messages[0].role"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"robot","content":"x"}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].role"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user"}]}"#,
+                400,
+                "missing_required_parameter",
+                Some("messages[0].content"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":null}]}"#,
+                400,
+                "invalid_type",
+                Some("messages[0].content"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":[]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].content"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":[{"type":"audio"}]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].content[0].type"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":[{"type":"text","text":5}]}]}"#,
+                400,
+                "invalid_type",
+                Some("messages[0].content[0].text"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"file:///etc/passwd"}}]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].content[0].image_url.url"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,@@@"}}]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].content[0].image_url.url"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"system","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].content[0].type"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"tool","content":"42"}]}"#,
+                400,
+                "missing_required_parameter",
+                Some("messages[0].tool_call_id"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"x","tool_calls":[]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].tool_calls"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"stream":"yes"}"#,
+                400,
+                "invalid_type",
+                Some("stream"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"stream_options":true}"#,
+                400,
+                "invalid_type",
+                Some("stream_options"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"temperature":2.01}"#,
+                400,
+                "invalid_value",
+                Some("temperature"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"temperature":-0.1}"#,
+                400,
+                "invalid_value",
+                Some("temperature"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"temperature":"1"}"#,
+                400,
+                "invalid_type",
+                Some("temperature"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"temperature":1e999}"#,
+                400,
+                "invalid_value",
+                Some("temperature"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"top_p":1.5}"#,
+                400,
+                "invalid_value",
+                Some("top_p"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"max_tokens":0}"#,
+                400,
+                "invalid_value",
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"max_tokens":-5}"#,
+                400,
+                "invalid_value",
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"max_tokens":1.5}"#,
+                400,
+                "invalid_type",
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"max_tokens":99999999999999999999999}"#,
+                400,
+                "invalid_value",
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"stop":["a","b","c","d","e"]}"#,
+                400,
+                "invalid_value",
+                Some("stop"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"stop":[1]}"#,
+                400,
+                "invalid_type",
+                Some("stop[0]"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"stop":5}"#,
+                400,
+                "invalid_type",
+                Some("stop"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"tools":{}}"#,
+                400,
+                "invalid_type",
+                Some("tools"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"tools":[{"type":"web"}]}"#,
+                400,
+                "invalid_value",
+                Some("tools[0].type"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"tools":[{"type":"function","function":{"name":"a b"}}]}"#,
+                400,
+                "invalid_value",
+                Some("tools[0].function.name"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"tool_choice":"sometimes"}"#,
+                400,
+                "invalid_value",
+                Some("tool_choice"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"tool_choice":"required"}"#,
+                400,
+                "invalid_value",
+                Some("tool_choice"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}"#,
+                400,
+                "invalid_value",
+                Some("tool_choice.function.name"),
+            ),
+            (
+                r#"{"model":"reasoning-model-k3",MSG,"tool_choice":5}"#,
+                400,
+                "invalid_type",
+                Some("tool_choice"),
+            ),
+        ];
+        for (body, status, code, param) in cases {
+            let body = body.replace("MSG", M);
+            let e = err(&body);
+            assert_eq!(
+                (e.status, e.code, e.param.as_deref()),
+                (*status, *code, *param),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn accepted_shapes() {
+        for body in [
+            r#"{"model":"reasoning-model-k3",MSG,"temperature":0,"top_p":1,"max_tokens":1,"stop":"x"}"#,
+            r#"{"model":"reasoning-model-k3",MSG,"temperature":2,"top_p":0,"stop":["a","b","c","d"]}"#,
+            r#"{"model":"reasoning-model-k3",MSG,"temperature":null,"top_p":null,"max_tokens":null,"stop":null,"tools":null,"tool_choice":null,"stream":null}"#,
+            r#"{"model":"reasoning-model-k3","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"low"}}]},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"42"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"f"}}}"#,
+            r#"{"model":"reasoning-model-k3","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}],"tool_choice":"auto"}"#,
+            r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"\u0068i"}],"unknown":{"deep":[1,2,{"x":null}]}}"#,
+        ] {
+            ok(&body.replace("MSG", M));
+        }
+    }
+
+    #[test]
+    fn deep_nesting_and_many_keys_do_not_hurt() {
+        let deep = format!(
+            r#"{{"model":"reasoning-model-k3",{M},"x":{}1{}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        ok(&deep);
+        let deep_tools = format!(
+            r#"{{"model":"reasoning-model-k3",{M},"tools":[{{"type":"function","function":{{"name":"f","parameters":{}1{}}}}}]}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert_eq!(err(&deep_tools).status, 400);
+        let mut many = String::from(
+            r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"x"}]"#,
+        );
+        for i in 0..50_000 {
+            many.push_str(&format!(r#","k{i}":0"#));
+        }
+        many.push_str(r#","k7":1}"#);
+        assert_eq!(err(&many).code, "invalid_json");
+    }
+
+    #[test]
+    fn estimates_and_reservation() {
+        let r = ok(&format!(
+            r#"{{"model":"reasoning-model-k3","messages":[{{"role":"user","content":"{}"}}],"max_tokens":100}}"#,
+            "a".repeat(400)
+        ));
+        assert_eq!(r.estimated_prompt_tokens, 3 + 4 + 100);
+        assert_eq!(r.reservation(), 207);
+        let r = ok(&format!(
+            r#"{{"model":"reasoning-model-k3",{M},"max_completion_tokens":50}}"#
+        ));
+        assert_eq!(r.max_tokens, Some(50));
+    }
+}
