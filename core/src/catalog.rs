@@ -33,7 +33,9 @@ impl Price {
     /// to the nano-dollar. Negative or non-finite rates are refused.
     pub fn from_usd_per_million(input: f64, output: f64) -> Option<Price> {
         let nanos = |usd: f64| {
-            (usd.is_finite() && usd >= 0.0 && usd < 1e9).then(|| (usd * 1e9).round() as u64)
+            (0.0..1e9)
+                .contains(&usd)
+                .then(|| (usd * 1e9).round() as u64)
         };
         Some(Price {
             input_nano_per_million: nanos(input)?,

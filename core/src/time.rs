@@ -97,6 +97,26 @@ pub fn rfc3339_ms(unix_ms: u64) -> String {
     )
 }
 
+/// Formats Unix seconds as an HTTP date (IMF-fixdate),
+/// e.g. `Sun, 22 Nov 2026 03:34:00 GMT`.
+pub fn http_date(unix_secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = unix_secs / 86_400;
+    let (y, m, d) = civil_from_days(days as i64);
+    let rem = unix_secs % 86_400;
+    format!(
+        "{}, {d:02} {} {y:04} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(m - 1) as usize],
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
 /// (H. Hinnant's `civil_from_days`).
 pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -132,6 +152,12 @@ mod tests {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(rfc3339_ms(1_795_318_440_123), "2026-11-22T03:34:00.123Z");
+    }
+
+    #[test]
+    fn http_dates() {
+        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
     }
 
     #[test]

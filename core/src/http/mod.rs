@@ -5,7 +5,7 @@
 //!   shape that could smuggle a second request.
 //! - [`response`]: the client side, parsing what the provider answers.
 //! - [`chunked`] and [`body`]: body decoders shared by both sides.
-//! - [`write`]: serializers for request and response heads and chunk frames.
+//! - [`mod@write`]: serializers for request and response heads and chunk frames.
 //!
 //! Every parser resumes where it stopped, so feeding a message one byte at a
 //! time costs O(bytes), and every buffer that grows has a cap with a typed

@@ -97,6 +97,18 @@ impl std::fmt::Debug for RequestHead {
     }
 }
 
+/// The value of header `name` in a complete head (first occurrence), for the
+/// rare reader that needs a field [`RequestHead`] does not keep.
+pub fn header_value<'a>(head: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS];
+    let mut req = httparse::Request::new(&mut slots);
+    req.parse(head).ok()?;
+    req.headers
+        .iter()
+        .find(|h| name_is(h.name, name))
+        .map(|h| h.value)
+}
+
 /// Number of empty lines (CRLF) before a request line; RFC 9112 §2.2 says a
 /// server should ignore at least one, which keeps clients that add a stray
 /// CRLF after a body working.

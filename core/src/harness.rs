@@ -1,0 +1,398 @@
+//! An in-memory pair: client ↔ [`Connection`] ↔ [`SimConnection`] on a
+//! virtual clock, without sockets.
+//!
+//! It drives the exchange exactly as a runtime does (events in order, ledger
+//! acknowledged before held bytes go out, timeouts fired at the instants the
+//! state machines ask for), so whole conversations — streams, faults,
+//! disconnects at any phase, timeouts — run in microseconds and
+//! deterministically. Tests, fuzz targets and benchmarks share it.
+//!
+//! ```
+//! use chatgate_core::harness::{Pair, parse_responses};
+//! let mut pair = Pair::with_defaults();
+//! let key = pair.key.clone();
+//! pair.client_send(&Pair::chat_request(&key, r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"hi"}]}"#));
+//! pair.run();
+//! let responses = parse_responses(&pair.received).unwrap();
+//! assert_eq!(responses[0].status, 200);
+//! assert_eq!(pair.ledger.len(), 1);
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::auth::{KeyTable, entry_toml, key_hash_hex, mint_key};
+use crate::exchange::{Connection, Event, UpstreamFailure};
+use crate::gateway::{Accept, Gateway, GatewayConfig, UpstreamTarget};
+use crate::http::body::BodyDecoder;
+use crate::http::response::parse_response_head;
+use crate::http::{HeadScanner, HttpError, HttpLimits};
+use crate::ledger::LedgerRecord;
+use crate::limits::Limits;
+use crate::sim::{SimAction, SimConnection, SimOptions, SimServer};
+use crate::time::{Instant, WallClock};
+
+/// Unix time at [`Instant::ZERO`] in the pair: 2026-11-22T00:00:00Z.
+pub const PAIR_EPOCH_MS: u64 = 1_795_305_600_000;
+
+/// The client, the gateway connection and the simulated provider.
+#[derive(Debug)]
+pub struct Pair {
+    /// The gateway.
+    pub gateway: Arc<Gateway>,
+    /// The simulator.
+    pub sim: Arc<SimServer>,
+    /// Virtual time.
+    pub now: Instant,
+    /// A valid client key.
+    pub key: String,
+    /// Every byte the client received.
+    pub received: Vec<u8>,
+    /// Ledger lines appended, in order.
+    pub ledger: Vec<LedgerRecord>,
+    /// For each ledger line, how many bytes the client had received when it
+    /// was appended.
+    pub ledger_at: Vec<usize>,
+    /// Every byte the simulator sent to the gateway.
+    pub upstream_sent: Vec<u8>,
+    /// The gateway closed the client connection.
+    pub client_closed: bool,
+    /// Upstream connections opened (not taken from the pool).
+    pub upstream_opened: u32,
+    /// Upstream connections taken from the pool.
+    pub upstream_reused: u32,
+    /// Failures to inject into the next connection attempts.
+    pub connect_failures: VecDeque<UpstreamFailure>,
+    /// Stop reading the client's bytes (a client that does not read).
+    pub client_stops_reading: bool,
+    conn: Option<Box<Connection>>,
+    upstream: Option<SimConnection>,
+    idle: Vec<SimConnection>,
+}
+
+impl Pair {
+    /// A pair with default configuration and simulator options.
+    pub fn with_defaults() -> Pair {
+        Pair::new(|_| {}, SimOptions::default(), Limits::default())
+    }
+
+    /// A pair; `configure` adjusts the gateway configuration, `limits` are the
+    /// client key's.
+    pub fn new(
+        configure: impl FnOnce(&mut GatewayConfig),
+        sim: SimOptions,
+        limits: Limits,
+    ) -> Pair {
+        let key = mint_key(&[7; 32]);
+        let toml = entry_toml(
+            "test-key",
+            &key_hash_hex(&key),
+            Some(limits.requests_per_minute),
+            Some(limits.tokens_per_minute),
+            "2026-11-22T00:00:00.000Z",
+        );
+        let keys = KeyTable::parse_toml(&toml, Limits::default()).expect("valid keys");
+        let upstream = UpstreamTarget::parse("http://sim.test/v1").expect("valid URL");
+        let mut config = GatewayConfig::new(upstream);
+        configure(&mut config);
+        let wall = WallClock::new(PAIR_EPOCH_MS);
+        let gateway = Gateway::new(config, keys, wall, 0x5EED);
+        let sim = SimServer::new(sim, wall);
+        let conn = match gateway.accept(Instant::ZERO) {
+            Accept::Serve(c) => c,
+            Accept::Refuse(_) => panic!("a fresh gateway accepts"),
+        };
+        Pair {
+            gateway,
+            sim,
+            now: Instant::ZERO,
+            key,
+            received: Vec::new(),
+            ledger: Vec::new(),
+            ledger_at: Vec::new(),
+            upstream_sent: Vec::new(),
+            client_closed: false,
+            upstream_opened: 0,
+            upstream_reused: 0,
+            connect_failures: VecDeque::new(),
+            client_stops_reading: false,
+            conn: Some(conn),
+            upstream: None,
+            idle: Vec::new(),
+        }
+    }
+
+    /// A complete `POST /v1/chat/completions` with `body`.
+    pub fn chat_request(key: &str, body: &str) -> Vec<u8> {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    /// The gateway's connection state machine (for assertions).
+    pub fn connection(&self) -> Option<&Connection> {
+        self.conn.as_deref()
+    }
+
+    /// The client sends bytes; everything that follows is run.
+    pub fn client_send(&mut self, bytes: &[u8]) {
+        if let Some(c) = self.conn.as_mut() {
+            c.handle_client_data(self.now, bytes);
+        }
+        self.run();
+    }
+
+    /// The client goes away.
+    pub fn client_close(&mut self) {
+        if let Some(c) = self.conn.as_mut() {
+            c.handle_client_eof(self.now);
+        }
+        self.run();
+    }
+
+    /// Runs until nothing moves without time passing.
+    pub fn run(&mut self) {
+        for _ in 0..100_000 {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!("the pair did not settle");
+    }
+
+    /// Advances virtual time by `d`, firing every deadline on the way.
+    pub fn advance(&mut self, d: Duration) {
+        let target = self.now + d;
+        loop {
+            self.run();
+            let next = [
+                self.conn.as_ref().and_then(|c| c.poll_timeout()),
+                self.upstream.as_ref().and_then(SimConnection::poll_timeout),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            match next {
+                Some(t) if t <= target => {
+                    self.now = self.now.max(t);
+                    if let Some(c) = self.conn.as_mut() {
+                        if c.poll_timeout().is_some_and(|d| d <= self.now) {
+                            c.handle_timeout(self.now);
+                        }
+                    }
+                    if let Some(u) = self.upstream.as_mut() {
+                        if u.poll_timeout().is_some_and(|d| d <= self.now) {
+                            u.handle_timeout(self.now);
+                        }
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.now = target;
+        self.run();
+    }
+
+    /// One round of moving bytes and events; true if anything moved.
+    fn step(&mut self) -> bool {
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        let now = self.now;
+        let mut moved = false;
+        while let Some(ev) = conn.poll_event() {
+            moved = true;
+            match ev {
+                Event::ConnectUpstream { fresh } => {
+                    if let Some(f) = self.connect_failures.pop_front() {
+                        conn.handle_upstream_failure(now, f);
+                        continue;
+                    }
+                    let (up, reused) = match (fresh, self.idle.pop()) {
+                        (false, Some(up)) => (up, true),
+                        (_, idle) => {
+                            if let Some(i) = idle {
+                                self.idle.push(i);
+                            }
+                            (SimConnection::new(Arc::clone(&self.sim)), false)
+                        }
+                    };
+                    if reused {
+                        self.upstream_reused += 1;
+                    } else {
+                        self.upstream_opened += 1;
+                    }
+                    self.upstream = Some(up);
+                    conn.handle_upstream_connected(now, reused);
+                }
+                Event::ReleaseUpstream => {
+                    if let Some(up) = self.upstream.take() {
+                        self.idle.push(up);
+                    }
+                }
+                Event::CloseUpstream => {
+                    if let Some(mut up) = self.upstream.take() {
+                        up.handle_eof(now);
+                    }
+                }
+                Event::Ledger(rec) => {
+                    self.ledger.push(*rec);
+                    self.ledger_at.push(self.received.len());
+                    conn.handle_ledger_written(now);
+                }
+                Event::CloseClient => {
+                    self.client_closed = true;
+                    if let Some(mut up) = self.upstream.take() {
+                        up.handle_eof(now);
+                    }
+                    self.conn = None;
+                    return true;
+                }
+            }
+        }
+        if !self.client_stops_reading {
+            if let Some(bytes) = conn.poll_client_transmit() {
+                let n = bytes.len();
+                self.received.extend_from_slice(bytes);
+                conn.handle_client_written(now, n);
+                moved = true;
+            }
+        }
+        if let Some(up) = self.upstream.as_mut() {
+            if let Some(bytes) = conn.poll_upstream_transmit() {
+                let bytes = bytes.to_vec();
+                conn.handle_upstream_written(now, bytes.len());
+                up.handle_data(now, &bytes);
+                moved = true;
+            }
+            if conn.wants_upstream_read() {
+                if let Some(bytes) = up.poll_transmit() {
+                    let bytes = bytes.to_vec();
+                    up.handle_written(bytes.len());
+                    self.upstream_sent.extend_from_slice(&bytes);
+                    conn.handle_upstream_data(now, &bytes);
+                    moved = true;
+                }
+            }
+            if up.poll_transmit().is_none() {
+                match up.poll_action() {
+                    Some(SimAction::Close) => {
+                        self.upstream = None;
+                        conn.handle_upstream_eof(now);
+                        moved = true;
+                    }
+                    Some(SimAction::Reset) => {
+                        self.upstream = None;
+                        conn.handle_upstream_failure(
+                            now,
+                            UpstreamFailure::Broken("connection reset by peer".into()),
+                        );
+                        moved = true;
+                    }
+                    None => {}
+                }
+            }
+        }
+        // Pooled connections that the simulator closed are dropped.
+        self.idle.retain_mut(|c| c.poll_action().is_none());
+        moved
+    }
+}
+
+/// A response as the client saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientResponse {
+    /// Status code.
+    pub status: u16,
+    /// Header fields, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The body, de-chunked.
+    pub body: Vec<u8>,
+}
+
+impl ClientResponse {
+    /// The first value of a header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Splits the bytes a client received into responses (skipping `100
+/// Continue`); a response cut short is returned with what arrived.
+pub fn parse_responses(mut bytes: &[u8]) -> Result<Vec<ClientResponse>, HttpError> {
+    let limits = HttpLimits {
+        max_body: u64::MAX,
+        ..HttpLimits::default()
+    };
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let Some(len) = HeadScanner::new().scan(bytes, limits.max_head)? else {
+            return Err(HttpError::Truncated);
+        };
+        let head = parse_response_head(&bytes[..len], &limits)?;
+        let headers = {
+            let mut slots = [httparse::EMPTY_HEADER; 128];
+            let mut r = httparse::Response::new(&mut slots);
+            let _ = r.parse(&bytes[..len]);
+            r.headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_ascii_lowercase(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect()
+        };
+        bytes = &bytes[len..];
+        if head.is_interim() {
+            continue;
+        }
+        let mut decoder = BodyDecoder::new(head.framing, limits);
+        let mut body = Vec::new();
+        let used = decoder.decode(bytes, &mut body)?;
+        bytes = &bytes[used..];
+        out.push(ClientResponse {
+            status: head.status,
+            headers,
+            body,
+        });
+    }
+    Ok(out)
+}
+
+/// The `data:` payloads of an SSE body, in order.
+pub fn sse_data(body: &[u8]) -> Vec<String> {
+    let mut framer = crate::sse::SseFramer::new(usize::MAX);
+    let mut out = Vec::new();
+    let mut push = |ev: &[u8]| {
+        let data: Vec<&str> = std::str::from_utf8(ev)
+            .unwrap_or("")
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        if !data.is_empty() {
+            out.push(data.join("\n"));
+        }
+    };
+    while let Ok(Some(r)) = framer.next_event(body) {
+        push(&body[r]);
+    }
+    if let Ok(Some(r)) = framer.finish() {
+        push(&body[r]);
+    }
+    out
+}

@@ -1,0 +1,621 @@
+//! The simulator's server side: HTTP in, planned responses out on schedule,
+//! and a journal of what it received and how each exchange ended.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{Piece, Plan, PlanFraming, SimOptions, plan_chat, plan_error};
+use crate::http::body::BodyDecoder;
+use crate::http::request::{Method, header_value, parse_request_head};
+use crate::http::write::{self, header, header_u64};
+use crate::http::{Framing, HeadScanner, HttpLimits};
+use crate::time::{Instant, WallClock};
+
+/// Entries kept in the journal (oldest dropped first).
+const JOURNAL_CAP: usize = 2000;
+/// Request bodies longer than this are journaled truncated.
+const JOURNAL_BODY_CAP: usize = 256 * 1024;
+/// Interval of `heartbeat_after_finish` comments.
+const HEARTBEAT: Duration = Duration::from_millis(200);
+
+/// How an exchange with the simulator ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Still being answered.
+    InProgress,
+    /// The whole planned response was sent.
+    Completed,
+    /// The client closed the connection before the response was complete.
+    Aborted,
+    /// The simulator reset the connection (a fault).
+    Reset,
+}
+
+/// What the simulator received and did, per request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JournalEntry {
+    /// Sequence number.
+    pub seq: u64,
+    /// The `X-Request-Id` the client sent.
+    pub request_id: Option<String>,
+    /// The request body as received (UTF-8, lossy; truncated past 256 KiB).
+    pub body: String,
+    /// Status answered.
+    pub status: u16,
+    /// Streamed.
+    pub stream: bool,
+    /// Body pieces (events) sent.
+    pub events_sent: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// Shared state of a simulator process.
+#[derive(Debug)]
+pub struct SimServer {
+    options: SimOptions,
+    wall: WallClock,
+    seq: AtomicU64,
+    journal: Mutex<VecDeque<JournalEntry>>,
+}
+
+impl SimServer {
+    /// A simulator with these defaults.
+    pub fn new(options: SimOptions, wall: WallClock) -> Arc<SimServer> {
+        Arc::new(SimServer {
+            options,
+            wall,
+            seq: AtomicU64::new(1),
+            journal: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// A copy of the journal.
+    pub fn journal(&self) -> Vec<JournalEntry> {
+        self.lock().iter().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<JournalEntry>> {
+        self.journal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, entry: JournalEntry) {
+        let mut j = self.lock();
+        if j.len() >= JOURNAL_CAP {
+            j.pop_front();
+        }
+        j.push_back(entry);
+    }
+
+    fn update(&self, seq: u64, f: impl FnOnce(&mut JournalEntry)) {
+        if let Some(e) = self.lock().iter_mut().rev().find(|e| e.seq == seq) {
+            f(e);
+        }
+    }
+}
+
+/// What the runtime must do to the connection once pending bytes are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimAction {
+    /// Close normally.
+    Close,
+    /// Close with a TCP reset (SO_LINGER 0).
+    Reset,
+}
+
+#[derive(Debug)]
+struct Active {
+    plan: Plan,
+    next: usize,
+    started: Instant,
+    seq: u64,
+    keep_alive: bool,
+    stalled: bool,
+    heartbeat_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    keep_alive: bool,
+    path: String,
+    method: Method,
+    request_id: Option<String>,
+    authorized: bool,
+    decoder: BodyDecoder,
+    body: Vec<u8>,
+}
+
+/// One connection to the simulator.
+#[derive(Debug)]
+pub struct SimConnection {
+    server: Arc<SimServer>,
+    cin: Vec<u8>,
+    scanner: HeadScanner,
+    pending: Option<Pending>,
+    active: Option<Active>,
+    out: Vec<u8>,
+    out_pos: usize,
+    actions: VecDeque<SimAction>,
+    closed: bool,
+}
+
+impl SimConnection {
+    /// A new connection.
+    pub fn new(server: Arc<SimServer>) -> Self {
+        SimConnection {
+            server,
+            cin: Vec::new(),
+            scanner: HeadScanner::new(),
+            pending: None,
+            active: None,
+            out: Vec::new(),
+            out_pos: 0,
+            actions: VecDeque::new(),
+            closed: false,
+        }
+    }
+
+    /// Bytes to write.
+    #[must_use]
+    pub fn poll_transmit(&self) -> Option<&[u8]> {
+        (self.out_pos < self.out.len()).then(|| &self.out[self.out_pos..])
+    }
+
+    /// What to do once [`SimConnection::poll_transmit`] is empty.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<SimAction> {
+        if self.poll_transmit().is_some() {
+            return None;
+        }
+        self.actions.pop_front()
+    }
+
+    /// When to call [`SimConnection::handle_timeout`].
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let a = self.active.as_ref()?;
+        if let Some(h) = a.heartbeat_at {
+            return Some(h);
+        }
+        if a.stalled || a.next >= a.plan.pieces.len() {
+            return None;
+        }
+        Some(due(a, a.next))
+    }
+
+    /// `n` bytes were written.
+    pub fn handle_written(&mut self, n: usize) {
+        self.out_pos += n;
+        if self.out_pos >= self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+    }
+
+    /// Bytes arrived.
+    pub fn handle_data(&mut self, now: Instant, data: &[u8]) {
+        if self.closed {
+            return;
+        }
+        self.cin.extend_from_slice(data);
+        self.process(now);
+    }
+
+    /// The client closed: an unfinished response was aborted.
+    pub fn handle_eof(&mut self, _now: Instant) {
+        if let Some(a) = self.active.take() {
+            let sent = a.next as u32;
+            self.server.update(a.seq, |e| {
+                if e.outcome == Outcome::InProgress {
+                    e.outcome = Outcome::Aborted;
+                    e.events_sent = sent;
+                }
+            });
+        }
+        if !self.closed {
+            self.closed = true;
+            self.out.clear();
+            self.out_pos = 0;
+            self.actions.push_back(SimAction::Close);
+        }
+    }
+
+    /// A deadline passed: send what is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.send_due(now);
+        self.process(now);
+    }
+
+    fn process(&mut self, now: Instant) {
+        while !self.closed && self.active.is_none() {
+            if self.pending.is_none() && !self.read_head(now) {
+                return;
+            }
+            if !self.read_body(now) {
+                return;
+            }
+        }
+    }
+
+    fn read_head(&mut self, now: Instant) -> bool {
+        let limits = HttpLimits::default();
+        let start = crate::http::request::leading_empty_lines(&self.cin);
+        self.cin.drain(..start);
+        let head = match self.scanner.scan(&self.cin, limits.max_head) {
+            Ok(None) => return false,
+            Ok(Some(len)) => parse_request_head(&self.cin[..len], &limits).map(|h| (h, len)),
+            Err(e) => Err(e),
+        };
+        let (head, len) = match head {
+            Ok(h) => h,
+            Err(e) => {
+                self.start(
+                    now,
+                    plan_error(
+                        400,
+                        &e.to_string(),
+                        None,
+                        "invalid_request_error",
+                        "bad_http",
+                    ),
+                    false,
+                    None,
+                    None,
+                );
+                return false;
+            }
+        };
+        let raw = &self.cin[..len];
+        let request_id =
+            header_value(raw, "x-request-id").map(|v| String::from_utf8_lossy(v).into_owned());
+        let authorized = match &self.server.options.api_key {
+            None => true,
+            Some(key) => header_value(raw, "authorization").is_some_and(|v| {
+                v.strip_prefix(b"Bearer ")
+                    .is_some_and(|k| k == key.as_bytes())
+            }),
+        };
+        self.cin.drain(..len);
+        self.scanner.reset();
+        let framing = match head.framing {
+            Framing::UntilClose => Framing::Empty,
+            f => f,
+        };
+        self.pending = Some(Pending {
+            keep_alive: head.keep_alive,
+            path: head.path,
+            method: head.method,
+            request_id,
+            authorized,
+            decoder: BodyDecoder::new(
+                framing,
+                HttpLimits {
+                    max_body: 16 << 20,
+                    ..limits
+                },
+            ),
+            body: Vec::new(),
+        });
+        true
+    }
+
+    fn read_body(&mut self, now: Instant) -> bool {
+        let p = self.pending.as_mut().expect("a head was read");
+        match p.decoder.decode(&self.cin, &mut p.body) {
+            Ok(used) => {
+                self.cin.drain(..used);
+            }
+            Err(e) => {
+                self.pending = None;
+                self.start(
+                    now,
+                    plan_error(
+                        400,
+                        &e.to_string(),
+                        None,
+                        "invalid_request_error",
+                        "bad_http",
+                    ),
+                    false,
+                    None,
+                    None,
+                );
+                return false;
+            }
+        }
+        if !p.decoder.is_done() {
+            return false;
+        }
+        let p = self.pending.take().expect("checked");
+        let seq = self.server.seq.fetch_add(1, Ordering::Relaxed);
+        let plan = match (p.method, p.path.as_str()) {
+            (_, "/v1/chat/completions") if !p.authorized => {
+                plan_error(401, "Incorrect API key provided.", None, "invalid_request_error", "invalid_api_key")
+            }
+            (Method::Post, "/v1/chat/completions") => {
+                plan_chat(&p.body, &self.server.options, self.server.wall.unix_secs(now), seq)
+            }
+            (Method::Get, "/v1/models") => json_plan(
+                br#"{"object":"list","data":[{"id":"reasoning-model-k3","object":"model","created":0,"owned_by":"sim"}]}"#.to_vec(),
+            ),
+            (Method::Get, "/_sim/journal") => json_plan(serde_json::to_vec(&self.server.journal()).unwrap_or_default()),
+            _ => plan_error(404, "Unknown path.", None, "invalid_request_error", "unknown_url"),
+        };
+        let journaled = p.path == "/v1/chat/completions";
+        let body = if journaled {
+            let shown = &p.body[..p.body.len().min(JOURNAL_BODY_CAP)];
+            Some(String::from_utf8_lossy(shown).into_owned())
+        } else {
+            None
+        };
+        self.start_seq(now, plan, p.keep_alive, p.request_id, body, seq);
+        true
+    }
+
+    fn start(
+        &mut self,
+        now: Instant,
+        plan: Plan,
+        keep_alive: bool,
+        request_id: Option<String>,
+        body: Option<String>,
+    ) {
+        let seq = self.server.seq.fetch_add(1, Ordering::Relaxed);
+        self.start_seq(now, plan, keep_alive, request_id, body, seq);
+    }
+
+    fn start_seq(
+        &mut self,
+        now: Instant,
+        plan: Plan,
+        keep_alive: bool,
+        request_id: Option<String>,
+        body: Option<String>,
+        seq: u64,
+    ) {
+        if let Some(body) = body {
+            self.server.record(JournalEntry {
+                seq,
+                request_id,
+                body,
+                status: plan.status,
+                stream: plan.stream,
+                events_sent: 0,
+                outcome: Outcome::InProgress,
+            });
+        }
+        let keep_alive = keep_alive && plan.framing != PlanFraming::Close && plan.send_head;
+        if plan.send_head && plan.framing != PlanFraming::Length {
+            // Streams send their head at once, like real providers.
+            let head = head_bytes(&plan, None, keep_alive);
+            self.push(&head);
+        }
+        self.active = Some(Active {
+            plan,
+            next: 0,
+            started: now,
+            seq,
+            keep_alive,
+            stalled: false,
+            heartbeat_at: None,
+        });
+        self.send_due(now);
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
+    }
+
+    fn send_due(&mut self, now: Instant) {
+        let Some(mut a) = self.active.take() else {
+            return;
+        };
+        if let Some(at) = a.heartbeat_at {
+            if now >= at {
+                self.push_event(&a, b": heartbeat\n\n");
+                a.heartbeat_at = Some(now + HEARTBEAT);
+            }
+            self.active = Some(a);
+            return;
+        }
+        while !a.stalled && a.next < a.plan.pieces.len() && now >= due(&a, a.next) {
+            let piece = a.plan.pieces[a.next].clone();
+            a.next += 1;
+            match piece {
+                Piece::Event(bytes) => {
+                    if a.plan.framing == PlanFraming::Length {
+                        let head = head_bytes(&a.plan, Some(bytes.len()), a.keep_alive);
+                        self.push(&head);
+                        self.push(&bytes);
+                    } else {
+                        self.push_event(&a, &bytes);
+                    }
+                }
+                Piece::Raw(bytes) => self.push(&bytes),
+                Piece::Reset => {
+                    self.finish(&a, Outcome::Reset);
+                    self.actions.push_back(SimAction::Reset);
+                    self.closed = true;
+                    return;
+                }
+                Piece::Stall => a.stalled = true,
+                Piece::Heartbeat => {
+                    a.heartbeat_at = Some(now + HEARTBEAT);
+                    self.active = Some(a);
+                    return;
+                }
+            }
+        }
+        if a.stalled || a.next < a.plan.pieces.len() {
+            self.active = Some(a);
+            return;
+        }
+        match a.plan.framing {
+            PlanFraming::Chunked => write::last_chunk(&mut self.out),
+            PlanFraming::Close => {}
+            PlanFraming::Length if a.plan.pieces.is_empty() => {
+                let head = head_bytes(&a.plan, Some(0), a.keep_alive);
+                self.push(&head);
+            }
+            PlanFraming::Length => {}
+        }
+        self.finish(&a, Outcome::Completed);
+        if !a.keep_alive {
+            self.closed = true;
+            self.actions.push_back(SimAction::Close);
+        }
+    }
+
+    fn push_event(&mut self, a: &Active, bytes: &[u8]) {
+        if a.plan.framing == PlanFraming::Chunked {
+            write::chunk(&mut self.out, bytes);
+        } else {
+            self.push(bytes);
+        }
+    }
+
+    fn finish(&self, a: &Active, outcome: Outcome) {
+        let sent = a.next as u32;
+        self.server.update(a.seq, |e| {
+            e.outcome = outcome;
+            e.events_sent = sent;
+        });
+    }
+}
+
+fn due(a: &Active, i: usize) -> Instant {
+    a.started + a.plan.ttft + a.plan.interval * (i as u32)
+}
+
+fn json_plan(body: Vec<u8>) -> Plan {
+    Plan {
+        status: 200,
+        content_type: "application/json",
+        retry_after: None,
+        send_head: true,
+        framing: PlanFraming::Length,
+        pieces: vec![Piece::Event(body)],
+        ttft: Duration::ZERO,
+        interval: Duration::ZERO,
+        stream: false,
+    }
+}
+
+fn head_bytes(plan: &Plan, length: Option<usize>, keep_alive: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write::status_line(&mut out, plan.status);
+    header(&mut out, "Content-Type", plan.content_type);
+    match (plan.framing, length) {
+        (PlanFraming::Chunked, _) => header(&mut out, "Transfer-Encoding", "chunked"),
+        (_, Some(n)) => header_u64(&mut out, "Content-Length", n as u64),
+        _ => {}
+    }
+    if let Some(r) = plan.retry_after {
+        header_u64(&mut out, "Retry-After", r);
+    }
+    if !keep_alive {
+        header(&mut out, "Connection", "close");
+    }
+    write::end_head(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    fn request(body: &str) -> Vec<u8> {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: sim\r\nX-Request-Id: r1\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    fn drain(c: &mut SimConnection) -> Vec<u8> {
+        let out = c.poll_transmit().map(<[u8]>::to_vec).unwrap_or_default();
+        c.handle_written(out.len());
+        out
+    }
+
+    #[test]
+    fn timed_stream_and_journal() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let mut c = SimConnection::new(Arc::clone(&server));
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x_sim":{"ttft_ms":100,"token_ms":10,"reasoning_tokens":2,"answer_tokens":2}}"#;
+        c.handle_data(at(0), &request(body));
+        let head = drain(&mut c);
+        assert!(head.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        assert_eq!(c.poll_timeout(), Some(at(100)));
+        c.handle_timeout(at(100));
+        let first = drain(&mut c);
+        assert!(String::from_utf8_lossy(&first).contains("reasoning_content"));
+        assert_eq!(c.poll_timeout(), Some(at(110)));
+        c.handle_timeout(at(1000));
+        let rest = String::from_utf8(drain(&mut c)).unwrap();
+        assert!(rest.contains("data: [DONE]") && rest.ends_with("0\r\n\r\n"));
+        let j = server.journal();
+        assert_eq!(j.len(), 1);
+        assert_eq!(
+            (j[0].outcome, j[0].request_id.as_deref(), j[0].stream),
+            (Outcome::Completed, Some("r1"), true)
+        );
+        assert!(j[0].body.contains("x_sim"));
+    }
+
+    #[test]
+    fn abort_is_observed() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let mut c = SimConnection::new(Arc::clone(&server));
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x_sim":{"token_ms":10}}"#;
+        c.handle_data(at(0), &request(body));
+        c.handle_timeout(at(25));
+        c.handle_eof(at(26));
+        let j = server.journal();
+        assert_eq!(j[0].outcome, Outcome::Aborted);
+        assert_eq!(j[0].events_sent, 3);
+        assert_eq!(c.poll_action(), Some(SimAction::Close));
+    }
+
+    #[test]
+    fn reset_fault_and_keep_alive() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let mut c = SimConnection::new(Arc::clone(&server));
+        let plain = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let mut two = request(plain);
+        two.extend_from_slice(&request(plain));
+        c.handle_data(at(0), &two);
+        let out = String::from_utf8(drain(&mut c)).unwrap();
+        assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x_sim":{"fault":"reset","after":1}}"#;
+        c.handle_data(at(0), &request(body));
+        assert!(c.poll_action().is_none());
+        drain(&mut c);
+        assert_eq!(c.poll_action(), Some(SimAction::Reset));
+        assert_eq!(server.journal()[2].outcome, Outcome::Reset);
+    }
+
+    #[test]
+    fn requires_the_api_key_when_configured() {
+        let opts = SimOptions {
+            api_key: Some("pk".into()),
+            ..SimOptions::default()
+        };
+        let server = SimServer::new(opts, WallClock::new(0));
+        let mut c = SimConnection::new(server);
+        c.handle_data(
+            at(0),
+            &request(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#),
+        );
+        assert!(drain(&mut c).starts_with(b"HTTP/1.1 401"));
+    }
+}

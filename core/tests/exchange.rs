@@ -1,0 +1,1028 @@
+//! Whole conversations through the exchange, in memory, on a virtual clock:
+//! client ↔ Connection ↔ simulated provider.
+
+use std::time::Duration;
+
+use chatgate_core::exchange::UpstreamFailure;
+use chatgate_core::harness::{ClientResponse, Pair, parse_responses, sse_data};
+use chatgate_core::http::body::BodyDecoder;
+use chatgate_core::http::response::parse_response_head;
+use chatgate_core::http::{HeadScanner, HttpLimits};
+use chatgate_core::limits::Limits;
+use chatgate_core::sim::{Outcome, SimOptions};
+use serde_json::{Value, json};
+
+const MODEL: &str = "reasoning-model-k3";
+
+fn body(extra: &str) -> String {
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(",{extra}")
+    };
+    format!(
+        r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":"What is two plus two?"}}]{extra}}}"#
+    )
+}
+
+fn stream_body(extra: &str) -> String {
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(",{extra}")
+    };
+    body(&format!(r#""stream":true{extra}"#))
+}
+
+fn send(pair: &mut Pair, body: &str) {
+    let req = Pair::chat_request(&pair.key.clone(), body);
+    pair.client_send(&req);
+}
+
+fn responses(pair: &Pair) -> Vec<ClientResponse> {
+    parse_responses(&pair.received).expect("well-formed responses")
+}
+
+fn one(pair: &Pair) -> ClientResponse {
+    let mut r = responses(pair);
+    assert_eq!(r.len(), 1, "{:?}", String::from_utf8_lossy(&pair.received));
+    r.remove(0)
+}
+
+/// The SSE body the simulator sent, de-chunked.
+fn upstream_sse(pair: &Pair) -> Vec<u8> {
+    let bytes = &pair.upstream_sent;
+    let len = HeadScanner::new().scan(bytes, 65536).unwrap().unwrap();
+    let head = parse_response_head(&bytes[..len], &HttpLimits::default()).unwrap();
+    let mut d = BodyDecoder::new(
+        head.framing,
+        HttpLimits {
+            max_body: u64::MAX,
+            ..HttpLimits::default()
+        },
+    );
+    let mut out = Vec::new();
+    let _ = d.decode(&bytes[len..], &mut out);
+    out
+}
+
+fn chunks(resp: &ClientResponse) -> Vec<Value> {
+    sse_data(&resp.body)
+        .into_iter()
+        .filter(|d| d != "[DONE]")
+        .map(|d| serde_json::from_str(&d).expect("chunk JSON"))
+        .collect()
+}
+
+fn error_of(resp: &ClientResponse) -> (u16, String, String, Value) {
+    let v = resp.json();
+    (
+        resp.status,
+        v["error"]["type"].as_str().unwrap_or("").to_owned(),
+        v["error"]["code"].as_str().unwrap_or("").to_owned(),
+        v["error"]["param"].clone(),
+    )
+}
+
+#[test]
+fn non_streamed_answer_with_reasoning_and_exact_ledger() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &body(""));
+    let r = one(&pair);
+    assert_eq!(r.status, 200);
+    assert!(r.header("x-request-id").unwrap().starts_with("req_"));
+    assert_eq!(r.header("x-ratelimit-limit-requests"), Some("60"));
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("59"));
+    assert!(r.header("date").is_some());
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert!(
+        v["choices"][0]["message"]["reasoning_content"]
+            .as_str()
+            .unwrap()
+            .len()
+            > 10
+    );
+    assert!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("You said:")
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // The body is the provider's, byte for byte.
+    let sim_body = {
+        let b = &pair.upstream_sent;
+        let len = HeadScanner::new().scan(b, 65536).unwrap().unwrap();
+        b[len..].to_vec()
+    };
+    assert_eq!(r.body, sim_body);
+    // The ledger.
+    assert_eq!(pair.ledger.len(), 1);
+    let rec = &pair.ledger[0];
+    let u = &v["usage"];
+    assert_eq!(rec.prompt_tokens, u["prompt_tokens"].as_u64().unwrap());
+    assert_eq!(
+        rec.completion_tokens,
+        u["completion_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(
+        rec.reasoning_tokens,
+        u["completion_tokens_details"]["reasoning_tokens"]
+            .as_u64()
+            .unwrap()
+    );
+    assert_eq!(
+        rec.cost_nano_usd,
+        rec.prompt_tokens * 2850 + rec.completion_tokens * 14250
+    );
+    assert_eq!(
+        (
+            rec.status,
+            rec.stream,
+            rec.complete,
+            rec.client_disconnected
+        ),
+        (200, false, true, false)
+    );
+    assert_eq!(rec.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(rec.key, "test-key");
+    assert_eq!(rec.model, MODEL);
+    assert_eq!(Some(rec.request_id.as_str()), r.header("x-request-id"));
+    // The simulator saw our request id and the original body.
+    let j = pair.sim.journal();
+    assert_eq!(j[0].request_id.as_deref(), r.header("x-request-id"));
+    assert_eq!(j[0].body, body(""));
+}
+
+#[test]
+fn streamed_answer_order_usage_and_byte_equality() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &stream_body(""));
+    let r = one(&pair);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/event-stream; charset=utf-8")
+    );
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    // Byte for byte what the provider sent.
+    assert_eq!(r.body, upstream_sse(&pair));
+    let data = sse_data(&r.body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let cs = chunks(&r);
+    // 1: reasoning first, role on the first chunk.
+    assert_eq!(cs[0]["choices"][0]["delta"]["role"], "assistant");
+    let mut phase = 0;
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for c in &cs {
+        let choices = c["choices"].as_array().unwrap();
+        if choices.is_empty() {
+            assert!(c["usage"].is_object());
+            assert!(phase >= 2);
+            phase = 3;
+            continue;
+        }
+        let d = &choices[0]["delta"];
+        if let Some(t) = d["reasoning_content"].as_str() {
+            assert_eq!(phase, 0, "reasoning after answer");
+            reasoning.push_str(t);
+        } else if let Some(t) = d["content"].as_str() {
+            assert!(phase <= 1);
+            phase = 1;
+            content.push_str(t);
+        } else if choices[0]["finish_reason"].is_string() {
+            assert_eq!(d, &json!({}));
+            phase = 2;
+        }
+    }
+    assert_eq!(phase, 3, "usage chunk last before [DONE]");
+    assert!(content.starts_with("You said: What is two plus two?"));
+    assert!(!reasoning.is_empty());
+    // include_usage was forced upstream although the client did not ask.
+    let sent: Value = serde_json::from_str(&pair.sim.journal()[0].body).unwrap();
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    let rec = &pair.ledger[0];
+    let usage = &cs.last().unwrap()["usage"];
+    assert_eq!(rec.prompt_tokens, usage["prompt_tokens"].as_u64().unwrap());
+    assert_eq!(
+        rec.completion_tokens,
+        usage["completion_tokens"].as_u64().unwrap()
+    );
+    assert!(rec.stream && rec.complete);
+    // The ledger line was appended before the client had the whole response.
+    assert!(pair.ledger_at[0] < pair.received.len());
+}
+
+#[test]
+fn unknown_parameters_and_reasoning_content_forwarding() {
+    let mut pair = Pair::with_defaults();
+    let b = r#"{"seed":42,"model":"reasoning-model-k3","presence_penalty":0.5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b","reasoning_content":"old thoughts"},{"role":"user","content":"c"}],"frequency_penalty":1.0,"response_format":{"type":"text"},"parallel_tool_calls":true,"user":"u-1","logit_bias":{"50256":-100}}"#;
+    send(&mut pair, b);
+    assert_eq!(one(&pair).status, 200);
+    let got = &pair.sim.journal()[0].body;
+    assert_eq!(
+        got,
+        r#"{"seed":42,"model":"reasoning-model-k3","presence_penalty":0.5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}],"frequency_penalty":1.0,"response_format":{"type":"text"},"parallel_tool_calls":true,"user":"u-1","logit_bias":{"50256":-100}}"#
+    );
+}
+
+#[test]
+fn invalid_requests_never_reach_the_provider() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &body(r#""temperature":3"#));
+    send(
+        &mut pair,
+        r#"{"model":"nope","messages":[{"role":"user","content":"x"}]}"#,
+    );
+    send(&mut pair, "{not json");
+    let rs = responses(&pair);
+    assert_eq!(
+        error_of(&rs[0]),
+        (
+            400,
+            "invalid_request_error".into(),
+            "invalid_value".into(),
+            json!("temperature")
+        )
+    );
+    assert_eq!(
+        error_of(&rs[1]),
+        (
+            404,
+            "invalid_request_error".into(),
+            "model_not_found".into(),
+            json!("model")
+        )
+    );
+    assert_eq!(error_of(&rs[2]).2, "invalid_json");
+    assert_eq!(pair.upstream_opened, 0);
+    assert!(pair.sim.journal().is_empty());
+    // Metered as rejected requests, on the same connection.
+    assert_eq!(
+        pair.ledger.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [400, 404, 400]
+    );
+    assert_eq!(pair.ledger[0].error.as_deref(), Some("invalid_value"));
+    assert!(!pair.client_closed);
+}
+
+#[test]
+fn body_size_limit_is_exact() {
+    let mut pair = Pair::with_defaults();
+    let limit = 2 * 1024 * 1024;
+    let mut exact = body(r#""pad":"PAD""#);
+    let pad = limit - exact.len() + 3;
+    exact = exact.replace("PAD", &"x".repeat(pad));
+    assert_eq!(exact.len(), limit);
+    send(&mut pair, &exact);
+    assert_eq!(one(&pair).status, 200);
+
+    let mut pair = Pair::with_defaults();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n",
+        pair.key,
+        limit + 1
+    );
+    // Decided from Content-Length, before a single body byte.
+    pair.client_send(head.as_bytes());
+    let r = one(&pair);
+    assert_eq!(
+        error_of(&r),
+        (
+            413,
+            "invalid_request_error".into(),
+            "request_too_large".into(),
+            Value::Null
+        )
+    );
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(pair.client_closed);
+
+    // A chunked body is counted while it is decoded.
+    let mut pair = Pair::with_defaults();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        pair.key
+    );
+    pair.client_send(head.as_bytes());
+    let chunk = format!("100000\r\n{}\r\n", "x".repeat(0x100000));
+    pair.client_send(chunk.as_bytes());
+    pair.client_send(chunk.as_bytes());
+    assert!(pair.received.is_empty());
+    pair.client_send(b"1\r\nx\r\n");
+    assert_eq!(one(&pair).status, 413);
+}
+
+#[test]
+fn routes_methods_and_auth() {
+    let mut pair = Pair::with_defaults();
+    let key = pair.key.clone();
+    for path in [
+        "/v1/embeddings",
+        "/v1/completions",
+        "/v1/images/generations",
+        "/v2/models",
+        "/",
+    ] {
+        pair.client_send(
+            format!("POST {path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n\r\n")
+                .as_bytes(),
+        );
+    }
+    // Route comes before auth: an unknown path without a key is still 404.
+    pair.client_send(b"GET /v1/nothing HTTP/1.1\r\nHost: gw\r\n\r\n");
+    pair.client_send(b"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n");
+    pair.client_send(b"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n");
+    pair.client_send(b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer sk-cg-0000000000000000000000000000000000000000000\r\n\r\n");
+    pair.client_send(
+        format!("GET /v1/models?x=1 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n\r\n")
+            .as_bytes(),
+    );
+    let rs = responses(&pair);
+    for r in &rs[..6] {
+        assert_eq!(error_of(r).2, "unknown_url");
+        assert_eq!(r.status, 404);
+    }
+    assert_eq!(rs[6].status, 405);
+    assert_eq!(rs[6].header("allow"), Some("POST"));
+    assert_eq!(
+        error_of(&rs[7]),
+        (
+            401,
+            "authentication_error".into(),
+            "invalid_api_key".into(),
+            Value::Null
+        )
+    );
+    assert_eq!(error_of(&rs[8]).0, 401);
+    assert_eq!(rs[9].status, 200);
+    let v = rs[9].json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(
+        v["data"][0],
+        json!({"id": MODEL, "object": "model", "created": 0, "owned_by": "chatgate"})
+    );
+    assert_eq!(rs[9].header("x-ratelimit-limit-tokens"), Some("100000"));
+    // Unauthenticated and model-list requests are not metered.
+    assert!(pair.ledger.is_empty());
+    assert!(!pair.client_closed);
+}
+
+#[test]
+fn request_rate_limit_with_retry_after() {
+    let limits = Limits {
+        requests_per_minute: 2,
+        tokens_per_minute: 100_000,
+    };
+    let mut pair = Pair::new(|_| {}, SimOptions::default(), limits);
+    for _ in 0..3 {
+        send(&mut pair, &body(""));
+    }
+    let rs = responses(&pair);
+    assert_eq!((rs[0].status, rs[1].status), (200, 200));
+    assert_eq!(
+        error_of(&rs[2]),
+        (
+            429,
+            "rate_limit_error".into(),
+            "rate_limit_exceeded".into(),
+            Value::Null
+        )
+    );
+    assert_eq!(rs[2].header("retry-after"), Some("30"));
+    assert_eq!(rs[2].header("x-ratelimit-remaining-requests"), Some("0"));
+    assert_eq!(pair.sim.journal().len(), 2);
+    // After the advertised wait it succeeds.
+    pair.advance(Duration::from_secs(30));
+    pair.received.clear();
+    send(&mut pair, &body(""));
+    assert_eq!(one(&pair).status, 200);
+}
+
+#[test]
+fn token_rate_limit_with_retry_after() {
+    let limits = Limits {
+        requests_per_minute: 100,
+        tokens_per_minute: 600,
+    };
+    let mut pair = Pair::new(|_| {}, SimOptions::default(), limits);
+    send(&mut pair, &body(r#""max_tokens":500"#));
+    assert_eq!(one(&pair).status, 200);
+    pair.received.clear();
+    // The first request used ~60 tokens of its 500+ reservation; this one
+    // reserves more than what is left.
+    send(&mut pair, &body(r#""max_tokens":590"#));
+    let r = one(&pair);
+    assert_eq!(r.status, 429);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tokens")
+    );
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait));
+    pair.advance(Duration::from_secs(wait));
+    pair.received.clear();
+    send(&mut pair, &body(r#""max_tokens":590"#));
+    assert_eq!(one(&pair).status, 200);
+}
+
+#[test]
+fn provider_rejections_become_502() {
+    for (fault, stream) in [
+        ("reject,status=400,message=context too long", false),
+        ("reject,status=500", true),
+        ("reject,status=400", true),
+    ] {
+        let mut pair = Pair::with_defaults();
+        let extra = format!(
+            r#""x_sim":{{{}}}"#,
+            fault
+                .split(',')
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or(("fault", kv));
+                    format!(r#""{k}":"{v}""#)
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let b = if stream {
+            stream_body(&extra)
+        } else {
+            body(&extra)
+        };
+        send(&mut pair, &b);
+        let r = one(&pair);
+        let (status, kind, code, _) = error_of(&r);
+        assert_eq!(
+            (status, kind.as_str(), code.as_str()),
+            (502, "upstream_error", "upstream_error"),
+            "{fault}"
+        );
+        let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(
+            msg.contains("HTTP 400") || msg.contains("HTTP 500"),
+            "{msg}"
+        );
+        if fault.contains("context") {
+            assert!(msg.contains("context too long"), "{msg}");
+        }
+        assert_eq!(pair.ledger[0].status, 502);
+        assert_eq!(
+            pair.ledger[0].upstream_status,
+            Some(if fault.contains("500") { 500 } else { 400 })
+        );
+        assert!(!pair.client_closed, "the client connection survives");
+    }
+}
+
+#[test]
+fn provider_429_keeps_its_retry_after() {
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &body(r#""x_sim":{"fault":"reject","status":429,"retry_after":7}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("retry-after"), Some("7"));
+}
+
+#[test]
+fn provider_without_done_gets_one_appended() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &stream_body(r#""x_sim":{"fault":"omit_done"}"#));
+    let r = one(&pair);
+    let data = sse_data(&r.body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(data.iter().filter(|d| *d == "[DONE]").count(), 1);
+    assert!(!sse_data(&upstream_sse(&pair)).contains(&"[DONE]".to_string()));
+    let rec = &pair.ledger[0];
+    assert!(rec.complete);
+    assert!(rec.completion_tokens > 0);
+}
+
+#[test]
+fn provider_reset_mid_stream_is_incomplete() {
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"reset","after":4}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(r.status, 200);
+    let data = sse_data(&r.body);
+    assert_eq!(data.len(), 5);
+    assert_eq!(data[4], "[DONE]");
+    assert!(
+        chunks(&r)
+            .iter()
+            .all(|c| c["choices"][0]["finish_reason"].is_null())
+    );
+    let rec = &pair.ledger[0];
+    assert!(!rec.complete);
+    assert_eq!(rec.finish_reason, None);
+    assert_eq!(rec.error.as_deref(), Some("upstream_stream_failed"));
+    assert_eq!((rec.prompt_tokens, rec.completion_tokens), (0, 0));
+}
+
+#[test]
+fn reset_after_usage_meters_the_last_reported_usage() {
+    let mut pair = Pair::with_defaults();
+    // Reset right before [DONE]: finish and usage were already sent.
+    let mut probe = Pair::with_defaults();
+    send(&mut probe, &stream_body(""));
+    let events = sse_data(&one(&probe).body).len();
+    send(
+        &mut pair,
+        &stream_body(&format!(
+            r#""x_sim":{{"fault":"reset","after":{}}}"#,
+            events - 1
+        )),
+    );
+    let rec = &pair.ledger[0];
+    assert!(rec.complete, "finish_reason arrived");
+    assert_eq!(rec.completion_tokens, probe.ledger[0].completion_tokens);
+    assert_eq!(
+        sse_data(&one(&pair).body).last().map(String::as_str),
+        Some("[DONE]")
+    );
+}
+
+#[test]
+fn client_disconnect_aborts_the_provider_at_every_phase() {
+    // While connecting, while the provider thinks (non-streamed), before the
+    // first event of a stream, and mid-stream.
+    let cases: [(&str, Option<Duration>); 4] = [
+        (
+            r#""x_sim":{"ttft_ms":5000}"#,
+            Some(Duration::from_millis(10)),
+        ),
+        (r#""x_sim":{"fault":"stall_headers"}"#, None),
+        (
+            r#""stream":true,"x_sim":{"ttft_ms":5000}"#,
+            Some(Duration::from_millis(10)),
+        ),
+        (
+            r#""stream":true,"x_sim":{"token_ms":100}"#,
+            Some(Duration::from_millis(350)),
+        ),
+    ];
+    for (extra, wait) in cases {
+        let mut pair = Pair::with_defaults();
+        send(&mut pair, &body(extra));
+        if let Some(w) = wait {
+            pair.advance(w);
+        }
+        pair.client_close();
+        let j = pair.sim.journal();
+        assert_eq!(j[0].outcome, Outcome::Aborted, "{extra}");
+        let rec = &pair.ledger[0];
+        assert!(rec.client_disconnected);
+        assert!(pair.client_closed);
+        if extra.contains("token_ms") {
+            assert_eq!(rec.status, 200);
+            assert!(!rec.complete);
+        } else {
+            assert_eq!(rec.status, 499);
+        }
+    }
+    // Before the provider connection even exists.
+    let mut pair = Pair::with_defaults();
+    pair.connect_failures.clear();
+    let req = Pair::chat_request(&pair.key.clone(), &body(""));
+    let conn_only = &req[..req.len() - 5];
+    pair.client_send(conn_only);
+    pair.client_close();
+    assert_eq!(pair.ledger[0].status, 499);
+    assert!(pair.sim.journal().is_empty());
+}
+
+#[test]
+fn tool_call_round_trip() {
+    let mut pair = Pair::with_defaults();
+    let tools = r#""tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]"#;
+    send(
+        &mut pair,
+        &format!(
+            r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":"Paris"}}],{tools}}}"#
+        ),
+    );
+    let v = one(&pair).json();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    let call = v["choices"][0]["message"]["tool_calls"][0].clone();
+    let id = call["id"].as_str().unwrap();
+    pair.received.clear();
+    let follow = format!(
+        r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":"Paris"}},{{"role":"assistant","content":null,"tool_calls":[{call}]}},{{"role":"tool","tool_call_id":"{id}","content":"sunny"}}],{tools}}}"#
+    );
+    send(&mut pair, &follow);
+    let v = one(&pair).json();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("sunny")
+    );
+    // Streamed tool calls too.
+    pair.received.clear();
+    send(
+        &mut pair,
+        &format!(
+            r#"{{"model":"{MODEL}","stream":true,"messages":[{{"role":"user","content":"Paris"}}],{tools}}}"#
+        ),
+    );
+    let r = one(&pair);
+    let cs = chunks(&r);
+    assert!(
+        cs.iter()
+            .any(|c| c["choices"][0]["delta"]["tool_calls"].is_array())
+    );
+    assert_eq!(
+        pair.ledger.last().unwrap().finish_reason.as_deref(),
+        Some("tool_calls")
+    );
+}
+
+#[test]
+fn length_with_empty_content() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &body(r#""max_tokens":3"#));
+    let v = one(&pair).json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["choices"][0]["message"]["content"], "");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    assert_eq!(pair.ledger[0].finish_reason.as_deref(), Some("length"));
+}
+
+#[test]
+fn keep_alive_reuses_the_provider_connection_and_pipelining_keeps_order() {
+    let mut pair = Pair::with_defaults();
+    let key = pair.key.clone();
+    let mut two = Pair::chat_request(&key, &body(r#""user":"first""#));
+    two.extend_from_slice(&Pair::chat_request(
+        &key,
+        &stream_body(r#""user":"second""#),
+    ));
+    two.extend_from_slice(
+        format!("GET /v1/models HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n\r\n")
+            .as_bytes(),
+    );
+    pair.client_send(&two);
+    let rs = responses(&pair);
+    assert_eq!(rs.len(), 3);
+    assert_eq!(rs[0].header("content-type"), Some("application/json"));
+    assert_eq!(
+        rs[1].header("content-type"),
+        Some("text/event-stream; charset=utf-8")
+    );
+    assert_eq!(rs[2].json()["object"], "list");
+    assert_eq!((pair.upstream_opened, pair.upstream_reused), (1, 1));
+    let j = pair.sim.journal();
+    assert!(j[0].body.contains("first") && j[1].body.contains("second"));
+}
+
+#[test]
+fn chunked_request_body_and_expect_continue() {
+    let mut pair = Pair::with_defaults();
+    let b = body("");
+    let (a, c) = b.split_at(10);
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n",
+        pair.key
+    );
+    pair.client_send(req.as_bytes());
+    assert_eq!(pair.received, b"HTTP/1.1 100 Continue\r\n\r\n");
+    pair.client_send(
+        format!(
+            "{:x}\r\n{a}\r\n{:x};ext=1\r\n{c}\r\n0\r\nTrailer: x\r\n\r\n",
+            a.len(),
+            c.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(one(&pair).status, 200);
+    assert_eq!(pair.sim.journal()[0].body, b);
+
+    // Not admissible: the final answer at once, no 100.
+    let mut pair = Pair::with_defaults();
+    pair.client_send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
+    let r = one(&pair);
+    assert_eq!(r.status, 401);
+    assert!(!String::from_utf8_lossy(&pair.received).contains("100 Continue"));
+    assert!(
+        pair.client_closed,
+        "the unread body means the connection closes"
+    );
+}
+
+#[test]
+fn byte_by_byte_client_gives_the_same_answer() {
+    let mut whole = Pair::with_defaults();
+    send(&mut whole, &stream_body(""));
+    let mut dribble = Pair::with_defaults();
+    let req = Pair::chat_request(&dribble.key.clone(), &stream_body(""));
+    for b in &req {
+        dribble.client_send(std::slice::from_ref(b));
+    }
+    let (a, b) = (one(&whole), one(&dribble));
+    assert_eq!(a.body, b.body);
+    assert_eq!(a.status, b.status);
+}
+
+#[test]
+fn smuggling_and_malformed_requests_close_the_connection() {
+    for raw in [
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+        "GET /v1/models HTTP/1.1\nHost: gw\n\n",
+        "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX: a\r\n  folded\r\n\r\n",
+        "GET /v1/models HTTP/1.1\r\nHost: g\0w\r\n\r\n",
+        "\x16\x03\x01\x02\x00\x01\x00\x01\x7f\x03\x03\r\n\r\n",
+    ] {
+        let mut pair = Pair::with_defaults();
+        pair.client_send(raw.as_bytes());
+        let r = one(&pair);
+        assert_eq!(r.status, 400, "{raw:?}");
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(pair.client_closed, "{raw:?}");
+    }
+    let mut pair = Pair::with_defaults();
+    let mut big = String::from("GET /v1/models HTTP/1.1\r\nHost: gw\r\n");
+    big.push_str(&format!("X-Big: {}\r\n\r\n", "a".repeat(70_000)));
+    pair.client_send(big.as_bytes());
+    assert_eq!(one(&pair).status, 431);
+}
+
+#[test]
+fn timeouts_on_the_client_side() {
+    // Slowloris: a head that never completes gets 408 and the connection closes.
+    let mut pair = Pair::with_defaults();
+    pair.client_send(b"GET /v1/models HTTP/1.1\r\nHo");
+    pair.advance(Duration::from_secs(14));
+    assert!(pair.received.is_empty());
+    pair.advance(Duration::from_secs(2));
+    assert_eq!(one(&pair).status, 408);
+    assert!(pair.client_closed);
+    // An idle keep-alive connection closes quietly.
+    let mut pair = Pair::with_defaults();
+    pair.advance(Duration::from_secs(76));
+    assert!(pair.client_closed && pair.received.is_empty());
+    // A stalled body.
+    let mut pair = Pair::with_defaults();
+    let req = Pair::chat_request(&pair.key.clone(), &body(""));
+    pair.client_send(&req[..req.len() - 3]);
+    pair.advance(Duration::from_secs(61));
+    assert_eq!(one(&pair).status, 408);
+    assert_eq!(pair.ledger[0].status, 408);
+}
+
+#[test]
+fn provider_stalls_and_garbage() {
+    // No head within the first-byte timeout: 504.
+    let mut pair = Pair::new(
+        |c| c.timeouts.upstream_first_byte = Duration::from_secs(5),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(&mut pair, &body(r#""x_sim":{"fault":"stall_headers"}"#));
+    pair.advance(Duration::from_secs(6));
+    let r = one(&pair);
+    assert_eq!(
+        error_of(&r),
+        (
+            504,
+            "upstream_error".into(),
+            "upstream_timeout".into(),
+            Value::Null
+        )
+    );
+    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+
+    // A stream that stalls mid-way: [DONE] after the idle timeout, incomplete.
+    let mut pair = Pair::new(
+        |c| c.timeouts.upstream_idle = Duration::from_secs(3),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"stall","after":3}"#),
+    );
+    pair.advance(Duration::from_secs(4));
+    let r = one(&pair);
+    let data = sse_data(&r.body);
+    assert_eq!((data.len(), data[3].as_str()), (4, "[DONE]"));
+    assert!(!pair.ledger[0].complete);
+
+    // Heartbeats after finish_reason that never end: cut after the tail timeout.
+    let mut pair = Pair::new(
+        |c| c.timeouts.stream_tail = Duration::from_secs(2),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"heartbeat_after_finish"}"#),
+    );
+    pair.advance(Duration::from_secs(3));
+    let r = one(&pair);
+    assert!(String::from_utf8_lossy(&r.body).contains(": heartbeat"));
+    assert_eq!(sse_data(&r.body).last().map(String::as_str), Some("[DONE]"));
+    assert!(pair.ledger[0].complete);
+    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+
+    // Garbage instead of HTTP.
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &body(r#""x_sim":{"fault":"garbage"}"#));
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid HTTP")
+    );
+}
+
+#[test]
+fn broken_streams() {
+    // Chunked framing broken mid-stream.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"bad_chunk","after":2}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(sse_data(&r.body).len(), 3);
+    assert!(!pair.ledger[0].complete);
+    // An event over the cap.
+    let mut pair = Pair::new(
+        |c| c.max_sse_event = 64 * 1024,
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"huge_event","after":2,"bytes":100000}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(sse_data(&r.body).len(), 3);
+    assert!(!pair.ledger[0].complete);
+    // Data after [DONE] is ignored.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"data_after_done"}"#),
+    );
+    let data = sse_data(&one(&pair).body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    assert!(!data.iter().any(|d| d.contains("late")));
+    // An error event before anything was sent: a JSON 502.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"error_event","after":0}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mid-stream")
+    );
+    // An error event later: forwarded as-is, stream incomplete.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"error_event","after":2}"#),
+    );
+    let r = one(&pair);
+    assert!(sse_data(&r.body)[2].contains("\"error\""));
+    assert!(!pair.ledger[0].complete);
+    // Head, then the connection closes: no first chunk, so a JSON 502.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"close_after_headers"}"#),
+    );
+    assert_eq!(one(&pair).status, 502);
+    // JSON where a stream was asked for.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"json_for_stream"}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Content-Type")
+    );
+}
+
+#[test]
+fn connect_failures_and_stale_pooled_connections() {
+    let mut pair = Pair::with_defaults();
+    pair.connect_failures
+        .push_back(UpstreamFailure::Connect("connection refused".into()));
+    send(&mut pair, &body(""));
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("connection refused")
+    );
+    pair.connect_failures.push_back(UpstreamFailure::Tls(
+        "certificate not valid for name".into(),
+    ));
+    pair.received.clear();
+    send(&mut pair, &body(""));
+    assert!(
+        one(&pair).json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("certificate")
+    );
+}
+
+#[test]
+fn http10_client_stream_ends_with_close() {
+    let mut pair = Pair::with_defaults();
+    let b = stream_body("");
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n{b}",
+        pair.key,
+        b.len()
+    );
+    pair.client_send(req.as_bytes());
+    let text = String::from_utf8_lossy(&pair.received).into_owned();
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"));
+    assert!(!text.contains("Transfer-Encoding"));
+    assert!(text.trim_end().ends_with("data: [DONE]"));
+    assert!(pair.client_closed);
+}
+
+#[test]
+fn a_client_that_stops_reading_is_cut_and_the_provider_aborted() {
+    let mut pair = Pair::new(
+        |c| c.timeouts.client_send = Duration::from_secs(5),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    pair.client_stops_reading = true;
+    send(&mut pair, &stream_body(r#""x_sim":{"token_ms":1000}"#));
+    pair.advance(Duration::from_secs(10));
+    assert!(pair.client_closed);
+    assert!(pair.ledger[0].client_disconnected);
+    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+}
+
+#[test]
+fn shutdown_closes_idle_and_finishes_busy_connections() {
+    let mut pair = Pair::with_defaults();
+    pair.gateway.begin_drain();
+    send(&mut pair, &stream_body(r#""x_sim":{"token_ms":10}"#));
+    pair.advance(Duration::from_secs(5));
+    let r = one(&pair);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(sse_data(&r.body).last().map(String::as_str), Some("[DONE]"));
+    assert!(pair.client_closed);
+    assert!(pair.ledger[0].complete);
+}
+
+#[test]
+fn provider_key_is_sent_and_required() {
+    use chatgate_core::gateway::Secret;
+    let sim = SimOptions {
+        api_key: Some("provider-secret".into()),
+        ..SimOptions::default()
+    };
+    let mut pair = Pair::new(
+        |c| c.upstream.api_key = Some(Secret::new("provider-secret")),
+        sim.clone(),
+        Limits::default(),
+    );
+    send(&mut pair, &body(""));
+    assert_eq!(one(&pair).status, 200);
+    let mut pair = Pair::new(|_| {}, sim, Limits::default());
+    send(&mut pair, &body(""));
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 401")
+    );
+}
