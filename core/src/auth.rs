@@ -172,7 +172,7 @@ impl KeyTable {
         if !is_well_formed(key) {
             return Err(AuthFailure::Invalid);
         }
-        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let digest = key_sha256(key);
         let entry = self
             .by_hash
             .get(&digest)
@@ -215,9 +215,14 @@ pub fn mint_key(random: &[u8; 32]) -> String {
     key
 }
 
+/// SHA-256 of a key.
+pub fn key_sha256(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
 /// SHA-256 of a key as 64 lowercase hex characters.
 pub fn key_hash_hex(key: &str) -> String {
-    hex(&Sha256::digest(key.as_bytes()))
+    hex(&key_sha256(key))
 }
 
 /// The `[[key]]` table to append to a keys file for a new key.

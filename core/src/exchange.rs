@@ -1353,17 +1353,17 @@ impl Connection {
 
     fn access_log(&self, now: Instant, status: u16, error: Option<&str>) {
         let Some(req) = &self.req else {
-            tracing::info!(target: "chatgate::access", status, error = error.unwrap_or(""), "request rejected before parsing");
+            tracing::info!(target: "chatgate::access", status, error = %error.unwrap_or(""), "request rejected before parsing");
             return;
         };
         tracing::info!(
             target: "chatgate::access",
             request_id = %req.id,
-            key = req.key.as_ref().map_or("-", |k| k.name.as_str()),
-            method = req.method.as_str(),
+            key = %req.key.as_ref().map_or("-", |k| k.name.as_str()),
+            method = %req.method.as_str(),
             path = %req.path,
             status,
-            error = error.unwrap_or(""),
+            error = %error.unwrap_or(""),
             duration_ms = (now - req.started).as_millis() as u64,
             "request"
         );
@@ -1374,8 +1374,8 @@ impl Connection {
             target: "chatgate::access",
             request_id = %rec.request_id,
             key = %rec.key,
-            method = "POST",
-            path = CHAT_PATH,
+            method = %"POST",
+            path = %CHAT_PATH,
             status = rec.status,
             stream = rec.stream,
             prompt_tokens = rec.prompt_tokens,

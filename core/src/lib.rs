@@ -16,6 +16,7 @@
 //! | [`auth`] | the keys file, SHA-256 bearer authentication, key minting |
 //! | [`exchange`] | one client connection from first byte to close, driving all of the above |
 //! | [`gateway`] | what connections share: config, keys, limiter, request ids |
+//! | [`config`] | every setting: flag, environment variable, file key, default, and their resolution |
 //! | [`pool`] | the upstream keep-alive pool's policy |
 //! | [`sim`] | the simulated reasoning provider (a server state machine) |
 //! | [`harness`] | client ↔ exchange ↔ simulator in memory, on a virtual clock |
@@ -106,6 +107,7 @@
 
 pub mod auth;
 pub mod catalog;
+pub mod config;
 pub mod error;
 pub mod exchange;
 pub mod gateway;

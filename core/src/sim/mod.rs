@@ -588,30 +588,40 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
     } else {
         0
     };
-    let usage = serde_json::json!({
-        "prompt_tokens": ask.prompt_tokens,
-        "completion_tokens": s.completion_tokens,
-        "total_tokens": ask.prompt_tokens + s.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached},
-        "completion_tokens_details": {"reasoning_tokens": s.reasoning.len()},
-        "cache_read_input_tokens": cached,
-        "cache_created_input_tokens": 0
-    });
+    let usage = format!(
+        "{{\"prompt_tokens\":{p},\"completion_tokens\":{c},\"total_tokens\":{t},\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}},\"completion_tokens_details\":{{\"reasoning_tokens\":{r}}},\"cache_read_input_tokens\":{cached},\"cache_created_input_tokens\":0}}",
+        p = ask.prompt_tokens,
+        c = s.completion_tokens,
+        t = ask.prompt_tokens + s.completion_tokens,
+        r = s.reasoning.len(),
+    );
     if !ask.stream || fault == Some(Fault::JsonForStream) {
         let reasoning: String = s.reasoning.concat();
         let content: String = s.answer.concat();
-        let mut message = serde_json::json!({"role": "assistant", "content": content, "reasoning_content": reasoning});
+        let mut message = format!(
+            "{{\"role\":\"assistant\",\"content\":{},\"reasoning_content\":{}",
+            if s.tool_call.is_some() {
+                "null".to_owned()
+            } else {
+                json_str(&content)
+            },
+            json_str(&reasoning)
+        );
         if let Some((call_id, name, args)) = &s.tool_call {
-            message["content"] = Value::Null;
-            message["tool_calls"] = serde_json::json!([{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]);
+            message.push_str(&format!(
+                ",\"tool_calls\":[{{\"id\":{},\"type\":\"function\",\"function\":{{\"name\":{},\"arguments\":{}}}}}]",
+                json_str(call_id),
+                json_str(name),
+                json_str(args)
+            ));
         }
-        let body = serde_json::to_vec(&serde_json::json!({
-            "id": id, "object": "chat.completion", "created": created, "model": ask.model,
-            "system_fingerprint": "fp_sim",
-            "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": s.finish}],
-            "usage": usage
-        }))
-        .unwrap_or_default();
+        message.push('}');
+        let body = format!(
+            "{{\"id\":\"{id}\",\"object\":\"chat.completion\",\"created\":{created},\"model\":{},\"system_fingerprint\":\"fp_sim\",\"choices\":[{{\"index\":0,\"message\":{message},\"logprobs\":null,\"finish_reason\":\"{}\"}}],\"usage\":{usage}}}",
+            json_str(&ask.model),
+            s.finish
+        )
+        .into_bytes();
         let tokens = s.completion_tokens.min(u64::from(u32::MAX)) as u32;
         return Plan {
             status: 200,
@@ -627,59 +637,70 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
     }
 
     // A stream.
-    let chunk = |delta: Value, finish: Option<&str>| -> Vec<u8> {
-        let mut c = serde_json::json!({
-            "id": id, "object": "chat.completion.chunk", "created": created, "model": ask.model,
-            "system_fingerprint": "fp_sim",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]
-        });
-        if ask.include_usage {
-            c["usage"] = Value::Null;
-        }
-        event(&c)
+    let model = json_str(&ask.model);
+    let head = format!(
+        "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{model},\"system_fingerprint\":\"fp_sim\",\"choices\":["
+    );
+    let tail = if ask.include_usage {
+        "],\"usage\":null}\n\n"
+    } else {
+        "]}\n\n"
+    };
+    let chunk = |delta: String, finish: Option<&str>| -> Vec<u8> {
+        let finish = finish.map_or_else(|| "null".to_owned(), json_str);
+        format!("{head}{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}{tail}").into_bytes()
     };
     let mut events: Vec<Vec<u8>> = Vec::new();
     for (i, word) in s.reasoning.iter().enumerate() {
         let delta = if i == 0 {
-            serde_json::json!({"role": "assistant", "content": null, "reasoning_content": word})
+            format!(
+                "{{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":{}}}",
+                json_str(word)
+            )
         } else {
-            serde_json::json!({"reasoning_content": word})
+            format!("{{\"reasoning_content\":{}}}", json_str(word))
         };
         events.push(chunk(delta, None));
     }
     let role_sent = !s.reasoning.is_empty();
     for (i, word) in s.answer.iter().enumerate() {
         let delta = if i == 0 && !role_sent {
-            serde_json::json!({"role": "assistant", "content": word})
+            format!("{{\"role\":\"assistant\",\"content\":{}}}", json_str(word))
         } else {
-            serde_json::json!({"content": word})
+            format!("{{\"content\":{}}}", json_str(word))
         };
         events.push(chunk(delta, None));
     }
     if let Some((call_id, name, args)) = &s.tool_call {
+        let role = if role_sent {
+            ""
+        } else {
+            "\"role\":\"assistant\",\"content\":null,"
+        };
         events.push(chunk(
-            serde_json::json!({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                "function": {"name": name, "arguments": ""}}]}),
+            format!(
+                "{{{role}\"tool_calls\":[{{\"index\":0,\"id\":{},\"type\":\"function\",\"function\":{{\"name\":{},\"arguments\":\"\"}}}}]}}",
+                json_str(call_id),
+                json_str(name)
+            ),
             None,
         ));
         let chars: Vec<char> = args.chars().collect();
         for piece in chars.chunks(8) {
             let piece: String = piece.iter().collect();
             events.push(chunk(
-                serde_json::json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                format!(
+                    "{{\"tool_calls\":[{{\"index\":0,\"function\":{{\"arguments\":{}}}}}]}}",
+                    json_str(&piece)
+                ),
                 None,
             ));
         }
     }
     let before_finish = events.len();
-    events.push(chunk(serde_json::json!({}), Some(s.finish)));
+    events.push(chunk("{}".to_owned(), Some(s.finish)));
     if ask.include_usage && fault != Some(Fault::NoUsage) {
-        let mut c = serde_json::json!({
-            "id": id, "object": "chat.completion.chunk", "created": created, "model": ask.model,
-            "system_fingerprint": "fp_sim", "choices": [], "usage": usage
-        });
-        c["usage"] = usage.clone();
-        events.push(event(&c));
+        events.push(format!("{head}],\"usage\":{usage}}}\n\n").into_bytes());
     }
     let mut pieces: Vec<Piece> = events.into_iter().map(Piece::Event).collect();
     let mut done = true;
@@ -753,6 +774,12 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
         interval,
         stream: true,
     }
+}
+
+/// A JSON string literal.
+fn json_str(s: &str) -> String {
+    // Serializing a str cannot fail.
+    serde_json::to_string(s).expect("string serializes")
 }
 
 fn event(v: &Value) -> Vec<u8> {

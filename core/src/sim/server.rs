@@ -51,6 +51,9 @@ pub struct JournalEntry {
     pub stream: bool,
     /// Body pieces (events) sent.
     pub events_sent: u32,
+    /// The response body as sent (events concatenated, without chunk
+    /// framing; UTF-8, lossy; truncated past 256 KiB).
+    pub response: String,
     /// How it ended.
     pub outcome: Outcome,
 }
@@ -117,6 +120,7 @@ struct Active {
     keep_alive: bool,
     stalled: bool,
     heartbeat_at: Option<Instant>,
+    sent: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -209,13 +213,7 @@ impl SimConnection {
     /// The client closed: an unfinished response was aborted.
     pub fn handle_eof(&mut self, _now: Instant) {
         if let Some(a) = self.active.take() {
-            let sent = a.next as u32;
-            self.server.update(a.seq, |e| {
-                if e.outcome == Outcome::InProgress {
-                    e.outcome = Outcome::Aborted;
-                    e.events_sent = sent;
-                }
-            });
+            self.finish(&a, Outcome::Aborted);
         }
         if !self.closed {
             self.closed = true;
@@ -386,6 +384,7 @@ impl SimConnection {
                 status: plan.status,
                 stream: plan.stream,
                 events_sent: 0,
+                response: String::new(),
                 outcome: Outcome::InProgress,
             });
         }
@@ -403,6 +402,7 @@ impl SimConnection {
             keep_alive,
             stalled: false,
             heartbeat_at: None,
+            sent: Vec::new(),
         });
         self.send_due(now);
     }
@@ -417,7 +417,7 @@ impl SimConnection {
         };
         if let Some(at) = a.heartbeat_at {
             if now >= at {
-                self.push_event(&a, b": heartbeat\n\n");
+                self.push_event(&mut a, b": heartbeat\n\n");
                 a.heartbeat_at = Some(now + HEARTBEAT);
             }
             self.active = Some(a);
@@ -432,8 +432,9 @@ impl SimConnection {
                         let head = head_bytes(&a.plan, Some(bytes.len()), a.keep_alive);
                         self.push(&head);
                         self.push(&bytes);
+                        record_sent(&mut a.sent, &bytes);
                     } else {
-                        self.push_event(&a, &bytes);
+                        self.push_event(&mut a, &bytes);
                     }
                 }
                 Piece::Raw(bytes) => self.push(&bytes),
@@ -471,7 +472,8 @@ impl SimConnection {
         }
     }
 
-    fn push_event(&mut self, a: &Active, bytes: &[u8]) {
+    fn push_event(&mut self, a: &mut Active, bytes: &[u8]) {
+        record_sent(&mut a.sent, bytes);
         if a.plan.framing == PlanFraming::Chunked {
             write::chunk(&mut self.out, bytes);
         } else {
@@ -482,10 +484,18 @@ impl SimConnection {
     fn finish(&self, a: &Active, outcome: Outcome) {
         let sent = a.next as u32;
         self.server.update(a.seq, |e| {
-            e.outcome = outcome;
-            e.events_sent = sent;
+            if e.outcome == Outcome::InProgress {
+                e.outcome = outcome;
+                e.events_sent = sent;
+                e.response = String::from_utf8_lossy(&a.sent).into_owned();
+            }
         });
     }
+}
+
+fn record_sent(sent: &mut Vec<u8>, bytes: &[u8]) {
+    let room = JOURNAL_BODY_CAP.saturating_sub(sent.len());
+    sent.extend_from_slice(&bytes[..bytes.len().min(room)]);
 }
 
 fn due(a: &Active, i: usize) -> Instant {

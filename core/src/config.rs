@@ -1,0 +1,654 @@
+//! Settings: one table gives every setting its flag, environment variable,
+//! config-file key and default, and one function resolves them with the
+//! precedence flag > environment > file > default.
+//!
+//! The runtime collects flags (argv) and the environment and reads the file;
+//! everything else — names, parsing, validation, messages — happens here,
+//! once, for every binary.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::catalog::{Catalog, DEFAULT_OWNER, Model, Price};
+use crate::gateway::{GatewayConfig, Secret, Timeouts, UpstreamTarget};
+use crate::limits::Limits;
+
+/// The environment variable holding the provider's API key (never a flag,
+/// never in a file: argv is world-readable and files get committed).
+pub const UPSTREAM_KEY_ENV: &str = "CHATGATE_UPSTREAM_API_KEY";
+
+/// One setting of `serve` (and `demo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Name in the config file; the flag is `--` + this with `-` for `_`,
+    /// the environment variable `CHATGATE_` + this in upper case.
+    pub key: &'static str,
+    /// Placeholder for the value in help output.
+    pub value: &'static str,
+    /// Default, if any.
+    pub default: Option<&'static str>,
+    /// One line of help.
+    pub help: &'static str,
+}
+
+const fn s(
+    key: &'static str,
+    value: &'static str,
+    default: Option<&'static str>,
+    help: &'static str,
+) -> Setting {
+    Setting {
+        key,
+        value,
+        default,
+        help,
+    }
+}
+
+/// Every setting of `serve`.
+pub const SERVE_SETTINGS: &[Setting] = &[
+    s(
+        "listen",
+        "ADDR",
+        Some("127.0.0.1:8080"),
+        "Address to listen on",
+    ),
+    s(
+        "upstream",
+        "URL",
+        None,
+        "Provider base URL including its version prefix, e.g. https://api.provider.example/v1",
+    ),
+    s(
+        "upstream_ca",
+        "PEM",
+        None,
+        "Extra CA certificate(s) to trust for an https upstream (PEM file)",
+    ),
+    s(
+        "keys",
+        "FILE",
+        None,
+        "Client keys file (TOML, written by `keys new`)",
+    ),
+    s(
+        "ledger",
+        "FILE",
+        Some("chatgate-ledger.jsonl"),
+        "Usage ledger (JSON lines, appended)",
+    ),
+    s(
+        "log_level",
+        "LEVEL",
+        Some("info"),
+        "Log level: error, warn, info, debug, trace",
+    ),
+    s(
+        "log_format",
+        "FORMAT",
+        Some("text"),
+        "Log format: text or json",
+    ),
+    s(
+        "max_connections",
+        "N",
+        Some("10000"),
+        "Most open client connections; more get 503",
+    ),
+    s(
+        "default_rpm",
+        "N",
+        Some("60"),
+        "Requests per minute for keys that set none",
+    ),
+    s(
+        "default_tpm",
+        "N",
+        Some("100000"),
+        "Tokens per minute for keys that set none",
+    ),
+    s(
+        "client_idle_timeout",
+        "DURATION",
+        Some("75s"),
+        "Idle keep-alive connection lifetime",
+    ),
+    s(
+        "client_header_timeout",
+        "DURATION",
+        Some("15s"),
+        "Time allowed to send a request head",
+    ),
+    s(
+        "client_body_timeout",
+        "DURATION",
+        Some("60s"),
+        "Longest pause while sending a request body",
+    ),
+    s(
+        "client_send_timeout",
+        "DURATION",
+        Some("60s"),
+        "Longest time a client may leave response bytes unread",
+    ),
+    s(
+        "upstream_connect_timeout",
+        "DURATION",
+        Some("10s"),
+        "Connecting to the provider (TCP and TLS)",
+    ),
+    s(
+        "upstream_first_byte_timeout",
+        "DURATION",
+        Some("600s"),
+        "Waiting for the provider's response head",
+    ),
+    s(
+        "upstream_idle_timeout",
+        "DURATION",
+        Some("300s"),
+        "Longest pause in the provider's response",
+    ),
+    s(
+        "stream_tail_timeout",
+        "DURATION",
+        Some("30s"),
+        "After finish_reason, time for the provider to end the stream",
+    ),
+    s(
+        "drain_timeout",
+        "DURATION",
+        Some("30s"),
+        "On SIGTERM/SIGINT, time for in-flight requests to finish",
+    ),
+    s(
+        "pool_max_idle",
+        "N",
+        Some("256"),
+        "Idle provider connections kept for reuse",
+    ),
+    s(
+        "pool_idle_timeout",
+        "DURATION",
+        Some("30s"),
+        "How long an idle provider connection is kept",
+    ),
+    s(
+        "max_sse_event",
+        "BYTES",
+        Some("1048576"),
+        "Largest server-sent event accepted from the provider",
+    ),
+    s(
+        "max_upstream_body",
+        "BYTES",
+        Some("67108864"),
+        "Largest non-streamed answer accepted from the provider",
+    ),
+    s(
+        "owned_by",
+        "LABEL",
+        Some(DEFAULT_OWNER),
+        "owned_by label of the default model",
+    ),
+];
+
+/// `--flag-name` of a setting.
+pub fn flag_name(key: &str) -> String {
+    key.replace('_', "-")
+}
+
+/// `CHATGATE_ENV_NAME` of a setting.
+pub fn env_name(key: &str) -> String {
+    format!("CHATGATE_{}", key.to_ascii_uppercase())
+}
+
+/// Where a resolved value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A command-line flag.
+    Flag,
+    /// An environment variable.
+    Env,
+    /// The config file.
+    File,
+    /// The built-in default.
+    Default,
+}
+
+/// The inputs of resolution.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// Flags given, by setting key.
+    pub flags: HashMap<String, String>,
+    /// The process environment (only `CHATGATE_*` matters).
+    pub env: HashMap<String, String>,
+    /// The config file's text, if one was given.
+    pub file: Option<String>,
+}
+
+/// The resolved configuration of `serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Listen address.
+    pub listen: String,
+    /// Keys file path.
+    pub keys_path: String,
+    /// Ledger path.
+    pub ledger_path: String,
+    /// Extra CA file.
+    pub upstream_ca: Option<String>,
+    /// Log level.
+    pub log_level: String,
+    /// `json` logs.
+    pub log_json: bool,
+    /// Idle provider connections kept.
+    pub pool_max_idle: usize,
+    /// Idle provider connection lifetime.
+    pub pool_idle_timeout: Duration,
+    /// The gateway's configuration.
+    pub gateway: GatewayConfig,
+}
+
+/// A configuration problem, with a message that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileModel {
+    id: String,
+    owned_by: Option<String>,
+    upstream_id: Option<String>,
+    input_usd_per_million: Option<f64>,
+    output_usd_per_million: Option<f64>,
+}
+
+struct Resolver {
+    flags: HashMap<String, String>,
+    env: HashMap<String, String>,
+    file: toml::Table,
+}
+
+impl Resolver {
+    fn get(&self, key: &str) -> Option<(String, Source)> {
+        if let Some(v) = self.flags.get(key) {
+            return Some((v.clone(), Source::Flag));
+        }
+        if let Some(v) = self.env.get(&env_name(key)) {
+            return Some((v.clone(), Source::Env));
+        }
+        if let Some(v) = self.file.get(key) {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            return Some((text, Source::File));
+        }
+        let setting = SERVE_SETTINGS.iter().find(|s| s.key == key)?;
+        setting.default.map(|d| (d.to_owned(), Source::Default))
+    }
+
+    fn required(&self, key: &str, what_to_do: &str) -> Result<String, ConfigError> {
+        self.get(key).map(|(v, _)| v).ok_or_else(|| {
+            ConfigError(format!(
+                "no {key} configured: {what_to_do} (--{} or {} or '{key}' in the config file)",
+                flag_name(key),
+                env_name(key)
+            ))
+        })
+    }
+
+    fn string(&self, key: &str) -> String {
+        self.get(key).map(|(v, _)| v).unwrap_or_default()
+    }
+
+    fn parse<T: std::str::FromStr>(&self, key: &str) -> Result<T, ConfigError> {
+        let (v, src) = self
+            .get(key)
+            .ok_or_else(|| ConfigError(format!("{key} is not set")))?;
+        v.trim()
+            .parse()
+            .map_err(|_| bad(key, &v, src, "a whole number"))
+    }
+
+    fn duration(&self, key: &str) -> Result<Duration, ConfigError> {
+        let (v, src) = self
+            .get(key)
+            .ok_or_else(|| ConfigError(format!("{key} is not set")))?;
+        parse_duration(&v)
+            .ok_or_else(|| bad(key, &v, src, "a duration such as 500ms, 30s, 10m or 1h"))
+    }
+}
+
+fn bad(key: &str, value: &str, src: Source, expected: &str) -> ConfigError {
+    let from = match src {
+        Source::Flag => format!("--{}", flag_name(key)),
+        Source::Env => env_name(key),
+        Source::File => format!("'{key}' in the config file"),
+        Source::Default => "the default".to_owned(),
+    };
+    ConfigError(format!(
+        "{from} = '{value}' is not valid: expected {expected}"
+    ))
+}
+
+/// `500ms`, `30s`, `10m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60)?),
+        "h" => Duration::from_secs(n.checked_mul(3600)?),
+        _ => return None,
+    })
+}
+
+impl ServeConfig {
+    /// Resolves every setting; the provider key comes from
+    /// [`UPSTREAM_KEY_ENV`] in `sources.env`.
+    pub fn resolve(sources: Sources) -> Result<ServeConfig, ConfigError> {
+        let mut file: toml::Table = match &sources.file {
+            Some(text) => toml::from_str(text)
+                .map_err(|e| ConfigError(format!("config file: {}", e.message())))?,
+            None => toml::Table::new(),
+        };
+        let models = file.remove("model");
+        for key in file.keys() {
+            if !SERVE_SETTINGS.iter().any(|s| s.key == key) {
+                return Err(ConfigError(format!("config file: unknown setting '{key}'")));
+            }
+        }
+        let r = Resolver {
+            flags: sources.flags,
+            env: sources.env,
+            file,
+        };
+        let upstream_url = r.required("upstream", "say where the provider is")?;
+        let mut upstream = UpstreamTarget::parse(&upstream_url).map_err(ConfigError)?;
+        upstream.api_key = r
+            .env
+            .get(UPSTREAM_KEY_ENV)
+            .filter(|k| !k.is_empty())
+            .map(Secret::new);
+        let keys_path = r.required("keys", "create one with `keys new --keys FILE --name NAME`")?;
+        let log_format = r.string("log_format");
+        if log_format != "text" && log_format != "json" {
+            return Err(bad(
+                "log_format",
+                &log_format,
+                r.get("log_format").map_or(Source::Default, |g| g.1),
+                "text or json",
+            ));
+        }
+        let log_level = r.string("log_level");
+        if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
+            return Err(bad(
+                "log_level",
+                &log_level,
+                r.get("log_level").map_or(Source::Default, |g| g.1),
+                "error, warn, info, debug or trace",
+            ));
+        }
+        let default_limits = Limits {
+            requests_per_minute: positive(&r, "default_rpm")?,
+            tokens_per_minute: positive(&r, "default_tpm")?,
+        };
+        let timeouts = Timeouts {
+            client_idle: r.duration("client_idle_timeout")?,
+            client_header: r.duration("client_header_timeout")?,
+            client_body: r.duration("client_body_timeout")?,
+            client_send: r.duration("client_send_timeout")?,
+            upstream_connect: r.duration("upstream_connect_timeout")?,
+            upstream_first_byte: r.duration("upstream_first_byte_timeout")?,
+            upstream_idle: r.duration("upstream_idle_timeout")?,
+            stream_tail: r.duration("stream_tail_timeout")?,
+            drain: r.duration("drain_timeout")?,
+        };
+        let catalog = catalog(models, &r.string("owned_by"))?;
+        let mut gateway = GatewayConfig::new(upstream);
+        gateway.timeouts = timeouts;
+        gateway.default_limits = default_limits;
+        gateway.max_connections = positive(&r, "max_connections")? as usize;
+        gateway.max_sse_event = positive(&r, "max_sse_event")? as usize;
+        gateway.max_upstream_body = positive(&r, "max_upstream_body")?;
+        gateway.catalog = catalog;
+        Ok(ServeConfig {
+            listen: r.string("listen"),
+            keys_path,
+            ledger_path: r.string("ledger"),
+            upstream_ca: r.get("upstream_ca").map(|(v, _)| v),
+            log_level,
+            log_json: log_format == "json",
+            pool_max_idle: r.parse("pool_max_idle")?,
+            pool_idle_timeout: r.duration("pool_idle_timeout")?,
+            gateway,
+        })
+    }
+
+    /// One line describing the effective configuration, without secrets.
+    pub fn summary(&self, keys: usize) -> String {
+        let g = &self.gateway;
+        let t = &g.timeouts;
+        format!(
+            "listen={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+             timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={}",
+            self.listen,
+            g.upstream.display_url(),
+            if g.upstream.api_key.is_some() {
+                "set"
+            } else {
+                "none"
+            },
+            keys,
+            self.keys_path,
+            g.default_limits.requests_per_minute,
+            g.default_limits.tokens_per_minute,
+            self.ledger_path,
+            g.catalog
+                .models()
+                .iter()
+                .map(|m| m.id.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            t.upstream_connect,
+            t.upstream_first_byte,
+            t.upstream_idle,
+            t.client_header,
+            t.drain,
+            g.max_connections,
+        )
+    }
+}
+
+fn positive(r: &Resolver, key: &str) -> Result<u64, ConfigError> {
+    let v: u64 = r.parse(key)?;
+    if v == 0 {
+        let (text, src) = r.get(key).unwrap_or((String::new(), Source::Default));
+        return Err(bad(key, &text, src, "a positive number"));
+    }
+    Ok(v)
+}
+
+fn catalog(models: Option<toml::Value>, owned_by: &str) -> Result<Catalog, ConfigError> {
+    let Some(models) = models else {
+        let mut m = Model::default_model();
+        m.owned_by = owned_by.to_owned();
+        return Catalog::new(vec![m]).map_err(ConfigError);
+    };
+    let list: Vec<FileModel> = models.try_into().map_err(|e: toml::de::Error| {
+        ConfigError(format!("config file: [[model]]: {}", e.message()))
+    })?;
+    let mut out = Vec::with_capacity(list.len());
+    for m in list {
+        let price = Price::from_usd_per_million(
+            m.input_usd_per_million.unwrap_or(2.85),
+            m.output_usd_per_million.unwrap_or(14.25),
+        )
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "model '{}': prices must be non-negative numbers",
+                m.id
+            ))
+        })?;
+        out.push(Model {
+            id: m.id,
+            owned_by: m.owned_by.unwrap_or_else(|| owned_by.to_owned()),
+            upstream_id: m.upstream_id,
+            price,
+        });
+    }
+    Catalog::new(out).map_err(|e| ConfigError(format!("config file: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sources(flags: &[(&str, &str)], env: &[(&str, &str)], file: Option<&str>) -> Sources {
+        Sources {
+            flags: flags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            file: file.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn precedence_flag_env_file_default() {
+        let file = "listen = \"file:1\"\nupstream = \"http://file/v1\"\nkeys = \"k.toml\"\ndefault_rpm = 7\n";
+        let c = ServeConfig::resolve(sources(
+            &[("listen", "flag:1")],
+            &[
+                ("CHATGATE_LISTEN", "env:1"),
+                ("CHATGATE_UPSTREAM", "http://env/v1"),
+            ],
+            Some(file),
+        ))
+        .unwrap();
+        assert_eq!(c.listen, "flag:1");
+        assert_eq!(c.gateway.upstream.host, "env");
+        assert_eq!(c.keys_path, "k.toml");
+        assert_eq!(c.gateway.default_limits.requests_per_minute, 7);
+        assert_eq!(c.gateway.default_limits.tokens_per_minute, 100_000);
+        assert_eq!(c.ledger_path, "chatgate-ledger.jsonl");
+        assert_eq!(
+            c.gateway.timeouts.upstream_first_byte,
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn provider_key_only_from_env_and_never_printed() {
+        let c = ServeConfig::resolve(sources(
+            &[("upstream", "https://p/v1"), ("keys", "k")],
+            &[(UPSTREAM_KEY_ENV, "sk-provider-xyz")],
+            None,
+        ))
+        .unwrap();
+        assert_eq!(
+            c.gateway.upstream.api_key.as_ref().map(Secret::expose),
+            Some("sk-provider-xyz")
+        );
+        let summary = c.summary(3);
+        assert!(!summary.contains("sk-provider-xyz"));
+        assert!(summary.contains("provider_key=set"));
+        assert!(!format!("{c:?}").contains("sk-provider-xyz"));
+    }
+
+    #[test]
+    fn clear_errors() {
+        let e = ServeConfig::resolve(sources(&[("keys", "k")], &[], None)).unwrap_err();
+        assert!(
+            e.0.contains("--upstream") && e.0.contains("CHATGATE_UPSTREAM"),
+            "{e}"
+        );
+        let e =
+            ServeConfig::resolve(sources(&[("upstream", "http://h/v1")], &[], None)).unwrap_err();
+        assert!(e.0.contains("keys new"), "{e}");
+        let e = ServeConfig::resolve(sources(
+            &[("upstream", "ftp://h"), ("keys", "k")],
+            &[],
+            None,
+        ))
+        .unwrap_err();
+        assert!(e.0.contains("http://"), "{e}");
+        let e = ServeConfig::resolve(sources(
+            &[("upstream", "http://h/v1"), ("keys", "k")],
+            &[("CHATGATE_CLIENT_IDLE_TIMEOUT", "soon")],
+            None,
+        ))
+        .unwrap_err();
+        assert!(
+            e.0.contains("CHATGATE_CLIENT_IDLE_TIMEOUT") && e.0.contains("duration"),
+            "{e}"
+        );
+        let e = ServeConfig::resolve(sources(
+            &[("upstream", "http://h/v1"), ("keys", "k")],
+            &[],
+            Some("lisen = 1"),
+        ))
+        .unwrap_err();
+        assert!(e.0.contains("unknown setting 'lisen'"), "{e}");
+        let e = ServeConfig::resolve(sources(
+            &[
+                ("upstream", "http://h/v1"),
+                ("keys", "k"),
+                ("default_rpm", "0"),
+            ],
+            &[],
+            None,
+        ))
+        .unwrap_err();
+        assert!(e.0.contains("positive"), "{e}");
+    }
+
+    #[test]
+    fn models_from_the_file() {
+        let file = "upstream = \"http://h/v1\"\nkeys = \"k\"\n[[model]]\nid = \"reasoning-model-k3\"\n[[model]]\nid = \"big\"\nupstream_id = \"provider-big\"\ninput_usd_per_million = 1.0\noutput_usd_per_million = 2.0\n";
+        let c = ServeConfig::resolve(sources(&[], &[], Some(file))).unwrap();
+        let cat = &c.gateway.catalog;
+        assert_eq!(cat.models().len(), 2);
+        assert_eq!(cat.get("reasoning-model-k3").unwrap().price, Price::DEFAULT);
+        let big = cat.get("big").unwrap();
+        assert_eq!(big.upstream_id.as_deref(), Some("provider-big"));
+        assert_eq!(big.price.cost_nano(1_000_000, 1_000_000), 3_000_000_000);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1d"), None);
+        assert_eq!(parse_duration("x"), None);
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(flag_name("upstream_ca"), "upstream-ca");
+        assert_eq!(env_name("upstream_ca"), "CHATGATE_UPSTREAM_CA");
+    }
+}

@@ -1,0 +1,462 @@
+//! The command line shared by every chatgate binary.
+//!
+//! ```text
+//! chatgate-<runtime> serve  [--config FILE] [--listen ADDR] [--upstream URL] [--keys FILE] [--ledger FILE] ...
+//! chatgate-<runtime> keys new --keys FILE --name NAME [--rpm N] [--tpm N]
+//! chatgate-<runtime> demo   [--listen ADDR]
+//! chatgate-<runtime> sim    --listen ADDR [--ttft-ms N] [--token-ms N] [--fault NAME] ...
+//! ```
+//!
+//! Flags, `CHATGATE_*` variables and the config file are resolved by
+//! `chatgate_core::config` (flag > environment > file > default). Start-up
+//! problems print one clear line and exit with status 2.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatgate_core::auth::{
+    KeyEntry, KeyTable, entry_toml, is_valid_name, key_hash_hex, key_sha256, mint_key,
+};
+use chatgate_core::config::{SERVE_SETTINGS, ServeConfig, Sources, env_name, flag_name};
+use chatgate_core::gateway::{Gateway, GatewayConfig, UpstreamTarget};
+use chatgate_core::limits::Limits;
+use chatgate_core::sim::{Fault, SimOptions, SimServer};
+use chatgate_core::time::{WallClock, rfc3339_ms};
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+use crate::driver::Shared;
+use crate::ledger::Ledger;
+use crate::runtime::{Runtime, random_32, random_u64, unix_ms_at_start};
+use crate::serve::{bind, run_gateway};
+use crate::sim::run_sim;
+use crate::upstream::Connector;
+
+/// Exit status for start-up problems (bad settings, missing keys, port in use).
+pub const EXIT_CONFIG: u8 = 2;
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+fn command(bin: &'static str) -> Command {
+    let mut serve = Command::new("serve")
+        .about("Run the gateway")
+        .after_help(
+            "Every flag can also be set with its CHATGATE_* environment variable or as a key in the \
+             TOML --config file; a flag wins over the environment, which wins over the file. The \
+             provider's API key is read only from CHATGATE_UPSTREAM_API_KEY.",
+        )
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_name("FILE")
+                .help("TOML config file (keys as the flags, with '_' for '-') [env: CHATGATE_CONFIG]"),
+        );
+    for s in SERVE_SETTINGS {
+        let mut help = format!("{} [env: {}]", s.help, env_name(s.key));
+        if let Some(d) = s.default {
+            help.push_str(&format!(" [default: {d}]"));
+        }
+        serve = serve.arg(
+            Arg::new(s.key)
+                .long(leak(flag_name(s.key)))
+                .value_name(s.value)
+                .help(leak(help)),
+        );
+    }
+    let keys = Command::new("keys")
+        .about("Manage client keys")
+        .subcommand_required(true)
+        .subcommand(
+            Command::new("new")
+                .about("Mint a key: prints it once on stdout, appends its SHA-256 to the keys file (mode 0600)")
+                .arg(Arg::new("keys").long("keys").value_name("FILE").required(true).help("Keys file (created if missing)"))
+                .arg(Arg::new("name").long("name").value_name("NAME").required(true).help("Name of the key (letters, digits, - _ . @)"))
+                .arg(Arg::new("rpm").long("rpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Requests per minute for this key [default: 60]"))
+                .arg(Arg::new("tpm").long("tpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Tokens per minute for this key [default: 100000]")),
+        );
+    let demo = Command::new("demo")
+        .about("Run the gateway with a built-in simulated provider and a throwaway key: no setup, no network")
+        .arg(Arg::new("listen").long("listen").value_name("ADDR").help("Address to listen on [env: CHATGATE_LISTEN] [default: 127.0.0.1:8080]"));
+    let sim = Command::new("sim")
+        .about("Run the simulated OpenAI-compatible reasoning provider alone (for tests and benchmarks)")
+        .after_help(
+            "Requests can choose their own timing and faults with an \"x_sim\" object in the body or a \
+             [[sim:key=value,...]] marker in the last user message (keys: fault, after, status, message, \
+             retry_after, bytes, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing). \
+             GET /_sim/journal lists what was received and how each exchange ended. Set \
+             CHATGATE_SIM_API_KEY to require that bearer key.",
+        )
+        .arg(Arg::new("listen").long("listen").value_name("ADDR").required(true).help("Address to listen on (port 0 picks a free one; the address is printed)"))
+        .arg(u64_arg("ttft-ms", "Time to first token, milliseconds [default: 0]"))
+        .arg(u64_arg("token-ms", "Time per token, milliseconds [default: 0: as fast as possible]"))
+        .arg(u64_arg("reasoning-tokens", "Reasoning tokens per answer [default: 24-40, from the prompt]"))
+        .arg(u64_arg("answer-tokens", "Answer tokens per answer [default: 12-24, from the prompt]"))
+        .arg(
+            Arg::new("fault")
+                .long("fault")
+                .value_name("NAME")
+                .help("Apply this fault to every request: reject, reset, omit_done, stall_headers, stall, garbage, bad_chunk, huge_event, data_after_done, heartbeat_after_finish, error_event, no_usage, close_after_headers, json_for_stream"),
+        )
+        .arg(u64_arg("fault-after", "Events before the fault [default: 2]"))
+        .arg(u64_arg("fault-status", "Status of the reject fault [default: 500]"));
+    Command::new(bin)
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("chatgate: an OpenAI-compatible gateway for a reasoning model")
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(serve)
+        .subcommand(keys)
+        .subcommand(demo)
+        .subcommand(sim)
+}
+
+fn u64_arg(name: &'static str, help: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name("N")
+        .value_parser(clap::value_parser!(u64))
+        .action(ArgAction::Set)
+        .help(help)
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("chatgate: {msg}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+/// Parses the command line and runs the chosen command on `rt`.
+pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
+    let matches = match command(bin).try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_CONFIG } else { 0 });
+        }
+    };
+    match matches.subcommand() {
+        Some(("serve", m)) => serve(rt, m, bin),
+        Some(("keys", m)) => match m.subcommand() {
+            Some(("new", m)) => keys_new(m),
+            _ => fail("unknown keys command"),
+        },
+        Some(("demo", m)) => demo(rt, m),
+        Some(("sim", m)) => sim(rt, m),
+        _ => fail("unknown command"),
+    }
+}
+
+/// Sets up logging to stderr at `level`, as text or JSON lines.
+pub fn init_logging(level: &str, json: bool) {
+    let level: tracing::Level = level.parse().unwrap_or(tracing::Level::INFO);
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.with_ansi(false).try_init()
+    };
+}
+
+fn env_map() -> HashMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("CHATGATE_"))
+        .collect()
+}
+
+fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
+    let env = env_map();
+    let flags: HashMap<String, String> = SERVE_SETTINGS
+        .iter()
+        .filter_map(|s| {
+            m.get_one::<String>(s.key)
+                .map(|v| (s.key.to_owned(), v.clone()))
+        })
+        .collect();
+    let config_path = m
+        .get_one::<String>("config")
+        .cloned()
+        .or_else(|| env.get("CHATGATE_CONFIG").cloned());
+    let file = match &config_path {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => Some(t),
+            Err(e) => return fail(format!("cannot read the config file '{p}': {e}")),
+        },
+        None => None,
+    };
+    let cfg = match ServeConfig::resolve(Sources { flags, env, file }) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    init_logging(&cfg.log_level, cfg.log_json);
+    let keys_text = match std::fs::read_to_string(&cfg.keys_path) {
+        Ok(t) => t,
+        Err(e) => {
+            return fail(format!(
+                "cannot read the keys file '{}': {e}; create it with `{bin} keys new --keys {} --name NAME`",
+                cfg.keys_path, cfg.keys_path
+            ));
+        }
+    };
+    let keys = match KeyTable::parse_toml(&keys_text, cfg.gateway.default_limits) {
+        Ok(k) => k,
+        Err(e) => return fail(format!("{} ({})", e, cfg.keys_path)),
+    };
+    if keys.is_empty() {
+        return fail(format!(
+            "the keys file '{}' has no keys; create one with `{bin} keys new --keys {} --name NAME`",
+            cfg.keys_path, cfg.keys_path
+        ));
+    }
+    let summary = cfg.summary(keys.len());
+    let ledger = match Ledger::open(&cfg.ledger_path) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let connector = match Connector::new(
+        rt.clone(),
+        cfg.gateway.upstream.clone(),
+        cfg.upstream_ca.as_deref(),
+        cfg.pool_max_idle,
+        cfg.pool_idle_timeout,
+    ) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let listener = match bind(&cfg.listen) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    run_bound(rt, listener, cfg.gateway, keys, connector, ledger, &summary)
+}
+
+fn run_bound<R: Runtime>(
+    rt: R,
+    listener: std::net::TcpListener,
+    config: GatewayConfig,
+    keys: KeyTable,
+    connector: Connector<R>,
+    ledger: Ledger,
+    summary: &str,
+) -> ExitCode {
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => return fail(format!("cannot read the listening address: {e}")),
+    };
+    let gateway = Gateway::new(
+        config,
+        keys,
+        WallClock::new(unix_ms_at_start()),
+        random_u64(),
+    );
+    let shared = Arc::new(Shared {
+        rt: rt.clone(),
+        gateway,
+        connector,
+        ledger,
+        draining: event_listener::Event::new(),
+    });
+    let listener = match rt.listener(listener) {
+        Ok(l) => l,
+        Err(e) => return fail(format!("cannot listen on {addr}: {e}")),
+    };
+    tracing::info!("starting: {summary}");
+    println!("chatgate listening on http://{addr}/v1");
+    let _ = std::io::stdout().flush();
+    rt.block_on(run_gateway(shared, listener));
+    ExitCode::SUCCESS
+}
+
+fn keys_new(m: &ArgMatches) -> ExitCode {
+    let path = m.get_one::<String>("keys").expect("required");
+    let name = m.get_one::<String>("name").expect("required");
+    if !is_valid_name(name) {
+        return fail(format!(
+            "'{name}' is not a valid key name: use 1 to 64 letters, digits, '-', '_', '.' or '@'"
+        ));
+    }
+    let existing = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return fail(format!("cannot read the keys file '{path}': {e}")),
+    };
+    let key = mint_key(&random_32());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let entry = entry_toml(
+        name,
+        &key_hash_hex(&key),
+        m.get_one::<u64>("rpm").copied(),
+        m.get_one::<u64>("tpm").copied(),
+        &rfc3339_ms(now_ms),
+    );
+    // The file must still parse with the new entry (no duplicate names).
+    if let Err(e) = KeyTable::parse_toml(&format!("{existing}{entry}"), Limits::default()) {
+        return fail(format!("{e} ({path})"));
+    }
+    if let Err(e) = append_private(path, entry.as_bytes()) {
+        return fail(format!("cannot write the keys file '{path}': {e}"));
+    }
+    println!("{key}");
+    eprintln!("Added key '{name}' to {path}. This is the only time the key is shown.");
+    ExitCode::SUCCESS
+}
+
+/// Appends to a file, creating it readable by its owner only.
+fn append_private(path: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
+    init_logging("info", false);
+    let listen = m
+        .get_one::<String>("listen")
+        .cloned()
+        .or_else(|| std::env::var("CHATGATE_LISTEN").ok())
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let sim_listener = match bind("127.0.0.1:0") {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let sim_addr = match sim_listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let wall = WallClock::new(unix_ms_at_start());
+    let sim = SimServer::new(
+        SimOptions {
+            ttft: Duration::from_millis(300),
+            token_interval: Duration::from_millis(20),
+            ..SimOptions::default()
+        },
+        wall,
+    );
+    let sim_listener = match rt.listener(sim_listener) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    rt.spawn(run_sim(rt.clone(), sim_listener, sim));
+
+    let key = mint_key(&random_32());
+    let keys = match KeyTable::new(vec![KeyEntry {
+        name: "demo".into(),
+        sha256: key_sha256(&key),
+        limits: Limits::default(),
+        created: None,
+    }]) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let ledger_path =
+        std::env::temp_dir().join(format!("chatgate-demo-{}.jsonl", std::process::id()));
+    let ledger_path = ledger_path.to_string_lossy().into_owned();
+    let ledger = match Ledger::open(&ledger_path) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let upstream = match UpstreamTarget::parse(&format!("http://{sim_addr}/v1")) {
+        Ok(u) => u,
+        Err(e) => return fail(e),
+    };
+    let connector = match Connector::new(
+        rt.clone(),
+        upstream.clone(),
+        None,
+        64,
+        Duration::from_secs(30),
+    ) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let listener = match bind(&listen) {
+        Ok(l) => l,
+        Err(e) => return fail(format!("{e} (choose another address with --listen)")),
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or(listen);
+    eprintln!(
+        "\nchatgate demo: a simulated reasoning provider is built in; nothing leaves this machine.\n\
+         Base URL: http://{addr}/v1\nAPI key:  {key}\nModel:    reasoning-model-k3\nLedger:   {ledger_path}\n\n\
+         Try (streaming):\n  curl -N http://{addr}/v1/chat/completions \\\n    -H 'Authorization: Bearer {key}' \\\n    \
+         -H 'Content-Type: application/json' \\\n    -d '{{\"model\":\"reasoning-model-k3\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Why is the sky blue?\"}}]}}'\n\n\
+         Or point an OpenAI SDK at it:\n  OPENAI_BASE_URL=http://{addr}/v1 OPENAI_API_KEY={key}\n\nCtrl-C stops it.\n"
+    );
+    let summary = format!(
+        "demo upstream={} ledger={ledger_path}",
+        upstream.display_url()
+    );
+    run_bound(
+        rt,
+        listener,
+        GatewayConfig::new(upstream),
+        keys,
+        connector,
+        ledger,
+        &summary,
+    )
+}
+
+fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
+    init_logging("warn", false);
+    let ms = |k: &str| m.get_one::<u64>(k).copied().map(Duration::from_millis);
+    let fault = match m.get_one::<String>("fault") {
+        Some(name) => {
+            let after = m.get_one::<u64>("fault-after").map(u64::to_string);
+            let status = m.get_one::<u64>("fault-status").map(u64::to_string);
+            let get = |k: &str| match k {
+                "after" => after.clone(),
+                "status" => status.clone(),
+                _ => None,
+            };
+            match Fault::parse(name, &get) {
+                Ok(f) => Some(f),
+                Err(e) => return fail(e),
+            }
+        }
+        None => None,
+    };
+    let options = SimOptions {
+        ttft: ms("ttft-ms").unwrap_or(Duration::ZERO),
+        token_interval: ms("token-ms").unwrap_or(Duration::ZERO),
+        reasoning_tokens: m.get_one::<u64>("reasoning-tokens").map(|&n| n as u32),
+        answer_tokens: m.get_one::<u64>("answer-tokens").map(|&n| n as u32),
+        fault,
+        api_key: std::env::var("CHATGATE_SIM_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()),
+    };
+    let listen = m.get_one::<String>("listen").expect("required");
+    let listener = match bind(listen) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let listener = match rt.listener(listener) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    println!("sim listening on http://{addr}/v1");
+    let _ = std::io::stdout().flush();
+    let server = SimServer::new(options, WallClock::new(unix_ms_at_start()));
+    rt.block_on(run_sim(rt.clone(), listener, server));
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,262 @@
+//! The connection loop: one task per client connection, obeying the core's
+//! [`chatgate_core::exchange::Connection`] and moving bytes between client, provider and ledger.
+//!
+//! Each turn: carry out the core's events in order, then wait for whichever
+//! comes first — a pending write completes, bytes arrive from either side,
+//! the provider connection is ready, the core's deadline passes, or the
+//! gateway starts draining — and feed it back. The client's read side is
+//! polled whenever the core wants it (which is always while a response is in
+//! progress), so a client that leaves is noticed at once and the provider
+//! request is dropped with it.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use chatgate_core::exchange::{Event, UpstreamFailure};
+use chatgate_core::gateway::{Accept, Gateway};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
+
+use crate::ledger::Ledger;
+use crate::runtime::{Runtime, now, to_std};
+use crate::upstream::{Connector, UpstreamStream};
+
+/// Read buffer size per direction.
+const BUF: usize = 16 * 1024;
+/// How long a closing connection is drained of unread client bytes, so the
+/// last response is not destroyed by a reset.
+const LINGER: Duration = Duration::from_secs(2);
+/// Most bytes drained while lingering.
+const LINGER_BYTES: usize = 256 * 1024;
+
+/// What every connection task shares.
+pub struct Shared<R: Runtime> {
+    /// The runtime.
+    pub rt: R,
+    /// The gateway state.
+    pub gateway: Arc<Gateway>,
+    /// Provider connections.
+    pub connector: Connector<R>,
+    /// The ledger file.
+    pub ledger: Ledger,
+    /// Notified when draining starts.
+    pub draining: event_listener::Event,
+}
+
+enum Wake {
+    Drain,
+    Connected(Result<bool, UpstreamFailure>),
+    UpWritten(io::Result<usize>),
+    UpFlushed(io::Result<()>),
+    ClientWritten(io::Result<usize>),
+    UpRead(io::Result<usize>),
+    ClientRead(io::Result<usize>),
+    Timeout,
+}
+
+type ConnectFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<(UpstreamStream<T>, bool), UpstreamFailure>> + Send + 'a>>;
+
+/// Serves one client connection until it closes.
+pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R::Tcp) {
+    let rt = &shared.rt;
+    rt.set_nodelay(&client);
+    let mut conn = match shared.gateway.accept(now()) {
+        Accept::Serve(c) => c,
+        Accept::Refuse(bytes) => {
+            let write = async { client.write_all(&bytes).await.is_ok() };
+            let _ = future::or(write, async {
+                rt.timer(std::time::Instant::now() + Duration::from_secs(1))
+                    .await;
+                false
+            })
+            .await;
+            linger_close(rt, client).await;
+            return;
+        }
+    };
+    let mut drain = shared.draining.listen();
+    let mut drain_seen = shared.gateway.is_draining();
+    if drain_seen {
+        conn.handle_shutdown(now());
+    }
+    let mut cbuf = vec![0u8; BUF];
+    let mut ubuf = vec![0u8; BUF];
+    let mut upstream: Option<UpstreamStream<R::Tcp>> = None;
+    let mut connecting: Option<ConnectFuture<'_, R::Tcp>> = None;
+    let mut up_dirty = false;
+    let mut timer: Option<R::Timer> = None;
+    let mut armed: Option<std::time::Instant> = None;
+
+    loop {
+        while let Some(event) = conn.poll_event() {
+            match event {
+                Event::ConnectUpstream { fresh } => {
+                    connecting = Some(Box::pin(shared.connector.connect(fresh)));
+                }
+                Event::ReleaseUpstream => {
+                    if let Some(s) = upstream.take() {
+                        shared.connector.release(s);
+                    }
+                    up_dirty = false;
+                }
+                Event::CloseUpstream => {
+                    upstream = None;
+                    connecting = None;
+                    up_dirty = false;
+                }
+                Event::Ledger(record) => {
+                    shared.ledger.append(&record.to_line());
+                    conn.handle_ledger_written(now());
+                }
+                Event::CloseClient => {
+                    drop(conn);
+                    linger_close(rt, client).await;
+                    return;
+                }
+            }
+        }
+
+        let deadline = conn.poll_timeout().map(to_std);
+        if deadline != armed {
+            if let Some(at) = deadline {
+                match timer.as_mut() {
+                    Some(t) => rt.reset_timer(t, at),
+                    None => timer = Some(rt.timer(at)),
+                }
+            }
+            armed = deadline;
+        }
+        let want_client = conn.wants_client_read();
+        let want_up = conn.wants_upstream_read();
+
+        let wake = future::poll_fn(|cx| {
+            if !drain_seen && Pin::new(&mut drain).poll(cx).is_ready() {
+                return Poll::Ready(Wake::Drain);
+            }
+            if let Some(c) = connecting.as_mut() {
+                if let Poll::Ready(r) = c.as_mut().poll(cx) {
+                    return Poll::Ready(Wake::Connected(r.map(|(s, reused)| {
+                        upstream = Some(s);
+                        reused
+                    })));
+                }
+            }
+            if let Some(up) = upstream.as_mut() {
+                if let Some(tx) = conn.poll_upstream_transmit() {
+                    if let Poll::Ready(r) = Pin::new(&mut *up).poll_write(cx, tx) {
+                        return Poll::Ready(Wake::UpWritten(r));
+                    }
+                } else if up_dirty {
+                    if let Poll::Ready(r) = Pin::new(&mut *up).poll_flush(cx) {
+                        return Poll::Ready(Wake::UpFlushed(r));
+                    }
+                }
+            }
+            if let Some(tx) = conn.poll_client_transmit() {
+                if let Poll::Ready(r) = Pin::new(&mut client).poll_write(cx, tx) {
+                    return Poll::Ready(Wake::ClientWritten(r));
+                }
+            }
+            if want_up {
+                if let Some(up) = upstream.as_mut() {
+                    if let Poll::Ready(r) = Pin::new(up).poll_read(cx, &mut ubuf) {
+                        return Poll::Ready(Wake::UpRead(r));
+                    }
+                }
+            }
+            if want_client {
+                if let Poll::Ready(r) = Pin::new(&mut client).poll_read(cx, &mut cbuf) {
+                    return Poll::Ready(Wake::ClientRead(r));
+                }
+            }
+            if armed.is_some() {
+                if let Some(t) = timer.as_mut() {
+                    if Pin::new(t).poll(cx).is_ready() {
+                        return Poll::Ready(Wake::Timeout);
+                    }
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+
+        let t = now();
+        match wake {
+            Wake::Drain => {
+                drain_seen = true;
+                conn.handle_shutdown(t);
+            }
+            Wake::Connected(Ok(reused)) => {
+                connecting = None;
+                conn.handle_upstream_connected(t, reused);
+            }
+            Wake::Connected(Err(failure)) => {
+                connecting = None;
+                conn.handle_upstream_failure(t, failure);
+            }
+            Wake::UpWritten(Ok(n)) if n > 0 => {
+                up_dirty = true;
+                conn.handle_upstream_written(t, n);
+            }
+            Wake::UpFlushed(Ok(())) => up_dirty = false,
+            Wake::UpWritten(r) => {
+                upstream = None;
+                conn.handle_upstream_failure(t, broken(r.err()));
+            }
+            Wake::UpFlushed(Err(e)) => {
+                upstream = None;
+                conn.handle_upstream_failure(t, broken(Some(e)));
+            }
+            Wake::ClientWritten(Ok(n)) if n > 0 => conn.handle_client_written(t, n),
+            Wake::ClientWritten(_) => conn.handle_client_eof(t),
+            Wake::UpRead(Ok(0)) => {
+                upstream = None;
+                conn.handle_upstream_eof(t);
+            }
+            Wake::UpRead(Ok(n)) => conn.handle_upstream_data(t, &ubuf[..n]),
+            Wake::UpRead(Err(e)) => {
+                upstream = None;
+                conn.handle_upstream_failure(t, broken(Some(e)));
+            }
+            Wake::ClientRead(Ok(0)) | Wake::ClientRead(Err(_)) => conn.handle_client_eof(t),
+            Wake::ClientRead(Ok(n)) => conn.handle_client_data(t, &cbuf[..n]),
+            Wake::Timeout => {
+                // Re-arm on the next turn even if the deadline is unchanged.
+                armed = None;
+                conn.handle_timeout(t);
+            }
+        }
+    }
+}
+
+fn broken(e: Option<io::Error>) -> UpstreamFailure {
+    UpstreamFailure::Broken(e.map_or_else(
+        || "the connection closed while writing".into(),
+        |e| e.to_string(),
+    ))
+}
+
+/// Half-closes, then reads and drops what the client still sends for a
+/// moment, so a client that had more bytes in flight sees the response
+/// instead of a reset.
+pub async fn linger_close<R: Runtime, T: AsyncRead + AsyncWrite + Unpin>(rt: &R, mut stream: T) {
+    let drain = async {
+        let _ = stream.close().await;
+        let mut buf = [0u8; 4096];
+        let mut total = 0;
+        while total < LINGER_BYTES {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    future::or(drain, async {
+        rt.timer(std::time::Instant::now() + LINGER).await;
+    })
+    .await;
+}

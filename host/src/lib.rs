@@ -1,0 +1,29 @@
+//! # chatgate-host
+//!
+//! Everything a chatgate runtime does that does not depend on which runtime
+//! it is, written once against the small [`runtime::Runtime`] trait (an
+//! executor, TCP, timers and signals):
+//!
+//! - [`driver`]: the per-connection loop that obeys `chatgate-core`'s
+//!   `Connection` — the only place bytes move between client, provider and
+//!   ledger;
+//! - [`upstream`] and [`tls`]: resolving, connecting, rustls over any
+//!   futures-io stream, the keep-alive pool;
+//! - [`ledger`]: the append-only ledger file;
+//! - [`serve`] and [`sim`]: accept loops and the shutdown sequence;
+//! - [`cli`]: the command line of every binary (`serve`, `keys new`, `demo`,
+//!   `sim`).
+//!
+//! A runtime crate implements [`runtime::Runtime`] and calls [`cli::main`].
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod driver;
+pub mod ledger;
+pub mod runtime;
+pub mod serve;
+pub mod sim;
+pub mod tls;
+pub mod upstream;

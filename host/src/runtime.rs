@@ -1,0 +1,83 @@
+//! What a runtime supplies, and the clock that maps core time to it.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use chatgate_core::time::Instant;
+use futures_lite::{AsyncRead, AsyncWrite};
+
+/// The runtime's part: an executor, a reactor for TCP, timers and signals.
+/// Everything else the gateway does is written once, against this trait.
+pub trait Runtime: Clone + Send + Sync + 'static {
+    /// A connected TCP stream.
+    type Tcp: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// A listening socket.
+    type Listener: Send + Sync + 'static;
+    /// A timer that can be moved to another deadline.
+    type Timer: Future + Unpin + Send + 'static;
+
+    /// Runs `f` to completion on this runtime, from the main thread.
+    fn block_on<F: Future>(&self, f: F) -> F::Output;
+    /// Runs `f` in the background.
+    fn spawn(&self, f: impl Future<Output = ()> + Send + 'static);
+    /// Runs blocking code off the reactor threads.
+    fn unblock<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> impl Future<Output = T> + Send;
+    /// A timer firing at `at`.
+    fn timer(&self, at: std::time::Instant) -> Self::Timer;
+    /// Moves a timer to `at`.
+    fn reset_timer(&self, timer: &mut Self::Timer, at: std::time::Instant);
+    /// Adopts a bound standard listener.
+    fn listener(&self, l: std::net::TcpListener) -> io::Result<Self::Listener>;
+    /// Accepts the next connection.
+    fn accept(&self, l: &Self::Listener) -> impl Future<Output = io::Result<Self::Tcp>> + Send;
+    /// Connects to `addr`.
+    fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<Self::Tcp>> + Send;
+    /// Sets `TCP_NODELAY` (every write carries a complete message).
+    fn set_nodelay(&self, tcp: &Self::Tcp);
+    /// Makes the next close send a TCP reset (`SO_LINGER` 0); the simulator's
+    /// `reset` fault.
+    fn set_reset_on_close(&self, tcp: &Self::Tcp);
+    /// Resolves on SIGTERM or SIGINT.
+    fn shutdown_signal(&self) -> impl Future<Output = ()> + Send;
+}
+
+static START: OnceLock<std::time::Instant> = OnceLock::new();
+
+/// Core time (since the process started) for now.
+pub fn now() -> Instant {
+    let start = *START.get_or_init(std::time::Instant::now);
+    Instant::from_start(start.elapsed())
+}
+
+/// The standard instant for a core instant.
+pub fn to_std(t: Instant) -> std::time::Instant {
+    *START.get_or_init(std::time::Instant::now) + t.since_start()
+}
+
+/// Unix milliseconds at core time zero (read once).
+pub fn unix_ms_at_start() -> u64 {
+    let start = *START.get_or_init(std::time::Instant::now);
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    unix_now.saturating_sub(start.elapsed().as_millis() as u64)
+}
+
+/// 64 random bits from the operating system.
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("the operating system provides randomness");
+    u64::from_le_bytes(b)
+}
+
+/// 32 random bytes from the operating system.
+pub fn random_32() -> [u8; 32] {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).expect("the operating system provides randomness");
+    b
+}

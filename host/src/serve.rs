@@ -1,0 +1,69 @@
+//! Listening, accepting, and the shutdown sequence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_lite::future;
+
+use crate::driver::{Shared, serve_connection};
+use crate::runtime::Runtime;
+
+/// Binds a listening socket (non-blocking, ready for any runtime).
+pub fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
+    let l =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    l.set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok(l)
+}
+
+/// Accepts connections until SIGTERM/SIGINT, then drains: no new
+/// connections, idle ones closed, in-flight requests finished within the
+/// drain timeout, the ledger synced.
+pub async fn run_gateway<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
+    let rt = shared.rt.clone();
+    let accept = {
+        let shared = Arc::clone(&shared);
+        let rt = rt.clone();
+        async move {
+            loop {
+                match rt.accept(&listener).await {
+                    Ok(tcp) => rt.spawn(serve_connection(Arc::clone(&shared), tcp)),
+                    Err(e) => {
+                        // Out of descriptors or similar: back off briefly.
+                        tracing::warn!(error = %e, "accept failed");
+                        rt.timer(std::time::Instant::now() + Duration::from_millis(50))
+                            .await;
+                    }
+                }
+            }
+        }
+    };
+    future::or(accept, rt.shutdown_signal()).await;
+    drain(&shared).await;
+}
+
+async fn drain<R: Runtime>(shared: &Shared<R>) {
+    let timeout = shared.gateway.config().timeouts.drain;
+    tracing::info!(
+        open_connections = shared.gateway.open_connections(),
+        drain_timeout_s = timeout.as_secs(),
+        "shutting down: draining"
+    );
+    shared.gateway.begin_drain();
+    shared.draining.notify(usize::MAX);
+    let deadline = std::time::Instant::now() + timeout;
+    while shared.gateway.open_connections() > 0 && std::time::Instant::now() < deadline {
+        shared
+            .rt
+            .timer(std::time::Instant::now() + Duration::from_millis(20))
+            .await;
+    }
+    let left = shared.gateway.open_connections();
+    if left > 0 {
+        tracing::warn!(connections = left, "drain timeout: closing the rest");
+    }
+    shared.ledger.sync();
+    let (lines, errors) = shared.ledger.counts();
+    tracing::info!(ledger_lines = lines, ledger_errors = errors, "stopped");
+}

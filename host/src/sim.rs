@@ -1,0 +1,86 @@
+//! The simulator's server: accept, then drive each [`SimConnection`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+
+use chatgate_core::sim::{SimAction, SimConnection, SimServer};
+use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
+
+use crate::runtime::{Runtime, now, to_std};
+
+/// Serves simulator connections until SIGTERM/SIGINT.
+pub async fn run_sim<R: Runtime>(rt: R, listener: R::Listener, server: Arc<SimServer>) {
+    let accept = async {
+        loop {
+            if let Ok(tcp) = rt.accept(&listener).await {
+                rt.set_nodelay(&tcp);
+                rt.spawn(sim_connection(rt.clone(), Arc::clone(&server), tcp));
+            }
+        }
+    };
+    future::or(accept, rt.shutdown_signal()).await;
+}
+
+enum Wake {
+    Written(std::io::Result<usize>),
+    Read(std::io::Result<usize>),
+    Timeout,
+}
+
+async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::Tcp) {
+    let mut sc = SimConnection::new(server);
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut timer: Option<R::Timer> = None;
+    let mut armed = None;
+    loop {
+        if let Some(action) = sc.poll_action() {
+            match action {
+                SimAction::Close => {
+                    let _ = tcp.close().await;
+                }
+                SimAction::Reset => rt.set_reset_on_close(&tcp),
+            }
+            return;
+        }
+        let deadline = sc.poll_timeout().map(to_std);
+        if deadline != armed {
+            if let Some(at) = deadline {
+                match timer.as_mut() {
+                    Some(t) => rt.reset_timer(t, at),
+                    None => timer = Some(rt.timer(at)),
+                }
+            }
+            armed = deadline;
+        }
+        let wake = future::poll_fn(|cx| {
+            if let Some(tx) = sc.poll_transmit() {
+                if let Poll::Ready(r) = Pin::new(&mut tcp).poll_write(cx, tx) {
+                    return Poll::Ready(Wake::Written(r));
+                }
+            }
+            if let Poll::Ready(r) = Pin::new(&mut tcp).poll_read(cx, &mut buf) {
+                return Poll::Ready(Wake::Read(r));
+            }
+            if armed.is_some() {
+                if let Some(t) = timer.as_mut() {
+                    if Pin::new(t).poll(cx).is_ready() {
+                        return Poll::Ready(Wake::Timeout);
+                    }
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let t = now();
+        match wake {
+            Wake::Written(Ok(n)) if n > 0 => sc.handle_written(n),
+            Wake::Written(_) | Wake::Read(Ok(0)) | Wake::Read(Err(_)) => sc.handle_eof(t),
+            Wake::Read(Ok(n)) => sc.handle_data(t, &buf[..n]),
+            Wake::Timeout => {
+                armed = None;
+                sc.handle_timeout(t);
+            }
+        }
+    }
+}

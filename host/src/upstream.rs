@@ -1,0 +1,180 @@
+//! Connections to the provider: resolve, connect, TLS, keep-alive pool.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use chatgate_core::exchange::UpstreamFailure;
+use chatgate_core::gateway::UpstreamTarget;
+use chatgate_core::pool::Pool;
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, future};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+
+use crate::runtime::{Runtime, now};
+use crate::tls::{self, TlsStream};
+
+/// A connection to the provider, plain or TLS.
+pub enum UpstreamStream<T> {
+    /// `http://`
+    Plain(T),
+    /// `https://`
+    Tls(Box<TlsStream<T>>),
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for UpstreamStream<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for UpstreamStream<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_close(cx),
+            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+        }
+    }
+}
+
+/// Opens provider connections and keeps idle ones for reuse.
+pub struct Connector<R: Runtime> {
+    rt: R,
+    target: UpstreamTarget,
+    tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    pool: Mutex<Pool<UpstreamStream<R::Tcp>>>,
+}
+
+impl<R: Runtime> Connector<R> {
+    /// A connector for `target`; `extra_ca` is a PEM file of CAs to trust.
+    pub fn new(
+        rt: R,
+        target: UpstreamTarget,
+        extra_ca: Option<&str>,
+        max_idle: usize,
+        idle_timeout: Duration,
+    ) -> Result<Self, String> {
+        let tls = if target.tls {
+            Some((
+                tls::client_config(extra_ca)?,
+                tls::server_name(&target.host)?,
+            ))
+        } else {
+            None
+        };
+        Ok(Connector {
+            rt,
+            target,
+            tls,
+            pool: Mutex::new(Pool::new(max_idle, idle_timeout)),
+        })
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool<UpstreamStream<R::Tcp>>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection: an idle pooled one that still looks alive (unless
+    /// `fresh`), or a new one. The flag says whether it was reused.
+    pub async fn connect(
+        &self,
+        fresh: bool,
+    ) -> Result<(UpstreamStream<R::Tcp>, bool), UpstreamFailure> {
+        if !fresh {
+            loop {
+                let mut expired = Vec::new();
+                let candidate = self.pool().take(now(), &mut expired);
+                drop(expired);
+                let Some(mut s) = candidate else { break };
+                // A pooled connection the provider closed reads EOF (or junk)
+                // at once; a live one has nothing to say.
+                let mut probe = [0u8; 1];
+                if future::poll_once(s.read(&mut probe)).await.is_none() {
+                    return Ok((s, true));
+                }
+            }
+        }
+        let s = self.open().await?;
+        self.pool().note_opened();
+        Ok((s, false))
+    }
+
+    async fn open(&self) -> Result<UpstreamStream<R::Tcp>, UpstreamFailure> {
+        let (host, port) = (self.target.host.clone(), self.target.port);
+        let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => self
+                .rt
+                .unblock(move || {
+                    (host.as_str(), port)
+                        .to_socket_addrs()
+                        .map(Iterator::collect)
+                })
+                .await
+                .map_err(|e| UpstreamFailure::Resolve(format!("{}: {e}", self.target.host)))?,
+        };
+        let mut last = None;
+        let mut tcp = None;
+        for addr in addrs {
+            match self.rt.connect(addr).await {
+                Ok(s) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(format!("{addr}: {e}")),
+            }
+        }
+        let tcp = tcp.ok_or_else(|| {
+            UpstreamFailure::Connect(
+                last.unwrap_or_else(|| format!("{} resolved to no address", self.target.host)),
+            )
+        })?;
+        self.rt.set_nodelay(&tcp);
+        match &self.tls {
+            None => Ok(UpstreamStream::Plain(tcp)),
+            Some((config, name)) => TlsStream::connect(tcp, Arc::clone(config), name.clone())
+                .await
+                .map(|s| UpstreamStream::Tls(Box::new(s)))
+                .map_err(|e| UpstreamFailure::Tls(e.to_string())),
+        }
+    }
+
+    /// Returns a connection whose response is complete to the pool.
+    pub fn release(&self, s: UpstreamStream<R::Tcp>) {
+        let evicted = self.pool().put(s, now());
+        drop(evicted);
+    }
+
+    /// Pooled idle connections, reused and opened so far.
+    pub fn stats(&self) -> (usize, u64, u64) {
+        let p = self.pool();
+        let (reused, opened) = p.stats();
+        (p.idle_len(), reused, opened)
+    }
+}

@@ -1,0 +1,101 @@
+//! chatgate on smol: an executor on every core, async-io's reactor and
+//! timers, async-net sockets, async-signal for SIGTERM/SIGINT. Everything
+//! else is `chatgate-host` driving `chatgate-core`.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_executor::Executor;
+use async_io::Timer;
+use async_net::{TcpListener, TcpStream};
+use chatgate_host::runtime::Runtime;
+use futures_lite::{StreamExt, future};
+
+/// The smol runtime: one shared executor run by a thread per core.
+#[derive(Clone)]
+struct Smol {
+    ex: Arc<Executor<'static>>,
+}
+
+impl Smol {
+    fn new() -> Smol {
+        let ex = Arc::new(Executor::new());
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for i in 0..threads {
+            let ex = Arc::clone(&ex);
+            std::thread::Builder::new()
+                .name(format!("chatgate-{i}"))
+                .spawn(move || async_io::block_on(ex.run(future::pending::<()>())))
+                .expect("spawn executor thread");
+        }
+        Smol { ex }
+    }
+}
+
+impl Runtime for Smol {
+    type Tcp = TcpStream;
+    type Listener = TcpListener;
+    type Timer = Timer;
+
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        async_io::block_on(f)
+    }
+
+    fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        self.ex.spawn(f).detach();
+    }
+
+    fn unblock<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> impl Future<Output = T> + Send {
+        blocking::unblock(f)
+    }
+
+    fn timer(&self, at: Instant) -> Timer {
+        Timer::at(at)
+    }
+
+    fn reset_timer(&self, timer: &mut Timer, at: Instant) {
+        timer.set_at(at);
+    }
+
+    fn listener(&self, l: std::net::TcpListener) -> io::Result<TcpListener> {
+        TcpListener::try_from(l)
+    }
+
+    async fn accept(&self, l: &TcpListener) -> io::Result<TcpStream> {
+        l.accept().await.map(|(s, _)| s)
+    }
+
+    fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<TcpStream>> + Send {
+        TcpStream::connect(addr)
+    }
+
+    fn set_nodelay(&self, tcp: &TcpStream) {
+        let _ = tcp.set_nodelay(true);
+    }
+
+    fn set_reset_on_close(&self, tcp: &TcpStream) {
+        let _ = socket2::SockRef::from(tcp).set_linger(Some(Duration::ZERO));
+    }
+
+    async fn shutdown_signal(&self) {
+        let signals =
+            async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int]);
+        match signals {
+            Ok(mut signals) => {
+                signals.next().await;
+            }
+            Err(_) => future::pending::<()>().await,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    chatgate_host::cli::main(Smol::new(), "chatgate-smol")
+}
