@@ -1,0 +1,743 @@
+//! Support for the end-to-end tests: start the real binaries, talk HTTP to
+//! them over real sockets, read their ledgers and the simulator's journal.
+//!
+//! Every process listens on port 0 and prints the address it got, so tests
+//! never race for ports; every process is killed when its handle drops, so
+//! a failing test leaves nothing running.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use chatgate_core::http::body::BodyDecoder;
+use chatgate_core::http::response::parse_response_head;
+use chatgate_core::http::{HeadScanner, HttpLimits};
+use chatgate_core::ledger::LedgerRecord;
+use serde_json::Value;
+
+pub use chatgate_core::harness::sse_data;
+
+/// The gateway binaries every end-to-end test runs against.
+pub const RUNTIMES: &[&str] = &["chatgate-smol"];
+
+/// How long to wait for anything that should be quick.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The model id.
+pub const MODEL: &str = "reasoning-model-k3";
+
+/// Where the binaries are: `CHATGATE_BIN_DIR`, or the target directory this
+/// test binary was built into.
+pub fn bin_path(name: &str) -> PathBuf {
+    if let Ok(dir) = std::env::var("CHATGATE_BIN_DIR") {
+        return Path::new(&dir).join(name);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A child process, killed when dropped.
+pub struct Proc {
+    child: Option<Child>,
+    /// Lines of stdout after the first.
+    pub stdout: mpsc::Receiver<String>,
+    /// Where stderr goes.
+    pub stderr_path: PathBuf,
+}
+
+impl Proc {
+    /// Starts `bin args…` with extra environment, stderr to `stderr_path`.
+    pub fn spawn(bin: &str, args: &[String], env: &[(String, String)], stderr_path: &Path) -> Proc {
+        let stderr = std::fs::File::create(stderr_path).expect("stderr file");
+        let mut cmd = Command::new(bin_path(bin));
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        cmd.env_remove("CHATGATE_UPSTREAM_API_KEY");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc {
+            child: Some(child),
+            stdout: rx,
+            stderr_path: stderr_path.to_owned(),
+        }
+    }
+
+    /// The next stdout line, or a panic with stderr after [`PATIENCE`].
+    pub fn line(&mut self) -> String {
+        match self.stdout.recv_timeout(PATIENCE) {
+            Ok(l) => l,
+            Err(_) => panic!("no output; stderr:\n{}", self.stderr()),
+        }
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety concerns.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs a command to completion: (status, stdout, stderr).
+pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(bin_path(bin));
+    cmd.args(args);
+    cmd.env_remove("CHATGATE_UPSTREAM_API_KEY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run binary");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn address_from(line: &str) -> SocketAddr {
+    let url = line.split_whitespace().last().expect("an address");
+    let hostport = url.trim_start_matches("http://").trim_end_matches("/v1");
+    hostport
+        .parse()
+        .unwrap_or_else(|_| panic!("not an address: {line}"))
+}
+
+/// A running simulator.
+pub struct Sim {
+    /// The process.
+    pub proc: Proc,
+    /// Its address.
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Sim {
+    /// Starts `bin sim --listen 127.0.0.1:0 args…`.
+    pub fn start(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Sim {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut all = vec!["sim".to_owned(), "--listen".into(), "127.0.0.1:0".into()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut proc = Proc::spawn(bin, &all, &env, &dir.path().join("sim.stderr"));
+        let addr = address_from(&proc.line());
+        Sim {
+            proc,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// `http://addr/v1`
+    pub fn url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The journal: one object per chat request received.
+    pub fn journal(&self) -> Vec<Value> {
+        let r = request(self.addr, "GET", "/_sim/journal", None, None);
+        assert_eq!(r.status, 200);
+        serde_json::from_slice::<Vec<Value>>(&r.body).expect("journal JSON")
+    }
+
+    /// Waits until the journal entry `i` has left `in_progress`.
+    pub fn settled(&self, i: usize) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let j = self.journal();
+            if let Some(e) = j.get(i) {
+                if e["outcome"] != "in_progress" {
+                    return e.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "journal entry {i} did not settle: {j:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// How to start a gateway.
+#[derive(Default, Clone)]
+pub struct GwOptions {
+    /// Extra arguments to `serve`.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Limits of the test key (`--rpm`, `--tpm`).
+    pub rpm: Option<u64>,
+    /// Tokens per minute of the test key.
+    pub tpm: Option<u64>,
+}
+
+/// A running gateway with a minted key.
+pub struct Gw {
+    /// The process.
+    pub proc: Proc,
+    /// Its address.
+    pub addr: SocketAddr,
+    /// A valid key (named `test`).
+    pub key: String,
+    /// Its working directory (keys file, ledger).
+    pub dir: tempfile::TempDir,
+    /// The binary.
+    pub bin: String,
+}
+
+impl Gw {
+    /// Mints a key with `keys new` and starts `serve` in front of `upstream`.
+    pub fn start(bin: &str, upstream: &str, opts: GwOptions) -> Gw {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let keys = dir.path().join("keys.toml");
+        let keys_s = keys.to_string_lossy().into_owned();
+        let mut args = vec!["keys", "new", "--keys", &keys_s, "--name", "test"];
+        let (rpm, tpm) = (
+            opts.rpm.map(|n| n.to_string()),
+            opts.tpm.map(|n| n.to_string()),
+        );
+        if let Some(r) = &rpm {
+            args.extend(["--rpm", r]);
+        }
+        if let Some(t) = &tpm {
+            args.extend(["--tpm", t]);
+        }
+        let (code, out, err) = run(bin, &args, &[]);
+        assert_eq!(code, 0, "keys new failed: {err}");
+        let key = out
+            .lines()
+            .next()
+            .expect("the key on the first line")
+            .to_owned();
+        Gw::start_with_keys(bin, upstream, opts, dir, key)
+    }
+
+    /// Starts `serve` with the keys file already in `dir`.
+    pub fn start_with_keys(
+        bin: &str,
+        upstream: &str,
+        opts: GwOptions,
+        dir: tempfile::TempDir,
+        key: String,
+    ) -> Gw {
+        let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--upstream".into(),
+            upstream.into(),
+            "--keys".into(),
+            p("keys.toml"),
+            "--ledger".into(),
+            p("ledger.jsonl"),
+        ];
+        args.extend(opts.args.iter().cloned());
+        let mut proc = Proc::spawn(bin, &args, &opts.env, &dir.path().join("gateway.stderr"));
+        let addr = address_from(&proc.line());
+        Gw {
+            proc,
+            addr,
+            key,
+            dir,
+            bin: bin.to_owned(),
+        }
+    }
+
+    /// The ledger's records.
+    pub fn ledger(&self) -> Vec<LedgerRecord> {
+        let text =
+            std::fs::read_to_string(self.dir.path().join("ledger.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                LedgerRecord::from_line(l.as_bytes())
+                    .unwrap_or_else(|e| panic!("bad ledger line {l}: {e}"))
+            })
+            .collect()
+    }
+
+    /// Waits until the ledger has `n` lines and returns them.
+    pub fn ledger_len(&self, n: usize) -> Vec<LedgerRecord> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let l = self.ledger();
+            if l.len() >= n {
+                return l;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ledger has {} lines, expected {n}",
+                l.len()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A chat request with this gateway's key.
+    pub fn chat(&self, body: &str) -> Response {
+        request(
+            self.addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(&self.key),
+            Some(body),
+        )
+    }
+}
+
+/// A response as a client sees it.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status.
+    pub status: u16,
+    /// Headers, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// De-chunked body.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// First value of a header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// `(status, error.type, error.code, error.param)`.
+    pub fn error(&self) -> (u16, String, String, Value) {
+        let v = self.json();
+        (
+            self.status,
+            v["error"]["type"].as_str().unwrap_or("").to_owned(),
+            v["error"]["code"].as_str().unwrap_or("").to_owned(),
+            v["error"]["param"].clone(),
+        )
+    }
+
+    /// SSE `data:` payloads.
+    pub fn events(&self) -> Vec<String> {
+        sse_data(&self.body)
+    }
+
+    /// Parsed chunks (not `[DONE]`).
+    pub fn chunks(&self) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e != "[DONE]")
+            .map(|e| serde_json::from_str(&e).expect("chunk JSON"))
+            .collect()
+    }
+}
+
+/// Parses one complete response from the start of `buf`; `eof` when the
+/// peer closed (completing a read-until-close body).
+pub fn parse_one(buf: &[u8], eof: bool) -> Option<(Response, usize)> {
+    let limits = HttpLimits {
+        max_body: u64::MAX,
+        ..HttpLimits::default()
+    };
+    let mut at = 0;
+    loop {
+        let len = HeadScanner::new()
+            .scan(&buf[at..], limits.max_head)
+            .ok()??;
+        let head = parse_response_head(&buf[at..at + len], &limits).ok()?;
+        if head.is_interim() {
+            at += len;
+            continue;
+        }
+        let headers = {
+            let mut slots = [httparse_header(); 128];
+            let mut r = httparse::Response::new(&mut slots);
+            let _ = r.parse(&buf[at..at + len]);
+            r.headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_ascii_lowercase(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect()
+        };
+        let mut d = BodyDecoder::new(head.framing, limits);
+        let mut body = Vec::new();
+        let used = d.decode(&buf[at + len..], &mut body).ok()?;
+        if eof {
+            let _ = d.finish();
+        }
+        if !d.is_done() {
+            return None;
+        }
+        return Some((
+            Response {
+                status: head.status,
+                headers,
+                body,
+            },
+            at + len + used,
+        ));
+    }
+}
+
+fn httparse_header() -> httparse::Header<'static> {
+    httparse::EMPTY_HEADER
+}
+
+/// A client connection.
+pub struct Conn {
+    /// The socket.
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+    eof: bool,
+}
+
+impl Conn {
+    /// Connects.
+    pub fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        Conn {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// Sends bytes.
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    /// Reads one more piece; false at EOF.
+    pub fn read_more(&mut self) -> bool {
+        let mut b = [0u8; 65536];
+        match self.stream.read(&mut b) {
+            Ok(0) | Err(_) => {
+                self.eof = true;
+                false
+            }
+            Ok(n) => {
+                self.buf.extend_from_slice(&b[..n]);
+                true
+            }
+        }
+    }
+
+    /// Reads until one whole response arrived.
+    pub fn response(&mut self) -> Response {
+        loop {
+            if let Some((r, used)) = parse_one(&self.buf, self.eof) {
+                self.buf.drain(..used);
+                return r;
+            }
+            if self.eof {
+                panic!(
+                    "connection closed mid-response: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
+            }
+            self.read_more();
+        }
+    }
+
+    /// Bytes received and not yet parsed.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Reads until `needle` appears in the received bytes.
+    pub fn read_until(&mut self, needle: &str) {
+        while !String::from_utf8_lossy(&self.buf).contains(needle) {
+            assert!(
+                self.read_more(),
+                "closed before {needle:?}: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
+        }
+    }
+
+    /// True once the peer closed.
+    pub fn closed(&mut self) -> bool {
+        while !self.eof {
+            if !self.read_more() {
+                break;
+            }
+        }
+        self.eof
+    }
+}
+
+/// A raw request's bytes.
+pub fn raw_request(method: &str, path: &str, key: Option<&str>, body: Option<&str>) -> Vec<u8> {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: test\r\n");
+    if let Some(k) = key {
+        r.push_str(&format!("Authorization: Bearer {k}\r\n"));
+    }
+    if let Some(b) = body {
+        r.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        ));
+    } else {
+        r.push_str("\r\n");
+    }
+    r.into_bytes()
+}
+
+/// One request on a new connection.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: Option<&str>,
+) -> Response {
+    let mut c = Conn::open(addr);
+    c.send(&raw_request(method, path, key, body));
+    c.response()
+}
+
+/// A chat request body with one user message and extra members.
+pub fn body(extra: &str) -> String {
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(",{extra}")
+    };
+    format!(
+        r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":"What is two plus two?"}}]{extra}}}"#
+    )
+}
+
+/// The same, streamed.
+pub fn stream_body(extra: &str) -> String {
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(",{extra}")
+    };
+    body(&format!(r#""stream":true{extra}"#))
+}
+
+/// Waits until `f` holds.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Test certificates: a CA and a leaf for `names`, PEM.
+pub struct Certs {
+    /// The CA certificate.
+    pub ca_pem: String,
+    /// The leaf certificate.
+    pub cert_pem: String,
+    /// The leaf's private key.
+    pub key_pem: String,
+}
+
+/// Generates a CA and a leaf certificate for `names`.
+pub fn certs(names: &[&str]) -> Certs {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "chatgate test CA");
+    let ca_cert = ca.self_signed(&ca_key).expect("CA");
+    let leaf_key = KeyPair::generate().expect("key");
+    let leaf = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .expect("params");
+    let leaf_cert = leaf.signed_by(&leaf_key, &ca_cert, &ca_key).expect("leaf");
+    Certs {
+        ca_pem: ca_cert.pem(),
+        cert_pem: leaf_cert.pem(),
+        key_pem: leaf_key.serialize_pem(),
+    }
+}
+
+/// A TLS terminator (rustls) in front of `backend`, on a thread; returns
+/// its address. Connections are proxied byte for byte.
+pub fn tls_proxy(certs: &Certs, backend: SocketAddr) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let cert = CertificateDer::from_pem_slice(certs.cert_pem.as_bytes()).expect("cert");
+    let key = PrivateKeyDer::from_pem_slice(certs.key_pem.as_bytes()).expect("key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .expect("server config"),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for sock in listener.incoming().flatten() {
+            let config = Arc::clone(&config);
+            std::thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                let Ok(back) = TcpStream::connect(backend) else {
+                    return;
+                };
+                pump(sock, conn, back);
+            });
+        }
+    });
+    addr
+}
+
+fn pump(mut sock: TcpStream, mut conn: rustls::ServerConnection, mut back: TcpStream) {
+    let _ = sock.set_nonblocking(true);
+    let _ = back.set_nonblocking(true);
+    let mut buf = vec![0u8; 65536];
+    let would_block = |e: &std::io::Error| e.kind() == std::io::ErrorKind::WouldBlock;
+    loop {
+        let mut progress = false;
+        match conn.read_tls(&mut sock) {
+            Ok(0) => return,
+            Ok(_) => {
+                if conn.process_new_packets().is_err() {
+                    let _ = conn.write_tls(&mut sock);
+                    return;
+                }
+                progress = true;
+            }
+            Err(e) if would_block(&e) => {}
+            Err(_) => return,
+        }
+        match conn.reader().read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if write_fully(&mut back, &buf[..n]).is_err() {
+                    return;
+                }
+                progress = true;
+            }
+            Err(e) if would_block(&e) => {}
+            Err(_) => return,
+        }
+        match back.read(&mut buf) {
+            Ok(0) => {
+                conn.send_close_notify();
+                while conn.wants_write() {
+                    if conn.write_tls(&mut sock).is_err() {
+                        break;
+                    }
+                }
+                return;
+            }
+            Ok(n) => {
+                let _ = conn.writer().write_all(&buf[..n]);
+                progress = true;
+            }
+            Err(e) if would_block(&e) => {}
+            Err(_) => return,
+        }
+        while conn.wants_write() {
+            match conn.write_tls(&mut sock) {
+                Ok(_) => progress = true,
+                Err(e) if would_block(&e) => break,
+                Err(_) => return,
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn write_fully(s: &mut TcpStream, mut b: &[u8]) -> std::io::Result<()> {
+    while !b.is_empty() {
+        match s.write(b) {
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
