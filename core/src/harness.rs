@@ -68,7 +68,10 @@ pub struct Pair {
     pub client_stops_reading: bool,
     conn: Option<Box<Connection>>,
     upstream: Option<SimConnection>,
-    idle: Vec<SimConnection>,
+    /// The current provider connection was closed by the provider while it
+    /// sat in the pool: it reads EOF as soon as it is used.
+    upstream_dead: bool,
+    idle: Vec<(SimConnection, bool)>,
 }
 
 impl Pair {
@@ -119,6 +122,7 @@ impl Pair {
             client_stops_reading: false,
             conn: Some(conn),
             upstream: None,
+            upstream_dead: false,
             idle: Vec::new(),
         }
     }
@@ -144,6 +148,14 @@ impl Pair {
             c.handle_client_data(self.now, bytes);
         }
         self.run();
+    }
+
+    /// The provider closes every idle pooled connection (the gateway does
+    /// not notice until it uses one).
+    pub fn close_idle_upstreams(&mut self) {
+        for (_, dead) in &mut self.idle {
+            *dead = true;
+        }
     }
 
     /// The client goes away.
@@ -212,15 +224,16 @@ impl Pair {
                         conn.handle_upstream_failure(now, f);
                         continue;
                     }
-                    let (up, reused) = match (fresh, self.idle.pop()) {
-                        (false, Some(up)) => (up, true),
+                    let (up, reused, dead) = match (fresh, self.idle.pop()) {
+                        (false, Some((up, dead))) => (up, true, dead),
                         (_, idle) => {
                             if let Some(i) = idle {
                                 self.idle.push(i);
                             }
-                            (SimConnection::new(Arc::clone(&self.sim)), false)
+                            (SimConnection::new(Arc::clone(&self.sim)), false, false)
                         }
                     };
+                    self.upstream_dead = dead;
                     if reused {
                         self.upstream_reused += 1;
                     } else {
@@ -231,7 +244,7 @@ impl Pair {
                 }
                 Event::ReleaseUpstream => {
                     if let Some(up) = self.upstream.take() {
-                        self.idle.push(up);
+                        self.idle.push((up, false));
                     }
                 }
                 Event::CloseUpstream => {
@@ -261,6 +274,16 @@ impl Pair {
                 conn.handle_client_written(now, n);
                 moved = true;
             }
+        }
+        if self.upstream_dead && self.upstream.is_some() && conn.poll_upstream_transmit().is_some()
+        {
+            // The provider had closed it: the write "succeeds", then EOF.
+            let n = conn.poll_upstream_transmit().map_or(0, <[u8]>::len);
+            conn.handle_upstream_written(now, n);
+            self.upstream = None;
+            self.upstream_dead = false;
+            conn.handle_upstream_eof(now);
+            return true;
         }
         if let Some(up) = self.upstream.as_mut() {
             if let Some(bytes) = conn.poll_upstream_transmit() {
@@ -298,7 +321,7 @@ impl Pair {
             }
         }
         // Pooled connections that the simulator closed are dropped.
-        self.idle.retain_mut(|c| c.poll_action().is_none());
+        self.idle.retain_mut(|(c, _)| c.poll_action().is_none());
         moved
     }
 }

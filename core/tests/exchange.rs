@@ -957,6 +957,50 @@ fn connect_failures_and_stale_pooled_connections() {
 }
 
 #[test]
+fn stale_pooled_connection_is_retried_once_on_a_new_one() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &body(""));
+    pair.close_idle_upstreams();
+    pair.received.clear();
+    send(&mut pair, &body(r#""user":"second""#));
+    assert_eq!(one(&pair).status, 200);
+    assert_eq!((pair.upstream_opened, pair.upstream_reused), (2, 1));
+    assert_eq!(
+        pair.sim.journal().len(),
+        2,
+        "the failed attempt never reached the provider"
+    );
+    // A failure to connect at all is answered, not retried.
+    pair.received.clear();
+    pair.connect_failures
+        .push_back(UpstreamFailure::Broken("reset".into()));
+    send(&mut pair, &body(""));
+    assert_eq!(one(&pair).status, 502);
+}
+
+#[test]
+fn content_type_must_be_json_when_given() {
+    let mut pair = Pair::with_defaults();
+    let b = body("");
+    let key = pair.key.clone();
+    let raw = |ct: &str| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n{ct}Content-Length: {}\r\n\r\n{b}",
+            b.len()
+        )
+    };
+    pair.client_send(raw("").as_bytes());
+    pair.client_send(raw("Content-Type: application/json; charset=utf-8\r\n").as_bytes());
+    let rs = responses(&pair);
+    assert_eq!((rs[0].status, rs[1].status), (200, 200));
+    pair.received.clear();
+    pair.client_send(raw("Content-Type: text/plain\r\n").as_bytes());
+    let r = one(&pair);
+    assert_eq!(error_of(&r).2, "unsupported_content_type");
+    assert!(pair.client_closed, "the unread body closes the connection");
+}
+
+#[test]
 fn http10_client_stream_ends_with_close() {
     let mut pair = Pair::with_defaults();
     let b = stream_body("");

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it. Installs what it needs
+# (cargo-fuzz, into .cache/, for the fuzzing smoke run).
+#
+#   scripts/test.sh
+#
+# Long runs are separate: fuzz/run.sh [SECONDS] fuzzes each target longer.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+step() { printf '\n==> %s\n' "$*"; }
+start=$(date +%s)
+
+step "format"
+cargo fmt --all -- --check
+
+step "lint"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "build the binaries"
+cargo build --workspace --bins --locked
+
+step "unit, integration, end-to-end and doc tests"
+cargo test --workspace --locked
+
+step "fuzzing smoke run"
+fuzz/smoke.sh
+
+printf '\nall tests passed in %ss\n' "$(( $(date +%s) - start ))"
