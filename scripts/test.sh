@@ -18,8 +18,8 @@ cargo fmt --all -- --check
 step "lint"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "build the binaries"
-cargo build --workspace --bins --locked
+step "build the binaries and examples"
+cargo build --workspace --bins --examples --locked
 
 step "unit, integration, end-to-end and doc tests"
 cargo test --workspace --locked

@@ -22,7 +22,7 @@ use serde_json::Value;
 pub use chatgate_core::harness::sse_data;
 
 /// The gateway binaries every end-to-end test runs against.
-pub const RUNTIMES: &[&str] = &["chatgate-smol"];
+pub const RUNTIMES: &[&str] = &["chatgate-smol", "chatgate-tokio"];
 
 /// How long to wait for anything that should be quick.
 pub const PATIENCE: Duration = Duration::from_secs(20);

@@ -12,6 +12,9 @@ macro_rules! cases {
         mod smol {
             $( #[test] fn $case() { super::$case("chatgate-smol") } )*
         }
+        mod tokio {
+            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
+        }
     };
 }
 

@@ -1,0 +1,108 @@
+//! chatgate on tokio: the multi-threaded runtime, tokio's sockets (seen
+//! through the futures-io compatibility layer, so the shared driver and the
+//! one rustls adapter serve both runtimes), tokio timers and signals.
+//! Everything else is `chatgate-host` driving `chatgate-core`.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use chatgate_host::runtime::Runtime;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Sleep;
+use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
+
+/// The tokio runtime, shared by handle.
+#[derive(Clone)]
+struct Tokio {
+    handle: tokio::runtime::Handle,
+}
+
+impl Runtime for Tokio {
+    type Tcp = Compat<TcpStream>;
+    type Listener = TcpListener;
+    type Timer = Pin<Box<Sleep>>;
+
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.handle.block_on(f)
+    }
+
+    fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        self.handle.spawn(f);
+    }
+
+    async fn unblock<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        match self.handle.spawn_blocking(f).await {
+            Ok(v) => v,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    fn timer(&self, at: Instant) -> Self::Timer {
+        let _guard = self.handle.enter();
+        Box::pin(tokio::time::sleep_until(at.into()))
+    }
+
+    fn reset_timer(&self, timer: &mut Self::Timer, at: Instant) {
+        timer.as_mut().reset(at.into());
+    }
+
+    fn listener(&self, l: std::net::TcpListener) -> io::Result<TcpListener> {
+        let _guard = self.handle.enter();
+        TcpListener::from_std(l)
+    }
+
+    async fn accept(&self, l: &TcpListener) -> io::Result<Self::Tcp> {
+        l.accept().await.map(|(s, _)| s.compat())
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> io::Result<Self::Tcp> {
+        TcpStream::connect(addr)
+            .await
+            .map(TokioAsyncReadCompatExt::compat)
+    }
+
+    fn set_nodelay(&self, tcp: &Self::Tcp) {
+        let _ = tcp.get_ref().set_nodelay(true);
+    }
+
+    fn set_reset_on_close(&self, tcp: &Self::Tcp) {
+        let _ = socket2::SockRef::from(tcp.get_ref()).set_linger(Some(Duration::ZERO));
+    }
+
+    async fn shutdown_signal(&self) {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("chatgate: cannot start the tokio runtime: {e}");
+            return ExitCode::from(chatgate_host::cli::EXIT_CONFIG);
+        }
+    };
+    let rt = Tokio {
+        handle: runtime.handle().clone(),
+    };
+    chatgate_host::cli::main(rt, "chatgate-tokio")
+}
