@@ -333,8 +333,10 @@ pub struct ClientResponse {
     pub status: u16,
     /// Header fields, names lowercased.
     pub headers: Vec<(String, String)>,
-    /// The body, de-chunked.
+    /// The body, de-chunked (what arrived of it, if incomplete).
     pub body: Vec<u8>,
+    /// The whole body arrived.
+    pub complete: bool,
 }
 
 impl ClientResponse {
@@ -346,52 +348,74 @@ impl ClientResponse {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The body as JSON.
+    /// The body as JSON (panics, showing the body, if it is not JSON).
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 }
 
-/// Splits the bytes a client received into responses (skipping `100
-/// Continue`); a response cut short is returned with what arrived.
-pub fn parse_responses(mut bytes: &[u8]) -> Result<Vec<ClientResponse>, HttpError> {
+/// Parses the response at the start of `buf`, skipping `100 Continue`:
+/// `None` until its head is complete; then the response (with `complete`
+/// false while its body is unfinished) and the bytes it used. With `eof`, a
+/// read-until-close body ends where `buf` ends.
+pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(ClientResponse, usize)>, HttpError> {
     let limits = HttpLimits {
         max_body: u64::MAX,
         ..HttpLimits::default()
     };
-    let mut out = Vec::new();
-    while !bytes.is_empty() {
-        let Some(len) = HeadScanner::new().scan(bytes, limits.max_head)? else {
-            return Err(HttpError::Truncated);
+    let mut at = 0;
+    loop {
+        let Some(len) = HeadScanner::new().scan(&buf[at..], limits.max_head)? else {
+            return Ok(None);
         };
-        let head = parse_response_head(&bytes[..len], &limits)?;
-        let headers = {
-            let mut slots = [httparse::EMPTY_HEADER; 128];
-            let mut r = httparse::Response::new(&mut slots);
-            let _ = r.parse(&bytes[..len]);
-            r.headers
-                .iter()
-                .map(|h| {
-                    (
-                        h.name.to_ascii_lowercase(),
-                        String::from_utf8_lossy(h.value).into_owned(),
-                    )
-                })
-                .collect()
-        };
-        bytes = &bytes[len..];
+        let raw = &buf[at..at + len];
+        let head = parse_response_head(raw, &limits)?;
+        at += len;
         if head.is_interim() {
             continue;
         }
+        let mut slots = [httparse::EMPTY_HEADER; 128];
+        let mut r = httparse::Response::new(&mut slots);
+        let _ = r.parse(raw);
+        let headers = r
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
         let mut decoder = BodyDecoder::new(head.framing, limits);
         let mut body = Vec::new();
-        let used = decoder.decode(bytes, &mut body)?;
-        bytes = &bytes[used..];
-        out.push(ClientResponse {
+        let used = decoder.decode(&buf[at..], &mut body)?;
+        if eof {
+            let _ = decoder.finish();
+        }
+        let response = ClientResponse {
             status: head.status,
             headers,
             body,
-        });
+            complete: decoder.is_done(),
+        };
+        return Ok(Some((response, at + used)));
+    }
+}
+
+/// Splits the bytes a client received into responses; a last response cut
+/// short is returned with what arrived (`complete` false).
+pub fn parse_responses(mut bytes: &[u8]) -> Result<Vec<ClientResponse>, HttpError> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (response, used) = parse_response(bytes, true)?.ok_or(HttpError::Truncated)?;
+        bytes = &bytes[used..];
+        let complete = response.complete;
+        out.push(response);
+        if !complete {
+            break;
+        }
     }
     Ok(out)
 }

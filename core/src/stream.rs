@@ -14,9 +14,8 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
-use serde::Deserialize;
 
-use crate::usage::{ChoiceProbe, Usage, first_finish_reason};
+use crate::usage::{Probe, Usage};
 
 /// The bytes the gateway appends when a stream ends without `[DONE]`.
 pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
@@ -83,29 +82,18 @@ impl StreamTracker {
         if !wants_parse {
             return EventKind::Data;
         }
-        #[derive(Deserialize)]
-        struct Probe {
-            #[serde(default)]
-            choices: Option<Vec<ChoiceProbe>>,
-            #[serde(default)]
-            usage: Option<serde_json::Value>,
-            #[serde(default)]
-            error: Option<serde_json::Value>,
-        }
-        let Ok(probe) = serde_json::from_slice::<Probe>(&data) else {
+        let Ok(mut probe) = serde_json::from_slice::<Probe>(&data) else {
             if parsed.is_error_type {
                 self.error.get_or_insert_with(|| "error event".into());
                 return EventKind::Error;
             }
             return EventKind::Data;
         };
-        if let Some(reason) = first_finish_reason(probe.choices) {
+        if let Some(reason) = probe.finish_reason() {
             self.finish_reason = Some(reason);
         }
-        if let Some(usage) = probe.usage.filter(serde_json::Value::is_object) {
-            if let Ok(usage) = Usage::deserialize(usage) {
-                self.usage = Some(usage);
-            }
+        if let Some(usage) = probe.usage() {
+            self.usage = Some(usage);
         }
         match probe.error {
             Some(e) if !e.is_null() => {

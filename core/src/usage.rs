@@ -107,36 +107,51 @@ pub struct CompletionSummary {
     pub finish_reason: Option<String>,
 }
 
-/// Reads usage and finish reason from a non-streamed answer. The body must be
-/// a JSON object (anything else is the provider answering garbage); a usage
-/// object the gateway cannot read is treated as absent, not as an error.
-pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, serde_json::Error> {
-    #[derive(Deserialize)]
-    struct Probe {
-        #[serde(default)]
-        choices: Option<Vec<ChoiceProbe>>,
-        #[serde(default)]
-        usage: Option<serde_json::Value>,
-    }
-    let probe: Probe = serde_json::from_slice(body)?;
-    Ok(CompletionSummary {
-        usage: probe
-            .usage
-            .filter(|u| u.is_object())
-            .and_then(|u| Usage::deserialize(u).ok()),
-        finish_reason: first_finish_reason(probe.choices),
-    })
+/// What the gateway reads of a provider's JSON object (a chunk or a whole
+/// answer); everything else in it is skipped unparsed.
+#[derive(Deserialize)]
+pub(crate) struct Probe {
+    #[serde(default)]
+    choices: Option<Vec<ChoiceProbe>>,
+    #[serde(default)]
+    usage: Option<serde_json::Value>,
+    #[serde(default)]
+    pub(crate) error: Option<serde_json::Value>,
 }
 
-/// The `finish_reason` probe of one choice.
 #[derive(Deserialize)]
-pub(crate) struct ChoiceProbe {
+struct ChoiceProbe {
     #[serde(default)]
     finish_reason: Option<String>,
 }
 
-pub(crate) fn first_finish_reason(choices: Option<Vec<ChoiceProbe>>) -> Option<String> {
-    choices?.into_iter().find_map(|c| c.finish_reason)
+impl Probe {
+    /// `finish_reason` of the first choice that has one.
+    pub(crate) fn finish_reason(&mut self) -> Option<String> {
+        self.choices
+            .take()?
+            .into_iter()
+            .find_map(|c| c.finish_reason)
+    }
+
+    /// The `usage` object, if present and readable (an unreadable one counts
+    /// as absent, not as an error).
+    pub(crate) fn usage(&mut self) -> Option<Usage> {
+        self.usage
+            .take()
+            .filter(serde_json::Value::is_object)
+            .and_then(|u| Usage::deserialize(u).ok())
+    }
+}
+
+/// Reads usage and finish reason from a non-streamed answer. The body must be
+/// a JSON object (anything else is the provider answering garbage).
+pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, serde_json::Error> {
+    let mut probe: Probe = serde_json::from_slice(body)?;
+    Ok(CompletionSummary {
+        usage: probe.usage(),
+        finish_reason: probe.finish_reason(),
+    })
 }
 
 #[cfg(test)]

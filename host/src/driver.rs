@@ -21,7 +21,7 @@ use chatgate_core::gateway::{Accept, Gateway};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
 use crate::ledger::Ledger;
-use crate::runtime::{Runtime, now, to_std};
+use crate::runtime::{Alarm, Runtime, now};
 use crate::upstream::{Connector, UpstreamStream};
 
 /// Read buffer size per direction.
@@ -88,8 +88,7 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
     let mut upstream: Option<UpstreamStream<R::Tcp>> = None;
     let mut connecting: Option<ConnectFuture<'_, R::Tcp>> = None;
     let mut up_dirty = false;
-    let mut timer: Option<R::Timer> = None;
-    let mut armed: Option<std::time::Instant> = None;
+    let mut alarm = Alarm::<R>::default();
 
     loop {
         while let Some(event) = conn.poll_event() {
@@ -120,16 +119,7 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
         }
 
-        let deadline = conn.poll_timeout().map(to_std);
-        if deadline != armed {
-            if let Some(at) = deadline {
-                match timer.as_mut() {
-                    Some(t) => rt.reset_timer(t, at),
-                    None => timer = Some(rt.timer(at)),
-                }
-            }
-            armed = deadline;
-        }
+        alarm.set(rt, conn.poll_timeout());
         let want_client = conn.wants_client_read();
         let want_up = conn.wants_upstream_read();
 
@@ -173,12 +163,8 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                     return Poll::Ready(Wake::ClientRead(r));
                 }
             }
-            if armed.is_some() {
-                if let Some(t) = timer.as_mut() {
-                    if Pin::new(t).poll(cx).is_ready() {
-                        return Poll::Ready(Wake::Timeout);
-                    }
-                }
+            if alarm.poll(cx) {
+                return Poll::Ready(Wake::Timeout);
             }
             Poll::Pending
         })
@@ -224,11 +210,7 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
             Wake::ClientRead(Ok(0)) | Wake::ClientRead(Err(_)) => conn.handle_client_eof(t),
             Wake::ClientRead(Ok(n)) => conn.handle_client_data(t, &cbuf[..n]),
-            Wake::Timeout => {
-                // Re-arm on the next turn even if the deadline is unchanged.
-                armed = None;
-                conn.handle_timeout(t);
-            }
+            Wake::Timeout => conn.handle_timeout(t),
         }
     }
 }

@@ -3,7 +3,9 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::Context;
 
 use chatgate_core::time::Instant;
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -44,6 +46,55 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn set_reset_on_close(&self, tcp: &Self::Tcp);
     /// Resolves on SIGTERM or SIGINT.
     fn shutdown_signal(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// A runtime timer that follows a state machine's `poll_timeout`.
+pub struct Alarm<R: Runtime> {
+    timer: Option<R::Timer>,
+    armed: Option<std::time::Instant>,
+}
+
+impl<R: Runtime> Default for Alarm<R> {
+    fn default() -> Self {
+        Alarm {
+            timer: None,
+            armed: None,
+        }
+    }
+}
+
+impl<R: Runtime> Alarm<R> {
+    /// Points the alarm at `deadline` (core time), or disarms it; the timer
+    /// is created once and moved afterwards.
+    pub fn set(&mut self, rt: &R, deadline: Option<Instant>) {
+        let at = deadline.map(to_std);
+        if at == self.armed {
+            return;
+        }
+        if let Some(at) = at {
+            match self.timer.as_mut() {
+                Some(t) => rt.reset_timer(t, at),
+                None => self.timer = Some(rt.timer(at)),
+            }
+        }
+        self.armed = at;
+    }
+
+    /// True once the deadline has passed; the alarm is then disarmed, so the
+    /// next [`Alarm::set`] re-arms it even for the same instant.
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.armed.is_none() {
+            return false;
+        }
+        let fired = self
+            .timer
+            .as_mut()
+            .is_some_and(|t| Pin::new(t).poll(cx).is_ready());
+        if fired {
+            self.armed = None;
+        }
+        fired
+    }
 }
 
 static START: OnceLock<std::time::Instant> = OnceLock::new();

@@ -7,7 +7,7 @@ use std::task::Poll;
 use chatgate_core::sim::{SimAction, SimConnection, SimServer};
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 
-use crate::runtime::{Runtime, now, to_std};
+use crate::runtime::{Alarm, Runtime, now};
 
 /// Serves simulator connections until SIGTERM/SIGINT.
 pub async fn run_sim<R: Runtime>(rt: R, listener: R::Listener, server: Arc<SimServer>) {
@@ -31,8 +31,7 @@ enum Wake {
 async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::Tcp) {
     let mut sc = SimConnection::new(server);
     let mut buf = vec![0u8; 16 * 1024];
-    let mut timer: Option<R::Timer> = None;
-    let mut armed = None;
+    let mut alarm = Alarm::<R>::default();
     loop {
         if let Some(action) = sc.poll_action() {
             match action {
@@ -43,16 +42,7 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
             }
             return;
         }
-        let deadline = sc.poll_timeout().map(to_std);
-        if deadline != armed {
-            if let Some(at) = deadline {
-                match timer.as_mut() {
-                    Some(t) => rt.reset_timer(t, at),
-                    None => timer = Some(rt.timer(at)),
-                }
-            }
-            armed = deadline;
-        }
+        alarm.set(&rt, sc.poll_timeout());
         let wake = future::poll_fn(|cx| {
             if let Some(tx) = sc.poll_transmit() {
                 if let Poll::Ready(r) = Pin::new(&mut tcp).poll_write(cx, tx) {
@@ -62,12 +52,8 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
             if let Poll::Ready(r) = Pin::new(&mut tcp).poll_read(cx, &mut buf) {
                 return Poll::Ready(Wake::Read(r));
             }
-            if armed.is_some() {
-                if let Some(t) = timer.as_mut() {
-                    if Pin::new(t).poll(cx).is_ready() {
-                        return Poll::Ready(Wake::Timeout);
-                    }
-                }
+            if alarm.poll(cx) {
+                return Poll::Ready(Wake::Timeout);
             }
             Poll::Pending
         })
@@ -77,10 +63,7 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
             Wake::Written(Ok(n)) if n > 0 => sc.handle_written(n),
             Wake::Written(_) | Wake::Read(Ok(0)) | Wake::Read(Err(_)) => sc.handle_eof(t),
             Wake::Read(Ok(n)) => sc.handle_data(t, &buf[..n]),
-            Wake::Timeout => {
-                armed = None;
-                sc.handle_timeout(t);
-            }
+            Wake::Timeout => sc.handle_timeout(t),
         }
     }
 }

@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use chatgate_core::http::body::BodyDecoder;
-use chatgate_core::http::response::parse_response_head;
-use chatgate_core::http::{HeadScanner, HttpLimits};
+use chatgate_core::harness::parse_response;
 use chatgate_core::ledger::LedgerRecord;
 use serde_json::Value;
 
@@ -353,33 +351,20 @@ impl Gw {
 }
 
 /// A response as a client sees it.
-#[derive(Debug, Clone)]
-pub struct Response {
-    /// Status.
-    pub status: u16,
-    /// Headers, names lowercased.
-    pub headers: Vec<(String, String)>,
-    /// De-chunked body.
-    pub body: Vec<u8>,
+pub use chatgate_core::harness::ClientResponse as Response;
+
+/// What the tests read from responses beyond status, headers and body.
+pub trait ResponseExt {
+    /// `(status, error.type, error.code, error.param)`.
+    fn error(&self) -> (u16, String, String, Value);
+    /// SSE `data:` payloads.
+    fn events(&self) -> Vec<String>;
+    /// Parsed chunks (not `[DONE]`).
+    fn chunks(&self) -> Vec<Value>;
 }
 
-impl Response {
-    /// First value of a header.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The body as JSON.
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    /// `(status, error.type, error.code, error.param)`.
-    pub fn error(&self) -> (u16, String, String, Value) {
+impl ResponseExt for Response {
+    fn error(&self) -> (u16, String, String, Value) {
         let v = self.json();
         (
             self.status,
@@ -389,13 +374,11 @@ impl Response {
         )
     }
 
-    /// SSE `data:` payloads.
-    pub fn events(&self) -> Vec<String> {
+    fn events(&self) -> Vec<String> {
         sse_data(&self.body)
     }
 
-    /// Parsed chunks (not `[DONE]`).
-    pub fn chunks(&self) -> Vec<Value> {
+    fn chunks(&self) -> Vec<Value> {
         self.events()
             .into_iter()
             .filter(|e| e != "[DONE]")
@@ -404,59 +387,12 @@ impl Response {
     }
 }
 
-/// Parses one complete response from the start of `buf`; `eof` when the
-/// peer closed (completing a read-until-close body).
+/// One complete response from the start of `buf`, and the bytes it used.
 pub fn parse_one(buf: &[u8], eof: bool) -> Option<(Response, usize)> {
-    let limits = HttpLimits {
-        max_body: u64::MAX,
-        ..HttpLimits::default()
-    };
-    let mut at = 0;
-    loop {
-        let len = HeadScanner::new()
-            .scan(&buf[at..], limits.max_head)
-            .ok()??;
-        let head = parse_response_head(&buf[at..at + len], &limits).ok()?;
-        if head.is_interim() {
-            at += len;
-            continue;
-        }
-        let headers = {
-            let mut slots = [httparse_header(); 128];
-            let mut r = httparse::Response::new(&mut slots);
-            let _ = r.parse(&buf[at..at + len]);
-            r.headers
-                .iter()
-                .map(|h| {
-                    (
-                        h.name.to_ascii_lowercase(),
-                        String::from_utf8_lossy(h.value).into_owned(),
-                    )
-                })
-                .collect()
-        };
-        let mut d = BodyDecoder::new(head.framing, limits);
-        let mut body = Vec::new();
-        let used = d.decode(&buf[at + len..], &mut body).ok()?;
-        if eof {
-            let _ = d.finish();
-        }
-        if !d.is_done() {
-            return None;
-        }
-        return Some((
-            Response {
-                status: head.status,
-                headers,
-                body,
-            },
-            at + len + used,
-        ));
+    match parse_response(buf, eof) {
+        Ok(Some((r, used))) if r.complete => Some((r, used)),
+        _ => None,
     }
-}
-
-fn httparse_header() -> httparse::Header<'static> {
-    httparse::EMPTY_HEADER
 }
 
 /// A client connection.

@@ -252,19 +252,7 @@ impl SimConnection {
         let (head, len) = match head {
             Ok(h) => h,
             Err(e) => {
-                self.start(
-                    now,
-                    plan_error(
-                        400,
-                        &e.to_string(),
-                        None,
-                        "invalid_request_error",
-                        "bad_http",
-                    ),
-                    false,
-                    None,
-                    None,
-                );
+                self.bad_http(now, &e);
                 return false;
             }
         };
@@ -310,19 +298,7 @@ impl SimConnection {
             }
             Err(e) => {
                 self.pending = None;
-                self.start(
-                    now,
-                    plan_error(
-                        400,
-                        &e.to_string(),
-                        None,
-                        "invalid_request_error",
-                        "bad_http",
-                    ),
-                    false,
-                    None,
-                    None,
-                );
+                self.bad_http(now, &e);
                 return false;
             }
         }
@@ -355,16 +331,17 @@ impl SimConnection {
         true
     }
 
-    fn start(
-        &mut self,
-        now: Instant,
-        plan: Plan,
-        keep_alive: bool,
-        request_id: Option<String>,
-        body: Option<String>,
-    ) {
+    /// Answers malformed HTTP with 400 and closes.
+    fn bad_http(&mut self, now: Instant, e: &crate::http::HttpError) {
         let seq = self.server.seq.fetch_add(1, Ordering::Relaxed);
-        self.start_seq(now, plan, keep_alive, request_id, body, seq);
+        let plan = plan_error(
+            400,
+            &e.to_string(),
+            None,
+            "invalid_request_error",
+            "bad_http",
+        );
+        self.start_seq(now, plan, false, None, None, seq);
     }
 
     fn start_seq(
