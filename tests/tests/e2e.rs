@@ -571,8 +571,11 @@ fn keep_alive_pipelining_chunked_and_expect(bin: &str) {
     let j = sim.journal();
     assert_eq!(j.len(), 3);
     assert_eq!(j[2]["body"], b);
-    // Keep-alive towards the provider too: one upstream connection would
-    // carry all three; the simulator cannot tell, but the ledger can count.
+    // Keep-alive towards the provider too: one connection carried all three.
+    assert!(
+        j.iter().all(|e| e["connection"] == j[0]["connection"]),
+        "{j:?}"
+    );
     assert_eq!(gw.ledger_len(3).len(), 3);
 }
 
@@ -1003,4 +1006,36 @@ fn logs_never_contain_keys_or_content(bin: &str) {
     for needle in [gw.key.as_str(), "sk-provider-SECRET-xyz", secret_text] {
         assert!(!ledger.contains(needle), "the ledger contains {needle}");
     }
+    // JSON logs: one object per line, access lines with their fields.
+    let gw = Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec!["--log-format".into(), "json".into()],
+            ..GwOptions::default()
+        },
+    );
+    gw.chat(&stream_body(""));
+    gw.ledger_len(1);
+    let logs = gw.proc.stderr();
+    let access: Vec<Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .filter(|v| v["target"] == "chatgate::access")
+        .collect();
+    assert_eq!(access.len(), 1, "{logs}");
+    let f = &access[0]["fields"];
+    assert_eq!(
+        (
+            f["status"].as_u64(),
+            f["stream"].as_bool(),
+            f["key"].as_str()
+        ),
+        (Some(200), Some(true), Some("test"))
+    );
+    assert!(
+        f["completion_tokens"].as_u64().unwrap() > 0
+            && f["ttfb_ms"].is_u64()
+            && f["duration_ms"].is_u64()
+    );
 }

@@ -41,6 +41,9 @@ pub enum Outcome {
 pub struct JournalEntry {
     /// Sequence number.
     pub seq: u64,
+    /// Which connection carried the request (numbered from 1 per process),
+    /// so reuse of connections can be observed.
+    pub connection: u64,
     /// The `X-Request-Id` the client sent.
     pub request_id: Option<String>,
     /// The request body as received (UTF-8, lossy; truncated past 256 KiB).
@@ -64,6 +67,7 @@ pub struct SimServer {
     options: SimOptions,
     wall: WallClock,
     seq: AtomicU64,
+    connections: AtomicU64,
     journal: Mutex<VecDeque<JournalEntry>>,
 }
 
@@ -74,6 +78,7 @@ impl SimServer {
             options,
             wall,
             seq: AtomicU64::new(1),
+            connections: AtomicU64::new(1),
             journal: Mutex::new(VecDeque::new()),
         })
     }
@@ -138,6 +143,7 @@ struct Pending {
 #[derive(Debug)]
 pub struct SimConnection {
     server: Arc<SimServer>,
+    id: u64,
     cin: Vec<u8>,
     scanner: HeadScanner,
     pending: Option<Pending>,
@@ -151,8 +157,10 @@ pub struct SimConnection {
 impl SimConnection {
     /// A new connection.
     pub fn new(server: Arc<SimServer>) -> Self {
+        let id = server.connections.fetch_add(1, Ordering::Relaxed);
         SimConnection {
             server,
+            id,
             cin: Vec::new(),
             scanner: HeadScanner::new(),
             pending: None,
@@ -356,6 +364,7 @@ impl SimConnection {
         if let Some(body) = body {
             self.server.record(JournalEntry {
                 seq,
+                connection: self.id,
                 request_id,
                 body,
                 status: plan.status,
