@@ -1,0 +1,68 @@
+# Shared by smoke.sh and run.sh; sourced, not run.
+# Sets FUZZ_DIR, REPO and TARGETS, puts cargo-fuzz on PATH; installs cargo-fuzz into
+# <repo>/.cache/cargo-fuzz when it is missing; copies the seeds into the
+# corpus directories.
+
+FUZZ_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$FUZZ_DIR/.." && pwd)"
+TARGETS=(sse_framer request_head chunked response_head validate exchange)
+
+if ! command -v rustup >/dev/null 2>&1; then
+    echo "rustup is required (with a nightly toolchain: rustup toolchain install nightly)" >&2
+    exit 1
+fi
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "a nightly toolchain is required: rustup toolchain install nightly" >&2
+    exit 1
+fi
+
+CARGO_FUZZ_ROOT="$REPO/.cache/cargo-fuzz"
+if [[ ! -x "$CARGO_FUZZ_ROOT/bin/cargo-fuzz" ]]; then
+    echo "==> installing cargo-fuzz into $CARGO_FUZZ_ROOT"
+    cargo install cargo-fuzz --locked --root "$CARGO_FUZZ_ROOT"
+fi
+# `cargo +nightly fuzz` finds the subcommand on PATH.
+export PATH="$CARGO_FUZZ_ROOT/bin:$PATH"
+
+# Seeds are committed under seeds/<target>/; the corpus directories are
+# generated (and ignored by git). Copying never overwrites what a previous
+# run found.
+seed_corpora() {
+    local t seed
+    for t in "${TARGETS[@]}"; do
+        mkdir -p "$FUZZ_DIR/corpus/$t"
+        for seed in "$FUZZ_DIR/seeds/$t"/*; do
+            [[ -f "$seed" ]] || continue
+            [[ -e "$FUZZ_DIR/corpus/$t/${seed##*/}" ]] || cp "$seed" "$FUZZ_DIR/corpus/$t/"
+        done
+    done
+}
+
+# fuzz_all SECONDS: builds every target, then runs each for SECONDS; fails
+# on the first finding (libFuzzer exits non-zero and saves the input under
+# artifacts/<target>/).
+fuzz_all() {
+    local seconds="$1" t start status=0
+    local -a failed=()
+    cd "$FUZZ_DIR"
+    seed_corpora
+    echo "==> building all targets"
+    cargo +nightly fuzz build
+    for t in "${TARGETS[@]}"; do
+        echo "==> $t for ${seconds}s"
+        start=$SECONDS
+        # -print_final_stats reports the number of executions.
+        if ! cargo +nightly fuzz run "$t" "corpus/$t" -- \
+            -max_total_time="$seconds" -print_final_stats=1; then
+            failed+=("$t")
+            status=1
+        fi
+        echo "==> $t done in $((SECONDS - start))s"
+    done
+    if ((status != 0)); then
+        echo "==> findings in: ${failed[*]} (inputs under $FUZZ_DIR/artifacts/)" >&2
+    else
+        echo "==> no findings"
+    fi
+    return "$status"
+}
