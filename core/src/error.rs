@@ -51,7 +51,7 @@ pub struct ApiError {
     pub message: String,
     /// `Retry-After` in whole seconds (429, and 502 when the provider sent one).
     pub retry_after: Option<u64>,
-    /// `Allow` header value for 405.
+    /// `Allow` header value for 405 (e.g. `GET, HEAD`).
     pub allow: Option<&'static str>,
 }
 

@@ -585,15 +585,19 @@ impl Connection {
             upstream_status: None,
         }));
         let has_body = head.framing != Framing::Empty;
-        let (allow, is_chat) = match head.path.as_str() {
-            MODELS_PATH => ("GET", false),
-            CHAT_PATH => ("POST", true),
+        let (allowed, allow, is_chat) = match head.path.as_str() {
+            MODELS_PATH => (
+                matches!(head.method, Method::Get | Method::Head),
+                "GET, HEAD",
+                false,
+            ),
+            CHAT_PATH => (head.method == Method::Post, "POST", true),
             _ => {
                 let e = ApiError::unknown_url(head.method.as_str(), &head.path);
                 return self.respond_error(now, e, has_body);
             }
         };
-        if head.method.as_str() != allow {
+        if !allowed {
             let e = ApiError::method_not_allowed(head.method.as_str(), allow);
             return self.respond_error(now, e, has_body);
         }
@@ -751,7 +755,9 @@ impl Connection {
             limit_headers(&mut out, s);
         }
         write::end_head(&mut out);
-        out.extend_from_slice(gw.config().catalog.list_body());
+        if req.method != Method::Head {
+            out.extend_from_slice(gw.config().catalog.list_body());
+        }
         self.access_log(now, 200, None);
         self.push_client(now, &out);
         self.end_response(close);
@@ -771,7 +777,8 @@ impl Connection {
             .req
             .as_ref()
             .and_then(|r| r.limit_status.or_else(|| self.peek_limits(now, r)));
-        write_error(&mut out, &err, &id, status.as_ref(), close, unix);
+        let head_only = self.req.as_ref().is_some_and(|r| r.method == Method::Head);
+        write_error(&mut out, &err, &id, status.as_ref(), close, unix, head_only);
         self.access_log(now, err.status, Some(err.code));
         if self.is_metered() {
             let mut rec = self.record(now, err.status);
@@ -1435,7 +1442,7 @@ fn limit_headers(out: &mut Vec<u8>, s: &LimitStatus) {
     }
 }
 
-/// Writes a complete error response.
+/// Writes a complete error response (without its body for a HEAD request).
 pub(crate) fn write_error(
     out: &mut Vec<u8>,
     err: &ApiError,
@@ -1443,6 +1450,7 @@ pub(crate) fn write_error(
     limits: Option<&LimitStatus>,
     close: bool,
     unix_secs: u64,
+    head_only: bool,
 ) {
     let body = err.body();
     write::status_line(out, err.status);
@@ -1459,7 +1467,9 @@ pub(crate) fn write_error(
         limit_headers(out, s);
     }
     write::end_head(out);
-    out.extend_from_slice(&body);
+    if !head_only {
+        out.extend_from_slice(&body);
+    }
 }
 
 fn http_error(e: &HttpError, limits: &HttpLimits) -> ApiError {

@@ -347,7 +347,15 @@ impl Gateway {
         let err = ApiError::overloaded(why);
         let id = self.next_request_id();
         let mut out = Vec::new();
-        crate::exchange::write_error(&mut out, &err, &id, None, true, self.wall.unix_secs(now));
+        crate::exchange::write_error(
+            &mut out,
+            &err,
+            &id,
+            None,
+            true,
+            self.wall.unix_secs(now),
+            false,
+        );
         out
     }
 

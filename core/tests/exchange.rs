@@ -348,6 +348,7 @@ fn routes_methods_and_auth() {
     }
     assert_eq!(rs[6].status, 405);
     assert_eq!(rs[6].header("allow"), Some("POST"));
+    assert_eq!(rs[6].json()["error"]["code"], "method_not_allowed");
     assert_eq!(
         error_of(&rs[7]),
         (
@@ -998,6 +999,39 @@ fn content_type_must_be_json_when_given() {
     let r = one(&pair);
     assert_eq!(error_of(&r).2, "unsupported_content_type");
     assert!(pair.client_closed, "the unread body closes the connection");
+}
+
+#[test]
+fn head_requests_get_heads_without_bodies() {
+    let mut pair = Pair::with_defaults();
+    let key = pair.key.clone();
+    pair.client_send(
+        format!("HEAD /v1/models HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n\r\n")
+            .as_bytes(),
+    );
+    pair.client_send(b"HEAD /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n");
+    pair.client_send(b"HEAD /nope HTTP/1.1\r\nHost: gw\r\n\r\n");
+    pair.client_send(
+        format!("GET /v1/models HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n\r\n")
+            .as_bytes(),
+    );
+    // Parse as a HEAD-aware client would: the first three have no body.
+    let text = String::from_utf8_lossy(&pair.received).into_owned();
+    let heads: Vec<&str> = text.split("\r\n\r\n").collect();
+    assert!(
+        heads[0].starts_with("HTTP/1.1 200 OK") && heads[0].contains("Content-Length: 105"),
+        "{}",
+        heads[0]
+    );
+    assert!(
+        heads[1].starts_with("HTTP/1.1 405") && heads[1].contains("Allow: POST"),
+        "{}",
+        heads[1]
+    );
+    assert!(heads[2].starts_with("HTTP/1.1 404"), "{}", heads[2]);
+    assert!(heads[3].starts_with("HTTP/1.1 200 OK"), "{}", heads[3]);
+    assert!(heads[4].starts_with("{\"object\":\"list\""), "{}", heads[4]);
+    assert!(!pair.client_closed);
 }
 
 #[test]

@@ -53,31 +53,32 @@ impl BodyDecoder {
     /// Decodes from `input`, appending body bytes to `out`; returns how many
     /// input bytes belonged to the body.
     pub fn decode(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, HttpError> {
+        let room = self.max_body - self.decoded;
         let used = match &mut self.kind {
             Kind::Length { remaining } => {
-                let take = (*remaining).min(input.len() as u64) as usize;
-                out.extend_from_slice(&input[..take]);
-                *remaining -= take as u64;
-                take
-            }
-            Kind::Chunked(d) => d.decode(input, out)?,
-            Kind::UntilClose { closed } => {
-                if *closed {
-                    0
-                } else {
-                    out.extend_from_slice(input);
-                    input.len()
+                let take = (*remaining).min(input.len() as u64);
+                if take > room {
+                    return Err(HttpError::BodyTooLarge);
                 }
+                out.extend_from_slice(&input[..take as usize]);
+                *remaining -= take;
+                take as usize
+            }
+            Kind::Chunked(d) => {
+                let used = d.decode(input, out)?;
+                self.decoded = d.decoded();
+                return Ok(used);
+            }
+            Kind::UntilClose { closed: true } => 0,
+            Kind::UntilClose { closed: false } => {
+                if input.len() as u64 > room {
+                    return Err(HttpError::BodyTooLarge);
+                }
+                out.extend_from_slice(input);
+                input.len()
             }
         };
-        if let Kind::Chunked(d) = &self.kind {
-            self.decoded = d.decoded();
-        } else {
-            self.decoded += used as u64;
-        }
-        if self.decoded > self.max_body {
-            return Err(HttpError::BodyTooLarge);
-        }
+        self.decoded += used as u64;
         Ok(used)
     }
 
@@ -122,6 +123,12 @@ mod tests {
         assert_eq!(d.decode(b"abcd", &mut out), Ok(4));
         assert!(!d.is_done());
         assert_eq!(d.decode(b"e", &mut out), Err(HttpError::BodyTooLarge));
+        // Nothing past the cap is output, whatever the split.
+        assert_eq!(out, b"abcd");
+        let mut whole = Vec::new();
+        let mut d = BodyDecoder::new(Framing::UntilClose, limits);
+        assert_eq!(d.decode(b"abcde", &mut whole), Err(HttpError::BodyTooLarge));
+        assert!(whole.is_empty());
         let mut d = BodyDecoder::new(Framing::UntilClose, limits);
         d.decode(b"ab", &mut out).unwrap();
         assert_eq!(d.finish(), Ok(()));

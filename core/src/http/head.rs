@@ -29,24 +29,24 @@ impl HeadScanner {
     /// Looks at `buf` (the message so far, from its first byte; it only ever
     /// grows between calls) and returns the length of the head, CRLFCRLF
     /// included, once it is complete.
+    ///
+    /// Only the first `max_head` bytes are ever examined, so the answer does
+    /// not depend on how much beyond the cap arrived in one read.
     pub fn scan(&mut self, buf: &[u8], max_head: usize) -> Result<Option<usize>, HttpError> {
-        let mut from = self.scanned.min(buf.len());
-        while let Some(off) = memchr::memchr(b'\n', &buf[from..]) {
+        let visible = &buf[..buf.len().min(max_head)];
+        let mut from = self.scanned.min(visible.len());
+        while let Some(off) = memchr::memchr(b'\n', &visible[from..]) {
             let lf = from + off;
-            if lf == 0 || buf[lf - 1] != b'\r' {
+            if lf == 0 || visible[lf - 1] != b'\r' {
                 return Err(HttpError::BareLineEnding);
             }
-            if lf >= 3 && &buf[lf - 3..lf] == b"\r\n\r" {
-                let end = lf + 1;
-                if end > max_head {
-                    return Err(HttpError::HeadTooLarge);
-                }
-                self.scanned = end;
-                return Ok(Some(end));
+            if lf >= 3 && &visible[lf - 3..lf] == b"\r\n\r" {
+                self.scanned = lf + 1;
+                return Ok(Some(lf + 1));
             }
             from = lf + 1;
         }
-        self.scanned = buf.len();
+        self.scanned = visible.len();
         if buf.len() >= max_head {
             return Err(HttpError::HeadTooLarge);
         }
@@ -84,6 +84,18 @@ mod tests {
         let head = b"GET / HTTP/1.1\nHost: x\r\n\r\n";
         assert_eq!(whole(head, 1024), Err(HttpError::BareLineEnding));
         assert_eq!(dribbled(head, 1024), Err(HttpError::BareLineEnding));
+    }
+
+    #[test]
+    fn nothing_past_the_cap_is_examined() {
+        // A bare LF beyond the cap: 431 however the bytes arrive.
+        let mut head = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        head.resize(100, b'a');
+        head.extend_from_slice(b"\n\r\n");
+        assert_eq!(whole(&head, 64), Err(HttpError::HeadTooLarge));
+        assert_eq!(dribbled(&head, 64), Err(HttpError::HeadTooLarge));
+        let mut s = HeadScanner::new();
+        assert_eq!(s.scan(&head[..64], 64), Err(HttpError::HeadTooLarge));
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub fn parse_response_head(head: &[u8], limits: &HttpLimits) -> Result<ResponseH
         Err(_) => return Err(HttpError::Malformed("invalid status line or header")),
     };
     let status = res.code.unwrap_or(0);
+    if !(100..=999).contains(&status) {
+        return Err(HttpError::Malformed("status code below 100"));
+    }
     let http10 = res.version == Some(0);
     let mut content_length = None;
     let mut te_last_chunked = None;
@@ -80,6 +83,9 @@ pub fn parse_response_head(head: &[u8], limits: &HttpLimits) -> Result<ResponseH
         if name_is(h.name, "content-length") {
             content_length = Some(merge_content_length(content_length, h.value)?);
         } else if name_is(h.name, "transfer-encoding") {
+            // A field with no coding at all is still a Transfer-Encoding:
+            // not chunked, so the body runs until close.
+            te_last_chunked.get_or_insert(false);
             for t in tokens(h.value) {
                 te_last_chunked = Some(t.eq_ignore_ascii_case(b"chunked"));
             }
@@ -167,5 +173,16 @@ mod tests {
             parse("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").is_err()
         );
         assert!(parse("garbage garbage\r\n\r\n").is_err());
+        assert!(parse("HTTP/1.1 020 X\r\nContent-Length: 0\r\n\r\n").is_err());
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding:\r\n\r\n"),
+            Err(HttpError::LengthAndTransferEncoding)
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nTransfer-Encoding:\r\n\r\n")
+                .unwrap()
+                .framing,
+            Framing::UntilClose
+        );
     }
 }
