@@ -436,6 +436,17 @@ fn provider_reset_mid_stream(bin: &str) {
     assert!(!rec.complete);
     assert_eq!(rec.finish_reason, None);
     assert_eq!(sim.settled(2)["outcome"], "reset");
+    // A provider that reports cumulative usage on every chunk, reset before
+    // finishing: incomplete, metered with the last usage it reported.
+    let r = gw.chat(&stream_body(
+        r#""x_sim":{"fault":"reset","after":6,"usage_every":true,"reasoning_tokens":4}"#,
+    ));
+    let last = r.chunks().last().unwrap()["usage"].clone();
+    assert_eq!(last["completion_tokens"], 6);
+    let rec = &gw.ledger_len(4)[3];
+    assert!(!rec.complete);
+    assert_eq!((rec.completion_tokens, rec.reasoning_tokens), (6, 4));
+    assert_eq!(rec.cost_nano_usd, rec.prompt_tokens * 2850 + 6 * 14250);
 }
 
 fn client_disconnects_abort_the_provider(bin: &str) {

@@ -205,6 +205,7 @@ impl ChunkedDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn limits(max_body: u64) -> HttpLimits {
         HttpLimits {
@@ -289,5 +290,41 @@ mod tests {
         let mut out = Vec::new();
         d.decode(b"5\r\nhel", &mut out).unwrap();
         assert_eq!(d.finish(), Err(HttpError::Truncated));
+    }
+
+    proptest! {
+        #[test]
+        fn random_splits_agree(
+            sizes in proptest::collection::vec(0usize..300, 0..6),
+            ext in any::<bool>(),
+            trailer in any::<bool>(),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12),
+        ) {
+            let mut body = Vec::new();
+            let mut expect = Vec::new();
+            for (i, n) in sizes.iter().copied().filter(|&n| n > 0).enumerate() {
+                let data: Vec<u8> = (0..n).map(|j| b'a' + ((i + j) % 26) as u8).collect();
+                body.extend_from_slice(format!("{n:X}{}\r\n", if ext { ";x=y" } else { "" }).as_bytes());
+                body.extend_from_slice(&data);
+                body.extend_from_slice(b"\r\n");
+                expect.extend_from_slice(&data);
+            }
+            body.extend_from_slice(if trailer { &b"0\r\nT: v\r\n\r\nNEXT"[..] } else { &b"0\r\n\r\nNEXT"[..] });
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(body.len() + 1)).collect();
+            points.sort_unstable();
+            let mut d = ChunkedDecoder::new(limits(1 << 20));
+            let mut out = Vec::new();
+            let mut used = 0;
+            let mut last = 0;
+            for p in points.into_iter().chain(std::iter::once(body.len())) {
+                if !d.is_done() {
+                    used += d.decode(&body[last.max(used)..p.max(used)], &mut out).unwrap();
+                }
+                last = p;
+            }
+            prop_assert!(d.is_done());
+            prop_assert_eq!(out, expect);
+            prop_assert_eq!(&body[used..], b"NEXT");
+        }
     }
 }

@@ -57,6 +57,7 @@ impl HeadScanner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn whole(input: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
         HeadScanner::new().scan(input, max)
@@ -105,5 +106,36 @@ mod tests {
         assert_eq!(dribbled(head, 20), Err(HttpError::HeadTooLarge));
         assert_eq!(whole(head, head.len()), Ok(Some(head.len())));
         assert_eq!(whole(head, head.len() - 1), Err(HttpError::HeadTooLarge));
+    }
+
+    proptest! {
+        #[test]
+        fn random_splits_agree(
+            lines in proptest::collection::vec("[a-zA-Z0-9: -]{0,40}", 0..8),
+            ending in prop_oneof![Just("\r\n"), Just("\n"), Just("\r\n\r\n"), Just("")],
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..10),
+            max in 16usize..400,
+        ) {
+            let mut input = String::from("GET / HTTP/1.1\r\n");
+            for l in &lines {
+                input.push_str(l);
+                input.push_str("\r\n");
+            }
+            input.push_str(ending);
+            input.push_str("BODY");
+            let input = input.as_bytes();
+            let want = whole(input, max);
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
+            points.sort_unstable();
+            let mut s = HeadScanner::new();
+            let mut got = Ok(None);
+            for p in points.into_iter().chain(std::iter::once(input.len())) {
+                got = s.scan(&input[..p], max);
+                if !matches!(got, Ok(None)) {
+                    break;
+                }
+            }
+            prop_assert_eq!(got, want);
+        }
     }
 }

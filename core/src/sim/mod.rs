@@ -22,6 +22,7 @@
 //! | `ttft_ms`, `token_ms` | time to first token, time per token |
 //! | `reasoning_tokens`, `answer_tokens` | lengths |
 //! | `framing` | `chunked` (default for streams) or `close` |
+//! | `usage_every` | `true`: cumulative usage on every chunk (with `include_usage`), as some providers do |
 
 mod server;
 
@@ -588,13 +589,14 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
     } else {
         0
     };
-    let usage = format!(
-        "{{\"prompt_tokens\":{p},\"completion_tokens\":{c},\"total_tokens\":{t},\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}},\"completion_tokens_details\":{{\"reasoning_tokens\":{r}}},\"cache_read_input_tokens\":{cached},\"cache_created_input_tokens\":0}}",
-        p = ask.prompt_tokens,
-        c = s.completion_tokens,
-        t = ask.prompt_tokens + s.completion_tokens,
-        r = s.reasoning.len(),
-    );
+    let usage_at = |completion: u64, reasoning: u64| {
+        format!(
+            "{{\"prompt_tokens\":{p},\"completion_tokens\":{completion},\"total_tokens\":{t},\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}},\"completion_tokens_details\":{{\"reasoning_tokens\":{reasoning}}},\"cache_read_input_tokens\":{cached},\"cache_created_input_tokens\":0}}",
+            p = ask.prompt_tokens,
+            t = ask.prompt_tokens + completion,
+        )
+    };
+    let usage = usage_at(s.completion_tokens, s.reasoning.len() as u64);
     if !ask.stream || fault == Some(Fault::JsonForStream) {
         let reasoning: String = s.reasoning.concat();
         let content: String = s.answer.concat();
@@ -641,13 +643,28 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
     let head = format!(
         "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{model},\"system_fingerprint\":\"fp_sim\",\"choices\":["
     );
-    let tail = if ask.include_usage {
-        "],\"usage\":null}\n\n"
-    } else {
-        "]}\n\n"
-    };
+    // Some providers report cumulative usage on every chunk instead of null.
+    let usage_every = ask.include_usage
+        && ask
+            .params
+            .get("usage_every")
+            .is_some_and(|v| v == "true" || v == "1");
+    let n_reasoning = s.reasoning.len() as u64;
+    let sent = std::cell::Cell::new(0u64);
     let chunk = |delta: String, finish: Option<&str>| -> Vec<u8> {
         let finish = finish.map_or_else(|| "null".to_owned(), json_str);
+        sent.set((sent.get() + 1).min(s.completion_tokens));
+        let tail = if usage_every {
+            let done = sent.get();
+            format!(
+                "],\"usage\":{}}}\n\n",
+                usage_at(done, done.min(n_reasoning))
+            )
+        } else if ask.include_usage {
+            "],\"usage\":null}\n\n".to_owned()
+        } else {
+            "]}\n\n".to_owned()
+        };
         format!("{head}{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}{tail}").into_bytes()
     };
     let mut events: Vec<Vec<u8>> = Vec::new();
