@@ -234,6 +234,8 @@ pub struct GwOptions {
     pub rpm: Option<u64>,
     /// Tokens per minute of the test key.
     pub tpm: Option<u64>,
+    /// More keys to mint into the same keys file: (name, rpm, tpm).
+    pub extra_keys: Vec<(String, Option<u64>, Option<u64>)>,
 }
 
 /// A running gateway with a minted key.
@@ -244,6 +246,8 @@ pub struct Gw {
     pub addr: SocketAddr,
     /// A valid key (named `test`).
     pub key: String,
+    /// Every key by name (`test` and the extra ones).
+    pub keys: std::collections::HashMap<String, String>,
     /// Its working directory (keys file, ledger).
     pub dir: tempfile::TempDir,
     /// The binary.
@@ -251,30 +255,19 @@ pub struct Gw {
 }
 
 impl Gw {
-    /// Mints a key with `keys new` and starts `serve` in front of `upstream`.
+    /// Mints the keys with `keys new` and starts `serve` in front of `upstream`.
     pub fn start(bin: &str, upstream: &str, opts: GwOptions) -> Gw {
         let dir = tempfile::tempdir().expect("temp dir");
-        let keys = dir.path().join("keys.toml");
-        let keys_s = keys.to_string_lossy().into_owned();
-        let mut args = vec!["keys", "new", "--keys", &keys_s, "--name", "test"];
-        let (rpm, tpm) = (
-            opts.rpm.map(|n| n.to_string()),
-            opts.tpm.map(|n| n.to_string()),
-        );
-        if let Some(r) = &rpm {
-            args.extend(["--rpm", r]);
+        let mut keys = std::collections::HashMap::new();
+        let mut wanted = vec![("test".to_owned(), opts.rpm, opts.tpm)];
+        wanted.extend(opts.extra_keys.iter().cloned());
+        for (name, rpm, tpm) in wanted {
+            keys.insert(name.clone(), mint(bin, dir.path(), &name, rpm, tpm));
         }
-        if let Some(t) = &tpm {
-            args.extend(["--tpm", t]);
-        }
-        let (code, out, err) = run(bin, &args, &[]);
-        assert_eq!(code, 0, "keys new failed: {err}");
-        let key = out
-            .lines()
-            .next()
-            .expect("the key on the first line")
-            .to_owned();
-        Gw::start_with_keys(bin, upstream, opts, dir, key)
+        let key = keys["test"].clone();
+        let mut gw = Gw::start_with_keys(bin, upstream, opts, dir, key);
+        gw.keys = keys;
+        gw
     }
 
     /// Starts `serve` with the keys file already in `dir`.
@@ -300,10 +293,12 @@ impl Gw {
         args.extend(opts.args.iter().cloned());
         let mut proc = Proc::spawn(bin, &args, &opts.env, &dir.path().join("gateway.stderr"));
         let addr = address_from(&proc.line());
+        let keys = [("test".to_owned(), key.clone())].into_iter().collect();
         Gw {
             proc,
             addr,
             key,
+            keys,
             dir,
             bin: bin.to_owned(),
         }
@@ -348,6 +343,25 @@ impl Gw {
             Some(body),
         )
     }
+}
+
+/// Mints a key named `name` into `dir/keys.toml` with `bin keys new`.
+pub fn mint(bin: &str, dir: &Path, name: &str, rpm: Option<u64>, tpm: Option<u64>) -> String {
+    let keys = dir.join("keys.toml").to_string_lossy().into_owned();
+    let mut args = vec!["keys", "new", "--keys", &keys, "--name", name];
+    let (rpm, tpm) = (rpm.map(|n| n.to_string()), tpm.map(|n| n.to_string()));
+    if let Some(r) = &rpm {
+        args.extend(["--rpm", r]);
+    }
+    if let Some(t) = &tpm {
+        args.extend(["--tpm", t]);
+    }
+    let (code, out, err) = run(bin, &args, &[]);
+    assert_eq!(code, 0, "keys new failed: {err}");
+    out.lines()
+        .next()
+        .expect("the key on the first line")
+        .to_owned()
 }
 
 /// A response as a client sees it.
