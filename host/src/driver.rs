@@ -20,6 +20,7 @@ use chatgate_core::exchange::{Event, UpstreamFailure};
 use chatgate_core::gateway::{Accept, Gateway};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
+use crate::gate::Gate;
 use crate::ledger::Ledger;
 use crate::runtime::{Alarm, Runtime, now};
 use crate::upstream::{Connector, UpstreamStream};
@@ -89,12 +90,18 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
     let mut connecting: Option<ConnectFuture<'_, R::Tcp>> = None;
     let mut up_dirty = false;
     let mut alarm = Alarm::<R>::default();
+    // One gate per source: each is polled again only when it woke or changed.
+    let (mut g_drain, mut g_connect, mut g_timer) =
+        (Gate::default(), Gate::default(), Gate::default());
+    let (mut g_up_read, mut g_up_write) = (Gate::default(), Gate::default());
+    let (mut g_client_read, mut g_client_write) = (Gate::default(), Gate::default());
 
     loop {
         while let Some(event) = conn.poll_event() {
             match event {
                 Event::ConnectUpstream { fresh } => {
                     connecting = Some(Box::pin(shared.connector.connect(fresh)));
+                    g_connect.reset();
                 }
                 Event::ReleaseUpstream => {
                     if let Some(s) = upstream.take() {
@@ -119,16 +126,22 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
         }
 
-        alarm.set(rt, conn.poll_timeout());
+        if alarm.set(rt, conn.poll_timeout()) {
+            g_timer.reset();
+        }
         let want_client = conn.wants_client_read();
         let want_up = conn.wants_upstream_read();
 
         let wake = future::poll_fn(|cx| {
-            if !drain_seen && Pin::new(&mut drain).poll(cx).is_ready() {
+            if !drain_seen
+                && g_drain
+                    .poll(cx, |cx| Pin::new(&mut drain).poll(cx))
+                    .is_ready()
+            {
                 return Poll::Ready(Wake::Drain);
             }
             if let Some(c) = connecting.as_mut() {
-                if let Poll::Ready(r) = c.as_mut().poll(cx) {
+                if let Poll::Ready(r) = g_connect.poll(cx, |cx| c.as_mut().poll(cx)) {
                     return Poll::Ready(Wake::Connected(r.map(|(s, reused)| {
                         upstream = Some(s);
                         reused
@@ -137,33 +150,50 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
             if let Some(up) = upstream.as_mut() {
                 if let Some(tx) = conn.poll_upstream_transmit() {
-                    if let Poll::Ready(r) = Pin::new(&mut *up).poll_write(cx, tx) {
+                    if let Poll::Ready(r) =
+                        g_up_write.poll(cx, |cx| Pin::new(&mut *up).poll_write(cx, tx))
+                    {
                         return Poll::Ready(Wake::UpWritten(r));
                     }
                 } else if up_dirty {
-                    if let Poll::Ready(r) = Pin::new(&mut *up).poll_flush(cx) {
+                    if let Poll::Ready(r) =
+                        g_up_write.poll(cx, |cx| Pin::new(&mut *up).poll_flush(cx))
+                    {
                         return Poll::Ready(Wake::UpFlushed(r));
                     }
                 }
             }
             if let Some(tx) = conn.poll_client_transmit() {
-                if let Poll::Ready(r) = Pin::new(&mut client).poll_write(cx, tx) {
+                if let Poll::Ready(r) =
+                    g_client_write.poll(cx, |cx| Pin::new(&mut client).poll_write(cx, tx))
+                {
                     return Poll::Ready(Wake::ClientWritten(r));
                 }
             }
             if want_up {
                 if let Some(up) = upstream.as_mut() {
-                    if let Poll::Ready(r) = Pin::new(up).poll_read(cx, &mut ubuf) {
+                    if let Poll::Ready(r) =
+                        g_up_read.poll(cx, |cx| Pin::new(up).poll_read(cx, &mut ubuf))
+                    {
                         return Poll::Ready(Wake::UpRead(r));
                     }
                 }
             }
             if want_client {
-                if let Poll::Ready(r) = Pin::new(&mut client).poll_read(cx, &mut cbuf) {
+                if let Poll::Ready(r) =
+                    g_client_read.poll(cx, |cx| Pin::new(&mut client).poll_read(cx, &mut cbuf))
+                {
                     return Poll::Ready(Wake::ClientRead(r));
                 }
             }
-            if alarm.poll(cx) {
+            let fired = g_timer.poll(cx, |cx| {
+                if alarm.poll(cx) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
+            if fired.is_ready() {
                 return Poll::Ready(Wake::Timeout);
             }
             Poll::Pending
@@ -178,6 +208,8 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
             Wake::Connected(Ok(reused)) => {
                 connecting = None;
+                g_up_read.reset();
+                g_up_write.reset();
                 conn.handle_upstream_connected(t, reused);
             }
             Wake::Connected(Err(failure)) => {

@@ -9,6 +9,7 @@
 //!   ledger;
 //! - [`upstream`] and [`tls`]: resolving, connecting, rustls over any
 //!   futures-io stream, the keep-alive pool;
+//! - [`gate`]: per-source wakers, so the loop polls only what woke;
 //! - [`ledger`]: the append-only ledger file;
 //! - [`serve`] and [`sim`]: accept loops and the shutdown sequence;
 //! - [`cli`]: the command line of every binary (`serve`, `keys new`, `demo`,
@@ -21,6 +22,7 @@
 
 pub mod cli;
 pub mod driver;
+pub mod gate;
 pub mod ledger;
 pub mod runtime;
 pub mod serve;

@@ -64,20 +64,26 @@ impl<R: Runtime> Default for Alarm<R> {
 }
 
 impl<R: Runtime> Alarm<R> {
-    /// Points the alarm at `deadline` (core time), or disarms it; the timer
-    /// is created once and moved afterwards.
-    pub fn set(&mut self, rt: &R, deadline: Option<Instant>) {
-        let at = deadline.map(to_std);
-        if at == self.armed {
-            return;
+    /// Follows `deadline` (core time) lazily: the timer only ever moves
+    /// earlier. A later deadline keeps the earlier one armed; when it fires
+    /// early, the state machine finds nothing due and the alarm is then set
+    /// to the real deadline. Deadlines change at every step of a request, and
+    /// moving a timer costs reactor work (and, on some runtimes, system
+    /// calls); an early wake-up every few seconds costs nothing. True when
+    /// the timer was moved.
+    pub fn set(&mut self, rt: &R, deadline: Option<Instant>) -> bool {
+        let Some(at) = deadline.map(to_std) else {
+            return false;
+        };
+        if self.armed.is_some_and(|armed| armed <= at) {
+            return false;
         }
-        if let Some(at) = at {
-            match self.timer.as_mut() {
-                Some(t) => rt.reset_timer(t, at),
-                None => self.timer = Some(rt.timer(at)),
-            }
+        match self.timer.as_mut() {
+            Some(t) => rt.reset_timer(t, at),
+            None => self.timer = Some(rt.timer(at)),
         }
-        self.armed = at;
+        self.armed = Some(at);
+        true
     }
 
     /// True once the deadline has passed; the alarm is then disarmed, so the

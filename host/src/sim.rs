@@ -7,6 +7,7 @@ use std::task::Poll;
 use chatgate_core::sim::{SimAction, SimConnection, SimServer};
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 
+use crate::gate::Gate;
 use crate::runtime::{Alarm, Runtime, now};
 
 /// Serves simulator connections until SIGTERM/SIGINT.
@@ -32,6 +33,8 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
     let mut sc = SimConnection::new(server);
     let mut buf = vec![0u8; 16 * 1024];
     let mut alarm = Alarm::<R>::default();
+    let (mut g_read, mut g_write, mut g_timer) =
+        (Gate::default(), Gate::default(), Gate::default());
     loop {
         if let Some(action) = sc.poll_action() {
             match action {
@@ -42,17 +45,30 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
             }
             return;
         }
-        alarm.set(&rt, sc.poll_timeout());
+        if alarm.set(&rt, sc.poll_timeout()) {
+            g_timer.reset();
+        }
         let wake = future::poll_fn(|cx| {
             if let Some(tx) = sc.poll_transmit() {
-                if let Poll::Ready(r) = Pin::new(&mut tcp).poll_write(cx, tx) {
+                if let Poll::Ready(r) = g_write.poll(cx, |cx| Pin::new(&mut tcp).poll_write(cx, tx))
+                {
                     return Poll::Ready(Wake::Written(r));
                 }
             }
-            if let Poll::Ready(r) = Pin::new(&mut tcp).poll_read(cx, &mut buf) {
+            if let Poll::Ready(r) = g_read.poll(cx, |cx| Pin::new(&mut tcp).poll_read(cx, &mut buf))
+            {
                 return Poll::Ready(Wake::Read(r));
             }
-            if alarm.poll(cx) {
+            if g_timer
+                .poll(cx, |cx| {
+                    if alarm.poll(cx) {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .is_ready()
+            {
                 return Poll::Ready(Wake::Timeout);
             }
             Poll::Pending

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chatgate_core::exchange::UpstreamFailure;
 use chatgate_core::gateway::UpstreamTarget;
 use chatgate_core::pool::Pool;
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, future};
+use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
@@ -107,17 +107,14 @@ impl<R: Runtime> Connector<R> {
         fresh: bool,
     ) -> Result<(UpstreamStream<R::Tcp>, bool), UpstreamFailure> {
         if !fresh {
-            loop {
-                let mut expired = Vec::new();
-                let candidate = self.pool().take(now(), &mut expired);
-                drop(expired);
-                let Some(mut s) = candidate else { break };
-                // A pooled connection the provider closed reads EOF (or junk)
-                // at once; a live one has nothing to say.
-                let mut probe = [0u8; 1];
-                if future::poll_once(s.read(&mut probe)).await.is_none() {
-                    return Ok((s, true));
-                }
+            // No liveness probe: a pooled connection the provider closed is
+            // noticed when it answers nothing, and core retries that request
+            // once on a new connection (it had received no byte of it).
+            let mut expired = Vec::new();
+            let candidate = self.pool().take(now(), &mut expired);
+            drop(expired);
+            if let Some(s) = candidate {
+                return Ok((s, true));
             }
         }
         let s = self.open().await?;
