@@ -39,7 +39,7 @@ use crate::ledger::LedgerRecord;
 use crate::limits::{LimitStatus, Limits};
 use crate::sse::SseFramer;
 use crate::stream::{DONE_EVENT, EventKind, StreamTracker};
-use crate::time::{Instant, http_date};
+use crate::time::{Instant, push_http_date};
 use crate::usage::{Usage, parse_completion};
 use crate::validate::{ChatRequest, validate_chat_request};
 
@@ -1360,17 +1360,17 @@ impl Connection {
 
     fn access_log(&self, now: Instant, status: u16, error: Option<&str>) {
         let Some(req) = &self.req else {
-            tracing::info!(target: "chatgate::access", status, error = %error.unwrap_or(""), "request rejected before parsing");
+            tracing::info!(target: "chatgate::access", status, error = error.unwrap_or(""), "request rejected before parsing");
             return;
         };
         tracing::info!(
             target: "chatgate::access",
-            request_id = %req.id,
-            key = %req.key.as_ref().map_or("-", |k| k.name.as_str()),
-            method = %req.method.as_str(),
-            path = %req.path,
+            request_id = req.id.as_str(),
+            key = req.key.as_ref().map_or("-", |k| k.name.as_str()),
+            method = req.method.as_str(),
+            path = req.path.as_str(),
             status,
-            error = %error.unwrap_or(""),
+            error = error.unwrap_or(""),
             duration_ms = (now - req.started).as_millis() as u64,
             "request"
         );
@@ -1379,10 +1379,10 @@ impl Connection {
     fn access_log_record(&self, rec: &LedgerRecord) {
         tracing::info!(
             target: "chatgate::access",
-            request_id = %rec.request_id,
-            key = %rec.key,
-            method = %"POST",
-            path = %CHAT_PATH,
+            request_id = rec.request_id.as_str(),
+            key = rec.key.as_str(),
+            method = "POST",
+            path = CHAT_PATH,
             status = rec.status,
             stream = rec.stream,
             prompt_tokens = rec.prompt_tokens,
@@ -1429,7 +1429,9 @@ fn client_body(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
 }
 
 fn common_headers(out: &mut Vec<u8>, request_id: &str, unix_secs: u64, close: bool) {
-    header(out, "Date", &http_date(unix_secs));
+    out.extend_from_slice(b"Date: ");
+    push_http_date(out, unix_secs);
+    out.extend_from_slice(b"\r\n");
     header(out, "X-Request-Id", request_id);
     if close {
         header(out, "Connection", "close");
@@ -1437,9 +1439,20 @@ fn common_headers(out: &mut Vec<u8>, request_id: &str, unix_secs: u64, close: bo
 }
 
 fn limit_headers(out: &mut Vec<u8>, s: &LimitStatus) {
-    for (name, value) in s.headers() {
-        header(out, name, &value);
-    }
+    header_u64(out, "x-ratelimit-limit-requests", s.limit_requests);
+    header_u64(out, "x-ratelimit-limit-tokens", s.limit_tokens);
+    header_u64(out, "x-ratelimit-remaining-requests", s.remaining_requests);
+    header_u64(out, "x-ratelimit-remaining-tokens", s.remaining_tokens);
+    header(
+        out,
+        "x-ratelimit-reset-requests",
+        &crate::limits::format_reset(s.reset_requests_ms),
+    );
+    header(
+        out,
+        "x-ratelimit-reset-tokens",
+        &crate::limits::format_reset(s.reset_tokens_ms),
+    );
 }
 
 /// Writes a complete error response (without its body for a HEAD request).

@@ -82,7 +82,7 @@ impl StreamTracker {
         if !wants_parse {
             return EventKind::Data;
         }
-        let Ok(mut probe) = serde_json::from_slice::<Probe>(&data) else {
+        let Ok(mut probe) = serde_json::from_slice::<Probe<'_>>(&data) else {
             if parsed.is_error_type {
                 self.error.get_or_insert_with(|| "error event".into());
                 return EventKind::Error;
@@ -95,8 +95,9 @@ impl StreamTracker {
         if let Some(usage) = probe.usage() {
             self.usage = Some(usage);
         }
-        match probe.error {
-            Some(e) if !e.is_null() => {
+        match probe.error.filter(|e| e.get() != "null") {
+            Some(e) => {
+                let e: serde_json::Value = serde_json::from_str(e.get()).unwrap_or_default();
                 self.error = Some(error_message(&e));
                 EventKind::Error
             }

@@ -97,6 +97,23 @@ pub fn rfc3339_ms(unix_ms: u64) -> String {
     )
 }
 
+thread_local! {
+    /// The last second formatted by [`push_http_date`] on this thread.
+    static HTTP_DATE: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Appends the HTTP date of `unix_secs`, formatting each second once per
+/// thread (a response head is written many times a second).
+pub fn push_http_date(out: &mut Vec<u8>, unix_secs: u64) {
+    HTTP_DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != unix_secs {
+            *cached = (unix_secs, http_date(unix_secs));
+        }
+        out.extend_from_slice(cached.1.as_bytes());
+    });
+}
+
 /// Formats Unix seconds as an HTTP date (IMF-fixdate),
 /// e.g. `Sun, 22 Nov 2026 03:34:00 GMT`.
 pub fn http_date(unix_secs: u64) -> String {
@@ -158,6 +175,14 @@ mod tests {
     fn http_dates() {
         assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
         assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        let mut out = Vec::new();
+        push_http_date(&mut out, 784_111_777);
+        push_http_date(&mut out, 784_111_777);
+        push_http_date(&mut out, 0);
+        assert_eq!(
+            out,
+            b"Sun, 06 Nov 1994 08:49:37 GMTSun, 06 Nov 1994 08:49:37 GMTThu, 01 Jan 1970 00:00:00 GMT"
+        );
     }
 
     #[test]

@@ -108,15 +108,16 @@ pub struct CompletionSummary {
 }
 
 /// What the gateway reads of a provider's JSON object (a chunk or a whole
-/// answer); everything else in it is skipped unparsed.
+/// answer); everything else in it is skipped unparsed. `usage` and `error`
+/// stay raw text borrowed from the input until asked for.
 #[derive(Deserialize)]
-pub(crate) struct Probe {
+pub(crate) struct Probe<'a> {
     #[serde(default)]
     choices: Option<Vec<ChoiceProbe>>,
-    #[serde(default)]
-    usage: Option<serde_json::Value>,
-    #[serde(default)]
-    pub(crate) error: Option<serde_json::Value>,
+    #[serde(default, borrow)]
+    usage: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow)]
+    pub(crate) error: Option<&'a serde_json::value::RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -125,7 +126,7 @@ struct ChoiceProbe {
     finish_reason: Option<String>,
 }
 
-impl Probe {
+impl Probe<'_> {
     /// `finish_reason` of the first choice that has one.
     pub(crate) fn finish_reason(&mut self) -> Option<String> {
         self.choices
@@ -137,17 +138,18 @@ impl Probe {
     /// The `usage` object, if present and readable (an unreadable one counts
     /// as absent, not as an error).
     pub(crate) fn usage(&mut self) -> Option<Usage> {
-        self.usage
-            .take()
-            .filter(serde_json::Value::is_object)
-            .and_then(|u| Usage::deserialize(u).ok())
+        let raw = self.usage.take()?;
+        if !raw.get().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(raw.get()).ok()
     }
 }
 
 /// Reads usage and finish reason from a non-streamed answer. The body must be
 /// a JSON object (anything else is the provider answering garbage).
 pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, serde_json::Error> {
-    let mut probe: Probe = serde_json::from_slice(body)?;
+    let mut probe: Probe<'_> = serde_json::from_slice(body)?;
     Ok(CompletionSummary {
         usage: probe.usage(),
         finish_reason: probe.finish_reason(),

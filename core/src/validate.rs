@@ -65,7 +65,7 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
     let top: Members<'_> = serde_json::from_slice(body).map_err(ApiError::invalid_json)?;
 
     let model_raw = top.get("model").ok_or_else(|| ApiError::missing("model"))?;
-    let model = string(model_raw, "model")?;
+    let model = string(model_raw, Param::root("model"))?;
     let entry = catalog
         .get(&model)
         .ok_or_else(|| ApiError::model_not_found(&model))?;
@@ -88,7 +88,7 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
         match kind(raw) {
             Kind::Null => {}
             Kind::Object => {
-                let opts = object(raw, "stream_options")?;
+                let opts = object(raw, Param::root("stream_options"))?;
                 if let Some(v) = opts.get("include_usage") {
                     if kind(v) != Kind::Bool {
                         return Err(ApiError::invalid_type(
@@ -103,13 +103,13 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
         }
     }
     if let Some(raw) = top.get("temperature") {
-        number_in(raw, "temperature", 0.0, 2.0)?;
+        number_in(raw, Param::root("temperature"), 0.0, 2.0)?;
     }
     if let Some(raw) = top.get("top_p") {
-        number_in(raw, "top_p", 0.0, 1.0)?;
+        number_in(raw, Param::root("top_p"), 0.0, 1.0)?;
     }
     let mut max_tokens = match top.get("max_tokens") {
-        Some(raw) => positive_integer(raw, "max_tokens")?,
+        Some(raw) => positive_integer(raw, Param::root("max_tokens"))?,
         None => None,
     };
     if max_tokens.is_none() {
@@ -241,78 +241,146 @@ fn kind(raw: &RawValue) -> Kind {
     }
 }
 
-fn string<'a>(raw: &'a RawValue, param: &str) -> Result<Cow<'a, str>, ApiError> {
+/// A parameter's path, e.g. `messages[0].content[1].type`, rendered only
+/// when an error names it (the success path builds no strings).
+#[derive(Clone, Copy)]
+struct Param<'a> {
+    parent: Option<&'a Param<'a>>,
+    seg: Seg<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+impl<'a> Param<'a> {
+    const fn root(key: &'a str) -> Param<'a> {
+        Param {
+            parent: None,
+            seg: Seg::Key(key),
+        }
+    }
+
+    fn key(&'a self, key: &'a str) -> Param<'a> {
+        Param {
+            parent: Some(self),
+            seg: Seg::Key(key),
+        }
+    }
+
+    fn index(&'a self, i: usize) -> Param<'a> {
+        Param {
+            parent: Some(self),
+            seg: Seg::Index(i),
+        }
+    }
+}
+
+impl std::fmt::Display for Param<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(parent) = self.parent {
+            parent.fmt(f)?;
+        }
+        match self.seg {
+            Seg::Key(k) if self.parent.is_some() => write!(f, ".{k}"),
+            Seg::Key(k) => f.write_str(k),
+            Seg::Index(i) => write!(f, "[{i}]"),
+        }
+    }
+}
+
+fn string<'a>(raw: &'a RawValue, param: Param<'_>) -> Result<Cow<'a, str>, ApiError> {
     if kind(raw) != Kind::String {
-        return Err(ApiError::invalid_type(param, "a string"));
+        return Err(ApiError::invalid_type(param.to_string(), "a string"));
     }
     serde_json::from_str::<Key<'a>>(raw.get())
         .map(|k| k.0)
-        .map_err(|_| ApiError::invalid_type(param, "a string"))
+        .map_err(|_| ApiError::invalid_type(param.to_string(), "a string"))
 }
 
-fn object<'a>(raw: &'a RawValue, param: &str) -> Result<Members<'a>, ApiError> {
+/// A member that must be there.
+fn required<'a>(m: &Members<'a>, param: Param<'_>, key: &str) -> Result<&'a RawValue, ApiError> {
+    m.get(key)
+        .ok_or_else(|| ApiError::missing(param.to_string()))
+}
+
+fn object<'a>(raw: &'a RawValue, param: Param<'_>) -> Result<Members<'a>, ApiError> {
     if kind(raw) != Kind::Object {
-        return Err(ApiError::invalid_type(param, "an object"));
+        return Err(ApiError::invalid_type(param.to_string(), "an object"));
     }
-    serde_json::from_str(raw.get())
-        .map_err(|e| ApiError::invalid_value(param, format!("Invalid object for '{param}': {e}.")))
+    serde_json::from_str(raw.get()).map_err(|e| {
+        ApiError::invalid_value(
+            param.to_string(),
+            format!("Invalid object for '{param}': {e}."),
+        )
+    })
 }
 
-fn array<'a>(raw: &'a RawValue, param: &str) -> Result<Vec<&'a RawValue>, ApiError> {
+fn array<'a>(raw: &'a RawValue, param: Param<'_>) -> Result<Vec<&'a RawValue>, ApiError> {
     if kind(raw) != Kind::Array {
-        return Err(ApiError::invalid_type(param, "an array"));
+        return Err(ApiError::invalid_type(param.to_string(), "an array"));
     }
-    serde_json::from_str(raw.get())
-        .map_err(|e| ApiError::invalid_value(param, format!("Invalid array for '{param}': {e}.")))
+    serde_json::from_str(raw.get()).map_err(|e| {
+        ApiError::invalid_value(
+            param.to_string(),
+            format!("Invalid array for '{param}': {e}."),
+        )
+    })
 }
 
-fn number_in(raw: &RawValue, param: &str, min: f64, max: f64) -> Result<(), ApiError> {
+fn number_in(raw: &RawValue, param: Param<'_>, min: f64, max: f64) -> Result<(), ApiError> {
     match kind(raw) {
         Kind::Null => Ok(()),
         Kind::Number => {
             let v: f64 = serde_json::from_str(raw.get()).map_err(|_| {
-                ApiError::invalid_value(param, format!("'{param}' is not a representable number."))
+                ApiError::invalid_value(
+                    param.to_string(),
+                    format!("'{param}' is not a representable number."),
+                )
             })?;
             if (min..=max).contains(&v) {
                 Ok(())
             } else {
                 Err(ApiError::invalid_value(
-                    param,
+                    param.to_string(),
                     format!("'{param}' must be between {min} and {max}; got {v}."),
                 ))
             }
         }
-        _ => Err(ApiError::invalid_type(param, "a number")),
+        _ => Err(ApiError::invalid_type(param.to_string(), "a number")),
     }
 }
 
-fn positive_integer(raw: &RawValue, param: &str) -> Result<Option<u64>, ApiError> {
+fn positive_integer(raw: &RawValue, param: Param<'_>) -> Result<Option<u64>, ApiError> {
     match kind(raw) {
         Kind::Null => Ok(None),
         Kind::Number => {
             let text = raw.get();
             if text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
-                return Err(ApiError::invalid_type(param, "an integer"));
+                return Err(ApiError::invalid_type(param.to_string(), "an integer"));
             }
             if text.starts_with('-') || text == "0" {
                 return Err(ApiError::invalid_value(
-                    param,
+                    param.to_string(),
                     format!("'{param}' must be a positive integer."),
                 ));
             }
-            text.parse::<u64>()
-                .map(Some)
-                .map_err(|_| ApiError::invalid_value(param, format!("'{param}' is too large.")))
+            text.parse::<u64>().map(Some).map_err(|_| {
+                ApiError::invalid_value(param.to_string(), format!("'{param}' is too large."))
+            })
         }
-        _ => Err(ApiError::invalid_type(param, "an integer")),
+        _ => Err(ApiError::invalid_type(param.to_string(), "an integer")),
     }
 }
 
 fn check_stop(raw: &RawValue) -> Result<(), ApiError> {
+    let p = Param::root("stop");
     match kind(raw) {
         Kind::Null | Kind::String => Ok(()),
         Kind::Array => {
-            let items = array(raw, "stop")?;
+            let items = array(raw, p)?;
             if items.len() > MAX_STOP {
                 return Err(ApiError::invalid_value(
                     "stop",
@@ -324,7 +392,7 @@ fn check_stop(raw: &RawValue) -> Result<(), ApiError> {
             }
             for (i, item) in items.iter().enumerate() {
                 if kind(item) != Kind::String {
-                    return Err(ApiError::invalid_type(format!("stop[{i}]"), "a string"));
+                    return Err(ApiError::invalid_type(p.index(i).to_string(), "a string"));
                 }
             }
             Ok(())
@@ -342,42 +410,33 @@ fn check_tools(raw: &RawValue) -> Result<(Vec<String>, usize), ApiError> {
     if kind(raw) == Kind::Null {
         return Ok((Vec::new(), 0));
     }
-    let tools = array(raw, "tools")?;
+    let root = Param::root("tools");
+    let tools = array(raw, root)?;
     let mut names = Vec::with_capacity(tools.len());
     for (i, tool) in tools.iter().enumerate() {
-        let p = format!("tools[{i}]");
-        let t = object(tool, &p)?;
-        match t.get("type") {
-            Some(ty) if string(ty, &format!("{p}.type"))? == "function" => {}
-            Some(_) => {
-                return Err(ApiError::invalid_value(
-                    format!("{p}.type"),
-                    "Only tools of type 'function' are supported.",
-                ));
-            }
-            None => return Err(ApiError::missing(format!("{p}.type"))),
+        let p = root.index(i);
+        let t = object(tool, p)?;
+        let type_p = p.key("type");
+        if string(required(&t, type_p, "type")?, type_p)? != "function" {
+            return Err(ApiError::invalid_value(
+                type_p.to_string(),
+                "Only tools of type 'function' are supported.",
+            ));
         }
-        let f = object(
-            t.get("function")
-                .ok_or_else(|| ApiError::missing(format!("{p}.function")))?,
-            &format!("{p}.function"),
-        )?;
-        let name_param = format!("{p}.function.name");
-        let name = string(
-            f.get("name")
-                .ok_or_else(|| ApiError::missing(&name_param))?,
-            &name_param,
-        )?;
+        let fp = p.key("function");
+        let f = object(required(&t, fp, "function")?, fp)?;
+        let name_p = fp.key("name");
+        let name = string(required(&f, name_p, "name")?, name_p)?;
         if !is_function_name(&name) {
             return Err(ApiError::invalid_value(
-                name_param,
+                name_p.to_string(),
                 "Function names are 1 to 64 characters of a-z, A-Z, 0-9, '_' and '-'.",
             ));
         }
         if let Some(params) = f.get("parameters") {
             if kind(params) != Kind::Object {
                 return Err(ApiError::invalid_type(
-                    format!("{p}.function.parameters"),
+                    fp.key("parameters").to_string(),
                     "an object",
                 ));
             }
@@ -395,27 +454,26 @@ fn is_function_name(name: &str) -> bool {
 }
 
 fn check_tool_choice(raw: &RawValue, tools: &[String]) -> Result<(), ApiError> {
+    let p = Param::root("tool_choice");
     match kind(raw) {
         Kind::Null => Ok(()),
-        Kind::String => {
-            let v = string(raw, "tool_choice")?;
-            match v.as_ref() {
-                "auto" | "none" => Ok(()),
-                "required" if !tools.is_empty() => Ok(()),
-                "required" => Err(ApiError::invalid_value(
-                    "tool_choice",
-                    "'tool_choice' 'required' needs 'tools'.",
-                )),
-                _ => Err(ApiError::invalid_value(
-                    "tool_choice",
-                    "'tool_choice' must be 'auto', 'none', 'required' or an object naming a function.",
-                )),
-            }
-        }
+        Kind::String => match string(raw, p)?.as_ref() {
+            "auto" | "none" => Ok(()),
+            "required" if !tools.is_empty() => Ok(()),
+            "required" => Err(ApiError::invalid_value(
+                "tool_choice",
+                "'tool_choice' 'required' needs 'tools'.",
+            )),
+            _ => Err(ApiError::invalid_value(
+                "tool_choice",
+                "'tool_choice' must be 'auto', 'none', 'required' or an object naming a function.",
+            )),
+        },
         Kind::Object => {
-            let o = object(raw, "tool_choice")?;
+            let o = object(raw, p)?;
+            let type_p = p.key("type");
             match o.get("type") {
-                Some(t) if string(t, "tool_choice.type")? == "function" => {}
+                Some(t) if string(t, type_p)? == "function" => {}
                 _ => {
                     return Err(ApiError::invalid_value(
                         "tool_choice.type",
@@ -423,16 +481,10 @@ fn check_tool_choice(raw: &RawValue, tools: &[String]) -> Result<(), ApiError> {
                     ));
                 }
             }
-            let f = object(
-                o.get("function")
-                    .ok_or_else(|| ApiError::missing("tool_choice.function"))?,
-                "tool_choice.function",
-            )?;
-            let name = string(
-                f.get("name")
-                    .ok_or_else(|| ApiError::missing("tool_choice.function.name"))?,
-                "tool_choice.function.name",
-            )?;
+            let fp = p.key("function");
+            let f = object(required(&o, fp, "function")?, fp)?;
+            let name_p = fp.key("name");
+            let name = string(required(&f, name_p, "name")?, name_p)?;
             if !tools.iter().any(|t| *t == name) {
                 return Err(ApiError::invalid_value(
                     "tool_choice.function.name",
@@ -458,7 +510,8 @@ struct CheckedMessages<'a> {
 }
 
 fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
-    let items = array(raw, "messages")?;
+    let root = Param::root("messages");
+    let items = array(raw, root)?;
     if items.is_empty() {
         return Err(ApiError::invalid_value(
             "messages",
@@ -468,18 +521,14 @@ fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
     let mut strip = Vec::new();
     let mut estimate: u64 = 3;
     for (i, msg) in items.iter().enumerate() {
-        let p = format!("messages[{i}]");
-        let m = object(msg, &p)?;
-        let role_param = format!("{p}.role");
-        let role = string(
-            m.get("role")
-                .ok_or_else(|| ApiError::missing(&role_param))?,
-            &role_param,
-        )?;
+        let p = root.index(i);
+        let m = object(msg, p)?;
+        let role_p = p.key("role");
+        let role = string(required(&m, role_p, "role")?, role_p)?;
         if !ROLES.contains(&role.as_ref()) {
             return Err(ApiError::invalid_value(
-                role_param,
-                format!("'{p}.role' must be one of {}.", ROLES.join(", ")),
+                role_p.to_string(),
+                format!("'{role_p}' must be one of {}.", ROLES.join(", ")),
             ));
         }
         let role = role.as_ref();
@@ -487,21 +536,22 @@ fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
         if let Some(tc) = tool_calls {
             if role != "assistant" {
                 return Err(ApiError::invalid_value(
-                    format!("{p}.tool_calls"),
+                    p.key("tool_calls").to_string(),
                     "Only assistant messages may carry 'tool_calls'.",
                 ));
             }
-            check_tool_calls(tc, &p)?;
+            check_tool_calls(tc, p.key("tool_calls"))?;
             estimate += (tc.get().len() as u64).div_ceil(4);
         }
-        estimate += 4 + check_content(m.get("content"), role, tool_calls.is_some(), &p)?;
+        estimate += 4 + check_content(
+            m.get("content"),
+            role,
+            tool_calls.is_some(),
+            p.key("content"),
+        )?;
         if role == "tool" {
-            let id_param = format!("{p}.tool_call_id");
-            string(
-                m.get("tool_call_id")
-                    .ok_or_else(|| ApiError::missing(&id_param))?,
-                &id_param,
-            )?;
+            let id_p = p.key("tool_call_id");
+            string(required(&m, id_p, "tool_call_id")?, id_p)?;
         }
         if role == "assistant" && m.get("reasoning_content").is_some() {
             strip.push(i);
@@ -515,108 +565,98 @@ fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
     })
 }
 
-fn check_tool_calls(raw: &RawValue, p: &str) -> Result<(), ApiError> {
-    let param = format!("{p}.tool_calls");
-    for (j, call) in array(raw, &param)?.iter().enumerate() {
-        let cp = format!("{param}[{j}]");
-        let c = object(call, &cp)?;
+fn check_tool_calls(raw: &RawValue, p: Param<'_>) -> Result<(), ApiError> {
+    for (j, call) in array(raw, p)?.iter().enumerate() {
+        let cp = p.index(j);
+        let c = object(call, cp)?;
         if let Some(f) = c.get("function") {
-            let fp = format!("{cp}.function");
-            let f = object(f, &fp)?;
-            let np = format!("{fp}.name");
-            string(f.get("name").ok_or_else(|| ApiError::missing(&np))?, &np)?;
+            let fp = cp.key("function");
+            let f = object(f, fp)?;
+            let np = fp.key("name");
+            string(required(&f, np, "name")?, np)?;
         }
     }
     Ok(())
 }
 
-/// Checks a message's content; returns its token estimate.
+/// Checks a message's content (`p` is its path); returns its token estimate.
 fn check_content(
     raw: Option<&RawValue>,
     role: &str,
     has_tool_calls: bool,
-    p: &str,
+    p: Param<'_>,
 ) -> Result<u64, ApiError> {
-    let param = format!("{p}.content");
     let Some(raw) = raw else {
         return if role == "assistant" && has_tool_calls {
             Ok(0)
         } else {
-            Err(ApiError::missing(param))
+            Err(ApiError::missing(p.to_string()))
         };
     };
     match kind(raw) {
         Kind::String => Ok((raw.get().len() as u64).saturating_sub(2).div_ceil(4)),
         Kind::Null if role == "assistant" => Ok(0),
         Kind::Array => {
-            let parts = array(raw, &param)?;
+            let parts = array(raw, p)?;
             if parts.is_empty() {
                 return Err(ApiError::invalid_value(
-                    param,
-                    format!("'{p}.content' must not be an empty array."),
+                    p.to_string(),
+                    format!("'{p}' must not be an empty array."),
                 ));
             }
             let mut estimate = 0;
             for (j, part) in parts.iter().enumerate() {
-                estimate += check_part(part, role, &format!("{param}[{j}]"))?;
+                estimate += check_part(part, role, p.index(j))?;
             }
             Ok(estimate)
         }
         _ => Err(ApiError::invalid_type(
-            param,
+            p.to_string(),
             "a string or an array of content parts",
         )),
     }
 }
 
-fn check_part(raw: &RawValue, role: &str, p: &str) -> Result<u64, ApiError> {
+fn check_part(raw: &RawValue, role: &str, p: Param<'_>) -> Result<u64, ApiError> {
     let part = object(raw, p)?;
-    let type_param = format!("{p}.type");
-    let ty = string(
-        part.get("type")
-            .ok_or_else(|| ApiError::missing(&type_param))?,
-        &type_param,
-    )?;
+    let type_p = p.key("type");
+    let ty = string(required(&part, type_p, "type")?, type_p)?;
     match ty.as_ref() {
         "text" => {
-            let tp = format!("{p}.text");
-            let text = part.get("text").ok_or_else(|| ApiError::missing(&tp))?;
+            let tp = p.key("text");
+            let text = required(&part, tp, "text")?;
             if kind(text) != Kind::String {
-                return Err(ApiError::invalid_type(tp, "a string"));
+                return Err(ApiError::invalid_type(tp.to_string(), "a string"));
             }
             Ok((text.get().len() as u64).saturating_sub(2).div_ceil(4))
         }
         "image_url" if role == "user" => {
-            let ip = format!("{p}.image_url");
-            let image = object(
-                part.get("image_url")
-                    .ok_or_else(|| ApiError::missing(&ip))?,
-                &ip,
-            )?;
-            let up = format!("{ip}.url");
-            let url = string(image.get("url").ok_or_else(|| ApiError::missing(&up))?, &up)?;
-            check_image_url(&url, &up)?;
+            let ip = p.key("image_url");
+            let image = object(required(&part, ip, "image_url")?, ip)?;
+            let up = ip.key("url");
+            let url = string(required(&image, up, "url")?, up)?;
+            check_image_url(&url, up)?;
             Ok(IMAGE_TOKEN_ESTIMATE)
         }
         "image_url" => Err(ApiError::invalid_value(
-            type_param,
+            type_p.to_string(),
             "Image parts are only allowed in user messages.",
         )),
         _ => Err(ApiError::invalid_value(
-            type_param,
-            format!("'{p}.type' must be 'text' or 'image_url'."),
+            type_p.to_string(),
+            format!("'{type_p}' must be 'text' or 'image_url'."),
         )),
     }
 }
 
 /// An image URL is `http(s)://…` or `data:image/<type>;base64,<data>`.
-fn check_image_url(url: &str, param: &str) -> Result<(), ApiError> {
+fn check_image_url(url: &str, param: Param<'_>) -> Result<(), ApiError> {
     if url.starts_with("https://") || url.starts_with("http://") {
         return Ok(());
     }
     let bad = || {
         ApiError::invalid_value(
-            param,
+            param.to_string(),
             "An image URL must be http(s):// or a data:image/...;base64,... URI.",
         )
     };

@@ -29,6 +29,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::driver::Shared;
 use crate::ledger::Ledger;
+use crate::logging::init_logging;
 use crate::runtime::{Runtime, random_32, random_u64, unix_ms_at_start};
 use crate::serve::{bind, run_gateway};
 use crate::sim::run_sim;
@@ -147,19 +148,6 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
         Some(("sim", m)) => sim(rt, m),
         _ => fail("unknown command"),
     }
-}
-
-/// Sets up logging to stderr at `level`, as text or JSON lines.
-pub fn init_logging(level: &str, json: bool) {
-    let level: tracing::Level = level.parse().unwrap_or(tracing::Level::INFO);
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.with_ansi(false).try_init()
-    };
 }
 
 fn env_map() -> HashMap<String, String> {

@@ -11,6 +11,7 @@
 //!   futures-io stream, the keep-alive pool;
 //! - [`gate`]: per-source wakers, so the loop polls only what woke;
 //! - [`ledger`]: the append-only ledger file;
+//! - [`logging`]: stderr logs, with a cheap formatter for the per-request lines;
 //! - [`serve`] and [`sim`]: accept loops and the shutdown sequence;
 //! - [`cli`]: the command line of every binary (`serve`, `keys new`, `demo`,
 //!   `sim`).
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod driver;
 pub mod gate;
 pub mod ledger;
+pub mod logging;
 pub mod runtime;
 pub mod serve;
 pub mod sim;
