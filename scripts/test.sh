@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, exactly as CI runs it. Installs what it needs
-# (cargo-fuzz, into .cache/, for the fuzzing smoke run).
+# The whole test suite, exactly as CI runs it. Installs what it needs:
+# the client libraries (OpenAI Python and Node SDKs, Vercel AI SDK, into
+# .cache/ and clients/node/node_modules), nginx (Debian package) and
+# cargo-fuzz (into .cache/). A second run reuses them.
 #
 #   scripts/test.sh
 #
@@ -11,6 +13,10 @@ cd "$root"
 
 step() { printf '\n==> %s\n' "$*"; }
 start=$(date +%s)
+
+step "install test dependencies"
+clients/install.sh
+scripts/install-nginx.sh
 
 step "format"
 cargo fmt --all -- --check

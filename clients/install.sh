@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs the client libraries that tests/tests/clients.rs drives:
+#   - the OpenAI Python SDK into a venv at .cache/clients/venv, from
+#     clients/python/requirements.txt (exact pins);
+#   - the OpenAI Node SDK and the Vercel AI SDK into clients/node/node_modules,
+#     with `npm ci` from clients/node/package-lock.json.
+# Needs python3 (3.10 or newer, with venv) and node (20 or newer) with npm,
+# and access to PyPI and the npm registry. Safe to run again: each half is
+# skipped while its lock file (and interpreter) are unchanged.
+#
+#   clients/install.sh
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${PYTHON:-python3}"
+
+say() { printf 'clients/install.sh: %s\n' "$*"; }
+die() { say "$*" >&2; exit 1; }
+hash_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+command -v "$python" >/dev/null || die "$python not found: install Python 3.10 or newer"
+command -v node >/dev/null || die "node not found: install Node.js 20 or newer"
+command -v npm >/dev/null || die "npm not found: install npm"
+"$python" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' \
+    || die "$python must be Python 3.10 or newer with the venv module"
+
+# Python: a venv with the pinned requirements.
+venv="$root/.cache/clients/venv"
+req="$root/clients/python/requirements.txt"
+stamp="$venv/.installed"
+want="$(hash_of "$req") $("$python" -c 'import sys; print(sys.version)' | head -n1) $venv"
+if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    say "python: up to date"
+else
+    say "python: creating $venv"
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+        --no-cache-dir -r "$req"
+    printf '%s\n' "$want" >"$stamp"
+fi
+
+# Node: exactly what package-lock.json records.
+node_dir="$root/clients/node"
+stamp="$node_dir/node_modules/.installed"
+want="$(hash_of "$node_dir/package-lock.json") $(node --version)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    say "node: up to date"
+else
+    say "node: npm ci"
+    (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
+    printf '%s\n' "$want" >"$stamp"
+fi
+say "done"
