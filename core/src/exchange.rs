@@ -143,6 +143,8 @@ struct Request {
     body: Vec<u8>,
     decoder: Option<BodyDecoder>,
     chat: Option<ChatRequest>,
+    /// `model` and `stream` read from a body that failed validation.
+    peeked: Option<(String, bool)>,
     reserved: u64,
     limit_status: Option<LimitStatus>,
     upstream_request: Vec<u8>,
@@ -576,6 +578,7 @@ impl Connection {
             body: Vec::new(),
             decoder: None,
             chat: None,
+            peeked: None,
             reserved: 0,
             limit_status: None,
             upstream_request: Vec::new(),
@@ -680,7 +683,10 @@ impl Connection {
         let req = self.req.as_mut().expect("chat request in progress");
         let chat = match validate_chat_request(&req.body, &gw.config().catalog) {
             Ok(c) => c,
-            Err(e) => return self.respond_error(now, e, false),
+            Err(e) => {
+                req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+                return self.respond_error(now, e, false);
+            }
         };
         let key = req.key.as_ref().expect("authenticated before the body");
         match gw
@@ -1275,6 +1281,9 @@ impl Connection {
         if let Some(chat) = &req.chat {
             rec.model = chat.model.clone();
             rec.stream = chat.stream;
+        } else if let Some((model, stream)) = &req.peeked {
+            rec.model = model.clone();
+            rec.stream = *stream;
         }
         rec.status = status;
         rec.upstream_status = req.upstream_status;

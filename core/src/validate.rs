@@ -146,6 +146,21 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
     })
 }
 
+/// For metering a request that failed validation: its `model` and `stream`
+/// as far as they can be read (an empty model and `false` otherwise).
+pub fn peek_model_and_stream(body: &[u8]) -> (String, bool) {
+    let Ok(top) = serde_json::from_slice::<Members<'_>>(body) else {
+        return (String::new(), false);
+    };
+    let model = top
+        .get("model")
+        .and_then(|m| serde_json::from_str::<Key<'_>>(m.get()).ok())
+        .map(|k| k.0.chars().take(128).collect())
+        .unwrap_or_default();
+    let stream = top.get("stream").is_some_and(|s| s.get() == "true");
+    (model, stream)
+}
+
 /// A JSON object's members in order, values unparsed.
 struct Members<'a> {
     items: Vec<(Cow<'a, str>, &'a RawValue)>,
@@ -1167,6 +1182,21 @@ mod tests {
         }
         many.push_str(r#","k7":1}"#);
         assert_eq!(err(&many).code, "invalid_json");
+    }
+
+    #[test]
+    fn peek_for_the_ledger() {
+        assert_eq!(
+            peek_model_and_stream(
+                br#"{"model":"reasoning-model-k3","stream":true,"temperature":9}"#
+            ),
+            ("reasoning-model-k3".to_owned(), true)
+        );
+        assert_eq!(peek_model_and_stream(b"{oops"), (String::new(), false));
+        assert_eq!(
+            peek_model_and_stream(br#"{"model":7}"#),
+            (String::new(), false)
+        );
     }
 
     #[test]
