@@ -30,7 +30,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use crate::driver::Shared;
 use crate::ledger::Ledger;
 use crate::logging::init_logging;
-use crate::runtime::{Runtime, random_32, random_u64, unix_ms_at_start};
+use crate::runtime::{Runtime, raise_fd_limit, random_32, random_u64, unix_ms_at_start};
 use crate::serve::{bind, run_gateway};
 use crate::sim::run_sim;
 use crate::upstream::Connector;
@@ -252,7 +252,8 @@ fn run_bound<R: Runtime>(
         Ok(l) => l,
         Err(e) => return fail(format!("cannot listen on {addr}: {e}")),
     };
-    tracing::info!("starting: {summary}");
+    let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+    tracing::info!("starting: {summary} open_files={files}");
     println!("chatgate listening on http://{addr}/v1");
     let _ = std::io::stdout().flush();
     rt.block_on(run_gateway(shared, listener));
@@ -429,6 +430,7 @@ fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
             .ok()
             .filter(|k| !k.is_empty()),
     };
+    raise_fd_limit();
     let listen = m.get_one::<String>("listen").expect("required");
     let listener = match bind(listen) {
         Ok(l) => l,

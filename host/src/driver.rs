@@ -22,11 +22,9 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
 use crate::gate::Gate;
 use crate::ledger::Ledger;
-use crate::runtime::{Alarm, Runtime, now};
+use crate::runtime::{Alarm, Runtime, now, with_scratch};
 use crate::upstream::{Connector, UpstreamStream};
 
-/// Read buffer size per direction.
-const BUF: usize = 16 * 1024;
 /// How long a closing connection is drained of unread client bytes, so the
 /// last response is not destroyed by a reset.
 const LINGER: Duration = Duration::from_secs(2);
@@ -84,8 +82,6 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
     if drain_seen {
         conn.handle_shutdown(now());
     }
-    let mut cbuf = vec![0u8; BUF];
-    let mut ubuf = vec![0u8; BUF];
     let mut upstream: Option<UpstreamStream<R::Tcp>> = None;
     let mut connecting: Option<ConnectFuture<'_, R::Tcp>> = None;
     let mut up_dirty = false;
@@ -173,16 +169,16 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             if want_up {
                 if let Some(up) = upstream.as_mut() {
                     if let Poll::Ready(r) =
-                        g_up_read.poll(cx, |cx| Pin::new(up).poll_read(cx, &mut ubuf))
+                        with_scratch(|buf| g_up_read.poll(cx, |cx| Pin::new(up).poll_read(cx, buf)))
                     {
                         return Poll::Ready(Wake::UpRead(r));
                     }
                 }
             }
             if want_client {
-                if let Poll::Ready(r) =
-                    g_client_read.poll(cx, |cx| Pin::new(&mut client).poll_read(cx, &mut cbuf))
-                {
+                if let Poll::Ready(r) = with_scratch(|buf| {
+                    g_client_read.poll(cx, |cx| Pin::new(&mut client).poll_read(cx, buf))
+                }) {
                     return Poll::Ready(Wake::ClientRead(r));
                 }
             }
@@ -235,13 +231,15 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                 upstream = None;
                 conn.handle_upstream_eof(t);
             }
-            Wake::UpRead(Ok(n)) => conn.handle_upstream_data(t, &ubuf[..n]),
+            // The bytes are still in this thread's scratch buffer: nothing
+            // has yielded since the read.
+            Wake::UpRead(Ok(n)) => with_scratch(|buf| conn.handle_upstream_data(t, &buf[..n])),
             Wake::UpRead(Err(e)) => {
                 upstream = None;
                 conn.handle_upstream_failure(t, broken(Some(e)));
             }
             Wake::ClientRead(Ok(0)) | Wake::ClientRead(Err(_)) => conn.handle_client_eof(t),
-            Wake::ClientRead(Ok(n)) => conn.handle_client_data(t, &cbuf[..n]),
+            Wake::ClientRead(Ok(n)) => with_scratch(|buf| conn.handle_client_data(t, &buf[..n])),
             Wake::Timeout => conn.handle_timeout(t),
         }
     }

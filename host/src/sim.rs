@@ -8,7 +8,7 @@ use chatgate_core::sim::{SimAction, SimConnection, SimServer};
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 
 use crate::gate::Gate;
-use crate::runtime::{Alarm, Runtime, now};
+use crate::runtime::{Alarm, Runtime, now, with_scratch};
 
 /// Serves simulator connections until SIGTERM/SIGINT.
 pub async fn run_sim<R: Runtime>(rt: R, listener: R::Listener, server: Arc<SimServer>) {
@@ -31,7 +31,6 @@ enum Wake {
 
 async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::Tcp) {
     let mut sc = SimConnection::new(server);
-    let mut buf = vec![0u8; 16 * 1024];
     let mut alarm = Alarm::<R>::default();
     let (mut g_read, mut g_write, mut g_timer) =
         (Gate::default(), Gate::default(), Gate::default());
@@ -55,7 +54,8 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
                     return Poll::Ready(Wake::Written(r));
                 }
             }
-            if let Poll::Ready(r) = g_read.poll(cx, |cx| Pin::new(&mut tcp).poll_read(cx, &mut buf))
+            if let Poll::Ready(r) =
+                with_scratch(|buf| g_read.poll(cx, |cx| Pin::new(&mut tcp).poll_read(cx, buf)))
             {
                 return Poll::Ready(Wake::Read(r));
             }
@@ -78,7 +78,7 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
         match wake {
             Wake::Written(Ok(n)) if n > 0 => sc.handle_written(n),
             Wake::Written(_) | Wake::Read(Ok(0)) | Wake::Read(Err(_)) => sc.handle_eof(t),
-            Wake::Read(Ok(n)) => sc.handle_data(t, &buf[..n]),
+            Wake::Read(Ok(n)) => with_scratch(|buf| sc.handle_data(t, &buf[..n])),
             Wake::Timeout => sc.handle_timeout(t),
         }
     }
