@@ -1,0 +1,751 @@
+//! chatgate-bench: chatgate against nginx as a plain proxy, in one run.
+//!
+//! ```text
+//! chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only NAME]
+//! ```
+//!
+//! Starts the simulator at full speed, nginx (`proxy_pass`, upstream
+//! keep-alive, `proxy_buffering off`) and both chatgate binaries in front
+//! of it, then measures every workload against every target — direct to the
+//! simulator (the floor), nginx (the reference), chatgate-smol,
+//! chatgate-tokio — and prints each figure absolute and as a ratio to
+//! nginx's from the same run. The primary figure is CPU time consumed by
+//! the proxy process(es) per request (utime + stime from /proc), which holds
+//! on a shared, noisy machine.
+
+mod client;
+mod procs;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use client::percentile;
+use procs::{
+    Child, cpu_ticks, free_port, nginx_workers, rss_kib, ticks_per_second, wait_accepting,
+};
+
+const NONSTREAM: &str = r#"{"model":"reasoning-model-k3","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},{"role":"user","content":"What is the capital of France, and why is it the capital?"}],"max_tokens":512,"x_sim":{"reasoning_tokens":20,"answer_tokens":10}}"#;
+/// 60 reasoning + 37 answer deltas, finish, usage, [DONE]: 100 events.
+const STREAM: &str = r#"{"model":"reasoning-model-k3","stream":true,"messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},{"role":"user","content":"What is the capital of France, and why is it the capital?"}],"x_sim":{"reasoning_tokens":60,"answer_tokens":37}}"#;
+/// The same, timed: first token after 100 ms, then one every 5 ms.
+const TIMED: &str = r#"{"model":"reasoning-model-k3","stream":true,"messages":[{"role":"user","content":"Explain the tides."}],"x_sim":{"reasoning_tokens":60,"answer_tokens":37,"ttft_ms":100,"token_ms":5}}"#;
+const TIMED_TOKEN: Duration = Duration::from_millis(5);
+/// A slow stream: a token a second for ten minutes.
+const SLOW: &str = r#"{"model":"reasoning-model-k3","stream":true,"messages":[{"role":"user","content":"Think slowly."}],"x_sim":{"reasoning_tokens":600,"answer_tokens":1,"token_ms":1000}}"#;
+
+struct Opts {
+    quick: bool,
+    seconds: u64,
+    bin_dir: PathBuf,
+    out: Option<PathBuf>,
+    only: Option<String>,
+}
+
+struct Target {
+    name: &'static str,
+    addr: SocketAddr,
+    /// Processes whose CPU and memory are the proxy's (none for direct).
+    pids: Vec<u32>,
+}
+
+fn main() {
+    let opts = parse_args();
+    let fd_limit = procs::raise_fd_limit();
+    let needs_wrk = opts
+        .only
+        .as_deref()
+        .is_none_or(|o| o.split(',').any(|w| w == "nonstream" || w == "stream"));
+    let tools = Tools::find(&opts.bin_dir, needs_wrk);
+    let dir = std::env::temp_dir().join(format!("chatgate-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("work directory");
+    let mut report = String::new();
+    let _ = writeln!(report, "{}", machine(&tools));
+
+    let mut sim = Child::spawn(
+        &tools.smol,
+        &args(&["sim", "--listen", "127.0.0.1:0"]),
+        &[],
+        &dir.join("sim.log"),
+    );
+    let sim_addr = sim.listening_address();
+    let key = mint_key(&tools.smol, &dir);
+    let upstream = format!("http://{sim_addr}/v1");
+
+    let nginx_port = free_port();
+    let nginx_conf = write_nginx_conf(&dir, nginx_port, sim_addr, fd_limit, "nginx");
+    let nginx = Child::spawn(
+        &tools.nginx,
+        &nginx_args(&dir, &nginx_conf),
+        &[],
+        &dir.join("nginx.stderr"),
+    );
+    let nginx_addr: SocketAddr = ([127, 0, 0, 1], nginx_port).into();
+    wait_accepting(nginx_addr, Instant::now());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = nginx_workers(nginx.pid(), cores);
+    assert_eq!(workers.len(), cores, "nginx runs one worker per core");
+
+    let mut smol = gateway(&tools.smol, &dir, &upstream, "smol");
+    let mut tokio = gateway(&tools.tokio, &dir, &upstream, "tokio");
+    let (smol_addr, tokio_addr) = (smol.listening_address(), tokio.listening_address());
+    let targets = [
+        Target {
+            name: "direct",
+            addr: sim_addr,
+            pids: vec![],
+        },
+        Target {
+            name: "nginx",
+            addr: nginx_addr,
+            pids: workers,
+        },
+        Target {
+            name: "chatgate-smol",
+            addr: smol_addr,
+            pids: vec![smol.pid()],
+        },
+        Target {
+            name: "chatgate-tokio",
+            addr: tokio_addr,
+            pids: vec![tokio.pid()],
+        },
+    ];
+    let want = |name: &str| {
+        opts.only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|w| w == name))
+    };
+    let secs = opts.seconds;
+    let lua = write_lua(&dir);
+    let body = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("body file");
+        p
+    };
+    let (nonstream, stream) = (
+        body("nonstream.json", NONSTREAM),
+        body("stream.json", STREAM),
+    );
+    if want("nonstream") || want("stream") {
+        for t in &targets {
+            wrk(&tools.wrk, t.addr, &lua, &nonstream, &key, 8, 1);
+        }
+    }
+
+    let conns: &[u32] = if opts.quick { &[8, 64] } else { &[8, 64, 512] };
+    for (label, path) in [
+        ("non-streamed", &nonstream),
+        ("streamed (100 events, 22 KB)", &stream),
+    ] {
+        if !want(if label.starts_with("non-") {
+            "nonstream"
+        } else {
+            "stream"
+        }) {
+            continue;
+        }
+        for &c in conns {
+            let _ = writeln!(
+                report,
+                "\n### {label}, {c} connections, closed loop ({secs} s each, wrk)\n"
+            );
+            let _ = writeln!(
+                report,
+                "| target | requests/s | proxy CPU per request | × nginx | p50 | p99 |"
+            );
+            let _ = writeln!(report, "|---|---|---|---|---|---|");
+            let mut rows = Vec::new();
+            for t in &targets {
+                let before = cpu_ticks(&t.pids);
+                let r = wrk(&tools.wrk, t.addr, &lua, path, &key, c, secs);
+                let cpu = cpu_ticks(&t.pids) - before;
+                let per_req = if t.pids.is_empty() || r.requests == 0 {
+                    None
+                } else {
+                    Some(cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests as f64)
+                };
+                rows.push((t.name, r, per_req));
+            }
+            let nginx_cpu = rows[1].2;
+            for (name, r, per_req) in &rows {
+                let _ = writeln!(
+                    report,
+                    "| {name} | {:.0} | {} | {} | {:.2} ms | {:.2} ms |{}",
+                    r.rps,
+                    per_req.map_or("—".into(), |v| format!("{v:.1} µs")),
+                    ratio(*per_req, nginx_cpu),
+                    r.p50_ms,
+                    r.p99_ms,
+                    if r.bad > 0 {
+                        format!(" ({} failed)", r.bad)
+                    } else {
+                        String::new()
+                    },
+                );
+            }
+        }
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+
+    if want("openloop") {
+        let rate = if opts.quick { 200 } else { 1000 };
+        let _ = writeln!(
+            report,
+            "\n### Open loop, non-streamed, {rate} requests/s for {secs} s\n"
+        );
+        let _ = writeln!(
+            report,
+            "| target | p50 | p99 | p99.9 | added p50 | added p99 | × nginx's added p99 |"
+        );
+        let _ = writeln!(report, "|---|---|---|---|---|---|---|");
+        let request = Rc::new(client::chat_request(&key, NONSTREAM));
+        let mut rows = Vec::new();
+        for t in &targets {
+            let mut lat = local.block_on(
+                &rt,
+                client::open_loop(t.addr, Rc::clone(&request), rate, Duration::from_secs(secs)),
+            );
+            lat.sort_unstable();
+            rows.push((
+                t.name,
+                percentile(&lat, 50.0),
+                percentile(&lat, 99.0),
+                percentile(&lat, 99.9),
+                lat.len(),
+            ));
+        }
+        let (d50, d99) = (rows[0].1, rows[0].2);
+        let n_added = rows[1].2.as_secs_f64() - d99.as_secs_f64();
+        for (name, p50, p99, p999, n) in &rows {
+            let (a50, a99) = (
+                p50.as_secs_f64() - d50.as_secs_f64(),
+                p99.as_secs_f64() - d99.as_secs_f64(),
+            );
+            let _ = writeln!(
+                report,
+                "| {name} | {} | {} | {} | {} | {} | {} |{}",
+                ms(*p50),
+                ms(*p99),
+                ms(*p999),
+                if *name == "direct" {
+                    "—".into()
+                } else {
+                    format!("{:.3} ms", a50 * 1e3)
+                },
+                if *name == "direct" {
+                    "—".into()
+                } else {
+                    format!("{:.3} ms", a99 * 1e3)
+                },
+                if *name == "direct" {
+                    "—".into()
+                } else {
+                    ratio(Some(a99), Some(n_added))
+                },
+                if *n == 0 { " (no answers)" } else { "" },
+            );
+        }
+    }
+
+    if want("timed") {
+        let conc = if opts.quick { 4 } else { 32 };
+        let _ = writeln!(
+            report,
+            "\n### Timed streams: first token after 100 ms, then one every 5 ms, 100 events; {conc} at a time for {secs} s\n"
+        );
+        let _ = writeln!(
+            report,
+            "| target | streams | time to first byte p50 | added TTFB p50 | × nginx | per-event delay p50 | p99 | added per-event p99 | × nginx |"
+        );
+        let _ = writeln!(report, "|---|---|---|---|---|---|---|---|---|");
+        let request = Rc::new(client::chat_request(&key, TIMED));
+        let mut rows = Vec::new();
+        for t in &targets {
+            let streams = local.block_on(
+                &rt,
+                client::timed_streams(t.addr, Rc::clone(&request), conc, Duration::from_secs(secs)),
+            );
+            let mut ttfb: Vec<Duration> =
+                streams.iter().filter_map(|s| s.first().copied()).collect();
+            // Lateness of event i against the ideal schedule anchored at the first.
+            let mut late: Vec<Duration> = streams
+                .iter()
+                .flat_map(|s| {
+                    let first = s.first().copied().unwrap_or_default();
+                    s.iter()
+                        .enumerate()
+                        .skip(1)
+                        .take(96)
+                        .map(move |(i, &at)| at.saturating_sub(first + TIMED_TOKEN * i as u32))
+                })
+                .collect();
+            ttfb.sort_unstable();
+            late.sort_unstable();
+            rows.push((
+                t.name,
+                streams.len(),
+                percentile(&ttfb, 50.0),
+                percentile(&late, 50.0),
+                percentile(&late, 99.0),
+            ));
+        }
+        let (d_ttfb, d_late99) = (rows[0].2.as_secs_f64(), rows[0].4.as_secs_f64());
+        let (n_ttfb, n_late99) = (
+            rows[1].2.as_secs_f64() - d_ttfb,
+            rows[1].4.as_secs_f64() - d_late99,
+        );
+        for (name, n, ttfb, late50, late99) in &rows {
+            let (a_ttfb, a_late) = (ttfb.as_secs_f64() - d_ttfb, late99.as_secs_f64() - d_late99);
+            let direct = *name == "direct";
+            let _ = writeln!(
+                report,
+                "| {name} | {n} | {} | {} | {} | {} | {} | {} | {} |",
+                ms(*ttfb),
+                if direct {
+                    "—".into()
+                } else {
+                    format!("{:.3} ms", a_ttfb * 1e3)
+                },
+                if direct {
+                    "—".into()
+                } else {
+                    ratio(Some(a_ttfb), Some(n_ttfb))
+                },
+                ms(*late50),
+                ms(*late99),
+                if direct {
+                    "—".into()
+                } else {
+                    format!("{:.3} ms", a_late * 1e3)
+                },
+                if direct {
+                    "—".into()
+                } else {
+                    ratio(Some(a_late), Some(n_late99))
+                },
+            );
+        }
+    }
+
+    if want("hold") {
+        // Each proxied stream costs the proxy two descriptors.
+        let most = ((fd_limit.saturating_sub(100)) / 2) as usize;
+        let sizes: Vec<usize> = if opts.quick {
+            vec![100]
+        } else {
+            vec![1000, 10_000.min(most)]
+        };
+        let request = Rc::new(client::chat_request(&key, SLOW));
+        for n in sizes {
+            let _ = writeln!(
+                report,
+                "\n### {n} slow streams held open (a token a second)\n"
+            );
+            let _ = writeln!(
+                report,
+                "| target | streams open | RSS before | RSS with streams | per stream | × nginx |"
+            );
+            let _ = writeln!(report, "|---|---|---|---|---|---|");
+            let mut rows = Vec::new();
+            for t in targets.iter().filter(|t| !t.pids.is_empty()) {
+                let before = rss_kib(&t.pids);
+                let held = local.block_on(
+                    &rt,
+                    client::hold_streams(t.addr, Rc::clone(&request), n, 500),
+                );
+                std::thread::sleep(Duration::from_secs(1));
+                let with = rss_kib(&t.pids);
+                let open = held.len();
+                drop(held);
+                let per = (with.saturating_sub(before)) as f64 / open.max(1) as f64;
+                rows.push((t.name, open, before, with, per));
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            let nginx_per = rows.first().map(|r| r.4);
+            for (name, open, before, with, per) in &rows {
+                let _ = writeln!(
+                    report,
+                    "| {name} | {open} | {:.1} MiB | {:.1} MiB | {per:.1} KiB | {} |",
+                    *before as f64 / 1024.0,
+                    *with as f64 / 1024.0,
+                    ratio(Some(*per), nginx_per)
+                );
+            }
+            if n < 10_000 && !opts.quick {
+                let _ = writeln!(
+                    report,
+                    "\n(The open-files limit here, {fd_limit}, allows {n} proxied streams: two descriptors each.)"
+                );
+            }
+        }
+    }
+
+    if want("startup") {
+        let _ = writeln!(
+            report,
+            "\n### Start-up: exec to accepting connections (median of 5)\n"
+        );
+        let _ = writeln!(report, "| target | start-up | × nginx |");
+        let _ = writeln!(report, "|---|---|---|");
+        let mut nginx_times = Vec::new();
+        for i in 0..5 {
+            let port = free_port();
+            let conf = write_nginx_conf(&dir, port, sim_addr, fd_limit, &format!("start{i}"));
+            let started = Instant::now();
+            let _n = Child::spawn(
+                &tools.nginx,
+                &nginx_args(&dir, &conf),
+                &[],
+                &dir.join(format!("start{i}.stderr")),
+            );
+            nginx_times.push(wait_accepting(([127, 0, 0, 1], port).into(), started));
+        }
+        nginx_times.sort_unstable();
+        let nginx_start = nginx_times[2];
+        let _ = writeln!(report, "| nginx | {} | 1.00 |", ms(nginx_start));
+        for (name, bin) in [
+            ("chatgate-smol", &tools.smol),
+            ("chatgate-tokio", &tools.tokio),
+        ] {
+            let mut times = Vec::new();
+            for i in 0..5 {
+                let started = Instant::now();
+                let mut g = gateway(bin, &dir, &upstream, &format!("start-{name}-{i}"));
+                g.listening_address();
+                times.push(started.elapsed());
+            }
+            times.sort_unstable();
+            let _ = writeln!(
+                report,
+                "| {name} | {} | {} |",
+                ms(times[2]),
+                ratio(
+                    Some(times[2].as_secs_f64()),
+                    Some(nginx_start.as_secs_f64())
+                )
+            );
+        }
+    }
+
+    drop((smol, tokio, nginx));
+    println!("{report}");
+    if let Some(out) = &opts.out {
+        std::fs::write(out, &report).expect("write the report");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn ratio(v: Option<f64>, reference: Option<f64>) -> String {
+    match (v, reference) {
+        (Some(v), Some(r)) if r.abs() > f64::EPSILON => format!("{:.2}", v / r),
+        _ => "—".into(),
+    }
+}
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn parse_args() -> Opts {
+    let mut opts = Opts {
+        quick: false,
+        seconds: 10,
+        bin_dir: std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_default(),
+        out: None,
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => {
+                opts.quick = true;
+                opts.seconds = opts.seconds.min(2);
+            }
+            "--seconds" => {
+                opts.seconds = it.next().and_then(|v| v.parse().ok()).expect("--seconds N")
+            }
+            "--bin-dir" => opts.bin_dir = it.next().map(PathBuf::from).expect("--bin-dir DIR"),
+            "--out" => opts.out = it.next().map(PathBuf::from),
+            "--only" => opts.only = it.next(),
+            "--help" | "-h" => {
+                println!(
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup]"
+                );
+                std::process::exit(0);
+            }
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    opts
+}
+
+struct Tools {
+    smol: PathBuf,
+    tokio: PathBuf,
+    nginx: PathBuf,
+    wrk: PathBuf,
+}
+
+impl Tools {
+    fn find(bin_dir: &Path, needs_wrk: bool) -> Tools {
+        let which = |name: &str| -> PathBuf {
+            std::env::var_os("PATH")
+                .into_iter()
+                .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| panic!("{name} is not installed (bench/run.sh installs it)"))
+        };
+        let ours = |name: &str| {
+            let p = bin_dir.join(name);
+            assert!(
+                p.is_file(),
+                "{} is missing: build with cargo build --release --bins",
+                p.display()
+            );
+            p
+        };
+        Tools {
+            smol: ours("chatgate-smol"),
+            tokio: ours("chatgate-tokio"),
+            nginx: which("nginx"),
+            wrk: if needs_wrk {
+                which("wrk")
+            } else {
+                PathBuf::from("wrk")
+            },
+        }
+    }
+}
+
+fn first_line(program: &Path, arg: &str) -> String {
+    Command::new(program)
+        .arg(arg)
+        .output()
+        .map(|o| {
+            let text = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .unwrap_or_default()
+}
+
+fn machine(tools: &Tools) -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib / 1024 / 1024);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "Machine: {cores} cores ({model}), {mem} GiB, Linux {}; {}; {}; chatgate {}",
+        kernel.trim(),
+        first_line(&tools.nginx, "-v"),
+        first_line(&tools.wrk, "--version")
+            .split(" [")
+            .next()
+            .unwrap_or("wrk not used"),
+        env!("CARGO_PKG_VERSION"),
+    )
+}
+
+fn mint_key(smol: &Path, dir: &Path) -> String {
+    let keys = dir.join("keys.toml");
+    let out = Command::new(smol)
+        .args(["keys", "new", "--keys"])
+        .arg(&keys)
+        .args([
+            "--name",
+            "bench",
+            "--rpm",
+            "1000000000",
+            "--tpm",
+            "1000000000000",
+        ])
+        .output()
+        .expect("keys new");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .expect("a key")
+        .to_owned()
+}
+
+fn gateway(bin: &Path, dir: &Path, upstream: &str, name: &str) -> Child {
+    let a = vec![
+        "serve".to_owned(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--upstream".into(),
+        upstream.into(),
+        "--keys".into(),
+        dir.join("keys.toml").to_string_lossy().into_owned(),
+        "--ledger".into(),
+        dir.join(format!("ledger-{name}.jsonl"))
+            .to_string_lossy()
+            .into_owned(),
+    ];
+    Child::spawn(bin, &a, &[], &dir.join(format!("{name}.log")))
+}
+
+fn nginx_args(dir: &Path, conf: &Path) -> Vec<String> {
+    vec![
+        "-p".into(),
+        dir.to_string_lossy().into_owned(),
+        "-c".into(),
+        conf.to_string_lossy().into_owned(),
+        "-g".into(),
+        "daemon off;".into(),
+    ]
+}
+
+/// The reference: nginx as a plain proxy, as its documentation recommends
+/// for streaming (HTTP/1.1 upstream keep-alive, no response buffering), one
+/// worker per core, an access log line per request like chatgate's.
+fn write_nginx_conf(dir: &Path, port: u16, sim: SocketAddr, fd_limit: u64, name: &str) -> PathBuf {
+    let d = dir.display();
+    let user = if rustix::process::getuid().is_root() {
+        "user root root;"
+    } else {
+        ""
+    };
+    let conf = format!(
+        "{user}\nworker_processes auto;\nworker_rlimit_nofile {fd_limit};\npid {d}/{name}.pid;\nerror_log {d}/{name}.error.log warn;\n\
+         events {{ worker_connections 20000; }}\n\
+         http {{\n  access_log {d}/{name}.access.log;\n  client_body_temp_path {d}/{name}.body; proxy_temp_path {d}/{name}.proxy;\n  \
+         fastcgi_temp_path {d}/{name}.fcgi; uwsgi_temp_path {d}/{name}.uwsgi; scgi_temp_path {d}/{name}.scgi;\n  \
+         upstream sim {{ server {sim}; keepalive 1024; }}\n  \
+         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://sim;\n      proxy_http_version 1.1;\n      \
+         proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_read_timeout 900s;\n    }}\n  }}\n}}\n"
+    );
+    let path = dir.join(format!("{name}.conf"));
+    std::fs::write(&path, conf).expect("nginx config");
+    path
+}
+
+fn write_lua(dir: &Path) -> PathBuf {
+    let p = dir.join("post.lua");
+    std::fs::write(
+        &p,
+        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n\
+         wrk.headers[\"Authorization\"] = \"Bearer \" .. os.getenv(\"KEY\")\n\
+         local f = io.open(os.getenv(\"BODY\"), \"r\"); wrk.body = f:read(\"*a\"); f:close()\n",
+    )
+    .expect("lua script");
+    p
+}
+
+struct WrkResult {
+    requests: u64,
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    bad: u64,
+}
+
+fn wrk(
+    wrk: &Path,
+    addr: SocketAddr,
+    lua: &Path,
+    body: &Path,
+    key: &str,
+    conns: u32,
+    secs: u64,
+) -> WrkResult {
+    let out = Command::new(wrk)
+        .args([
+            "-t2",
+            &format!("-c{conns}"),
+            &format!("-d{secs}s"),
+            "--latency",
+            "-s",
+        ])
+        .arg(lua)
+        .arg(format!("http://{addr}/v1/chat/completions"))
+        .env("KEY", key)
+        .env("BODY", body)
+        .output()
+        .expect("run wrk");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let find = |prefix: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .map(str::trim)
+    };
+    let requests = text
+        .lines()
+        .find(|l| l.contains(" requests in "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let rps = find("Requests/sec:")
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0);
+    let pct = |p: &str| {
+        find(p)
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map_or(0.0, wrk_ms)
+    };
+    let bad = find("Non-2xx")
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    WrkResult {
+        requests,
+        rps,
+        p50_ms: pct("50%"),
+        p99_ms: pct("99%"),
+        bad,
+    }
+}
+
+/// `538.00us`, `1.22ms`, `2.00s`, `1.00m` in milliseconds.
+fn wrk_ms(v: &str) -> f64 {
+    let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
+    let n: f64 = num.parse().unwrap_or(0.0);
+    match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "m" => n * 60_000.0,
+        _ => n,
+    }
+}
