@@ -41,21 +41,20 @@ const WORDS: [&str; 16] = [
     " check",
 ];
 
+/// One chunk with its members in the order OpenAI-compatible providers
+/// write them (serde_json's `json!` would sort them alphabetically, which no
+/// provider does): id, object, created, model, system_fingerprint, choices
+/// (index, delta, logprobs, finish_reason), usage.
 fn chunk(delta: Value, finish: Value, usage: Value, choices: bool) -> String {
     let choices = if choices {
-        json!([{"index": 0, "delta": delta, "finish_reason": finish}])
+        format!(r#"[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]"#)
     } else {
-        json!([])
+        "[]".to_owned()
     };
-    let v = json!({
-        "id": "chatcmpl-9f8e7d6c5b4a39281706f5e4",
-        "object": "chat.completion.chunk",
-        "created": 1_795_305_600,
-        "model": "reasoning-model-k3",
-        "choices": choices,
-        "usage": usage,
-    });
-    format!("data: {v}\n\n")
+    format!(
+        "data: {{\"id\":\"chatcmpl-9f8e7d6c5b4a39281706f5e4\",\"object\":\"chat.completion.chunk\",\"created\":1795305600,\
+         \"model\":\"reasoning-model-k3\",\"system_fingerprint\":\"fp_7c3a1e\",\"choices\":{choices},\"usage\":{usage}}}\n\n"
+    )
 }
 
 /// About 22 KB: 100 events.

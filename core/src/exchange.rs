@@ -371,9 +371,15 @@ impl Connection {
             return;
         }
         self.awaiting_ledger = false;
-        if self.phase != Phase::Closed || !self.held.is_empty() {
-            let held = std::mem::take(&mut self.held);
-            self.push_client(now, &held);
+        if self.phase != Phase::Closed && !self.held.is_empty() {
+            let mut out = self.take_client_out();
+            if out.is_empty() {
+                // The usual case: hand the held bytes over without copying.
+                std::mem::swap(&mut out, &mut self.held);
+            } else {
+                out.append(&mut self.held);
+            }
+            self.put_client_out(now, out);
         }
         self.after(now);
     }
@@ -981,6 +987,7 @@ impl Connection {
             return;
         }
         let decoder = up.decoder.as_mut().expect("set with the head");
+        up.body.reserve(data.len());
         let used = match decoder.decode(data, &mut up.body) {
             Ok(used) => used,
             Err(_) => {
@@ -1063,7 +1070,12 @@ impl Connection {
                 return self.upstream_error_response(now, ApiError::upstream(msg));
             }
         }
-        let mut bytes = Vec::new();
+        // Frame straight into the client's output (or, when the stream ends
+        // here, into the bytes held for the ledger): no intermediate copy.
+        let mut bytes = match end {
+            Some(_) => std::mem::take(&mut self.held),
+            None => self.take_client_out(),
+        };
         let committing = !self.req.as_ref().expect("request").committed && batch.is_some();
         if committing {
             self.stream_head(now, &mut bytes);
@@ -1078,7 +1090,7 @@ impl Connection {
         up.framer.consume(n);
         match end {
             Some(end) => self.end_stream(now, end, bytes),
-            None => self.push_client(now, &bytes),
+            None => self.put_client_out(now, bytes),
         }
     }
 
@@ -1322,6 +1334,25 @@ impl Connection {
         self.events.push_back(Event::Ledger(Box::new(rec)));
         self.held = held;
         self.awaiting_ledger = true;
+    }
+
+    /// Takes the client output buffer to append to in place; give it back
+    /// with [`Connection::put_client_out`].
+    fn take_client_out(&mut self) -> Vec<u8> {
+        if self.cout_pos == self.cout.len() {
+            self.cout.clear();
+            self.cout_pos = 0;
+        }
+        std::mem::take(&mut self.cout)
+    }
+
+    /// Gives the output buffer back; the send deadline starts when bytes
+    /// are waiting and none was running.
+    fn put_client_out(&mut self, now: Instant, out: Vec<u8>) {
+        self.cout = out;
+        if self.cout_pos < self.cout.len() && self.send_deadline.is_none() {
+            self.send_deadline = Some(now + self.gw.config().timeouts.client_send);
+        }
     }
 
     fn push_client(&mut self, now: Instant, bytes: &[u8]) {

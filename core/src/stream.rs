@@ -11,18 +11,16 @@
 //! by the same scan.
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
-
-use memchr::memmem::Finder;
 
 use crate::usage::{Probe, Usage};
 
+/// Longest key searched for, quotes included (`"finish_reason"`).
+const LONGEST_KEY: usize = 15;
+/// How much of the previous event is remembered for prefix skipping.
+const PREFIX_MEMORY: usize = 512;
+
 /// The bytes the gateway appends when a stream ends without `[DONE]`.
 pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
-
-static FINISH_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"finish_reason\""));
-static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
-static ERROR_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\""));
 
 /// What one event was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +38,14 @@ pub enum EventKind {
 /// Follows one streamed completion.
 #[derive(Debug, Clone, Default)]
 pub struct StreamTracker {
+    /// The previous data payload (at most [`PREFIX_MEMORY`] bytes; longer
+    /// ones are truncated), a lower bound on where its first key occurrence
+    /// began, and whether it carried news: consecutive chunks share a long
+    /// prefix and a long suffix, which need not be scanned again.
+    prev: Vec<u8>,
+    prev_truncated: bool,
+    prev_first_key: usize,
+    prev_news: bool,
     seen_event: bool,
     done: bool,
     data_events: u64,
@@ -71,14 +77,12 @@ impl StreamTracker {
             };
         };
         self.data_events += 1;
-        if data.trim_ascii() == b"[DONE]" {
+        if data.len() <= 16 && data.trim_ascii() == b"[DONE]" {
             self.done = true;
             return EventKind::Done;
         }
-        let wants_parse = parsed.is_error_type
-            || key_followed_by(&FINISH_KEY, &data, |b| b == b'"')
-            || key_followed_by(&USAGE_KEY, &data, |b| b == b'{')
-            || key_followed_by(&ERROR_KEY, &data, |b| b == b'{' || b == b'"');
+        let news = self.scan_for_news(&data);
+        let wants_parse = parsed.is_error_type || news;
         if !wants_parse {
             return EventKind::Data;
         }
@@ -107,6 +111,42 @@ impl StreamTracker {
             }
             _ => EventKind::Data,
         }
+    }
+
+    /// Whether a data payload may carry a finish reason, usage or an error
+    /// (see the module docs), scanning only what differs from the previous
+    /// payload's prefix.
+    fn scan_for_news(&mut self, data: &[u8]) -> bool {
+        let n = data.len();
+        // The prefix. A key occurrence starting before `skip` would lie
+        // entirely inside the prefix this payload shares with the previous
+        // one (skip <= common - LONGEST_KEY + 1) and would have been seen in
+        // the previous payload before its first occurrence
+        // (skip <= prev_first_key): impossible.
+        let common = common_prefix(&self.prev, data);
+        let skip = (common + 1)
+            .saturating_sub(LONGEST_KEY)
+            .min(self.prev_first_key)
+            .min(n);
+        // The suffix. When the previous payload carried no news, a key
+        // starting inside the suffix both share is followed by the same
+        // bytes as there (its value is inside the suffix too), so it carries
+        // no news either: only occurrences starting before `end` matter.
+        let end = if self.prev_news || self.prev_truncated {
+            n
+        } else {
+            let shared = common_suffix(&self.prev, data);
+            n.saturating_sub(shared).max(skip)
+        };
+        let (news, first) = scan_keys(data, skip, end);
+        self.prev.clear();
+        self.prev.extend_from_slice(&data[..n.min(PREFIX_MEMORY)]);
+        self.prev_truncated = n > PREFIX_MEMORY;
+        // No key starts before `skip`, none was found in [skip, end): `end`
+        // is a safe lower bound when nothing was found.
+        self.prev_first_key = first.unwrap_or(end);
+        self.prev_news = news;
+        news
     }
 
     /// `[DONE]` has been seen.
@@ -148,6 +188,22 @@ struct ParsedEvent<'a> {
 
 impl<'a> ParsedEvent<'a> {
     fn parse(event: &'a [u8]) -> Self {
+        // The usual event is one `data:` line and its blank line.
+        if let Some(rest) = event.strip_prefix(b"data:") {
+            if let Some(end) = memchr::memchr2(b'\r', b'\n', rest) {
+                if rest[end..].iter().all(|&b| b == b'\r' || b == b'\n') {
+                    let value = &rest[..end];
+                    return ParsedEvent {
+                        data: Some(Cow::Borrowed(value.strip_prefix(b" ").unwrap_or(value))),
+                        is_error_type: false,
+                    };
+                }
+            }
+        }
+        Self::parse_lines(event)
+    }
+
+    fn parse_lines(event: &'a [u8]) -> Self {
         let mut data: Option<Cow<'a, [u8]>> = None;
         let mut is_error_type = false;
         for line in lines(event) {
@@ -210,19 +266,59 @@ fn lines(mut s: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// True when `key` occurs followed by optional whitespace, `:`, optional
-/// whitespace and a byte accepted by `value_starts`.
-fn key_followed_by(key: &Finder<'_>, data: &[u8], value_starts: impl Fn(u8) -> bool) -> bool {
-    key.find_iter(data).any(|pos| {
-        let rest = data[pos + key.needle().len()..].trim_ascii_start();
-        match rest.split_first() {
-            Some((b':', rest)) => rest
+/// Looks at every `"` in `from..until` that starts `"finish_reason"`,
+/// `"usage"` or `"error"` (reading past `until` as needed): whether one is
+/// followed by optional whitespace, `:`, optional whitespace and a string
+/// (finish reason), an object (usage) or an object or string (error); and
+/// where the first of them starts. One pass over the quote characters: on
+/// short payloads much cheaper than three substring searches, and it finds
+/// exactly what they find.
+fn scan_keys(data: &[u8], from: usize, until: usize) -> (bool, Option<usize>) {
+    let mut first = None;
+    for q in memchr::memchr_iter(b'"', &data[from..until.max(from)]) {
+        let at = from + q;
+        let rest = &data[at + 1..];
+        let (len, wanted): (usize, &[u8]) = match rest.first() {
+            Some(b'f') if rest.starts_with(b"finish_reason\"") => (14, b"\""),
+            Some(b'u') if rest.starts_with(b"usage\"") => (6, b"{"),
+            Some(b'e') if rest.starts_with(b"error\"") => (6, b"{\""),
+            _ => continue,
+        };
+        first.get_or_insert(at);
+        if let Some((b':', value)) = rest[len..].trim_ascii_start().split_first() {
+            if value
                 .trim_ascii_start()
                 .first()
-                .is_some_and(|&b| value_starts(b)),
-            _ => false,
+                .is_some_and(|b| wanted.contains(b))
+            {
+                return (true, first);
+            }
         }
-    })
+    }
+    (false, first)
+}
+
+/// Length of the common suffix of two byte strings.
+fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    a.iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Length of the common prefix of two byte strings.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut i = 0;
+    while i + 16 <= n && a[i..i + 16] == b[i..i + 16] {
+        i += 16;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
 fn error_message(e: &serde_json::Value) -> String {
@@ -332,7 +428,72 @@ data: [DONE]\n\n";
         assert_eq!(t.usage(), None);
     }
 
+    #[test]
+    fn prefix_skipping_changes_nothing() {
+        // Payloads sharing long prefixes, with keys just around the shared
+        // part: a tracker that remembers agrees with a fresh full scan.
+        let base = r#"{"id":"abcdefghij","choices":[{"delta":{"content":"X"},"finish_reason":null}],"usage":null}"#;
+        let payloads = [
+            base.to_owned(),
+            base.replace("\"X\"", "\"Y\""),
+            base.replace("null}],\"usage\":null", "\"stop\"}],\"usage\":null"),
+            base.to_owned(),
+            base.replace("\"usage\":null", "\"usage\":{\"prompt_tokens\":9}"),
+            base.replace("\"id\":\"abcdefghij\"", "\"error\":{\"message\":\"e\"}"),
+            base.replace("\"X\"", "\"\\\"finish_reason\\\":\\\"no\\\"\""),
+            base.replace("abcdefghij", "abcdefghij\",\"finish_reason\":\"early"),
+        ];
+        let mut remembering = StreamTracker::new();
+        let mut verdicts = Vec::new();
+        for p in &payloads {
+            let want = StreamTracker::new().scan_for_news(p.as_bytes());
+            assert_eq!(remembering.scan_for_news(p.as_bytes()), want, "{p}");
+            verdicts.push(want);
+        }
+        assert_eq!(
+            verdicts,
+            [false, false, true, false, true, true, false, true]
+        );
+    }
+
+    #[test]
+    fn common_prefixes() {
+        assert_eq!(common_prefix(b"", b"abc"), 0);
+        assert_eq!(
+            common_prefix(b"abcdefghijklmnopqrstuvwxyz", b"abcdefghijklmnopqrstuvwxyZ"),
+            25
+        );
+        assert_eq!(common_prefix(b"abc", b"abc"), 3);
+    }
+
     proptest! {
+        #[test]
+        fn prefix_skipping_agrees_with_full_scans(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just("\"finish_reason\":null"), Just("\"finish_reason\":\"stop\""),
+                    Just("\"usage\":null"), Just("\"usage\":{}"), Just("\"error\":null"),
+                    Just("\"error\":\"e\""), Just("\"x\":1"), Just("\"y\":\"finish_reason\""),
+                    Just("\"pad\":\"aaaaaaaaaaaaaaaaaaaaaaaaa\""), Just("\"finish_reason\" : \"len\""),
+                ],
+                1..8,
+            ),
+            edits in proptest::collection::vec((0usize..8, 0usize..10, "[a-z\"{}:, ]{0,4}"), 1..10),
+        ) {
+            // A stream of payloads: rotations of the same members with a
+            // random member replaced by a random fragment.
+            let mut remembering = StreamTracker::new();
+            for (k, which, fragment) in edits {
+                let mut members: Vec<String> =
+                    parts.iter().cycle().skip(k).take(parts.len()).map(|m| (*m).to_owned()).collect();
+                let i = which % members.len();
+                members[i] = format!("\"d\":\"{}\"", fragment.replace('"', ""));
+                let p = format!("{{{}}}", members.join(","));
+                let want = StreamTracker::new().scan_for_news(p.as_bytes());
+                prop_assert_eq!(remembering.scan_for_news(p.as_bytes()), want, "{}", p);
+            }
+        }
+
         #[test]
         fn random_splits_agree(cuts in proptest::collection::vec(0usize..STREAM.len(), 0..10)) {
             let mut cuts = cuts;

@@ -1067,6 +1067,26 @@ fn a_client_that_stops_reading_is_cut_and_the_provider_aborted() {
 }
 
 #[test]
+fn a_slow_stream_is_not_mistaken_for_a_client_that_stopped_reading() {
+    // Events far apart (longer than the send timeout), and reads that carry
+    // no complete event: nothing waits for the client, so no send deadline.
+    let mut pair = Pair::new(
+        |c| c.timeouts.client_send = Duration::from_secs(2),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"token_ms":3000,"reasoning_tokens":3,"answer_tokens":2}"#),
+    );
+    pair.advance(Duration::from_secs(30));
+    let r = one(&pair);
+    assert_eq!(sse_data(&r.body).last().map(String::as_str), Some("[DONE]"));
+    assert!(!pair.ledger[0].client_disconnected);
+    assert!(pair.ledger[0].complete);
+}
+
+#[test]
 fn shutdown_closes_idle_and_finishes_busy_connections() {
     let mut pair = Pair::with_defaults();
     pair.gateway.begin_drain();
