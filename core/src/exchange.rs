@@ -208,6 +208,10 @@ pub struct Connection {
     req: Option<Box<Request>>,
     up: Option<Box<Upstream>>,
     events: VecDeque<Event>,
+    /// The last `Authorization` value that authenticated on this connection,
+    /// the key table it was checked against and the key it named: the next
+    /// request on a keep-alive connection usually sends the same one.
+    auth_cache: Option<(String, Arc<crate::auth::KeyTable>, usize)>,
 }
 
 impl Drop for Connection {
@@ -238,6 +242,7 @@ impl Connection {
             req: None,
             up: None,
             events: VecDeque::new(),
+            auth_cache: None,
         }
     }
 
@@ -536,6 +541,25 @@ impl Connection {
         self.gw.config().http
     }
 
+    /// The key index when `authorization` is the value that last
+    /// authenticated on this connection against the same key table. The
+    /// comparison is constant-time: a balancer may carry several users'
+    /// requests on one connection, and a timing difference must not tell
+    /// one of them how much of another's key they guessed.
+    fn cached_key(
+        &self,
+        keys: &Arc<crate::auth::KeyTable>,
+        authorization: Option<&str>,
+    ) -> Option<usize> {
+        use subtle::ConstantTimeEq;
+        let (value, table, i) = self.auth_cache.as_ref()?;
+        let presented = authorization?.as_bytes();
+        let same = Arc::ptr_eq(table, keys)
+            && value.len() == presented.len()
+            && bool::from(value.as_bytes().ct_eq(presented));
+        same.then_some(*i)
+    }
+
     /// Returns true when a request started (more input may be processed).
     fn read_head(&mut self, now: Instant) -> bool {
         if self.head_started.is_none() {
@@ -611,15 +635,27 @@ impl Connection {
             return self.respond_error(now, e, has_body);
         }
         let keys = gw.keys();
-        let entry = match keys.authenticate(head.authorization.as_deref()) {
-            Ok(e) => e,
-            Err(f) => {
-                return self.respond_error(
-                    now,
-                    ApiError::invalid_api_key(f == AuthFailure::Missing),
-                    has_body,
-                );
-            }
+        let entry = match self.cached_key(&keys, head.authorization.as_deref()) {
+            Some(i) => &keys.entries()[i],
+            None => match keys.authenticate(head.authorization.as_deref()) {
+                Ok(e) => {
+                    let i = keys
+                        .entries()
+                        .iter()
+                        .position(|k| k.name == e.name)
+                        .unwrap_or(0);
+                    let value = head.authorization.clone().unwrap_or_default();
+                    self.auth_cache = Some((value, Arc::clone(&keys), i));
+                    e
+                }
+                Err(f) => {
+                    return self.respond_error(
+                        now,
+                        ApiError::invalid_api_key(f == AuthFailure::Missing),
+                        has_body,
+                    );
+                }
+            },
         };
         let req = self.req.as_mut().expect("request just created");
         req.key = Some(KeyRef {

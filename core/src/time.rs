@@ -82,6 +82,33 @@ impl WallClock {
     }
 }
 
+thread_local! {
+    /// The last second formatted by [`rfc3339_ms_cached`] on this thread.
+    static RFC3339: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+}
+
+/// [`rfc3339_ms`], with the date and time of day formatted once per second
+/// per thread.
+pub fn rfc3339_ms_cached(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    RFC3339.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            let full = rfc3339_ms(unix_ms);
+            *cached = (secs, full[..19].to_owned());
+        }
+        let mut out = String::with_capacity(24);
+        out.push_str(&cached.1);
+        let ms = unix_ms % 1000;
+        out.push('.');
+        out.push((b'0' + (ms / 100) as u8) as char);
+        out.push((b'0' + (ms / 10 % 10) as u8) as char);
+        out.push((b'0' + (ms % 10) as u8) as char);
+        out.push('Z');
+        out
+    })
+}
+
 /// Formats Unix milliseconds as RFC 3339 UTC with milliseconds,
 /// e.g. `2026-11-22T03:34:00.123Z`.
 pub fn rfc3339_ms(unix_ms: u64) -> String {
@@ -169,6 +196,19 @@ mod tests {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(rfc3339_ms(1_795_318_440_123), "2026-11-22T03:34:00.123Z");
+    }
+
+    #[test]
+    fn cached_rfc3339_matches() {
+        for ms in [
+            0,
+            1_795_318_440_123,
+            1_795_318_440_999,
+            1_795_318_441_007,
+            951_782_400_000,
+        ] {
+            assert_eq!(rfc3339_ms_cached(ms), rfc3339_ms(ms));
+        }
     }
 
     #[test]

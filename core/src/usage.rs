@@ -108,14 +108,13 @@ pub struct CompletionSummary {
 }
 
 /// What the gateway reads of a provider's JSON object (a chunk or a whole
-/// answer); everything else in it is skipped unparsed. `usage` and `error`
-/// stay raw text borrowed from the input until asked for.
+/// answer), in one pass; everything else in it is skipped unparsed.
 #[derive(Deserialize)]
 pub(crate) struct Probe<'a> {
     #[serde(default)]
     choices: Option<Vec<ChoiceProbe>>,
-    #[serde(default, borrow)]
-    usage: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    usage: LenientUsage,
     #[serde(default, borrow)]
     pub(crate) error: Option<&'a serde_json::value::RawValue>,
 }
@@ -135,25 +134,338 @@ impl Probe<'_> {
             .find_map(|c| c.finish_reason)
     }
 
-    /// The `usage` object, if present and readable (an unreadable one counts
-    /// as absent, not as an error).
+    /// The `usage` object, if present and readable.
     pub(crate) fn usage(&mut self) -> Option<Usage> {
-        let raw = self.usage.take()?;
-        if !raw.get().starts_with('{') {
-            return None;
-        }
-        serde_json::from_str(raw.get()).ok()
+        self.usage.0.take()
     }
 }
 
-/// Reads usage and finish reason from a non-streamed answer. The body must be
-/// a JSON object (anything else is the provider answering garbage).
-pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, serde_json::Error> {
-    let mut probe: Probe<'_> = serde_json::from_slice(body)?;
-    Ok(CompletionSummary {
-        usage: probe.usage(),
-        finish_reason: probe.finish_reason(),
+/// `usage` read in the same pass as the rest, never failing it: anything
+/// but an object of valid counts (null, a string, a negative number…)
+/// reads as absent.
+#[derive(Default)]
+struct LenientUsage(Option<Usage>);
+
+impl<'de> Deserialize<'de> for LenientUsage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = LenientUsage;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a usage object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<LenientUsage, A::Error> {
+                let mut u = Usage::default();
+                let mut ok = true;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let slot = match key.as_ref() {
+                        "prompt_tokens" => &mut u.prompt_tokens,
+                        "completion_tokens" => &mut u.completion_tokens,
+                        "total_tokens" => &mut u.total_tokens,
+                        "cache_read_input_tokens" => &mut u.cache_read_input_tokens,
+                        "cache_created_input_tokens" => &mut u.cache_created_input_tokens,
+                        "completion_tokens_details" => {
+                            ok &= map
+                                .next_value::<Details>()?
+                                .read("reasoning_tokens", &mut u.reasoning_tokens);
+                            continue;
+                        }
+                        "prompt_tokens_details" => {
+                            ok &= map
+                                .next_value::<Details>()?
+                                .read("cached_tokens", &mut u.cached_tokens);
+                            continue;
+                        }
+                        _ => {
+                            map.next_value::<de::IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    match map.next_value::<Count>()?.0 {
+                        Some(n) => *slot = n,
+                        None => ok = false,
+                    }
+                }
+                Ok(LenientUsage(ok.then_some(u)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<LenientUsage, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(LenientUsage(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<LenientUsage, E> {
+                Ok(LenientUsage(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<LenientUsage, E> {
+                Ok(LenientUsage(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<LenientUsage, E> {
+                Ok(LenientUsage(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<LenientUsage, E> {
+                Ok(LenientUsage(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<LenientUsage, E> {
+                Ok(LenientUsage(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<LenientUsage, E> {
+                Ok(LenientUsage(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<LenientUsage, E> {
+                Ok(LenientUsage(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A token count, or `None` for anything that is not one (null reads as 0).
+struct Count(Option<u64>);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Count(match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Null => Some(0),
+            serde_json::Value::Number(n) => n.as_u64().or_else(|| {
+                n.as_f64()
+                    .filter(|v| *v >= 0.0 && v.fract() == 0.0 && *v < 1e18)
+                    .map(|v| v as u64)
+            }),
+            _ => None,
+        }))
+    }
+}
+
+/// A `*_details` object; `read` takes one count from it.
+struct Details(Option<serde_json::Map<String, serde_json::Value>>);
+
+impl<'de> Deserialize<'de> for Details {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Details(match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Object(m) => Some(m),
+            _ => None,
+        }))
+    }
+}
+
+impl Details {
+    /// Reads `name` into `slot`; false when it is there but not a count.
+    fn read(self, name: &str, slot: &mut u64) -> bool {
+        let Some(m) = self.0 else { return true };
+        match m.get(name) {
+            None | Some(serde_json::Value::Null) => true,
+            Some(serde_json::Value::Number(n)) => match n.as_u64() {
+                Some(v) => {
+                    *slot = v;
+                    true
+                }
+                None => false,
+            },
+            Some(_) => false,
+        }
+    }
+}
+
+/// A provider's answer that is not a JSON object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotJson;
+
+impl std::fmt::Display for NotJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a JSON object")
+    }
+}
+
+impl std::error::Error for NotJson {}
+
+/// Reads usage and finish reason from a non-streamed answer.
+///
+/// One structural pass over the body: it must be a JSON object whose
+/// strings, nesting and members are well formed (anything else is the
+/// provider answering garbage); `choices[].finish_reason` and the top-level
+/// `usage` are found by their depth and only their values are parsed. The
+/// body itself is forwarded as it is, so its other values are not checked
+/// further than their shape.
+pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, NotJson> {
+    let mut w = Walk { s: body, i: 0 };
+    let mut usage = None;
+    let mut finish = None;
+    w.members(|w, key| match key {
+        b"choices" if w.peek()? == b'[' => w.elements(|w| {
+            if w.peek()? != b'{' {
+                return w.skip();
+            }
+            w.members(|w, key| {
+                let span = w.skip_span()?;
+                if key == b"finish_reason" && finish.is_none() && body[span.0] == b'"' {
+                    finish = Some(span);
+                }
+                Some(())
+            })
+        }),
+        b"usage" => {
+            usage = Some(w.skip_span()?);
+            Some(())
+        }
+        _ => w.skip(),
     })
+    .ok_or(NotJson)?;
+    w.ws();
+    if w.i != body.len() {
+        return Err(NotJson);
+    }
+    Ok(CompletionSummary {
+        usage: usage.and_then(|(a, b)| serde_json::from_slice::<LenientUsage>(&body[a..b]).ok()?.0),
+        finish_reason: finish.and_then(|(a, b)| serde_json::from_slice::<String>(&body[a..b]).ok()),
+    })
+}
+
+/// A cursor over JSON text that checks and skips structure; every method
+/// returns `None` on text that is not well formed where it looks.
+struct Walk<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Walk<'_> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.s.get(self.i).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> Option<()> {
+        (self.peek()? == b).then(|| self.i += 1)
+    }
+
+    /// A string; returns its raw contents (escapes as written).
+    fn string(&mut self) -> Option<(usize, usize)> {
+        self.eat(b'"')?;
+        let start = self.i;
+        loop {
+            let off = memchr::memchr2(b'"', b'\\', &self.s[self.i..])?;
+            self.i += off;
+            if self.s[self.i] == b'"' {
+                self.i += 1;
+                return Some((start, self.i - 1));
+            }
+            if self.i + 1 >= self.s.len() {
+                return None;
+            }
+            self.i += 2;
+        }
+    }
+
+    /// Skips a value, returning its span.
+    fn skip_span(&mut self) -> Option<(usize, usize)> {
+        self.ws();
+        let start = self.i;
+        self.skip()?;
+        Some((start, self.i))
+    }
+
+    /// Skips any value, checking the nesting and the strings in it.
+    fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' | b'[' => {
+                // Open containers as a bit stack (1 = object): 128 levels,
+                // deeper is refused.
+                let (mut stack, mut depth) = (0u128, 0u32);
+                loop {
+                    let off = self.s[self.i..]
+                        .iter()
+                        .position(|b| matches!(b, b'"' | b'{' | b'}' | b'[' | b']'))?;
+                    self.i += off;
+                    match self.s[self.i] {
+                        b'"' => {
+                            self.string()?;
+                        }
+                        open @ (b'{' | b'[') => {
+                            if depth == 128 {
+                                return None;
+                            }
+                            stack = (stack << 1) | u128::from(open == b'{');
+                            depth += 1;
+                            self.i += 1;
+                        }
+                        close => {
+                            if depth == 0 || (stack & 1 == 1) != (close == b'}') {
+                                return None;
+                            }
+                            stack >>= 1;
+                            depth -= 1;
+                            self.i += 1;
+                            if depth == 0 {
+                                return Some(());
+                            }
+                        }
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                let off = self.s[self.i..]
+                    .iter()
+                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
+                self.i += off.unwrap_or(self.s.len() - self.i);
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
+    /// Visits an object's members: `f(walk, key)` must consume the value.
+    fn members(&mut self, mut f: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            let (a, b) = self.string()?;
+            self.eat(b':')?;
+            let key = self.s;
+            f(self, &key[a..b])?;
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Visits an array's elements: `f(walk)` must consume each.
+    fn elements(&mut self, mut f: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            f(self)?;
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -183,6 +495,75 @@ mod tests {
         );
         assert_eq!(u.cache_read_input_tokens, 4);
         assert_eq!(u.cache_created_input_tokens, 0);
+    }
+
+    #[test]
+    fn the_walk_reads_by_depth_and_refuses_garbage() {
+        let body = br#"{"id":"c","x_groq":{"usage":{"prompt_tokens":99}},"choices":[{"index":0,"message":{"content":"\"usage\":{\"prompt_tokens\":7}","finish_reason":"fake"},"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#;
+        let s = parse_completion(body).unwrap();
+        assert_eq!(s.finish_reason.as_deref(), Some("length"));
+        assert_eq!(
+            s.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+            Some((3, 4))
+        );
+        for garbage in [
+            &b"<html>502</html>"[..],
+            b"{\"id\":\"c\"",
+            b"{\"choices\":[{\"finish_reason\":\"stop\"}]",
+            b"{\"a\":[1,2}",
+            b"{\"a\":\"unterminated}",
+            b"{\"a\" 1}",
+            b"{} trailing",
+            b"",
+            b"   ",
+            b"{\"a\":\\}",
+            b"{\"a\":[{]}}",
+        ] {
+            assert_eq!(
+                parse_completion(garbage),
+                Err(NotJson),
+                "{}",
+                String::from_utf8_lossy(garbage)
+            );
+        }
+        assert_eq!(
+            parse_completion(b" {} \n").unwrap(),
+            CompletionSummary::default()
+        );
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(parse_completion(deep.as_bytes()), Err(NotJson));
+        let ok = format!("{{\"a\":{}{}}}", "[".repeat(100), "]".repeat(100));
+        assert!(parse_completion(ok.as_bytes()).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_walk_agrees_with_serde(
+            finish in proptest::option::of(proptest::option::of("[a-z]{1,8}")),
+            usage in proptest::option::of(proptest::option::of((0u64..1000, 0u64..1000))),
+            content in "[a-z \"\\\\{}\\[\\]:,]{0,30}",
+            choices in 0usize..3,
+            pretty in proptest::bool::ANY,
+        ) {
+            let mut v = serde_json::json!({"id": "c", "object": "chat.completion", "created": 1});
+            let mut list = Vec::new();
+            for i in 0..choices {
+                let mut c = serde_json::json!({"index": i, "message": {"role": "assistant", "content": content}});
+                if let Some(f) = &finish {
+                    c["finish_reason"] = f.clone().map_or(serde_json::Value::Null, Into::into);
+                }
+                list.push(c);
+            }
+            v["choices"] = list.into();
+            if let Some(u) = usage {
+                v["usage"] = u.map_or(serde_json::Value::Null, |(p, c)| serde_json::json!({"prompt_tokens": p, "completion_tokens": c}));
+            }
+            let text = if pretty { serde_json::to_string_pretty(&v).unwrap() } else { v.to_string() };
+            let got = parse_completion(text.as_bytes()).unwrap();
+            let mut probe: Probe<'_> = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(got.finish_reason, probe.finish_reason());
+            proptest::prop_assert_eq!(got.usage, probe.usage());
+        }
     }
 
     #[test]

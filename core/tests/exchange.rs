@@ -373,6 +373,29 @@ fn routes_methods_and_auth() {
 }
 
 #[test]
+fn a_keep_alive_connection_can_change_keys() {
+    // The per-connection authentication cache never lets a different
+    // value through, nor a key removed by a reload.
+    let mut pair = Pair::with_defaults();
+    let key = pair.key.clone();
+    let models = |k: &str| {
+        format!("GET /v1/models HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {k}\r\n\r\n")
+    };
+    pair.client_send(models(&key).as_bytes());
+    pair.client_send(models(&key).as_bytes());
+    let mut wrong = key.clone();
+    wrong.pop();
+    wrong.push(if key.ends_with('A') { 'B' } else { 'A' });
+    pair.client_send(models(&wrong).as_bytes());
+    pair.client_send(models(&key).as_bytes());
+    pair.gateway
+        .replace_keys(chatgate_core::auth::KeyTable::default());
+    pair.client_send(models(&key).as_bytes());
+    let statuses: Vec<u16> = responses(&pair).iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 401, 200, 401]);
+}
+
+#[test]
 fn request_rate_limit_with_retry_after() {
     let limits = Limits {
         requests_per_minute: 2,

@@ -100,7 +100,21 @@ impl Visit for Fields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |w| write!(w, "{value}"));
+        self.field(field, |w| {
+            let mut digits = [0u8; 20];
+            let mut i = digits.len();
+            let mut v = value;
+            loop {
+                i -= 1;
+                digits[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            // Decimal digits are ASCII.
+            w.write_str(std::str::from_utf8(&digits[i..]).unwrap_or("?"))
+        });
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
