@@ -169,14 +169,12 @@ impl<'de> Deserialize<'de> for LenientUsage {
                         "cache_created_input_tokens" => &mut u.cache_created_input_tokens,
                         "completion_tokens_details" => {
                             ok &= map
-                                .next_value::<Details>()?
-                                .read("reasoning_tokens", &mut u.reasoning_tokens);
+                                .next_value::<Details<0>>()?
+                                .read(&mut u.reasoning_tokens);
                             continue;
                         }
                         "prompt_tokens_details" => {
-                            ok &= map
-                                .next_value::<Details>()?
-                                .read("cached_tokens", &mut u.cached_tokens);
+                            ok &= map.next_value::<Details<1>>()?.read(&mut u.cached_tokens);
                             continue;
                         }
                         _ => {
@@ -229,44 +227,114 @@ struct Count(Option<u64>);
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Count(match serde_json::Value::deserialize(d)? {
-            serde_json::Value::Null => Some(0),
-            serde_json::Value::Number(n) => n.as_u64().or_else(|| {
-                n.as_f64()
-                    .filter(|v| *v >= 0.0 && v.fract() == 0.0 && *v < 1e18)
-                    .map(|v| v as u64)
-            }),
-            _ => None,
-        }))
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a token count")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(Some(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                Ok(Count(u64::try_from(v).ok()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
+                Ok(Count(
+                    (v >= 0.0 && v.fract() == 0.0 && v < 1e18).then_some(v as u64),
+                ))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
+                Ok(Count(Some(0)))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Count, A::Error> {
+                while map
+                    .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Count(None))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Count(None))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
-/// A `*_details` object; `read` takes one count from it.
-struct Details(Option<serde_json::Map<String, serde_json::Value>>);
+/// The one count read from a `*_details` object (`Details::<N>` reads the
+/// member named by `DETAIL_NAMES[N]`): `Ok(None)` when absent or null,
+/// `Err(())` when present but not a count.
+struct Details<const N: usize>(Result<Option<u64>, ()>);
 
-impl<'de> Deserialize<'de> for Details {
+const DETAIL_NAMES: [&str; 2] = ["reasoning_tokens", "cached_tokens"];
+
+impl<'de, const N: usize> Deserialize<'de> for Details<N> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Details(match serde_json::Value::deserialize(d)? {
-            serde_json::Value::Object(m) => Some(m),
-            _ => None,
-        }))
+        struct V<const N: usize>;
+        impl<'de, const N: usize> de::Visitor<'de> for V<N> {
+            type Value = Details<N>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a details object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Details<N>, A::Error> {
+                let mut found = Ok(None);
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == DETAIL_NAMES[N] {
+                        found = match map.next_value::<Count>()?.0 {
+                            Some(n) => Ok(Some(n)),
+                            None => Err(()),
+                        };
+                    } else {
+                        map.next_value::<de::IgnoredAny>()?;
+                    }
+                }
+                Ok(Details(found))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Details<N>, E> {
+                Ok(Details(Ok(None)))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Details<N>, E> {
+                Ok(Details(Ok(None)))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Details<N>, E> {
+                Ok(Details(Ok(None)))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Details<N>, E> {
+                Ok(Details(Ok(None)))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Details<N>, E> {
+                Ok(Details(Ok(None)))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Details<N>, E> {
+                Ok(Details(Ok(None)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Details<N>, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Details(Ok(None)))
+            }
+        }
+        d.deserialize_any(V::<N>)
     }
 }
 
-impl Details {
-    /// Reads `name` into `slot`; false when it is there but not a count.
-    fn read(self, name: &str, slot: &mut u64) -> bool {
-        let Some(m) = self.0 else { return true };
-        match m.get(name) {
-            None | Some(serde_json::Value::Null) => true,
-            Some(serde_json::Value::Number(n)) => match n.as_u64() {
-                Some(v) => {
-                    *slot = v;
-                    true
-                }
-                None => false,
-            },
-            Some(_) => false,
+impl<const N: usize> Details<N> {
+    /// Stores the count in `slot`; false when it was present but invalid.
+    fn read(self, slot: &mut u64) -> bool {
+        match self.0 {
+            Ok(Some(n)) => {
+                *slot = n;
+                true
+            }
+            Ok(None) => true,
+            Err(()) => false,
         }
     }
 }
