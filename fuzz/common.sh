@@ -38,29 +38,47 @@ seed_corpora() {
     done
 }
 
-# fuzz_all SECONDS: builds every target, then runs each for SECONDS; fails
-# on the first finding (libFuzzer exits non-zero and saves the input under
-# artifacts/<target>/).
+# fuzz_all SECONDS [JOBS]: builds every target, then runs each for SECONDS,
+# JOBS targets at a time (default 1); fails when any target finds something
+# (libFuzzer exits non-zero and saves the input under artifacts/<target>/).
+# Each run's output is kept in logs/<target>.log; the final statistics
+# (executions, coverage) are printed when it ends.
 fuzz_all() {
-    local seconds="$1" t start status=0
-    local -a failed=()
+    local seconds="$1" jobs="${2:-1}" t status=0
+    local -a failed=() running=() names=()
     cd "$FUZZ_DIR"
     seed_corpora
+    mkdir -p logs
     echo "==> building all targets"
     cargo +nightly fuzz build
+    run_one() {
+        local t="$1" start=$SECONDS rc=0
+        # -print_final_stats reports the number of executions.
+        cargo +nightly fuzz run "$t" "corpus/$t" -- \
+            -max_total_time="$seconds" -print_final_stats=1 >"logs/$t.log" 2>&1 || rc=$?
+        echo "==> $t done in $((SECONDS - start))s (exit $rc):" \
+            "$(grep -E '^stat::number_of_executed_units' "logs/$t.log" | tr -s ' ')"
+        if ((rc != 0)); then
+            tail -n 60 "logs/$t.log" >&2
+        fi
+        return "$rc"
+    }
     for t in "${TARGETS[@]}"; do
         echo "==> $t for ${seconds}s"
-        start=$SECONDS
-        # -print_final_stats reports the number of executions.
-        if ! cargo +nightly fuzz run "$t" "corpus/$t" -- \
-            -max_total_time="$seconds" -print_final_stats=1; then
-            failed+=("$t")
-            status=1
+        run_one "$t" &
+        running+=("$!")
+        names+=("$t")
+        if ((${#running[@]} >= jobs)); then
+            wait "${running[0]}" || { failed+=("${names[0]}"); status=1; }
+            running=("${running[@]:1}")
+            names=("${names[@]:1}")
         fi
-        echo "==> $t done in $((SECONDS - start))s"
+    done
+    for i in "${!running[@]}"; do
+        wait "${running[$i]}" || { failed+=("${names[$i]}"); status=1; }
     done
     if ((status != 0)); then
-        echo "==> findings in: ${failed[*]} (inputs under $FUZZ_DIR/artifacts/)" >&2
+        echo "==> findings in: ${failed[*]} (inputs under $FUZZ_DIR/artifacts/, logs under $FUZZ_DIR/logs/)" >&2
     else
         echo "==> no findings"
     fi
