@@ -53,6 +53,76 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// `Allow` header value for 405 (e.g. `GET, HEAD`).
     pub allow: Option<&'static str>,
+    /// For 502/504: what exactly went wrong with the provider (the ledger's
+    /// `error` field names it; the client sees `code`).
+    pub fault: Option<UpstreamFault>,
+}
+
+/// What went wrong with the provider, as the ledger's `error` field names
+/// it. Clients see only CONTRACT's `upstream_error`/`upstream_timeout`
+/// codes (and a message); operators see which of these happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UpstreamFault {
+    /// The provider's host name did not resolve.
+    Dns,
+    /// No TCP connection (refused, unreachable, or not within the connect
+    /// timeout).
+    Connect,
+    /// The TLS handshake or the certificate check failed.
+    Tls,
+    /// No response head within the first-byte timeout, or a non-streamed
+    /// body that stopped arriving.
+    Timeout,
+    /// The provider answered with an error status.
+    Rejected,
+    /// Not HTTP, not JSON, the wrong content type, a broken chunked
+    /// framing, or a body over the cap.
+    Invalid,
+    /// The connection failed or closed before the response was complete.
+    Reset,
+    /// A stream sent nothing for the idle timeout.
+    Stalled,
+    /// A stream event over the size cap.
+    EventTooLarge,
+    /// The provider sent an error event in its stream.
+    ErrorEvent,
+    /// After `finish_reason`, the provider did not end the stream within
+    /// the tail timeout (the answer itself is complete).
+    TailTimeout,
+}
+
+impl UpstreamFault {
+    /// Every kind, in a stable order.
+    pub const ALL: [UpstreamFault; 11] = [
+        UpstreamFault::Dns,
+        UpstreamFault::Connect,
+        UpstreamFault::Tls,
+        UpstreamFault::Timeout,
+        UpstreamFault::Rejected,
+        UpstreamFault::Invalid,
+        UpstreamFault::Reset,
+        UpstreamFault::Stalled,
+        UpstreamFault::EventTooLarge,
+        UpstreamFault::ErrorEvent,
+        UpstreamFault::TailTimeout,
+    ];
+
+    /// The name in the ledger's `error` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamFault::Dns => "upstream_dns",
+            UpstreamFault::Connect => "upstream_connect",
+            UpstreamFault::Tls => "upstream_tls",
+            UpstreamFault::Timeout => "upstream_timeout",
+            UpstreamFault::Rejected => "upstream_rejected",
+            UpstreamFault::Invalid => "upstream_invalid",
+            UpstreamFault::Reset => "upstream_reset",
+            UpstreamFault::Stalled => "upstream_stalled",
+            UpstreamFault::EventTooLarge => "upstream_event_too_large",
+            UpstreamFault::ErrorEvent => "upstream_error_event",
+            UpstreamFault::TailTimeout => "upstream_tail_timeout",
+        }
+    }
 }
 
 impl ApiError {
@@ -65,6 +135,7 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             allow: None,
+            fault: None,
         }
     }
 
@@ -228,13 +299,17 @@ impl ApiError {
     }
 
     /// 502 `upstream_error`.
-    pub fn upstream(message: impl Into<String>) -> Self {
-        Self::new(502, ErrorType::Upstream, "upstream_error", message)
+    pub fn upstream(fault: UpstreamFault, message: impl Into<String>) -> Self {
+        let mut e = Self::new(502, ErrorType::Upstream, "upstream_error", message);
+        e.fault = Some(fault);
+        e
     }
 
     /// 504 `upstream_timeout`.
     pub fn upstream_timeout(message: impl Into<String>) -> Self {
-        Self::new(504, ErrorType::Upstream, "upstream_timeout", message)
+        let mut e = Self::new(504, ErrorType::Upstream, "upstream_timeout", message);
+        e.fault = Some(UpstreamFault::Timeout);
+        e
     }
 
     /// 503 `server_overloaded`: too many connections, or shutting down.

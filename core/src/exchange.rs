@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::auth::AuthFailure;
 use crate::catalog::Price;
-use crate::error::ApiError;
+use crate::error::{ApiError, UpstreamFault};
 use crate::gateway::Gateway;
 use crate::http::body::BodyDecoder;
 use crate::http::request::{Method, RequestHead, leading_empty_lines, parse_request_head};
@@ -88,6 +88,18 @@ pub enum UpstreamFailure {
     Tls(String),
     /// Reading or writing failed (reset, broken pipe, …).
     Broken(String),
+}
+
+impl UpstreamFailure {
+    /// Its kind, for the ledger.
+    pub fn fault(&self) -> UpstreamFault {
+        match self {
+            UpstreamFailure::Resolve(_) => UpstreamFault::Dns,
+            UpstreamFailure::Connect(_) => UpstreamFault::Connect,
+            UpstreamFailure::Tls(_) => UpstreamFault::Tls,
+            UpstreamFailure::Broken(_) => UpstreamFault::Reset,
+        }
+    }
 }
 
 impl std::fmt::Display for UpstreamFailure {
@@ -184,7 +196,9 @@ enum StreamEnd {
     /// `finish_reason` arrived and the provider did not end in time.
     Tail,
     /// The provider failed; the partial event is dropped.
-    Failed(&'static str),
+    Failed(UpstreamFault, &'static str),
+    /// The drain timeout passed while streaming.
+    Shutdown,
 }
 
 /// One client connection's state machine. See the module docs.
@@ -193,6 +207,10 @@ pub struct Connection {
     gw: Arc<Gateway>,
     phase: Phase,
     close_after: bool,
+    /// Set when draining starts: a request still waiting on the provider at
+    /// this instant is cut (streams end with `[DONE]`, others get 503), so
+    /// that it is metered before the process exits.
+    cut_at: Option<Instant>,
     close_emitted: bool,
     cin: Vec<u8>,
     cin_pos: usize,
@@ -227,6 +245,7 @@ impl Connection {
             gw,
             phase: Phase::Head,
             close_after: false,
+            cut_at: None,
             close_emitted: false,
             cin: Vec::new(),
             cin_pos: 0,
@@ -284,9 +303,12 @@ impl Connection {
                 })
             }
             Phase::Body => self.body_deadline,
-            Phase::Upstream => self.up.as_ref().map(|u| match u.tail_deadline {
-                Some(tail) => tail.min(u.deadline),
-                None => u.deadline,
+            Phase::Upstream => self.up.as_ref().map(|u| {
+                let d = match u.tail_deadline {
+                    Some(tail) => tail.min(u.deadline),
+                    None => u.deadline,
+                };
+                self.cut_at.map_or(d, |c| c.min(d))
             }),
             _ => None,
         };
@@ -393,6 +415,8 @@ impl Connection {
     /// current response.
     pub fn handle_shutdown(&mut self, now: Instant) {
         self.close_after = true;
+        let drain = self.gw.config().timeouts.drain;
+        self.cut_at.get_or_insert(now + drain);
         if self.phase == Phase::Head && self.head_started.is_none() {
             self.phase = Phase::Closed;
         }
@@ -420,10 +444,28 @@ impl Connection {
             Phase::Body if self.body_deadline.is_some_and(|d| now >= d) => {
                 self.respond_error(now, ApiError::request_timeout(), true);
             }
+            Phase::Upstream if self.cut_at.is_some_and(|c| now >= c) => self.cut_for_shutdown(now),
             Phase::Upstream => self.upstream_timeout(now),
             _ => {}
         }
         self.after(now);
+    }
+
+    /// The drain timeout passed with this request still waiting on the
+    /// provider: end it now, metered, instead of dropping it unrecorded
+    /// when the process exits.
+    fn cut_for_shutdown(&mut self, now: Instant) {
+        let Some(up) = self.up.as_ref() else { return };
+        let committed = self.req.as_ref().is_some_and(|r| r.committed);
+        if up.state == UpState::Streaming && committed {
+            self.end_stream(now, StreamEnd::Shutdown, Vec::new());
+        } else {
+            self.close_upstream();
+            let e = ApiError::overloaded(
+                "The gateway is shutting down and could not finish this request in time.",
+            );
+            self.respond_error(now, e, true);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -478,6 +520,7 @@ impl Connection {
             UpState::Connecting | UpState::AwaitingHead => {
                 self.upstream_failed_early(
                     now,
+                    UpstreamFault::Reset,
                     "the provider closed the connection without answering".into(),
                 );
             }
@@ -488,7 +531,10 @@ impl Connection {
                 } else {
                     self.upstream_error_response(
                         now,
-                        ApiError::upstream("The provider's response ended early."),
+                        ApiError::upstream(
+                            UpstreamFault::Reset,
+                            "The provider's response ended early.",
+                        ),
                     );
                 }
             }
@@ -497,7 +543,13 @@ impl Connection {
                 if ended {
                     self.finish_stream(now, StreamEnd::Ended);
                 } else {
-                    self.finish_stream(now, StreamEnd::Failed("the provider's stream ended early"));
+                    self.finish_stream(
+                        now,
+                        StreamEnd::Failed(
+                            UpstreamFault::Reset,
+                            "the provider's stream ended early",
+                        ),
+                    );
                 }
             }
         }
@@ -509,14 +561,16 @@ impl Connection {
         let Some(up) = self.up.as_ref() else { return };
         match up.state {
             UpState::Connecting | UpState::AwaitingHead => {
-                self.upstream_failed_early(now, failure.to_string())
+                self.upstream_failed_early(now, failure.fault(), failure.to_string())
             }
             UpState::Body | UpState::ErrorBody => {
-                self.upstream_error_response(now, ApiError::upstream(format!("{failure}.")));
+                let e = ApiError::upstream(failure.fault(), format!("{failure}."));
+                self.upstream_error_response(now, e);
             }
-            UpState::Streaming => {
-                self.finish_stream(now, StreamEnd::Failed("the provider connection failed"))
-            }
+            UpState::Streaming => self.finish_stream(
+                now,
+                StreamEnd::Failed(failure.fault(), "the provider connection failed"),
+            ),
         }
         self.after(now);
     }
@@ -830,7 +884,7 @@ impl Connection {
         self.access_log(now, err.status, Some(err.code));
         if self.is_metered() {
             let mut rec = self.record(now, err.status);
-            rec.error = Some(err.code.to_owned());
+            rec.error = Some(err.fault.map_or(err.code, UpstreamFault::as_str).to_owned());
             self.settle(now, None);
             self.emit_ledger(rec, out);
         } else {
@@ -899,7 +953,8 @@ impl Connection {
                 Ok(h) => break h,
                 Err(e) => {
                     let msg = format!("The provider answered with invalid HTTP ({e}).");
-                    return self.upstream_error_response(now, ApiError::upstream(msg));
+                    let e = ApiError::upstream(UpstreamFault::Invalid, msg);
+                    return self.upstream_error_response(now, e);
                 }
             }
         };
@@ -917,7 +972,8 @@ impl Connection {
                 up.head = Some(head);
                 let msg =
                     format!("The provider answered a streaming request with Content-Type '{ct}'.");
-                return self.upstream_error_response(now, ApiError::upstream(msg));
+                let e = ApiError::upstream(UpstreamFault::Invalid, msg);
+                return self.upstream_error_response(now, e);
             }
             (UpState::Streaming, u64::MAX)
         } else {
@@ -965,7 +1021,7 @@ impl Connection {
             }
             Err(e) => {
                 let msg = format!("The provider's response body is invalid ({e}).");
-                self.upstream_error_response(now, ApiError::upstream(msg));
+                self.upstream_error_response(now, ApiError::upstream(UpstreamFault::Invalid, msg));
             }
         }
     }
@@ -975,14 +1031,20 @@ impl Connection {
         let up = self.up.as_mut().expect("upstream in progress");
         let head = up.head.as_ref().expect("body follows head");
         if up.state == UpState::ErrorBody {
-            let mut e = ApiError::upstream(provider_error_message(head.status, &up.body));
+            let mut e = ApiError::upstream(
+                UpstreamFault::Rejected,
+                provider_error_message(head.status, &up.body),
+            );
             e.retry_after = head.retry_after_secs().map(|s| s.max(1));
             return self.upstream_error_response(now, e);
         }
         let summary = match parse_completion(&up.body) {
             Ok(s) => s,
             Err(_) => {
-                let e = ApiError::upstream("The provider's answer is not a JSON object.");
+                let e = ApiError::upstream(
+                    UpstreamFault::Invalid,
+                    "The provider's answer is not a JSON object.",
+                );
                 return self.upstream_error_response(now, e);
             }
         };
@@ -1032,6 +1094,7 @@ impl Connection {
                 return self.forward_events(
                     now,
                     Some(StreamEnd::Failed(
+                        UpstreamFault::Invalid,
                         "the provider's stream framing is invalid",
                     )),
                     tail,
@@ -1060,6 +1123,7 @@ impl Connection {
                     Ok(r) => r,
                     Err(_) => {
                         end = Some(StreamEnd::Failed(
+                            UpstreamFault::EventTooLarge,
                             "a provider event is larger than the limit",
                         ));
                         None
@@ -1068,6 +1132,7 @@ impl Connection {
                 Ok(None) => None,
                 Err(_) => {
                     end = Some(StreamEnd::Failed(
+                        UpstreamFault::EventTooLarge,
                         "a provider event is larger than the limit",
                     ));
                     None
@@ -1082,7 +1147,8 @@ impl Connection {
                     "The provider reported an error before streaming: {}",
                     up.tracker.error().unwrap_or("unknown error")
                 );
-                return self.upstream_error_response(now, ApiError::upstream(msg));
+                let e = ApiError::upstream(UpstreamFault::ErrorEvent, msg);
+                return self.upstream_error_response(now, e);
             }
             batch = Some(batch.map_or(r.clone(), |b| b.start..r.end));
             if up.tracker.is_complete() && up.tail_deadline.is_none() {
@@ -1094,16 +1160,11 @@ impl Connection {
                 break;
             }
         }
-        if let Some(e @ StreamEnd::Failed(_)) = &end {
+        if let Some(StreamEnd::Failed(fault, why)) = end {
             let req = self.req.as_ref().expect("request in progress");
             if !req.committed && batch.is_none() {
-                let msg = match e {
-                    StreamEnd::Failed(why) => {
-                        format!("The provider failed before streaming: {why}.")
-                    }
-                    _ => unreachable!(),
-                };
-                return self.upstream_error_response(now, ApiError::upstream(msg));
+                let msg = format!("The provider failed before streaming: {why}.");
+                return self.upstream_error_response(now, ApiError::upstream(fault, msg));
             }
         }
         // Frame straight into the client's output (or, when the stream ends
@@ -1164,12 +1225,12 @@ impl Connection {
         } else {
             let req = self.req.as_ref().expect("request in progress");
             if !req.committed {
-                let why = match end {
-                    StreamEnd::Failed(w) => w,
-                    _ => "the provider stopped",
+                let (fault, why) = match end {
+                    StreamEnd::Failed(f, w) => (f, w),
+                    _ => (UpstreamFault::TailTimeout, "the provider stopped"),
                 };
                 let msg = format!("The provider failed before streaming: {why}.");
-                return self.upstream_error_response(now, ApiError::upstream(msg));
+                return self.upstream_error_response(now, ApiError::upstream(fault, msg));
             }
             self.end_stream(now, end, Vec::new());
         }
@@ -1205,8 +1266,14 @@ impl Connection {
         let mut rec = self.record(now, 200);
         rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
         rec.complete = up.tracker.is_complete();
-        if let StreamEnd::Failed(_) = end {
-            rec.error = Some("upstream_stream_failed".into());
+        match end {
+            StreamEnd::Failed(fault, _) => rec.error = Some(fault.as_str().to_owned()),
+            StreamEnd::Tail => rec.error = Some(UpstreamFault::TailTimeout.as_str().to_owned()),
+            StreamEnd::Shutdown => rec.error = Some("shutdown".to_owned()),
+            StreamEnd::Ended if up.tracker.error().is_some() => {
+                rec.error = Some(UpstreamFault::ErrorEvent.as_str().to_owned());
+            }
+            StreamEnd::Ended => {}
         }
         let usage = up.tracker.usage().unwrap_or_default();
         self.meter(&mut rec, &usage);
@@ -1235,7 +1302,7 @@ impl Connection {
     }
 
     /// Connect failure, or the provider closed/failed before its head.
-    fn upstream_failed_early(&mut self, now: Instant, why: String) {
+    fn upstream_failed_early(&mut self, now: Instant, fault: UpstreamFault, why: String) {
         let up = self.up.as_mut().expect("upstream in progress");
         let req = self.req.as_mut().expect("request in progress");
         if up.reused && !up.received && up.state == UpState::AwaitingHead && req.attempts < 2 {
@@ -1256,7 +1323,7 @@ impl Connection {
         } else {
             format!("{why}.")
         };
-        self.upstream_error_response(now, ApiError::upstream(msg));
+        self.upstream_error_response(now, ApiError::upstream(fault, msg));
     }
 
     fn upstream_timeout(&mut self, now: Instant) {
@@ -1269,7 +1336,10 @@ impl Connection {
         }
         match up.state {
             UpState::Connecting => {
-                let e = ApiError::upstream("Timed out connecting to the provider.");
+                let e = ApiError::upstream(
+                    UpstreamFault::Connect,
+                    "Timed out connecting to the provider.",
+                );
                 self.upstream_error_response(now, e);
             }
             UpState::AwaitingHead => {
@@ -1282,7 +1352,10 @@ impl Connection {
             }
             UpState::Streaming => {
                 if self.req.as_ref().is_some_and(|r| r.committed) {
-                    self.finish_stream(now, StreamEnd::Failed("the provider's stream stalled"));
+                    self.finish_stream(
+                        now,
+                        StreamEnd::Failed(UpstreamFault::Stalled, "the provider's stream stalled"),
+                    );
                 } else {
                     let e =
                         ApiError::upstream_timeout("The provider did not start streaming in time.");

@@ -166,6 +166,15 @@ impl Pair {
         self.run();
     }
 
+    /// The gateway starts draining (SIGTERM): the connection is told.
+    pub fn shutdown(&mut self) {
+        self.gateway.begin_drain();
+        if let Some(c) = self.conn.as_mut() {
+            c.handle_shutdown(self.now);
+        }
+        self.run();
+    }
+
     /// Runs until nothing moves without time passing.
     pub fn run(&mut self) {
         for _ in 0..100_000 {

@@ -10,7 +10,8 @@
 //! by re-serializing values. Otherwise the original bytes go upstream.
 //!
 //! Skipping a raw value is iterative in serde_json, so deeply nested input
-//! cannot overflow the stack; duplicate keys are refused (a provider that
+//! cannot overflow the stack, and nesting deeper than [`MAX_DEPTH`] is then
+//! refused (a provider's parser would refuse it less gracefully); duplicate keys are refused (a provider that
 //! read the other copy would see a different request than the one checked).
 
 use std::borrow::Cow;
@@ -21,6 +22,90 @@ use serde_json::value::RawValue;
 
 use crate::catalog::Catalog;
 use crate::error::ApiError;
+
+/// Deepest nesting of arrays and objects accepted anywhere in a request
+/// (serde_json's own limit for typed parsing).
+pub const MAX_DEPTH: usize = 128;
+
+/// What a body already known to be valid JSON can still hold that a
+/// provider's parser refuses: arrays and objects nested more than `limit`
+/// deep, and `\u` escapes that encode a lone UTF-16 surrogate (valid JSON
+/// grammar, but no string: serde_json and most parsers reject them). One
+/// pass; strings are skipped with `memchr`, stopping only at backslashes.
+pub fn json_hazard(json: &[u8], limit: usize) -> Option<String> {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                i += 1;
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &json[i..]) {
+                        Some(j) if json[i + j] == b'\\' => {
+                            let at = i + j;
+                            i = at + 2;
+                            if json.get(at + 1) == Some(&b'u') {
+                                match surrogate_at(json, at) {
+                                    Surrogate::Lone => {
+                                        return Some(
+                                            "a \\u escape encodes a lone UTF-16 surrogate".into(),
+                                        );
+                                    }
+                                    Surrogate::Pair => i = at + 12,
+                                    Surrogate::No => {}
+                                }
+                            }
+                        }
+                        Some(j) => {
+                            i += j + 1;
+                            break;
+                        }
+                        None => return None,
+                    }
+                }
+                continue;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Some(format!("nested more than {limit} levels deep"));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+enum Surrogate {
+    No,
+    Pair,
+    Lone,
+}
+
+/// Reads the `\uXXXX` escape at `at` (and the one after it for a leading
+/// surrogate).
+fn surrogate_at(json: &[u8], at: usize) -> Surrogate {
+    let hex = |from: usize| {
+        let h = json.get(from..from + 4)?;
+        u16::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
+    };
+    match hex(at + 2) {
+        Some(0xD800..=0xDBFF) => {
+            let trail = json.get(at + 6..at + 8) == Some(b"\\u".as_slice())
+                && matches!(hex(at + 8), Some(0xDC00..=0xDFFF));
+            if trail {
+                Surrogate::Pair
+            } else {
+                Surrogate::Lone
+            }
+        }
+        Some(0xDC00..=0xDFFF) => Surrogate::Lone,
+        _ => Surrogate::No,
+    }
+}
 
 /// The roles a message may have.
 pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
@@ -63,6 +148,11 @@ impl ChatRequest {
 /// Validates a chat completion body and prepares the provider's body.
 pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
     let top: Members<'_> = serde_json::from_slice(body).map_err(ApiError::invalid_json)?;
+    if let Some(hazard) = json_hazard(body, MAX_DEPTH) {
+        // Valid JSON, but a provider's parser (serde_json's included) would
+        // refuse it, less clearly: refused here.
+        return Err(ApiError::invalid_json(hazard));
+    }
 
     let model_raw = top.get("model").ok_or_else(|| ApiError::missing("model"))?;
     let model = string(model_raw, Param::root("model"))?;
@@ -817,6 +907,62 @@ mod tests {
     const M: &str = r#""messages":[{"role":"user","content":"hi"}]"#;
 
     #[test]
+    fn nesting_depth_is_capped_outside_strings_only() {
+        let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let at = |n: usize| {
+            format!(
+                r#"{{"model":"reasoning-model-k3",{M},"x":{},"s":"{}\"[[["}}"#,
+                nest(n),
+                "[".repeat(500)
+            )
+        };
+        // The top-level object is one level: 127 more fit, 128 more do not.
+        ok(&at(MAX_DEPTH - 1));
+        let e = err(&at(MAX_DEPTH));
+        assert_eq!((e.status, e.code), (400, "invalid_json"));
+        assert!(e.message.contains("nested more than 128"), "{}", e.message);
+        // Inside a message, and as objects.
+        let deep_obj = format!("{}0{}", r#"{"a":"#.repeat(200), "}".repeat(200));
+        err(&format!(
+            r#"{{"model":"reasoning-model-k3","messages":[{{"role":"user","content":"hi","x":{deep_obj}}}]}}"#
+        ));
+        let deep = |json: &[u8], limit| json_hazard(json, limit).is_some();
+        assert!(deep(b"[[[]]]", 2));
+        assert!(!deep(b"[[[]]]", 3));
+        // An escaped quote does not end a string.
+        assert!(!deep(br#"["\"[[[[[[[[[[[[[["]"#, 2));
+        assert!(!deep(
+            &format!(r#"["{}"]"#, "[".repeat(300)).into_bytes(),
+            1
+        ));
+        assert!(deep(&nest(300).into_bytes(), 299));
+        assert!(!deep(&nest(300).into_bytes(), 300));
+    }
+
+    #[test]
+    fn lone_surrogate_escapes_are_refused() {
+        let with = |text: &str| {
+            format!(
+                r#"{{"model":"reasoning-model-k3","messages":[{{"role":"user","content":"{text}"}}]}}"#
+            )
+        };
+        ok(&with(
+            r"a pair \ud83d\ude00 and \u00e9 and \\ud800 (escaped backslash)",
+        ));
+        for bad in [
+            r"\ud800",
+            r"x\ud800y",
+            r"\ud800\u0041",
+            r"\udc00",
+            r"\ud83d\ud83d",
+        ] {
+            let e = err(&with(bad));
+            assert_eq!(e.code, "invalid_json", "{bad}");
+            assert!(e.message.contains("surrogate"), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
     fn minimal_request_is_forwarded_unchanged() {
         let body = format!(r#"{{"model":"reasoning-model-k3",{M}, "seed": 7, "user":"u"}}"#);
         let r = ok(&body);
@@ -1167,7 +1313,8 @@ mod tests {
             "[".repeat(100_000),
             "]".repeat(100_000)
         );
-        ok(&deep);
+        // Parsed without a deep stack, then refused for its depth.
+        assert_eq!(err(&deep).code, "invalid_json");
         let deep_tools = format!(
             r#"{{"model":"reasoning-model-k3",{M},"tools":[{{"type":"function","function":{{"name":"f","parameters":{}1{}}}}}]}}"#,
             "[".repeat(100_000),

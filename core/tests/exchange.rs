@@ -550,7 +550,7 @@ fn provider_reset_mid_stream_is_incomplete() {
     let rec = &pair.ledger[0];
     assert!(!rec.complete);
     assert_eq!(rec.finish_reason, None);
-    assert_eq!(rec.error.as_deref(), Some("upstream_stream_failed"));
+    assert_eq!(rec.error.as_deref(), Some("upstream_reset"));
     assert_eq!((rec.prompt_tokens, rec.completion_tokens), (0, 0));
 }
 
@@ -930,6 +930,10 @@ fn broken_streams() {
     let r = one(&pair);
     assert!(sse_data(&r.body)[2].contains("\"error\""));
     assert!(!pair.ledger[0].complete);
+    assert_eq!(
+        pair.ledger[0].error.as_deref(),
+        Some("upstream_error_event")
+    );
     // Head, then the connection closes: no first chunk, so a JSON 502.
     let mut pair = Pair::with_defaults();
     send(
@@ -1107,6 +1111,42 @@ fn a_slow_stream_is_not_mistaken_for_a_client_that_stopped_reading() {
     assert_eq!(sse_data(&r.body).last().map(String::as_str), Some("[DONE]"));
     assert!(!pair.ledger[0].client_disconnected);
     assert!(pair.ledger[0].complete);
+}
+
+#[test]
+fn the_drain_timeout_cuts_and_meters_what_is_still_waiting() {
+    // A stream still running when the drain timeout passes: [DONE], metered.
+    let mut pair = Pair::new(
+        |c| c.timeouts.drain = Duration::from_secs(2),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(&mut pair, &stream_body(r#""x_sim":{"token_ms":1000}"#));
+    pair.advance(Duration::from_millis(1500));
+    pair.shutdown();
+    pair.advance(Duration::from_secs(3));
+    let r = one(&pair);
+    let data = sse_data(&r.body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    assert!(data.len() < 10, "cut early: {data:?}");
+    assert!(pair.client_closed);
+    let rec = &pair.ledger[0];
+    assert!(!rec.complete);
+    assert_eq!(rec.error.as_deref(), Some("shutdown"));
+    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+    // A non-streamed request still waiting: 503, metered.
+    let mut pair = Pair::new(
+        |c| c.timeouts.drain = Duration::from_secs(2),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(&mut pair, &body(r#""x_sim":{"fault":"stall_headers"}"#));
+    pair.shutdown();
+    pair.advance(Duration::from_secs(3));
+    let r = one(&pair);
+    assert_eq!(r.status, 503);
+    assert!(pair.client_closed);
+    assert_eq!(pair.ledger[0].status, 503);
 }
 
 #[test]

@@ -43,6 +43,9 @@ pub async fn run_gateway<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listen
     drain(&shared).await;
 }
 
+/// After the drain timeout, time for the cut requests' answers to be written.
+const CUT_GRACE: Duration = Duration::from_secs(2);
+
 async fn drain<R: Runtime>(shared: &Shared<R>) {
     let timeout = shared.gateway.config().timeouts.drain;
     tracing::info!(
@@ -52,7 +55,10 @@ async fn drain<R: Runtime>(shared: &Shared<R>) {
     );
     shared.gateway.begin_drain();
     shared.draining.notify(usize::MAX);
-    let deadline = std::time::Instant::now() + timeout;
+    // At the drain timeout each connection cuts what it still waits for
+    // (metered: streams end with [DONE], others get 503); a short grace lets
+    // those answers and their ledger lines go out before the process exits.
+    let deadline = std::time::Instant::now() + timeout + CUT_GRACE;
     while shared.gateway.open_connections() > 0 && std::time::Instant::now() < deadline {
         shared
             .rt

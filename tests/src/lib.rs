@@ -691,3 +691,82 @@ fn write_fully(s: &mut TcpStream, mut b: &[u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Raises this process's open-files limit to its hard limit; returns the
+/// limit now in force.
+pub fn raise_fd_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 1024;
+        }
+        l.rlim_cur = l.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+        l.rlim_cur
+    }
+}
+
+/// Resident memory of a process, KiB (from `/proc/<pid>/status`).
+pub fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Gw {
+    /// Waits for the ledger line of `request_id` and returns it.
+    pub fn ledger_line(&self, request_id: &str) -> LedgerRecord {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(r) = self
+                .ledger()
+                .into_iter()
+                .find(|r| r.request_id == request_id)
+            {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "no ledger line for {request_id}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// True while the process runs.
+    pub fn alive(&mut self) -> bool {
+        self.proc.wait_exit(Duration::ZERO).is_none()
+    }
+}
+
+/// A small deterministic generator for hostile inputs (xorshift64*), so a
+/// failing input can be reproduced from its seed.
+pub struct Noise(u64);
+
+impl Noise {
+    /// Seeded (0 is replaced by a fixed odd constant).
+    pub fn new(seed: u64) -> Noise {
+        Noise(seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}

@@ -753,8 +753,23 @@ fn timeouts_and_connection_limit(bin: &str) {
         )
     );
     // Over the connection limit: 503, and the gateway stays healthy.
-    let held: Vec<Conn> = (0..3).map(|_| Conn::open(gw.addr)).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Each held connection is served once (so it is surely counted: the
+    // count is taken when its task first runs, in no fixed order), then
+    // stays open, idle.
+    // Earlier connections may still be closing: retry until admitted.
+    let held: Vec<Conn> = (0..3)
+        .map(|_| {
+            let mut admitted = None;
+            eventually("a connection is admitted", || {
+                let mut c = Conn::open(gw.addr);
+                c.send(&raw_request("GET", "/v1/models", Some(&gw.key), None));
+                let ok = c.response().status == 200;
+                admitted = ok.then_some(c);
+                ok
+            });
+            admitted.expect("admitted")
+        })
+        .collect();
     let r = request(gw.addr, "GET", "/v1/models", Some(&gw.key), None);
     assert_eq!(r.status, 503);
     assert_eq!(r.json()["error"]["code"], "server_overloaded");

@@ -69,6 +69,28 @@ pub struct SimServer {
     seq: AtomicU64,
     connections: AtomicU64,
     journal: Mutex<VecDeque<JournalEntry>>,
+    totals: Mutex<SimTotals>,
+}
+
+/// Running totals over every chat exchange the simulator finished, however
+/// many the journal still holds (`GET /_sim/stats`): what a soak run
+/// reconciles the gateway's ledger against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SimTotals {
+    /// Chat exchanges finished (completed, aborted or reset).
+    pub exchanges: u64,
+    /// Of which completed in full.
+    pub completed: u64,
+    /// Of which the client aborted.
+    pub aborted: u64,
+    /// Of which the simulator reset (a fault).
+    pub reset: u64,
+    /// Tokens in the last `usage` object actually sent per exchange, summed.
+    pub prompt_tokens: u64,
+    /// Likewise.
+    pub completion_tokens: u64,
+    /// Likewise.
+    pub reasoning_tokens: u64,
 }
 
 impl SimServer {
@@ -80,7 +102,28 @@ impl SimServer {
             seq: AtomicU64::new(1),
             connections: AtomicU64::new(1),
             journal: Mutex::new(VecDeque::new()),
+            totals: Mutex::new(SimTotals::default()),
         })
+    }
+
+    /// The running totals.
+    pub fn totals(&self) -> SimTotals {
+        *self.totals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count(&self, outcome: Outcome, sent: &[u8]) {
+        let usage = last_usage(sent).unwrap_or_default();
+        let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        t.exchanges += 1;
+        match outcome {
+            Outcome::Completed => t.completed += 1,
+            Outcome::Aborted => t.aborted += 1,
+            Outcome::Reset => t.reset += 1,
+            Outcome::InProgress => {}
+        }
+        t.prompt_tokens += usage.prompt_tokens;
+        t.completion_tokens += usage.completion_tokens;
+        t.reasoning_tokens += usage.reasoning_tokens;
     }
 
     /// A copy of the journal.
@@ -126,6 +169,8 @@ struct Active {
     stalled: bool,
     heartbeat_at: Option<Instant>,
     sent: Vec<u8>,
+    /// A chat exchange (journaled and counted in the totals).
+    chat: bool,
 }
 
 #[derive(Debug)]
@@ -326,6 +371,7 @@ impl SimConnection {
                 br#"{"object":"list","data":[{"id":"reasoning-model-k3","object":"model","created":0,"owned_by":"sim"}]}"#.to_vec(),
             ),
             (Method::Get, "/_sim/journal") => json_plan(serde_json::to_vec(&self.server.journal()).unwrap_or_default()),
+            (Method::Get, "/_sim/stats") => json_plan(serde_json::to_vec(&self.server.totals()).unwrap_or_default()),
             _ => plan_error(404, "Unknown path.", None, "invalid_request_error", "unknown_url"),
         };
         let journaled = p.path == "/v1/chat/completions";
@@ -361,6 +407,7 @@ impl SimConnection {
         body: Option<String>,
         seq: u64,
     ) {
+        let chat = body.is_some();
         if let Some(body) = body {
             self.server.record(JournalEntry {
                 seq,
@@ -389,6 +436,7 @@ impl SimConnection {
             stalled: false,
             heartbeat_at: None,
             sent: Vec::new(),
+            chat,
         });
         self.send_due(now);
     }
@@ -468,6 +516,9 @@ impl SimConnection {
     }
 
     fn finish(&self, a: &Active, outcome: Outcome) {
+        if a.chat {
+            self.server.count(outcome, &a.sent);
+        }
         let sent = a.next as u32;
         self.server.update(a.seq, |e| {
             if e.outcome == Outcome::InProgress {
@@ -477,6 +528,16 @@ impl SimConnection {
             }
         });
     }
+}
+
+/// The last `usage` object in what was sent, if any.
+fn last_usage(sent: &[u8]) -> Option<crate::usage::Usage> {
+    let at = memchr::memmem::rfind(sent, b"\"usage\":{")?;
+    let rest = &sent[at + b"\"usage\":".len()..];
+    serde_json::Deserializer::from_slice(rest)
+        .into_iter::<crate::usage::Usage>()
+        .next()?
+        .ok()
 }
 
 fn record_sent(sent: &mut Vec<u8>, bytes: &[u8]) {
@@ -598,6 +659,32 @@ mod tests {
         drain(&mut c);
         assert_eq!(c.poll_action(), Some(SimAction::Reset));
         assert_eq!(server.journal()[2].outcome, Outcome::Reset);
+        // Two answers with usage, one reset before its usage chunk.
+        let t = server.totals();
+        assert_eq!((t.exchanges, t.completed, t.reset), (3, 2, 1));
+        let one = last_usage(out.as_bytes()).unwrap();
+        assert!(one.prompt_tokens > 0 && one.completion_tokens > 0);
+        assert_eq!(
+            (t.prompt_tokens, t.completion_tokens),
+            (2 * one.prompt_tokens, 2 * one.completion_tokens)
+        );
+    }
+
+    #[test]
+    fn totals_count_the_last_usage_sent() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let mut c = SimConnection::new(Arc::clone(&server));
+        let body = r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],"x_sim":{"usage_every":true,"reasoning_tokens":3,"answer_tokens":2}}"#;
+        c.handle_data(at(0), &request(body));
+        let mut sent = String::new();
+        for _ in 0..100 {
+            c.handle_timeout(at(1000));
+            sent.push_str(&String::from_utf8(drain(&mut c)).unwrap());
+        }
+        assert!(sent.matches("\"usage\":{").count() > 2, "{sent}");
+        let t = server.totals();
+        assert_eq!((t.exchanges, t.completed), (1, 1));
+        assert_eq!((t.completion_tokens, t.reasoning_tokens), (5, 3));
     }
 
     #[test]
