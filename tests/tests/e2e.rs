@@ -1,8 +1,6 @@
 //! The service specification, section by section, through the real
 //! binaries: each case runs against every runtime in `RUNTIMES`.
 
-use std::time::Duration;
-
 use chatgate_tests::*;
 use serde_json::{Value, json};
 
