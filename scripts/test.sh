@@ -6,7 +6,9 @@
 #
 #   scripts/test.sh
 #
-# Long runs are separate: fuzz/run.sh [SECONDS] fuzzes each target longer.
+# Long runs are separate (see RELIABILITY.md): scripts/soak.sh [SECONDS]
+# soaks both binaries (10 minutes by default), fuzz/run.sh [SECONDS [JOBS]]
+# fuzzes each target longer, bench/run.sh measures (BENCHMARKS.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -35,11 +35,12 @@ pub fn bin_path(name: &str) -> PathBuf {
         return Path::new(&dir).join(name);
     }
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> → target/<profile>/<name>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
+    // target/<profile>/deps/<test> → target/<profile>/<name>; a binary of
+    // this crate (target/<profile>/<bin>) is already there.
+    let mut dir = exe.parent().expect("target directory");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir = dir.parent().expect("target directory");
+    }
     let path = dir.join(name);
     assert!(
         path.exists(),
@@ -743,6 +744,18 @@ impl Gw {
     pub fn alive(&mut self) -> bool {
         self.proc.wait_exit(Duration::ZERO).is_none()
     }
+
+    /// True while the process runs (without reaping it; `&self`): it
+    /// exists and is not a zombie.
+    pub fn alive_pid(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.proc.pid()))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false)
+    }
 }
 
 /// A small deterministic generator for hostile inputs (xorshift64*), so a
@@ -768,5 +781,25 @@ impl Noise {
     /// `n` random bytes.
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// One request on a new connection that may fail: `None` unless a whole
+/// response arrived (for load and crash tests, where failures are counted).
+pub fn try_exchange(addr: SocketAddr, raw: &[u8]) -> Option<Response> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(PATIENCE)).ok()?;
+    s.write_all(raw).ok()?;
+    let mut buf = Vec::new();
+    let mut b = [0u8; 16384];
+    loop {
+        if let Some((r, _)) = parse_one(&buf, false) {
+            return Some(r);
+        }
+        match s.read(&mut b) {
+            Ok(0) => return parse_one(&buf, true).map(|(r, _)| r),
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+            Err(_) => return None,
+        }
     }
 }

@@ -39,3 +39,12 @@ fn readme_names_both_commands() {
         ".ci/run runs the README's test command"
     );
 }
+
+#[test]
+fn readme_explains_every_ledger_error_kind() {
+    let readme = readme();
+    for kind in chatgate_core::error::UpstreamFault::ALL {
+        let row = format!("| `{}` |", kind.as_str());
+        assert!(readme.contains(&row), "README has no row for {row}");
+    }
+}

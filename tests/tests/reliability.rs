@@ -7,7 +7,7 @@
 //! nothing here asserts a duration.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -60,25 +60,6 @@ fn gateway(bin: &str, upstream: &str, extra: &[&str]) -> Gw {
             ..GwOptions::default()
         },
     )
-}
-
-/// One request that may fail: `None` unless a whole response arrived.
-fn try_exchange(addr: SocketAddr, raw: &[u8]) -> Option<Response> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(PATIENCE)).ok()?;
-    s.write_all(raw).ok()?;
-    let mut buf = Vec::new();
-    let mut b = [0u8; 16384];
-    loop {
-        if let Some((r, _)) = parse_one(&buf, false) {
-            return Some(r);
-        }
-        match s.read(&mut b) {
-            Ok(0) => return parse_one(&buf, true).map(|(r, _)| r),
-            Ok(n) => buf.extend_from_slice(&b[..n]),
-            Err(_) => return None,
-        }
-    }
 }
 
 /// Reads what the peer still sends until it closes; `Err` on a reset,
