@@ -32,6 +32,24 @@ pub struct KeyEntry {
     pub limits: Limits,
     /// When it was minted (RFC 3339), if recorded.
     pub created: Option<String>,
+    /// When it stops being accepted (RFC 3339, set by `keys rotate` on the
+    /// key it replaces), if ever.
+    pub expires: Option<String>,
+    /// `expires` in Unix seconds.
+    pub expires_unix: Option<u64>,
+}
+
+impl KeyEntry {
+    /// Whether the key is still accepted at `unix_secs`.
+    pub fn valid_at(&self, unix_secs: u64) -> bool {
+        self.expires_unix.is_none_or(|e| unix_secs < e)
+    }
+
+    /// The first 8 hexadecimal characters of its hash: enough to tell keys
+    /// apart in a listing, nothing to attack.
+    pub fn hash_prefix(&self) -> String {
+        hex(&self.sha256)[..8].to_owned()
+    }
 }
 
 impl std::fmt::Debug for KeyEntry {
@@ -41,6 +59,7 @@ impl std::fmt::Debug for KeyEntry {
             .field("sha256", &format_args!("{}…", &hex(&self.sha256)[..8]))
             .field("limits", &self.limits)
             .field("created", &self.created)
+            .field("expires", &self.expires)
             .finish()
     }
 }
@@ -81,8 +100,22 @@ impl KeyTable {
             if e.name.is_empty() {
                 return Err(KeysError(format!("key #{} has an empty name", i + 1)));
             }
-            if entries[..i].iter().any(|o| o.name == e.name) {
-                return Err(KeysError(format!("key name '{}' is used twice", e.name)));
+            // A name appears twice only while a rotated key's grace runs:
+            // then at most one of its entries lasts forever, and they share
+            // limits (the limits belong to the name).
+            for o in entries[..i].iter().filter(|o| o.name == e.name) {
+                if o.expires_unix.is_none() && e.expires_unix.is_none() {
+                    return Err(KeysError(format!(
+                        "key name '{}' is used twice (a rotated key must have `expires`)",
+                        e.name
+                    )));
+                }
+                if o.limits != e.limits {
+                    return Err(KeysError(format!(
+                        "the entries of key '{}' have different limits",
+                        e.name
+                    )));
+                }
             }
             if by_hash.insert(e.sha256, i).is_some() {
                 return Err(KeysError(format!(
@@ -95,28 +128,12 @@ impl KeyTable {
     }
 
     /// Parses a keys file (`[[key]]` tables with `name`, `sha256` and optional
-    /// `requests_per_minute`, `tokens_per_minute`, `created`); keys without
-    /// limits get `defaults`.
+    /// `requests_per_minute`, `tokens_per_minute`, `created`, `expires`);
+    /// keys without limits get `defaults`.
     pub fn parse_toml(text: &str, defaults: Limits) -> Result<KeyTable, KeysError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct File {
-            #[serde(default)]
-            key: Vec<Raw>,
-        }
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Raw {
-            name: String,
-            sha256: String,
-            requests_per_minute: Option<u64>,
-            tokens_per_minute: Option<u64>,
-            created: Option<String>,
-        }
-        let file: File =
-            toml::from_str(text).map_err(|e| KeysError(format!("keys file: {}", e.message())))?;
-        let mut entries = Vec::with_capacity(file.key.len());
-        for raw in file.key {
+        let raw = parse_keys_file(text)?;
+        let mut entries = Vec::with_capacity(raw.len());
+        for raw in raw {
             let sha256 = parse_hex32(&raw.sha256).ok_or_else(|| {
                 KeysError(format!(
                     "key '{}': sha256 must be 64 hexadecimal characters",
@@ -133,6 +150,15 @@ impl KeyTable {
                     raw.name
                 )));
             }
+            let expires_unix = match &raw.expires {
+                None => None,
+                Some(t) => Some(crate::time::parse_rfc3339(t).ok_or_else(|| {
+                    KeysError(format!(
+                        "key '{}': expires must be an RFC 3339 time like 2026-11-22T10:00:00Z",
+                        raw.name
+                    ))
+                })?),
+            };
             entries.push(KeyEntry {
                 name: raw.name,
                 sha256,
@@ -141,6 +167,8 @@ impl KeyTable {
                     tokens_per_minute: tpm,
                 },
                 created: raw.created,
+                expires: raw.expires,
+                expires_unix,
             });
         }
         KeyTable::new(entries)
@@ -225,6 +253,57 @@ pub fn key_hash_hex(key: &str) -> String {
     hex(&key_sha256(key))
 }
 
+/// One `[[key]]` table as written in the keys file (limits not resolved),
+/// for the commands that edit the file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKey {
+    /// `name`.
+    pub name: String,
+    /// `sha256`, hexadecimal.
+    pub sha256: String,
+    /// `requests_per_minute`, if set.
+    pub requests_per_minute: Option<u64>,
+    /// `tokens_per_minute`, if set.
+    pub tokens_per_minute: Option<u64>,
+    /// `created`, if recorded.
+    pub created: Option<String>,
+    /// `expires`, if set.
+    pub expires: Option<String>,
+}
+
+/// Reads the `[[key]]` tables of a keys file as written.
+pub fn parse_keys_file(text: &str) -> Result<Vec<RawKey>, KeysError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        #[serde(default)]
+        key: Vec<RawKey>,
+    }
+    let file: File =
+        toml::from_str(text).map_err(|e| KeysError(format!("keys file: {}", e.message())))?;
+    Ok(file.key)
+}
+
+/// A whole keys file with these entries (what `keys revoke` and `keys
+/// rotate` write back).
+pub fn render_keys_file(keys: &[RawKey]) -> String {
+    let mut s = String::from("# chatgate keys: only SHA-256 hashes of the keys are stored here.\n");
+    for k in keys {
+        s.push_str(&entry_toml(
+            &k.name,
+            &k.sha256,
+            k.requests_per_minute,
+            k.tokens_per_minute,
+            k.created.as_deref().unwrap_or(""),
+        ));
+        if let Some(e) = &k.expires {
+            s.push_str(&format!("expires = {}\n", toml_string(e)));
+        }
+    }
+    s
+}
+
 /// The `[[key]]` table to append to a keys file for a new key.
 pub fn entry_toml(
     name: &str,
@@ -242,7 +321,9 @@ pub fn entry_toml(
     if let Some(tpm) = tpm {
         s.push_str(&format!("tokens_per_minute = {tpm}\n"));
     }
-    s.push_str(&format!("created = {}\n", toml_string(created)));
+    if !created.is_empty() {
+        s.push_str(&format!("created = {}\n", toml_string(created)));
+    }
     s
 }
 

@@ -56,6 +56,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Address to listen on",
     ),
     s(
+        "admin_listen",
+        "ADDR",
+        None,
+        "Address of the admin listener (/metrics, /healthz, /readyz); off unless set, never the public port",
+    ),
+    s(
         "upstream",
         "URL",
         None,
@@ -240,6 +246,8 @@ pub struct ServeConfig {
     pub ledger_path: String,
     /// Extra CA file.
     pub upstream_ca: Option<String>,
+    /// The admin listener's address, if any.
+    pub admin_listen: Option<String>,
     /// Log level.
     pub log_level: String,
     /// `json` logs.
@@ -434,6 +442,7 @@ impl ServeConfig {
             keys_path,
             ledger_path: r.string("ledger"),
             upstream_ca: r.get("upstream_ca").map(|(v, _)| v),
+            admin_listen: r.get("admin_listen").map(|(v, _)| v),
             log_level,
             log_json: log_format == "json",
             pool_max_idle: r.parse("pool_max_idle")?,
@@ -447,9 +456,10 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={} admin={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={}",
             self.listen,
+            self.admin_listen.as_deref().unwrap_or("off"),
             g.upstream.display_url(),
             if g.upstream.api_key.is_some() {
                 "set"

@@ -37,6 +37,7 @@ use crate::http::write::{self, header, header_u64};
 use crate::http::{Framing, HeadScanner, HttpError, HttpLimits};
 use crate::ledger::LedgerRecord;
 use crate::limits::{LimitStatus, Limits};
+use crate::metrics::{Finished, Metered};
 use crate::sse::SseFramer;
 use crate::stream::{DONE_EVENT, EventKind, StreamTracker};
 use crate::time::{Instant, push_http_date};
@@ -164,6 +165,8 @@ struct Request {
     committed: bool,
     first_byte: Option<Instant>,
     upstream_status: Option<u16>,
+    /// When the provider was first asked (for the overhead metric).
+    up_started: Option<Instant>,
 }
 
 /// The provider side of the current request.
@@ -476,6 +479,7 @@ impl Connection {
     pub fn handle_upstream_connected(&mut self, now: Instant, reused: bool) {
         let first_byte = self.gw.config().timeouts.upstream_first_byte;
         if let Some(up) = self.up.as_mut().filter(|u| u.state == UpState::Connecting) {
+            self.gw.metrics().upstream_connection(reused);
             up.state = UpState::AwaitingHead;
             up.reused = reused;
             up.deadline = now + first_byte;
@@ -669,6 +673,7 @@ impl Connection {
             attempts: 0,
             committed: false,
             first_byte: None,
+            up_started: None,
             upstream_status: None,
         }));
         let has_body = head.framing != Framing::Empty;
@@ -696,7 +701,7 @@ impl Connection {
                     let i = keys
                         .entries()
                         .iter()
-                        .position(|k| k.name == e.name)
+                        .position(|k| k.sha256 == e.sha256)
                         .unwrap_or(0);
                     let value = head.authorization.clone().unwrap_or_default();
                     self.auth_cache = Some((value, Arc::clone(&keys), i));
@@ -711,6 +716,11 @@ impl Connection {
                 }
             },
         };
+        if !entry.valid_at(gw.wall().unix_secs(now)) {
+            // A rotated key whose grace period ended.
+            self.auth_cache = None;
+            return self.respond_error(now, ApiError::invalid_api_key(false), has_body);
+        }
         let req = self.req.as_mut().expect("request just created");
         req.key = Some(KeyRef {
             name: entry.name.clone(),
@@ -794,6 +804,7 @@ impl Connection {
                 req.limit_status = Some(admission.status);
             }
             Err(rejection) => {
+                gw.metrics().rate_limited(&key.name, rejection.kind);
                 req.limit_status = Some(rejection.status);
                 let what = match rejection.kind {
                     crate::limits::LimitKind::Requests => "requests",
@@ -831,6 +842,7 @@ impl Connection {
         req.body = Vec::new();
         req.chat = Some(chat);
         req.attempts = 1;
+        req.up_started = Some(now);
         self.phase = Phase::Upstream;
         self.up = Some(Box::new(Upstream::new(
             now + gw.config().timeouts.upstream_connect,
@@ -886,7 +898,7 @@ impl Connection {
             let mut rec = self.record(now, err.status);
             rec.error = Some(err.fault.map_or(err.code, UpstreamFault::as_str).to_owned());
             self.settle(now, None);
-            self.emit_ledger(rec, out);
+            self.emit_ledger(now, rec, out);
         } else {
             self.push_client(now, &out);
         }
@@ -922,7 +934,7 @@ impl Connection {
             let mut rec = self.record(now, STATUS_CLIENT_CLOSED);
             rec.client_disconnected = true;
             self.access_log(now, STATUS_CLIENT_CLOSED, None);
-            self.emit_ledger(rec, Vec::new());
+            self.emit_ledger(now, rec, Vec::new());
         }
     }
 
@@ -961,6 +973,9 @@ impl Connection {
         let rest = up.inbuf.split_off(head.head_len);
         up.inbuf = Vec::new();
         up.deadline = now + idle;
+        self.gw
+            .metrics()
+            .upstream_contact(self.gw.wall().unix_ms(now));
         let req = self.req.as_mut().expect("request in progress");
         req.upstream_status = Some(head.status);
         let stream = req.chat.as_ref().is_some_and(|c| c.stream);
@@ -1073,7 +1088,7 @@ impl Connection {
         self.meter(&mut rec, &usage);
         self.settle(now, summary.usage);
         self.access_log_record(&rec);
-        self.emit_ledger(rec, out);
+        self.emit_ledger(now, rec, out);
         self.end_response(close);
     }
 
@@ -1200,6 +1215,9 @@ impl Connection {
         let req = self.req.as_mut().expect("request in progress");
         req.committed = true;
         req.first_byte = Some(now);
+        if req.chat.as_ref().is_some_and(|c| c.stream) {
+            self.gw.metrics().stream_open(1);
+        }
         let ct = up
             .head
             .as_ref()
@@ -1279,7 +1297,7 @@ impl Connection {
         self.meter(&mut rec, &usage);
         self.settle(now, up.tracker.usage());
         self.access_log_record(&rec);
-        self.emit_ledger(rec, bytes);
+        self.emit_ledger(now, rec, bytes);
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);
     }
@@ -1379,7 +1397,7 @@ impl Connection {
         self.meter(&mut rec, &usage.unwrap_or_default());
         self.settle(now, usage);
         self.access_log_record(&rec);
-        self.emit_ledger(rec, Vec::new());
+        self.emit_ledger(now, rec, Vec::new());
     }
 
     fn release_upstream(&mut self) -> Box<Upstream> {
@@ -1439,7 +1457,8 @@ impl Connection {
         req.reserved = 0;
     }
 
-    fn emit_ledger(&mut self, rec: LedgerRecord, held: Vec<u8>) {
+    fn emit_ledger(&mut self, now: Instant, rec: LedgerRecord, held: Vec<u8>) {
+        self.observe_metered(now, &rec);
         self.events.push_back(Event::Ledger(Box::new(rec)));
         self.held = held;
         self.awaiting_ledger = true;
@@ -1507,7 +1526,61 @@ impl Connection {
         }
     }
 
+    /// Metrics of a metered (ledger) request.
+    fn observe_metered(&self, now: Instant, rec: &LedgerRecord) {
+        let m = self.gw.metrics();
+        let req = self.req.as_ref().expect("a record is for a request");
+        m.finished(Finished {
+            key: &rec.key,
+            status: rec.status,
+            stream: rec.stream,
+            total: now - req.started,
+            // Without a streamed head, the first byte left with the rest.
+            ttfb: Some(req.first_byte.unwrap_or(now) - req.started),
+            provider: req.up_started.map_or(Duration::ZERO, |s| now - s),
+        });
+        m.metered(
+            &rec.key,
+            Metered {
+                prompt: rec.prompt_tokens,
+                completion: rec.completion_tokens,
+                reasoning: rec.reasoning_tokens,
+                cached: rec.cached_tokens,
+                cost_nano_usd: rec.cost_nano_usd,
+            },
+        );
+        if let Some(fault) = rec
+            .error
+            .as_deref()
+            .and_then(|e| UpstreamFault::ALL.into_iter().find(|f| f.as_str() == e))
+        {
+            m.upstream_error(fault);
+        }
+        if rec.stream && req.committed {
+            m.stream_open(-1);
+            if !rec.complete {
+                m.incomplete_stream();
+            }
+        }
+        if rec.client_disconnected {
+            m.client_disconnect();
+        }
+    }
+
     fn access_log(&self, now: Instant, status: u16, error: Option<&str>) {
+        if !self.is_metered() {
+            let req = self.req.as_ref();
+            self.gw.metrics().finished(Finished {
+                key: req
+                    .and_then(|r| r.key.as_ref())
+                    .map_or("", |k| k.name.as_str()),
+                status,
+                stream: false,
+                total: req.map_or(Duration::ZERO, |r| now - r.started),
+                ttfb: req.map(|r| now - r.started),
+                provider: Duration::ZERO,
+            });
+        }
         let Some(req) = &self.req else {
             tracing::info!(target: "chatgate::access", status, error = error.unwrap_or(""), "request rejected before parsing");
             return;

@@ -11,6 +11,7 @@ use crate::error::ApiError;
 use crate::exchange::Connection;
 use crate::http::HttpLimits;
 use crate::limits::{Limits, RateLimiter};
+use crate::metrics::Metrics;
 use crate::time::{Instant, WallClock};
 
 /// A secret string (the provider's API key): never printed by `Debug`.
@@ -239,6 +240,7 @@ pub struct Gateway {
     open: AtomicUsize,
     draining: AtomicBool,
     upstream_prefix: Vec<u8>,
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -273,6 +275,8 @@ impl Gateway {
         random: u64,
     ) -> Arc<Gateway> {
         let upstream_prefix = upstream_prefix(&config.upstream);
+        let metrics = Metrics::default();
+        metrics.keys_loaded(keys.len());
         Arc::new(Gateway {
             config,
             keys: RwLock::new(Arc::new(keys)),
@@ -285,6 +289,7 @@ impl Gateway {
             open: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             upstream_prefix,
+            metrics,
         })
     }
 
@@ -303,7 +308,18 @@ impl Gateway {
     pub fn replace_keys(&self, keys: KeyTable) {
         self.limiter
             .retain(|name| keys.entries().iter().any(|e| e.name == name));
+        self.metrics.keys_loaded(keys.len());
         *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
+    }
+
+    /// The process's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The Prometheus text exposition of the metrics.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render(self.open_connections())
     }
 
     /// The shared rate limiter.

@@ -105,6 +105,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod auth;
 pub mod catalog;
 pub mod config;
@@ -115,7 +116,9 @@ pub mod harness;
 pub mod http;
 pub mod ledger;
 pub mod limits;
+pub mod metrics;
 pub mod pool;
+pub mod report;
 pub mod sim;
 pub mod sse;
 pub mod stream;

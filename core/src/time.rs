@@ -161,6 +161,49 @@ pub fn http_date(unix_secs: u64) -> String {
     )
 }
 
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z` (or `+00:00`), or a bare date
+/// `YYYY-MM-DD` (midnight UTC), to Unix seconds.
+pub fn parse_rfc3339(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let days = days_from_civil(i64::from(y), m, d);
+    let mut secs = 0u64;
+    if b.len() > 10 {
+        if !matches!(b[10], b'T' | b't' | b' ') || b.len() < 20 || b[13] != b':' || b[16] != b':' {
+            return None;
+        }
+        let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+        if h > 23 || mi > 59 || se > 60 {
+            return None;
+        }
+        let mut rest = &s[19..];
+        if let Some(frac) = rest.strip_prefix('.') {
+            let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+            if n == 0 {
+                return None;
+            }
+            rest = &frac[n..];
+        }
+        if !matches!(rest, "Z" | "z" | "+00:00" | "-00:00") {
+            return None;
+        }
+        secs = u64::from(h) * 3600 + u64::from(mi) * 60 + u64::from(se);
+    }
+    u64::try_from(days).ok().map(|d| d * 86_400 + secs)
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
 /// (H. Hinnant's `civil_from_days`).
 pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -194,6 +237,26 @@ mod tests {
     #[test]
     fn formats_known_instants() {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            parse_rfc3339("2026-11-22T03:34:00.123Z"),
+            Some(1_795_318_440)
+        );
+        assert_eq!(parse_rfc3339("2026-11-22T03:34:00Z"), Some(1_795_318_440));
+        assert_eq!(
+            parse_rfc3339("2026-11-22T03:34:00+00:00"),
+            Some(1_795_318_440)
+        );
+        assert_eq!(parse_rfc3339("2026-11-22"), Some(1_795_305_600));
+        for bad in [
+            "2026-11-22T03:34:00",
+            "2026-13-01",
+            "2026-11-22T25:00:00Z",
+            "x",
+            "2026-11-22T03:34:00.Z",
+            "2026-11-22T03:34:00+02:00",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
         assert_eq!(rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(rfc3339_ms(1_795_318_440_123), "2026-11-22T03:34:00.123Z");
     }

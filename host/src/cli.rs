@@ -3,6 +3,8 @@
 //! ```text
 //! chatgate-<runtime> serve  [--config FILE] [--listen ADDR] [--upstream URL] [--keys FILE] [--ledger FILE] ...
 //! chatgate-<runtime> keys new --keys FILE --name NAME [--rpm N] [--tpm N]
+//! chatgate-<runtime> keys list|revoke NAME|rotate NAME [--grace DURATION] --keys FILE
+//! chatgate-<runtime> usage  --ledger FILE [--by hour|day|month] [--since T] [--until T] [--key NAME] [--format table|csv|json]
 //! chatgate-<runtime> demo   [--listen ADDR]
 //! chatgate-<runtime> sim    --listen ADDR [--ttft-ms N] [--token-ms N] [--fault NAME] ...
 //! ```
@@ -28,6 +30,7 @@ use chatgate_core::time::{WallClock, rfc3339_ms};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::driver::Shared;
+use crate::keys::KeysSource;
 use crate::ledger::Ledger;
 use crate::logging::init_logging;
 use crate::runtime::{Runtime, raise_fd_limit, random_32, random_u64, unix_ms_at_start};
@@ -78,7 +81,33 @@ fn command(bin: &'static str) -> Command {
                 .arg(Arg::new("name").long("name").value_name("NAME").required(true).help("Name of the key (letters, digits, - _ . @)"))
                 .arg(Arg::new("rpm").long("rpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Requests per minute for this key [default: 60]"))
                 .arg(Arg::new("tpm").long("tpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Tokens per minute for this key [default: 100000]")),
+        )
+        .subcommand(
+            Command::new("list")
+                .about("List the keys: name, limits, creation and expiry times, the first 8 characters of the hash")
+                .arg(keys_file_arg()),
+        )
+        .subcommand(
+            Command::new("revoke")
+                .about("Remove a key (every entry of that name); a running gateway refuses it within a second")
+                .arg(Arg::new("name").value_name("NAME").required(true).help("Name of the key"))
+                .arg(keys_file_arg()),
+        )
+        .subcommand(
+            Command::new("rotate")
+                .about("Mint a new key under the same name and limits; the old one stays valid for the grace period")
+                .arg(Arg::new("name").value_name("NAME").required(true).help("Name of the key"))
+                .arg(Arg::new("grace").long("grace").value_name("DURATION").default_value("24h").help("How long the old key stays valid (e.g. 30m, 24h, 0s)"))
+                .arg(keys_file_arg()),
         );
+    let usage = Command::new("usage")
+        .about("Usage report from the ledger: requests, tokens, incomplete streams and cost per key and period")
+        .arg(Arg::new("ledger").long("ledger").value_name("FILE").env("CHATGATE_LEDGER").default_value("chatgate-ledger.jsonl").help("Ledger file ('-' for stdin)"))
+        .arg(Arg::new("by").long("by").value_name("PERIOD").value_parser(["hour", "day", "month"]).default_value("day").help("Group by hour, day or month (UTC)"))
+        .arg(Arg::new("since").long("since").value_name("TIME").help("Only lines at or after this time (RFC 3339, or a date YYYY-MM-DD: midnight UTC)"))
+        .arg(Arg::new("until").long("until").value_name("TIME").help("Only lines before this time (RFC 3339 or a date)"))
+        .arg(Arg::new("key").long("key").value_name("NAME").help("Only this key"))
+        .arg(Arg::new("format").long("format").value_name("FORMAT").value_parser(["table", "csv", "json"]).default_value("table").help("Output format"));
     let demo = Command::new("demo")
         .about("Run the gateway with a built-in simulated provider and a throwaway key: no setup, no network")
         .arg(Arg::new("listen").long("listen").value_name("ADDR").help("Address to listen on [env: CHATGATE_LISTEN] [default: 127.0.0.1:8080]"));
@@ -112,8 +141,18 @@ fn command(bin: &'static str) -> Command {
         .arg_required_else_help(true)
         .subcommand(serve)
         .subcommand(keys)
+        .subcommand(usage)
         .subcommand(demo)
         .subcommand(sim)
+}
+
+fn keys_file_arg() -> Arg {
+    Arg::new("keys")
+        .long("keys")
+        .value_name("FILE")
+        .env("CHATGATE_KEYS")
+        .required(true)
+        .help("Keys file")
 }
 
 fn u64_arg(name: &'static str, help: &'static str) -> Arg {
@@ -143,8 +182,12 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
         Some(("serve", m)) => serve(rt, m, bin),
         Some(("keys", m)) => match m.subcommand() {
             Some(("new", m)) => keys_new(m),
+            Some(("list", m)) => keys_list(m),
+            Some(("revoke", m)) => keys_revoke(m),
+            Some(("rotate", m)) => keys_rotate(m),
             _ => fail("unknown keys command"),
         },
+        Some(("usage", m)) => usage(m),
         Some(("demo", m)) => demo(rt, m),
         Some(("sim", m)) => sim(rt, m),
         _ => fail("unknown command"),
@@ -220,18 +263,51 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
-    run_bound(rt, listener, cfg.gateway, keys, connector, ledger, &summary)
+    let admin = match cfg.admin_listen.as_deref().map(bind) {
+        None => None,
+        Some(Ok(l)) => Some(l),
+        Some(Err(e)) => return fail(format!("admin listener: {e}")),
+    };
+    let keys_src = KeysSource {
+        path: cfg.keys_path.clone(),
+        defaults: cfg.gateway.default_limits,
+    };
+    run_bound(
+        rt,
+        Bound {
+            listener,
+            admin,
+            keys_src: Some(keys_src),
+        },
+        cfg.gateway,
+        keys,
+        connector,
+        ledger,
+        &summary,
+    )
+}
+
+/// The sockets a gateway serves, and where its keys reload from.
+struct Bound {
+    listener: std::net::TcpListener,
+    admin: Option<std::net::TcpListener>,
+    keys_src: Option<KeysSource>,
 }
 
 fn run_bound<R: Runtime>(
     rt: R,
-    listener: std::net::TcpListener,
+    bound: Bound,
     config: GatewayConfig,
     keys: KeyTable,
     connector: Connector<R>,
     ledger: Ledger,
     summary: &str,
 ) -> ExitCode {
+    let Bound {
+        listener,
+        admin,
+        keys_src,
+    } = bound;
     let addr = match listener.local_addr() {
         Ok(a) => a,
         Err(e) => return fail(format!("cannot read the listening address: {e}")),
@@ -253,12 +329,118 @@ fn run_bound<R: Runtime>(
         Ok(l) => l,
         Err(e) => return fail(format!("cannot listen on {addr}: {e}")),
     };
+    let mut admin_addr = None;
+    if let Some(admin) = admin {
+        admin_addr = admin.local_addr().ok();
+        match rt.listener(admin) {
+            Ok(l) => rt.spawn(crate::admin::run_admin(Arc::clone(&shared), l)),
+            Err(e) => return fail(format!("admin listener: {e}")),
+        }
+    }
+    if let Some(src) = keys_src {
+        rt.spawn(crate::keys::watch(
+            rt.clone(),
+            Arc::clone(&shared.gateway),
+            src,
+        ));
+    }
     let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!("starting: {summary} open_files={files}");
     println!("chatgate listening on http://{addr}/v1");
+    if let Some(a) = admin_addr {
+        println!("chatgate admin listening on http://{a}");
+    }
     let _ = std::io::stdout().flush();
     rt.block_on(run_gateway(shared, listener));
     ExitCode::SUCCESS
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn keys_list(m: &ArgMatches) -> ExitCode {
+    let path = m.get_one::<String>("keys").expect("required");
+    match crate::keys::list(path, now_unix_ms() / 1000) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn keys_revoke(m: &ArgMatches) -> ExitCode {
+    let path = m.get_one::<String>("keys").expect("required");
+    let name = m.get_one::<String>("name").expect("required");
+    match crate::keys::revoke(path, name) {
+        Ok(n) => {
+            eprintln!(
+                "Revoked key '{name}' ({n} entr{}) in {path}.",
+                if n == 1 { "y" } else { "ies" }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn keys_rotate(m: &ArgMatches) -> ExitCode {
+    let path = m.get_one::<String>("keys").expect("required");
+    let name = m.get_one::<String>("name").expect("required");
+    let grace = m.get_one::<String>("grace").expect("defaulted");
+    let Some(grace) = chatgate_core::config::parse_duration(grace) else {
+        return fail(format!(
+            "--grace '{grace}' is not a duration like 30m or 24h"
+        ));
+    };
+    let key = mint_key(&random_32());
+    match crate::keys::rotate(path, name, grace, now_unix_ms(), &key) {
+        Ok(expires) => {
+            println!("{key}");
+            eprintln!(
+                "Rotated key '{name}' in {path}: the new key is printed above (only this once); \
+                 the old key is accepted until {expires}."
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn usage(m: &ArgMatches) -> ExitCode {
+    use chatgate_core::report::{By, Filter, Format};
+    let path = m.get_one::<String>("ledger").expect("defaulted");
+    let by = By::parse(m.get_one::<String>("by").expect("defaulted")).expect("checked by clap");
+    let format =
+        Format::parse(m.get_one::<String>("format").expect("defaulted")).expect("checked by clap");
+    let time = |flag: &str| -> Result<Option<u64>, String> {
+        match m.get_one::<String>(flag) {
+            None => Ok(None),
+            Some(t) => chatgate_core::time::parse_rfc3339(t)
+                .map(Some)
+                .ok_or_else(|| {
+                    format!("--{flag} '{t}' is not a time like 2026-11-22 or 2026-11-22T10:00:00Z")
+                }),
+        }
+    };
+    let filter = match (time("since"), time("until")) {
+        (Ok(since), Ok(until)) => Filter {
+            since,
+            until,
+            key: m.get_one::<String>("key").cloned(),
+        },
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    match crate::usage::report(path, by, filter, format) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
 }
 
 fn keys_new(m: &ArgMatches) -> ExitCode {
@@ -347,6 +529,8 @@ fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         sha256: key_sha256(&key),
         limits: Limits::default(),
         created: None,
+        expires: None,
+        expires_unix: None,
     }]) {
         Ok(k) => k,
         Err(e) => return fail(e),
@@ -391,9 +575,14 @@ fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         "demo upstream={} ledger={ledger_path}",
         upstream.display_url()
     );
+    let bound = Bound {
+        listener,
+        admin: None,
+        keys_src: None,
+    };
     run_bound(
         rt,
-        listener,
+        bound,
         GatewayConfig::new(upstream),
         keys,
         connector,

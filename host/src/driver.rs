@@ -111,7 +111,9 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                     up_dirty = false;
                 }
                 Event::Ledger(record) => {
-                    shared.ledger.append(&record.to_line());
+                    let started = std::time::Instant::now();
+                    let ok = shared.ledger.append(&record.to_line());
+                    shared.gateway.metrics().ledger_write(started.elapsed(), ok);
                     conn.handle_ledger_written(now());
                 }
                 Event::CloseClient => {

@@ -9,7 +9,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// An append-only JSON-lines file.
 #[derive(Debug)]
@@ -18,6 +18,8 @@ pub struct Ledger {
     path: String,
     lines: AtomicU64,
     errors: AtomicU64,
+    /// The last append failed (cleared by the next that succeeds).
+    failing: AtomicBool,
 }
 
 impl Ledger {
@@ -33,21 +35,33 @@ impl Ledger {
             path: path.to_owned(),
             lines: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
         })
     }
 
-    /// Appends one line (newline included) with a single write.
-    pub fn append(&self, line: &[u8]) {
+    /// Appends one line (newline included) with a single write; false when
+    /// it failed (logged at error level).
+    pub fn append(&self, line: &[u8]) -> bool {
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         match file.write_all(line) {
             Ok(()) => {
                 self.lines.fetch_add(1, Ordering::Relaxed);
+                self.failing.store(false, Ordering::Relaxed);
+                true
             }
             Err(e) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
+                self.failing.store(true, Ordering::Relaxed);
                 tracing::error!(path = %self.path, error = %e, "ledger append failed");
+                false
             }
         }
+    }
+
+    /// Whether the ledger can be written: the last append succeeded (or
+    /// none was made) and the file is still there.
+    pub fn writable(&self) -> bool {
+        !self.failing.load(Ordering::Relaxed) && std::path::Path::new(&self.path).exists()
     }
 
     /// Forces the file to stable storage (at shutdown).

@@ -21,9 +21,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod cli;
 pub mod driver;
 pub mod gate;
+pub mod keys;
 pub mod ledger;
 pub mod logging;
 pub mod runtime;
@@ -31,3 +33,4 @@ pub mod serve;
 pub mod sim;
 pub mod tls;
 pub mod upstream;
+pub mod usage;

@@ -1,0 +1,522 @@
+//! Counters, gauges and histograms of a gateway process, and their rendering
+//! in the Prometheus text exposition format (version 0.0.4).
+//!
+//! Everything is recorded by the connection state machine and the runtime
+//! through [`Metrics`] (atomics, and one mutex for what is labelled by key);
+//! [`Metrics::render`] formats a consistent-enough snapshot. No I/O here: the
+//! admin listener of the runtime serves the text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::UpstreamFault;
+use crate::limits::LimitKind;
+
+/// Upper bounds of the latency histograms, in seconds.
+pub const LATENCY_BUCKETS: [f64; 18] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0,
+];
+
+/// A cumulative histogram over [`LATENCY_BUCKETS`].
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative; the last slot is +Inf).
+    counts: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, "histogram", help);
+        let mut cumulative = 0;
+        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.counts[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {cumulative}");
+    }
+}
+
+/// What one finished request contributes.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished<'a> {
+    /// Key name (`""` when unauthenticated).
+    pub key: &'a str,
+    /// Status answered (499 for a client that left before a head).
+    pub status: u16,
+    /// A streamed chat request.
+    pub stream: bool,
+    /// From the first byte of the request to the end of the response.
+    pub total: Duration,
+    /// To the first response byte, when one was sent.
+    pub ttfb: Option<Duration>,
+    /// Time spent waiting on the provider (zero when it was not asked).
+    pub provider: Duration,
+}
+
+/// Tokens and cost metered for one request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Metered {
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Completion tokens (reasoning included).
+    pub completion: u64,
+    /// Reasoning tokens.
+    pub reasoning: u64,
+    /// Cached prompt tokens.
+    pub cached: u64,
+    /// Cost, nano-dollars.
+    pub cost_nano_usd: u64,
+}
+
+#[derive(Debug, Default)]
+struct PerKey {
+    /// (status, stream) → requests.
+    requests: BTreeMap<(u16, bool), u64>,
+    tokens: [u64; 4],
+    cost_nano_usd: u64,
+    /// Requests and tokens rejections.
+    rate_limited: [u64; 2],
+}
+
+/// Every figure the admin listener exposes.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    per_key: Mutex<BTreeMap<String, PerKey>>,
+    total: Histogram,
+    ttfb: Histogram,
+    overhead: Histogram,
+    ledger_write: Histogram,
+    ledger_errors: AtomicU64,
+    upstream_errors: [AtomicU64; UpstreamFault::ALL.len()],
+    streams_open: AtomicI64,
+    incomplete_streams: AtomicU64,
+    client_disconnects: AtomicU64,
+    pool_opened: AtomicU64,
+    pool_reused: AtomicU64,
+    pool_idle: AtomicU64,
+    keys_loaded: AtomicU64,
+    key_reloads: AtomicU64,
+    key_reload_errors: AtomicU64,
+    /// Unix milliseconds of the last response head from the provider.
+    last_upstream_contact_ms: AtomicU64,
+}
+
+impl Metrics {
+    /// A request finished (every request, metered or not).
+    pub fn finished(&self, f: Finished<'_>) {
+        {
+            let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+            *per_key(&mut map, f.key)
+                .requests
+                .entry((f.status, f.stream))
+                .or_default() += 1;
+        }
+        self.total.observe(f.total);
+        if let Some(t) = f.ttfb {
+            self.ttfb.observe(t);
+        }
+        self.overhead.observe(f.total.saturating_sub(f.provider));
+    }
+
+    /// Tokens and cost metered for `key`.
+    pub fn metered(&self, key: &str, m: Metered) {
+        if m.prompt == 0 && m.completion == 0 && m.cost_nano_usd == 0 {
+            return;
+        }
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        let k = per_key(&mut map, key);
+        for (slot, v) in k
+            .tokens
+            .iter_mut()
+            .zip([m.prompt, m.completion, m.reasoning, m.cached])
+        {
+            *slot += v;
+        }
+        k.cost_nano_usd += m.cost_nano_usd;
+    }
+
+    /// A request refused by `key`'s rate limit.
+    pub fn rate_limited(&self, key: &str, kind: LimitKind) {
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match kind {
+            LimitKind::Requests => 0,
+            LimitKind::Tokens => 1,
+        };
+        per_key(&mut map, key).rate_limited[i] += 1;
+    }
+
+    /// The provider failed in this way.
+    pub fn upstream_error(&self, fault: UpstreamFault) {
+        if let Some(i) = UpstreamFault::ALL.iter().position(|f| *f == fault) {
+            self.upstream_errors[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A stream started (`+1`) or ended (`-1`).
+    pub fn stream_open(&self, delta: i64) {
+        self.streams_open.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A stream ended without `finish_reason`.
+    pub fn incomplete_stream(&self) {
+        self.incomplete_streams.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client left before its response was complete.
+    pub fn client_disconnect(&self) {
+        self.client_disconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A response head arrived from the provider at `unix_ms`.
+    pub fn upstream_contact(&self, unix_ms: u64) {
+        self.last_upstream_contact_ms
+            .fetch_max(unix_ms, Ordering::Relaxed);
+    }
+
+    /// Unix milliseconds of the last response head from the provider (0:
+    /// never).
+    pub fn last_upstream_contact_ms(&self) -> u64 {
+        self.last_upstream_contact_ms.load(Ordering::Relaxed)
+    }
+
+    /// A provider connection was opened (`reused == false`) or taken from
+    /// the pool.
+    pub fn upstream_connection(&self, reused: bool) {
+        let c = if reused {
+            &self.pool_reused
+        } else {
+            &self.pool_opened
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Idle connections now in the pool.
+    pub fn pool_idle(&self, n: usize) {
+        self.pool_idle.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// A ledger append took `d` (and failed when `ok` is false).
+    pub fn ledger_write(&self, d: Duration, ok: bool) {
+        self.ledger_write.observe(d);
+        if !ok {
+            self.ledger_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Failed ledger appends so far.
+    pub fn ledger_errors(&self) -> u64 {
+        self.ledger_errors.load(Ordering::Relaxed)
+    }
+
+    /// Keys now in force (after a load or reload).
+    pub fn keys_loaded(&self, n: usize) {
+        self.keys_loaded.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// A keys-file reload succeeded (`ok`) or was refused.
+    pub fn key_reload(&self, ok: bool) {
+        let c = if ok {
+            &self.key_reloads
+        } else {
+            &self.key_reload_errors
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition; `open_connections` comes from the
+    /// gateway.
+    pub fn render(&self, open_connections: usize) -> String {
+        let mut out = String::with_capacity(8192);
+        let map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        header(
+            &mut out,
+            "chatgate_requests_total",
+            "counter",
+            "Requests answered, by key, status and whether streamed (key \"\" when unauthenticated).",
+        );
+        for (key, k) in map.iter() {
+            for ((status, stream), n) in &k.requests {
+                let _ = writeln!(
+                    out,
+                    "chatgate_requests_total{{key=\"{}\",status=\"{status}\",stream=\"{stream}\"}} {n}",
+                    escape(key)
+                );
+            }
+        }
+        self.total.render(
+            &mut out,
+            "chatgate_request_duration_seconds",
+            "Time from the first byte of a request to the end of its response.",
+        );
+        self.ttfb.render(
+            &mut out,
+            "chatgate_time_to_first_byte_seconds",
+            "Time from the first byte of a request to the first byte of its response.",
+        );
+        self.overhead.render(
+            &mut out,
+            "chatgate_overhead_seconds",
+            "Time a request spent in the gateway, excluding the wait on the provider.",
+        );
+        header(
+            &mut out,
+            "chatgate_upstream_errors_total",
+            "counter",
+            "Provider failures by kind (the ledger's error field).",
+        );
+        for (f, n) in UpstreamFault::ALL.iter().zip(&self.upstream_errors) {
+            let kind = f.as_str().trim_start_matches("upstream_");
+            let _ = writeln!(
+                out,
+                "chatgate_upstream_errors_total{{kind=\"{kind}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        gauge(
+            &mut out,
+            "chatgate_open_connections",
+            "Open client connections.",
+            open_connections as i64,
+        );
+        gauge(
+            &mut out,
+            "chatgate_open_streams",
+            "Streamed responses in progress.",
+            self.streams_open.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "chatgate_upstream_connections_opened_total",
+            "Provider connections opened.",
+            self.pool_opened.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "chatgate_upstream_connections_reused_total",
+            "Requests sent on a pooled (kept-alive) provider connection.",
+            self.pool_reused.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "chatgate_upstream_pool_idle",
+            "Idle provider connections in the pool.",
+            self.pool_idle.load(Ordering::Relaxed) as i64,
+        );
+        let names = ["prompt", "completion", "reasoning", "cached"];
+        header(
+            &mut out,
+            "chatgate_tokens_total",
+            "counter",
+            "Tokens metered, by key and kind (completion includes reasoning).",
+        );
+        for (key, k) in map.iter() {
+            for (kind, n) in names.iter().zip(k.tokens) {
+                let _ = writeln!(
+                    out,
+                    "chatgate_tokens_total{{key=\"{}\",kind=\"{kind}\"}} {n}",
+                    escape(key)
+                );
+            }
+        }
+        header(
+            &mut out,
+            "chatgate_cost_usd_total",
+            "counter",
+            "Cost metered, by key, in US dollars (exact to the nano-dollar).",
+        );
+        for (key, k) in map.iter() {
+            let _ = writeln!(
+                out,
+                "chatgate_cost_usd_total{{key=\"{}\"}} {}.{:09}",
+                escape(key),
+                k.cost_nano_usd / 1_000_000_000,
+                k.cost_nano_usd % 1_000_000_000
+            );
+        }
+        header(
+            &mut out,
+            "chatgate_rate_limited_total",
+            "counter",
+            "Requests refused by a key's rate limit, by key and limit.",
+        );
+        for (key, k) in map.iter() {
+            for (kind, n) in ["requests", "tokens"].iter().zip(k.rate_limited) {
+                let _ = writeln!(
+                    out,
+                    "chatgate_rate_limited_total{{key=\"{}\",limit=\"{kind}\"}} {n}",
+                    escape(key)
+                );
+            }
+        }
+        drop(map);
+        counter(
+            &mut out,
+            "chatgate_incomplete_streams_total",
+            "Streams that ended without finish_reason.",
+            self.incomplete_streams.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "chatgate_client_disconnects_total",
+            "Clients that left before their response was complete.",
+            self.client_disconnects.load(Ordering::Relaxed),
+        );
+        self.ledger_write.render(
+            &mut out,
+            "chatgate_ledger_write_seconds",
+            "Time to append one ledger line.",
+        );
+        counter(
+            &mut out,
+            "chatgate_ledger_errors_total",
+            "Ledger appends that failed.",
+            self.ledger_errors.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "chatgate_keys",
+            "Client keys in force.",
+            self.keys_loaded.load(Ordering::Relaxed) as i64,
+        );
+        counter(
+            &mut out,
+            "chatgate_key_reloads_total",
+            "Keys-file reloads applied.",
+            self.key_reloads.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "chatgate_key_reload_errors_total",
+            "Keys-file reloads refused (the previous keys stayed in force).",
+            self.key_reload_errors.load(Ordering::Relaxed),
+        );
+        out
+    }
+}
+
+fn per_key<'m>(map: &'m mut BTreeMap<String, PerKey>, key: &str) -> &'m mut PerKey {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), PerKey::default());
+    }
+    map.get_mut(key).expect("inserted")
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    header(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: i64) {
+    header(out, name, "gauge", help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+/// A label value: backslash, double quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_exact_values() {
+        let m = Metrics::default();
+        m.finished(Finished {
+            key: "alice",
+            status: 200,
+            stream: true,
+            total: Duration::from_millis(300),
+            ttfb: Some(Duration::from_millis(100)),
+            provider: Duration::from_millis(298),
+        });
+        m.finished(Finished {
+            key: "",
+            status: 401,
+            stream: false,
+            total: Duration::from_micros(200),
+            ttfb: Some(Duration::from_micros(200)),
+            provider: Duration::ZERO,
+        });
+        m.metered(
+            "alice",
+            Metered {
+                prompt: 10,
+                completion: 20,
+                reasoning: 5,
+                cached: 0,
+                cost_nano_usd: 313_500,
+            },
+        );
+        m.rate_limited("alice", LimitKind::Tokens);
+        m.upstream_error(UpstreamFault::Tls);
+        let text = m.render(3);
+        for line in [
+            "chatgate_requests_total{key=\"alice\",status=\"200\",stream=\"true\"} 1",
+            "chatgate_requests_total{key=\"\",status=\"401\",stream=\"false\"} 1",
+            "chatgate_request_duration_seconds_bucket{le=\"0.25\"} 1",
+            "chatgate_request_duration_seconds_bucket{le=\"0.5\"} 2",
+            "chatgate_request_duration_seconds_count 2",
+            "chatgate_overhead_seconds_bucket{le=\"0.0025\"} 2",
+            "chatgate_tokens_total{key=\"alice\",kind=\"reasoning\"} 5",
+            "chatgate_cost_usd_total{key=\"alice\"} 0.000313500",
+            "chatgate_rate_limited_total{key=\"alice\",limit=\"tokens\"} 1",
+            "chatgate_upstream_errors_total{kind=\"tls\"} 1",
+            "chatgate_open_connections 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+        }
+        // Every sample line belongs to a declared family.
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            let family = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(
+                text.contains(&format!("# TYPE {family} "))
+                    || text.contains(&format!("# TYPE {name} ")),
+                "{l}"
+            );
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

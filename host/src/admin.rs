@@ -1,0 +1,111 @@
+//! The admin listener (`--admin-listen`): `/metrics`, `/healthz`, `/readyz`
+//! on their own socket, one request per connection. The answers come from
+//! `chatgate_core::admin`; this only moves bytes and gathers readiness.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatgate_core::admin::{AdminRoute, Readiness, admin_response, admin_route};
+use chatgate_core::http::HeadScanner;
+use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
+
+use crate::driver::{Shared, linger_close};
+use crate::runtime::Runtime;
+
+/// Largest request head read on the admin listener.
+const MAX_ADMIN_HEAD: usize = 16 * 1024;
+/// Longest an admin exchange may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// A provider response within this long counts as reachable for `/readyz`.
+const RECENT_CONTACT_MS: u64 = 60_000;
+
+/// Serves the admin listener until the process exits.
+pub async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
+    loop {
+        match shared.rt.accept(&listener).await {
+            Ok(tcp) => shared.rt.spawn(serve_admin(Arc::clone(&shared), tcp)),
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                shared
+                    .rt
+                    .timer(std::time::Instant::now() + Duration::from_millis(50))
+                    .await;
+            }
+        }
+    }
+}
+
+async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
+    let rt = shared.rt.clone();
+    let work = async {
+        let mut buf = Vec::new();
+        let mut scanner = HeadScanner::new();
+        let mut chunk = [0u8; 2048];
+        let head_len = loop {
+            let n = tcp.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            match scanner.scan(&buf, MAX_ADMIN_HEAD) {
+                Ok(Some(len)) => break len,
+                Ok(None) => {}
+                // Too long or malformed: answered as not found.
+                Err(_) => break buf.len(),
+            }
+        };
+        let (route, head_only) = admin_route(&buf[..head_len]);
+        let ready = match route {
+            AdminRoute::Ready => Some(readiness(&shared).await),
+            _ => None,
+        };
+        if route == AdminRoute::Metrics {
+            let (idle, _, _) = shared.connector.stats();
+            shared.gateway.metrics().pool_idle(idle);
+        }
+        let out = admin_response(route, head_only, &shared.gateway, ready.as_ref());
+        tcp.write_all(&out).await.ok()?;
+        tcp.flush().await.ok()
+    };
+    future::or(work, async {
+        rt.timer(std::time::Instant::now() + ADMIN_TIMEOUT).await;
+        None
+    })
+    .await;
+    linger_close(&rt, tcp).await;
+}
+
+/// Keys loaded, ledger writable, provider reachable: answered recently, or
+/// a connection to it opens now (kept in the pool).
+async fn readiness<R: Runtime>(shared: &Shared<R>) -> Readiness {
+    let gw = &shared.gateway;
+    let now_ms = gw.wall().unix_ms(crate::runtime::now());
+    let recent = now_ms.saturating_sub(gw.metrics().last_upstream_contact_ms()) < RECENT_CONTACT_MS;
+    let upstream = if recent {
+        Ok(())
+    } else {
+        let timeout = gw.config().timeouts.upstream_connect;
+        let rt = shared.rt.clone();
+        future::or(
+            async {
+                let (conn, _) = shared
+                    .connector
+                    .connect(true)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                shared.connector.release(conn);
+                Ok(())
+            },
+            async move {
+                rt.timer(std::time::Instant::now() + timeout).await;
+                Err(format!("no connection within {timeout:?}"))
+            },
+        )
+        .await
+    };
+    Readiness {
+        keys: gw.keys().len(),
+        ledger_writable: shared.ledger.writable(),
+        upstream,
+    }
+}

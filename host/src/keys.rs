@@ -1,0 +1,229 @@
+//! The keys file: live reload in a running gateway, and the `keys list`,
+//! `keys revoke` and `keys rotate` commands that edit it.
+//!
+//! A running gateway re-reads the file when it changes (checked every
+//! second: modification time, size, inode) or on SIGHUP. A file that does
+//! not parse, or has no key, is reported at error level and the previous
+//! keys stay in force. Connections are never dropped: a reload only swaps
+//! the table new requests are checked against.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chatgate_core::auth::{KeyTable, RawKey, parse_keys_file, render_keys_file};
+use chatgate_core::gateway::Gateway;
+use chatgate_core::limits::Limits;
+use chatgate_core::time::rfc3339_ms;
+
+use crate::runtime::Runtime;
+
+/// How often the watcher looks at the file and the SIGHUP flag.
+const TICK: Duration = Duration::from_millis(250);
+/// File checks happen every this many ticks (one second).
+const FILE_EVERY: u32 = 4;
+
+/// Where a running gateway's keys come from.
+#[derive(Debug, Clone)]
+pub struct KeysSource {
+    /// The keys file.
+    pub path: String,
+    /// Limits for keys that set none.
+    pub defaults: Limits,
+}
+
+/// Reads and checks the keys file.
+pub fn load(src: &KeysSource) -> Result<KeyTable, String> {
+    let text = std::fs::read_to_string(&src.path)
+        .map_err(|e| format!("cannot read the keys file '{}': {e}", src.path))?;
+    let keys =
+        KeyTable::parse_toml(&text, src.defaults).map_err(|e| format!("{e} ({})", src.path))?;
+    if keys.is_empty() {
+        return Err(format!("the keys file '{}' has no keys", src.path));
+    }
+    Ok(keys)
+}
+
+fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
+/// Watches the keys file (and SIGHUP) for the life of the process.
+pub async fn watch<R: Runtime>(rt: R, gateway: Arc<Gateway>, src: KeysSource) {
+    let hangup = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
+        tracing::warn!(error = %e, "SIGHUP will not reload the keys");
+    }
+    let mut last = stamp(&src.path);
+    let mut tick = 0u32;
+    loop {
+        rt.timer(std::time::Instant::now() + TICK).await;
+        tick = tick.wrapping_add(1);
+        let hup = hangup.swap(false, Ordering::Relaxed);
+        let changed = if hup || tick % FILE_EVERY == 0 {
+            let now = stamp(&src.path);
+            let changed = now != last;
+            last = now;
+            changed
+        } else {
+            false
+        };
+        if !hup && !changed {
+            continue;
+        }
+        let why = if hup { "SIGHUP" } else { "the file changed" };
+        match load(&src) {
+            Ok(keys) => {
+                let n = keys.len();
+                gateway.replace_keys(keys);
+                gateway.metrics().key_reload(true);
+                tracing::info!(keys = n, path = %src.path, "keys reloaded ({why})");
+            }
+            Err(e) => {
+                gateway.metrics().key_reload(false);
+                tracing::error!(
+                    keys_in_force = gateway.keys().len(),
+                    "keys reload refused ({why}): {e}; the previous keys stay in force"
+                );
+            }
+        }
+    }
+}
+
+fn read_raw(path: &str) -> Result<Vec<RawKey>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the keys file '{path}': {e}"))?;
+    parse_keys_file(&text).map_err(|e| format!("{e} ({path})"))
+}
+
+/// Replaces the file's content atomically (a temporary file renamed over
+/// it, mode 0600), after checking that it still parses.
+pub fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
+    use std::io::Write as _;
+    let text = render_keys_file(keys);
+    KeyTable::parse_toml(&text, Limits::default()).map_err(|e| format!("{e} ({path})"))?;
+    let tmp = format!("{path}.tmp-{}", std::process::id());
+    let write = || -> std::io::Result<()> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.create(true).write(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write the keys file '{path}': {e}")
+    })
+}
+
+/// `keys list`: one line per entry: name, limits, created, expires, and
+/// the first 8 hexadecimal characters of the hash (never the full hash).
+pub fn list(path: &str, now_unix: u64) -> Result<String, String> {
+    let raw = read_raw(path)?;
+    let mut rows = vec![[
+        "name".to_owned(),
+        "requests/min".into(),
+        "tokens/min".into(),
+        "created".into(),
+        "expires".into(),
+        "sha256".into(),
+    ]];
+    for k in &raw {
+        let expires = match &k.expires {
+            None => "never".to_owned(),
+            Some(e) => match chatgate_core::time::parse_rfc3339(e) {
+                Some(t) if t <= now_unix => format!("{e} (expired)"),
+                _ => e.clone(),
+            },
+        };
+        rows.push([
+            k.name.clone(),
+            k.requests_per_minute
+                .map_or("default".into(), |n| n.to_string()),
+            k.tokens_per_minute
+                .map_or("default".into(), |n| n.to_string()),
+            k.created.clone().unwrap_or_else(|| "-".into()),
+            expires,
+            format!("{}…", k.sha256.get(..8).unwrap_or(&k.sha256)),
+        ]);
+    }
+    let mut widths = [0usize; 6];
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// `keys revoke NAME`: removes every entry of that name (a rotated key's
+/// old entry included). Returns how many were removed.
+pub fn revoke(path: &str, name: &str) -> Result<usize, String> {
+    let mut raw = read_raw(path)?;
+    let before = raw.len();
+    raw.retain(|k| k.name != name);
+    let removed = before - raw.len();
+    if removed == 0 {
+        return Err(format!("no key named '{name}' in '{path}'"));
+    }
+    write_raw(path, &raw)?;
+    Ok(removed)
+}
+
+/// `keys rotate NAME`: adds a new key under the same name and limits; the
+/// current one stays valid for `grace`, then is refused (its entry gets
+/// `expires`). Older expired entries of that name are dropped. Returns the
+/// new key and when the old one expires.
+pub fn rotate(
+    path: &str,
+    name: &str,
+    grace: Duration,
+    now_unix_ms: u64,
+    new_key: &str,
+) -> Result<String, String> {
+    let mut raw = read_raw(path)?;
+    let now_unix = now_unix_ms / 1000;
+    let current = raw
+        .iter()
+        .position(|k| k.name == name && k.expires.is_none())
+        .ok_or_else(|| format!("no unexpiring key named '{name}' in '{path}' to rotate"))?;
+    let expires = rfc3339_ms(now_unix_ms + grace.as_millis() as u64);
+    // Entries of this name that already expired are of no use any more.
+    raw.retain(|k| {
+        k.name != name
+            || k.expires
+                .as_deref()
+                .and_then(chatgate_core::time::parse_rfc3339)
+                .is_none_or(|t| t > now_unix)
+    });
+    let current = raw
+        .iter()
+        .position(|k| k.name == name && k.expires.is_none())
+        .unwrap_or(current);
+    let mut fresh = raw[current].clone();
+    raw[current].expires = Some(expires.clone());
+    fresh.sha256 = chatgate_core::auth::key_hash_hex(new_key);
+    fresh.created = Some(rfc3339_ms(now_unix_ms));
+    fresh.expires = None;
+    raw.push(fresh);
+    write_raw(path, &raw)?;
+    Ok(expires)
+}

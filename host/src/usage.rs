@@ -1,0 +1,39 @@
+//! `usage`: a report from the ledger, read as a stream (memory stays flat
+//! whatever the ledger's size); the grouping and sums are
+//! `chatgate_core::report`.
+
+use std::io::BufRead;
+
+use chatgate_core::report::{By, Filter, Format, Report};
+
+/// Reads `path` (or stdin for `-`) and renders the report.
+pub fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<String, String> {
+    let mut r = Report::new(by, filter);
+    let reader: Box<dyn BufRead> = if path == "-" {
+        Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin()))
+    } else {
+        let f = std::fs::File::open(path)
+            .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+        Box::new(std::io::BufReader::with_capacity(1 << 20, f))
+    };
+    feed(reader, &mut r).map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+    if r.bad_lines > 0 {
+        eprintln!(
+            "warning: {} ledger line(s) could not be read and are not counted",
+            r.bad_lines
+        );
+    }
+    Ok(r.render(format))
+}
+
+fn feed(mut reader: Box<dyn BufRead>, r: &mut Report) -> std::io::Result<()> {
+    let mut line = Vec::with_capacity(1024);
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            return Ok(());
+        }
+        let l = line.strip_suffix(b"\n").unwrap_or(&line);
+        r.add_line(l);
+    }
+}
