@@ -338,11 +338,7 @@ fn run_bound<R: Runtime>(
         }
     }
     if let Some(src) = keys_src {
-        rt.spawn(crate::keys::watch(
-            rt.clone(),
-            Arc::clone(&shared.gateway),
-            src,
-        ));
+        rt.spawn(crate::keys::watch(Arc::clone(&shared), src));
     }
     let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!("starting: {summary} open_files={files}");

@@ -3,8 +3,8 @@
 //!
 //! A running gateway re-reads the file when it changes (checked every
 //! second: modification time, size, inode) or on SIGHUP. A file that does
-//! not parse, or has no key, is reported at error level and the previous
-//! keys stay in force. Connections are never dropped: a reload only swaps
+//! not parse, or is empty, is reported at error level and the previous keys
+//! stay in force (a file whose keys were all revoked is applied). Connections are never dropped: a reload only swaps
 //! the table new requests are checked against.
 
 use std::sync::Arc;
@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chatgate_core::auth::{KeyTable, RawKey, parse_keys_file, render_keys_file};
-use chatgate_core::gateway::Gateway;
 use chatgate_core::limits::Limits;
 use chatgate_core::time::rfc3339_ms;
 
+use crate::driver::Shared;
 use crate::runtime::Runtime;
 
 /// How often the watcher looks at the file and the SIGHUP flag.
@@ -32,16 +32,17 @@ pub struct KeysSource {
     pub defaults: Limits,
 }
 
-/// Reads and checks the keys file.
+/// Reads and checks the keys file for a reload. A file without a single
+/// byte but blanks is refused (it is what a truncated or half-written file
+/// looks like); a file with content and no key is accepted: every key was
+/// revoked, and every request now gets 401.
 pub fn load(src: &KeysSource) -> Result<KeyTable, String> {
     let text = std::fs::read_to_string(&src.path)
         .map_err(|e| format!("cannot read the keys file '{}': {e}", src.path))?;
-    let keys =
-        KeyTable::parse_toml(&text, src.defaults).map_err(|e| format!("{e} ({})", src.path))?;
-    if keys.is_empty() {
-        return Err(format!("the keys file '{}' has no keys", src.path));
+    if text.trim().is_empty() {
+        return Err(format!("the keys file '{}' is empty", src.path));
     }
-    Ok(keys)
+    KeyTable::parse_toml(&text, src.defaults).map_err(|e| format!("{e} ({})", src.path))
 }
 
 fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
@@ -50,8 +51,12 @@ fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
     Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
-/// Watches the keys file (and SIGHUP) for the life of the process.
-pub async fn watch<R: Runtime>(rt: R, gateway: Arc<Gateway>, src: KeysSource) {
+/// Watches the keys file (and SIGHUP) for the life of the process. SIGHUP
+/// also reopens the ledger, so that a ledger moved away (rotated) is
+/// recreated at its path.
+pub async fn watch<R: Runtime>(shared: Arc<Shared<R>>, src: KeysSource) {
+    let rt = shared.rt.clone();
+    let gateway = Arc::clone(&shared.gateway);
     let hangup = Arc::new(AtomicBool::new(false));
     if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
         tracing::warn!(error = %e, "SIGHUP will not reload the keys");
@@ -70,6 +75,12 @@ pub async fn watch<R: Runtime>(rt: R, gateway: Arc<Gateway>, src: KeysSource) {
         } else {
             false
         };
+        if hup {
+            match shared.ledger.reopen() {
+                Ok(()) => tracing::info!("ledger reopened (SIGHUP)"),
+                Err(e) => tracing::error!("{e}; still appending to the previous file"),
+            }
+        }
         if !hup && !changed {
             continue;
         }

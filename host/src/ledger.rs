@@ -64,6 +64,22 @@ impl Ledger {
         !self.failing.load(Ordering::Relaxed) && std::path::Path::new(&self.path).exists()
     }
 
+    /// Opens the path again (after the operator moved the file away, on
+    /// SIGHUP): lines already written are in the old file, later ones in
+    /// the new. On failure the current file stays in use.
+    pub fn reopen(&self) -> Result<(), String> {
+        let fresh = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| format!("cannot reopen the ledger '{}': {e}", self.path))?;
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = file.sync_all();
+        *file = fresh;
+        self.failing.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Forces the file to stable storage (at shutdown).
     pub fn sync(&self) {
         let file = self.file.lock().unwrap_or_else(|e| e.into_inner());

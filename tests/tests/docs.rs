@@ -48,3 +48,77 @@ fn readme_explains_every_ledger_error_kind() {
         assert!(readme.contains(&row), "README has no row for {row}");
     }
 }
+
+/// Every metric OPERATIONS.md names (its table, alerts and examples) is one
+/// the gateway exposes, and every flag its `chatgate-smol` commands use is
+/// one the binary accepts.
+#[test]
+fn operations_guide_matches_the_binaries() {
+    use chatgate_tests::*;
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../OPERATIONS.md"))
+        .expect("OPERATIONS.md");
+    let bin = "chatgate-smol";
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec!["--admin-listen".into(), "127.0.0.1:0".into()],
+            ..GwOptions::default()
+        },
+    );
+    let admin: std::net::SocketAddr = gw
+        .proc
+        .line()
+        .trim()
+        .trim_start_matches("chatgate admin listening on http://")
+        .parse()
+        .unwrap();
+    let exposed = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
+    let mut named = std::collections::BTreeSet::new();
+    for (i, _) in doc.match_indices("chatgate_") {
+        let name: String = doc[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        named.insert(name);
+    }
+    assert!(named.len() > 15, "{named:?}");
+    for name in &named {
+        let family = name
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_sum")
+            .trim_end_matches("_count");
+        assert!(
+            exposed.contains(&format!("# TYPE {family} ")),
+            "OPERATIONS.md names {name}, which /metrics does not expose"
+        );
+    }
+    // Flags of the documented commands.
+    let mut checked = 0;
+    for line in doc.lines().map(str::trim) {
+        let Some(rest) = line.strip_prefix("chatgate-smol ") else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let sub: Vec<&str> = words
+            .iter()
+            .take_while(|w| !w.starts_with('-') && !w.contains('/'))
+            .copied()
+            .filter(|w| ["serve", "keys", "new", "list", "rotate", "revoke", "usage"].contains(w))
+            .collect();
+        let mut args = sub.clone();
+        args.push("--help");
+        let (code, help, _) = run(bin, &args, &[]);
+        assert_eq!(code, 0, "{line}");
+        for flag in words.iter().filter(|w| w.starts_with("--")) {
+            assert!(
+                help.contains(&format!("{flag} ")),
+                "`{line}`: {flag} is not a flag of {sub:?}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 7, "{checked} commands checked");
+    assert!(gw.alive());
+}

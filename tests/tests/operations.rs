@@ -26,6 +26,7 @@ cases!(
     keys_reload_revoke_and_rotate,
     usage_report_totals_equal_the_ledger,
     startup_errors_say_what_is_wrong,
+    ledger_rotation_with_sighup,
 );
 
 /// A gateway with an admin listener; returns it and the admin address.
@@ -385,14 +386,26 @@ fn keys_reload_revoke_and_rotate(bin: &str) {
         assert!(out.contains(&hash[..8]));
     }
     // A second rotation drops the expired entry.
-    let (code, _, err) = run(
+    let (code, out, err) = run(
         bin,
         &["keys", "rotate", "test", "--grace", "0s", "--keys", &keys_s],
         &[],
     );
     assert_eq!(code, 0, "{err}");
+    let newest = out.lines().next().unwrap().to_owned();
     let text = std::fs::read_to_string(&keys).unwrap();
     assert_eq!(text.matches("name = \"test\"").count(), 2, "{text}");
+    eventually("the newest key is loaded", || {
+        chat_with(&gw, &newest) == 200
+    });
+    // Revoking the last key takes effect too: no key, every request 401,
+    // and the gateway is no longer ready.
+    let (code, _, err) = run(bin, &["keys", "revoke", "test", "--keys", &keys_s], &[]);
+    assert_eq!(code, 0, "{err}");
+    eventually("the last key is refused", || chat_with(&gw, &newest) == 401);
+    let r = admin_get(admin, "/readyz");
+    assert_eq!(r.status, 503);
+    assert!(String::from_utf8_lossy(&r.body).contains("keys: none loaded"));
 }
 
 fn usage_report_totals_equal_the_ledger(bin: &str) {
@@ -623,4 +636,31 @@ fn startup_errors_say_what_is_wrong(bin: &str) {
         assert!(line.contains(needle), "{needle} missing: {line}");
     }
     assert!(!log.contains("sk-provider-SECRET") && !log.contains(&gw.key));
+}
+
+fn ledger_rotation_with_sighup(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = Gw::start(bin, &sim.url(), GwOptions::default());
+    for _ in 0..2 {
+        assert_eq!(gw.chat(&body("")).status, 200);
+    }
+    gw.ledger_len(2);
+    let path = gw.dir.path().join("ledger.jsonl");
+    let moved = gw.dir.path().join("ledger-1.jsonl");
+    std::fs::rename(&path, &moved).unwrap();
+    // Until the signal, lines still go to the moved file.
+    assert_eq!(gw.chat(&body("")).status, 200);
+    eventually("the third line", || {
+        std::fs::read_to_string(&moved).unwrap().lines().count() == 3
+    });
+    gw.proc.signal(libc::SIGHUP);
+    eventually("the ledger is reopened", || {
+        gw.proc.stderr().contains("ledger reopened")
+    });
+    assert_eq!(gw.chat(&stream_body("")).status, 200);
+    let fresh = gw.ledger_len(1);
+    assert_eq!(fresh.len(), 1);
+    assert!(fresh[0].stream);
+    assert_eq!(std::fs::read_to_string(&moved).unwrap().lines().count(), 3);
+    assert!(gw.alive_pid());
 }
