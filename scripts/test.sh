@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it. Installs what it needs:
 # the client libraries (OpenAI Python and Node SDKs, Vercel AI SDK, into
-# .cache/ and clients/node/node_modules), nginx (Debian package) and
+# .cache/ and clients/node/node_modules), nginx and redis-server (Debian
+# packages) and
 # cargo-fuzz (into .cache/). A second run reuses them.
 #
 #   scripts/test.sh
@@ -19,6 +20,7 @@ start=$(date +%s)
 step "install test dependencies"
 clients/install.sh
 scripts/install-nginx.sh
+scripts/install-package.sh redis-server redis-server
 
 step "format"
 cargo fmt --all -- --check

@@ -119,6 +119,7 @@ pub mod limits;
 pub mod metrics;
 pub mod pool;
 pub mod report;
+pub mod resp;
 pub mod sim;
 pub mod sse;
 pub mod stream;

@@ -357,6 +357,95 @@ impl RateLimiter {
     }
 }
 
+/// The same limiter as one atomic Redis script (Lua), for limits shared by
+/// several gateway instances: integer arithmetic identical to
+/// [`TokenBucket`], time from the Redis server, idle keys expiring.
+pub const REDIS_SCRIPT: &str = include_str!("limits.lua");
+
+/// What the script is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptOp {
+    /// Admit one request reserving this many tokens.
+    Admit {
+        /// Tokens to reserve.
+        tokens: u64,
+    },
+    /// Replace a reservation by the tokens used.
+    Settle {
+        /// Tokens reserved at admission.
+        reserved: u64,
+        /// Tokens metered.
+        used: u64,
+    },
+    /// Read the status only.
+    Status,
+}
+
+/// The script's `ARGV` for `op` on a key with `limits`; `now_ms` overrides
+/// the server's clock (tests only).
+pub fn script_args(op: ScriptOp, limits: Limits, now_ms: Option<u64>) -> Vec<String> {
+    let (name, a, b) = match op {
+        ScriptOp::Admit { tokens } => ("admit", tokens, 0),
+        ScriptOp::Settle { reserved, used } => ("settle", reserved, used),
+        ScriptOp::Status => ("status", 0, 0),
+    };
+    let mut v = vec![
+        name.to_owned(),
+        limits.requests_per_minute.to_string(),
+        limits.tokens_per_minute.to_string(),
+        a.to_string(),
+        b.to_string(),
+    ];
+    if let Some(n) = now_ms {
+        v.push(n.to_string());
+    }
+    v
+}
+
+/// What the script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptOutcome {
+    /// `admit` let the request through.
+    Admitted(Admission),
+    /// `admit` refused it.
+    Refused(Rejection),
+    /// `settle` or `status`: the key's limits now.
+    Status(LimitStatus),
+}
+
+/// Decodes the script's array of nine integers.
+pub fn decode_script_reply(v: &[i64]) -> Option<ScriptOutcome> {
+    let n = |i: usize| v.get(i).copied().and_then(|x| u64::try_from(x).ok());
+    if v.len() != 9 {
+        return None;
+    }
+    let status = LimitStatus {
+        limit_requests: n(3)?,
+        remaining_requests: n(4)?,
+        reset_requests_ms: n(5)?,
+        limit_tokens: n(6)?,
+        remaining_tokens: n(7)?,
+        reset_tokens_ms: n(8)?,
+    };
+    Some(match v[0] {
+        1 => ScriptOutcome::Admitted(Admission {
+            reserved_tokens: n(1)?,
+            status,
+        }),
+        0 => ScriptOutcome::Refused(Rejection {
+            kind: match v[1] {
+                1 => LimitKind::Requests,
+                2 => LimitKind::Tokens,
+                _ => return None,
+            },
+            retry_after_secs: n(2)?,
+            status,
+        }),
+        2 => ScriptOutcome::Status(status),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -803,3 +803,98 @@ pub fn try_exchange(addr: SocketAddr, raw: &[u8]) -> Option<Response> {
         }
     }
 }
+
+/// A `redis-server` child process on a free loopback port, without
+/// persistence; killed when dropped.
+pub struct RedisServer {
+    child: Child,
+    /// Its address.
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts one (`redis-server` must be installed:
+    /// `scripts/install-package.sh redis-server redis-server`).
+    pub fn start() -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        RedisServer::start_on(port)
+    }
+
+    /// Starts one on `port` (to restart a stopped one at the same address).
+    pub fn start_on(port: u16) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server is missing: run scripts/install-package.sh redis-server redis-server",
+            );
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let deadline = Instant::now() + PATIENCE;
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        RedisServer {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// `redis://127.0.0.1:port`
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking Redis connection speaking RESP through `chatgate_core::resp`.
+pub struct RedisClient {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RedisClient {
+    /// Connects.
+    pub fn connect(addr: SocketAddr) -> RedisClient {
+        let stream = TcpStream::connect(addr).expect("connect to redis");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        RedisClient {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Sends one command and reads its reply.
+    pub fn cmd(&mut self, args: &[&[u8]]) -> chatgate_core::resp::Reply {
+        use chatgate_core::resp::{RespLimits, encode_command, parse_reply};
+        let mut out = Vec::new();
+        encode_command(&mut out, args);
+        self.stream.write_all(&out).expect("send to redis");
+        let mut b = [0u8; 4096];
+        loop {
+            if let Some((r, used)) = parse_reply(&self.buf, &RespLimits::default()).expect("RESP") {
+                self.buf.drain(..used);
+                return r;
+            }
+            let n = self.stream.read(&mut b).expect("read from redis");
+            assert!(n > 0, "redis closed the connection");
+            self.buf.extend_from_slice(&b[..n]);
+        }
+    }
+}
