@@ -172,6 +172,26 @@ fn serve(
                     drop(f);
                     conn.handle_ledger_written(clock.now());
                 }
+                // Only with shared limits configured (not here): this
+                // example has no Redis, so its own limiter decides.
+                Event::Admit {
+                    key,
+                    limits,
+                    tokens,
+                } => {
+                    let now = clock.now();
+                    let verdict = gateway.limiter().admit(&key, limits, tokens, now);
+                    conn.handle_admission(now, Ok(verdict));
+                }
+                Event::Settle {
+                    key,
+                    limits,
+                    reserved,
+                    used,
+                } => {
+                    let now = clock.now();
+                    gateway.limiter().settle(&key, limits, reserved, used, now);
+                }
                 Event::CloseClient => {
                     let _ = client_w.shutdown(Shutdown::Both);
                     return;

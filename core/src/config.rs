@@ -62,6 +62,24 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Address of the admin listener (/metrics, /healthz, /readyz); off unless set, never the public port",
     ),
     s(
+        "redis",
+        "URL",
+        None,
+        "Share rate limits with other instances through this Redis (redis:// or rediss://); off unless set",
+    ),
+    s(
+        "redis_fallback",
+        "MODE",
+        Some("fail-open"),
+        "When Redis is unreachable: fail-open (this instance's own limits, logged and counted) or fail-closed (503)",
+    ),
+    s(
+        "redis_timeout",
+        "DURATION",
+        Some("1s"),
+        "Longest wait for a Redis answer before the fallback applies",
+    ),
+    s(
         "upstream",
         "URL",
         None,
@@ -248,6 +266,10 @@ pub struct ServeConfig {
     pub upstream_ca: Option<String>,
     /// The admin listener's address, if any.
     pub admin_listen: Option<String>,
+    /// The shared limiter's Redis, if any.
+    pub redis: Option<crate::resp::RedisUrl>,
+    /// Longest wait for Redis.
+    pub redis_timeout: Duration,
     /// Log level.
     pub log_level: String,
     /// `json` logs.
@@ -437,12 +459,38 @@ impl ServeConfig {
         gateway.max_sse_event = positive(&r, "max_sse_event")? as usize;
         gateway.max_upstream_body = positive(&r, "max_upstream_body")?;
         gateway.catalog = catalog;
+        let redis = match r.get("redis") {
+            None => None,
+            Some((url, src)) => Some(
+                crate::resp::RedisUrl::parse(&url)
+                    .map_err(|e| bad("redis", "…", src, &e.to_lowercase()))?,
+            ),
+        };
+        let fallback = r.string("redis_fallback");
+        let fail_closed = match fallback.as_str() {
+            "fail-open" => false,
+            "fail-closed" => true,
+            other => {
+                let src = r.get("redis_fallback").map_or(Source::Default, |(_, s)| s);
+                return Err(bad(
+                    "redis_fallback",
+                    other,
+                    src,
+                    "fail-open or fail-closed",
+                ));
+            }
+        };
+        if redis.is_some() {
+            gateway.shared_limits = Some(crate::gateway::SharedLimits { fail_closed });
+        }
         Ok(ServeConfig {
             listen: r.string("listen"),
             keys_path,
             ledger_path: r.string("ledger"),
             upstream_ca: r.get("upstream_ca").map(|(v, _)| v),
             admin_listen: r.get("admin_listen").map(|(v, _)| v),
+            redis,
+            redis_timeout: r.duration("redis_timeout")?,
             log_level,
             log_json: log_format == "json",
             pool_max_idle: r.parse("pool_max_idle")?,
@@ -456,10 +504,22 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={} admin={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={} admin={} shared_limits={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={}",
             self.listen,
             self.admin_listen.as_deref().unwrap_or("off"),
+            self.redis.as_ref().map_or_else(
+                || "off".to_owned(),
+                |u| format!(
+                    "{} ({})",
+                    u.display(),
+                    if self.gateway.shared_limits.is_some_and(|s| s.fail_closed) {
+                        "fail-closed"
+                    } else {
+                        "fail-open"
+                    }
+                )
+            ),
             g.upstream.display_url(),
             if g.upstream.api_key.is_some() {
                 "set"

@@ -36,7 +36,7 @@ use crate::http::response::{ResponseHead, parse_response_head};
 use crate::http::write::{self, header, header_u64};
 use crate::http::{Framing, HeadScanner, HttpError, HttpLimits};
 use crate::ledger::LedgerRecord;
-use crate::limits::{LimitStatus, Limits};
+use crate::limits::{Admission, LimitStatus, Limits, Rejection};
 use crate::metrics::{Finished, Metered};
 use crate::sse::SseFramer;
 use crate::stream::{DONE_EVENT, EventKind, StreamTracker};
@@ -75,7 +75,34 @@ pub enum Event {
     Ledger(Box<LedgerRecord>),
     /// Everything has been written; close the client connection.
     CloseClient,
+    /// Ask the shared limiter (with shared limits configured) to admit one
+    /// request of `key` reserving `tokens`; then call
+    /// [`Connection::handle_admission`].
+    Admit {
+        /// Key name.
+        key: String,
+        /// Its limits.
+        limits: Limits,
+        /// Tokens to reserve.
+        tokens: u64,
+    },
+    /// Tell the shared limiter that a request used `used` of its `reserved`
+    /// tokens (nothing to report back; if the limiter cannot be reached, the
+    /// runtime settles with the gateway's own, [`Gateway::limiter`]).
+    Settle {
+        /// Key name.
+        key: String,
+        /// Its limits.
+        limits: Limits,
+        /// Tokens reserved at admission.
+        reserved: u64,
+        /// Tokens metered.
+        used: u64,
+    },
 }
+
+/// The shared limiter's answer to [`Event::Admit`].
+pub type SharedAdmission = Result<Result<Admission, Rejection>, String>;
 
 /// Why the provider connection failed (the runtime maps its I/O errors here).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +147,8 @@ enum Phase {
     Head,
     /// Reading a chat request's body.
     Body,
+    /// Waiting for the shared limiter's verdict.
+    Admitting,
     /// Talking to the provider.
     Upstream,
     /// A response is queued; next request (or close) once it is written.
@@ -167,6 +196,8 @@ struct Request {
     upstream_status: Option<u16>,
     /// When the provider was first asked (for the overhead metric).
     up_started: Option<Instant>,
+    /// Admitted by the shared limiter (so settled there too).
+    shared: bool,
 }
 
 /// The provider side of the current request.
@@ -233,6 +264,9 @@ pub struct Connection {
     /// the key table it was checked against and the key it named: the next
     /// request on a keep-alive connection usually sends the same one.
     auth_cache: Option<(String, Arc<crate::auth::KeyTable>, usize)>,
+    /// The key of the last request sent for admission (to give back a
+    /// reservation the shared limiter granted after the client left).
+    last_key: Option<(String, Limits)>,
 }
 
 impl Drop for Connection {
@@ -265,6 +299,7 @@ impl Connection {
             up: None,
             events: VecDeque::new(),
             auth_cache: None,
+            last_key: None,
         }
     }
 
@@ -370,8 +405,9 @@ impl Connection {
         }
         if self.phase == Phase::Upstream {
             self.client_gone(now);
-        } else if self.phase == Phase::Body {
-            // An authenticated request abandoned mid-body is still metered.
+        } else if matches!(self.phase, Phase::Body | Phase::Admitting) {
+            // An authenticated request abandoned before the provider was
+            // asked is still metered.
             self.record_abandoned(now);
         }
         self.phase = Phase::Closed;
@@ -674,6 +710,7 @@ impl Connection {
             committed: false,
             first_byte: None,
             up_started: None,
+            shared: false,
             upstream_status: None,
         }));
         let has_body = head.framing != Framing::Empty;
@@ -795,10 +832,84 @@ impl Connection {
             }
         };
         let key = req.key.as_ref().expect("authenticated before the body");
-        match gw
-            .limiter()
-            .admit(&key.name, key.limits, chat.reservation(), now)
-        {
+        let tokens = chat.reservation();
+        req.chat = Some(chat);
+        if gw.config().shared_limits.is_some() {
+            let (key, limits) = (key.name.clone(), key.limits);
+            self.phase = Phase::Admitting;
+            self.events.push_back(Event::Admit {
+                key,
+                limits,
+                tokens,
+            });
+            return;
+        }
+        let verdict = gw.limiter().admit(&key.name, key.limits, tokens, now);
+        self.admitted(now, verdict);
+    }
+
+    /// The shared limiter answered [`Event::Admit`] (`Err`: it could not be
+    /// reached).
+    pub fn handle_admission(&mut self, now: Instant, verdict: SharedAdmission) {
+        if self.phase != Phase::Admitting {
+            // The client left meanwhile: give the reservation back.
+            if let (Ok(Ok(a)), Some((key, limits))) = (&verdict, self.last_key.take()) {
+                self.events.push_back(Event::Settle {
+                    key,
+                    limits,
+                    reserved: a.reserved_tokens,
+                    used: 0,
+                });
+            }
+            return;
+        }
+        let gw = Arc::clone(&self.gw);
+        let fail_closed = gw.config().shared_limits.is_some_and(|s| s.fail_closed);
+        let verdict = match verdict {
+            Ok(v) => {
+                if let Some(req) = self.req.as_mut() {
+                    req.shared = true;
+                }
+                v
+            }
+            Err(why) => {
+                gw.metrics().shared_limits_unavailable();
+                tracing::warn!(
+                    error = why.as_str(),
+                    fallback = if fail_closed {
+                        "refuse (503)"
+                    } else {
+                        "local limits"
+                    },
+                    "shared rate limiter unreachable"
+                );
+                if fail_closed {
+                    let e = ApiError::overloaded(
+                        "The shared rate limiter is unreachable; retry shortly.",
+                    );
+                    return self.respond_error(now, e, false);
+                }
+                let req = self.req.as_ref().expect("request in progress");
+                let key = req.key.as_ref().expect("authenticated");
+                let tokens = req.chat.as_ref().map_or(0, ChatRequest::reservation);
+                gw.limiter().admit(&key.name, key.limits, tokens, now)
+            }
+        };
+        self.admitted(now, verdict);
+        self.after(now);
+    }
+
+    /// Admitted: the provider is asked; refused: 429.
+    fn admitted(&mut self, now: Instant, verdict: Result<Admission, Rejection>) {
+        let gw = Arc::clone(&self.gw);
+        self.last_key = self
+            .req
+            .as_ref()
+            .and_then(|r| r.key.as_ref())
+            .map(|k| (k.name.clone(), k.limits));
+        let req = self.req.as_mut().expect("request in progress");
+        let key = req.key.as_ref().expect("authenticated before the body");
+        match verdict {
             Ok(admission) => {
                 req.reserved = admission.reserved_tokens;
                 req.limit_status = Some(admission.status);
@@ -817,10 +928,10 @@ impl Connection {
                     ),
                     rejection.retry_after_secs,
                 );
-                req.chat = Some(chat);
                 return self.respond_error(now, e, false);
             }
         }
+        let chat = req.chat.take().expect("validated");
         // The provider's request: fixed prefix, per-request fields, body.
         let body = chat.upstream_body(&req.body);
         let mut out = Vec::with_capacity(gw.upstream_prefix().len() + 128 + body.len());
@@ -1451,9 +1562,18 @@ impl Connection {
             return;
         }
         let used = usage.map_or(0, |u| u.prompt_tokens.saturating_add(u.completion_tokens));
-        self.gw
-            .limiter()
-            .settle(&key.name, key.limits, req.reserved, used, now);
+        if req.shared {
+            self.events.push_back(Event::Settle {
+                key: key.name.clone(),
+                limits: key.limits,
+                reserved: req.reserved,
+                used,
+            });
+        } else {
+            self.gw
+                .limiter()
+                .settle(&key.name, key.limits, req.reserved, used, now);
+        }
         req.reserved = 0;
     }
 

@@ -192,6 +192,16 @@ pub struct GatewayConfig {
     pub max_connections: usize,
     /// The models.
     pub catalog: Catalog,
+    /// Limits shared through a remote store (Redis), if configured.
+    pub shared_limits: Option<SharedLimits>,
+}
+
+/// Rate limits decided by a store shared by several gateway instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedLimits {
+    /// When the store cannot be reached: refuse with 503 (`true`), or fall
+    /// back to this process's own limiter, logged and counted (`false`).
+    pub fail_closed: bool,
 }
 
 impl GatewayConfig {
@@ -206,6 +216,7 @@ impl GatewayConfig {
             default_limits: Limits::default(),
             max_connections: 10_000,
             catalog: Catalog::default(),
+            shared_limits: None,
         }
     }
 }

@@ -66,6 +66,13 @@ pub struct Pair {
     pub connect_failures: VecDeque<UpstreamFailure>,
     /// Stop reading the client's bytes (a client that does not read).
     pub client_stops_reading: bool,
+    /// The shared limiter's store (with shared limits configured): a
+    /// limiter of its own, standing in for Redis.
+    pub shared: crate::limits::RateLimiter,
+    /// The shared limiter is unreachable.
+    pub shared_down: bool,
+    /// Settlements sent to the shared limiter.
+    pub shared_settled: u32,
     conn: Option<Box<Connection>>,
     upstream: Option<SimConnection>,
     /// The current provider connection was closed by the provider while it
@@ -120,6 +127,9 @@ impl Pair {
             upstream_reused: 0,
             connect_failures: VecDeque::new(),
             client_stops_reading: false,
+            shared: crate::limits::RateLimiter::new(),
+            shared_down: false,
+            shared_settled: 0,
             conn: Some(conn),
             upstream: None,
             upstream_dead: false,
@@ -265,6 +275,27 @@ impl Pair {
                     self.ledger.push(*rec);
                     self.ledger_at.push(self.received.len());
                     conn.handle_ledger_written(now);
+                }
+                Event::Admit {
+                    key,
+                    limits,
+                    tokens,
+                } => {
+                    let verdict = if self.shared_down {
+                        Err("connection refused".to_owned())
+                    } else {
+                        Ok(self.shared.admit(&key, limits, tokens, now))
+                    };
+                    conn.handle_admission(now, verdict);
+                }
+                Event::Settle {
+                    key,
+                    limits,
+                    reserved,
+                    used,
+                } => {
+                    self.shared.settle(&key, limits, reserved, used, now);
+                    self.shared_settled += 1;
                 }
                 Event::CloseClient => {
                     self.client_closed = true;

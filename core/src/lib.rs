@@ -44,6 +44,10 @@
 //!     fn release_upstream(&mut self);
 //!     fn close_upstream(&mut self);
 //!     fn append_ledger(&mut self, line: &[u8]);
+//!     /// The shared limiter (Redis), when limits are shared.
+//!     fn shared_admit(&mut self, key: &str, limits: chatgate_core::limits::Limits, tokens: u64)
+//!         -> chatgate_core::exchange::SharedAdmission;
+//!     fn shared_settle(&mut self, key: &str, limits: chatgate_core::limits::Limits, reserved: u64, used: u64);
 //!     /// Waits for client bytes, provider bytes, or the deadline.
 //!     fn wait(&mut self, read_client: bool, read_upstream: bool, deadline: Option<Instant>) -> Happened;
 //! }
@@ -64,6 +68,13 @@
 //!                 Event::Ledger(record) => {
 //!                     io.append_ledger(&record.to_line());
 //!                     conn.handle_ledger_written(io.now());
+//!                 }
+//!                 Event::Admit { key, limits, tokens } => {
+//!                     let verdict = io.shared_admit(&key, limits, tokens);
+//!                     conn.handle_admission(io.now(), verdict);
+//!                 }
+//!                 Event::Settle { key, limits, reserved, used } => {
+//!                     io.shared_settle(&key, limits, reserved, used)
 //!                 }
 //!                 Event::CloseClient => return,
 //!             }

@@ -123,6 +123,7 @@ pub struct Metrics {
     keys_loaded: AtomicU64,
     key_reloads: AtomicU64,
     key_reload_errors: AtomicU64,
+    shared_limits_unavailable: AtomicU64,
     /// Unix milliseconds of the last response head from the provider.
     last_upstream_contact_ms: AtomicU64,
 }
@@ -232,6 +233,12 @@ impl Metrics {
     /// Failed ledger appends so far.
     pub fn ledger_errors(&self) -> u64 {
         self.ledger_errors.load(Ordering::Relaxed)
+    }
+
+    /// The shared limiter could not be reached for an admission.
+    pub fn shared_limits_unavailable(&self) {
+        self.shared_limits_unavailable
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Keys now in force (after a load or reload).
@@ -415,6 +422,12 @@ impl Metrics {
             "chatgate_key_reload_errors_total",
             "Keys-file reloads refused (the previous keys stayed in force).",
             self.key_reload_errors.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "chatgate_shared_limits_unavailable_total",
+            "Admissions the shared limiter (Redis) could not decide (the fallback applied).",
+            self.shared_limits_unavailable.load(Ordering::Relaxed),
         );
         out
     }

@@ -182,6 +182,98 @@ fn parse_at(
     }
 }
 
+/// Where the shared limiter's Redis is: `redis://[[user]:password@]host[:port][/db]`
+/// or `rediss://…` (TLS).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl {
+    /// TLS (`rediss://`).
+    pub tls: bool,
+    /// Host name or IP literal.
+    pub host: String,
+    /// Port (6379 by default).
+    pub port: u16,
+    /// ACL user name, if given.
+    pub user: Option<String>,
+    /// Password, if given (never printed).
+    pub password: Option<String>,
+    /// Database number.
+    pub db: u32,
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+impl RedisUrl {
+    /// Parses a URL (percent-escapes are not decoded: write credentials
+    /// plainly).
+    pub fn parse(url: &str) -> Result<RedisUrl, String> {
+        let (tls, rest) = if let Some(r) = url.strip_prefix("rediss://") {
+            (true, r)
+        } else if let Some(r) = url.strip_prefix("redis://") {
+            (false, r)
+        } else {
+            return Err("the Redis URL must start with redis:// or rediss://".into());
+        };
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (creds, hostport) = match authority.rsplit_once('@') {
+            Some((c, h)) => (Some(c), h),
+            None => (None, authority),
+        };
+        let (user, password) = match creds {
+            None => (None, None),
+            Some(c) => match c.split_once(':') {
+                Some((u, p)) => ((!u.is_empty()).then(|| u.to_owned()), Some(p.to_owned())),
+                None => (None, Some(c.to_owned())),
+            },
+        };
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+                h.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                p.parse()
+                    .map_err(|_| "the Redis URL has a bad port".to_owned())?,
+            ),
+            _ => (hostport.to_owned(), 6379),
+        };
+        if host.is_empty() {
+            return Err("the Redis URL has no host".into());
+        }
+        let db = if path.is_empty() {
+            0
+        } else {
+            path.parse()
+                .map_err(|_| "the Redis URL's path must be a database number".to_owned())?
+        };
+        Ok(RedisUrl {
+            tls,
+            host,
+            port,
+            user,
+            password,
+            db,
+        })
+    }
+
+    /// The URL without its password.
+    pub fn display(&self) -> String {
+        let creds = match (&self.user, &self.password) {
+            (Some(u), Some(_)) => format!("{u}:***@"),
+            (None, Some(_)) => "***@".to_owned(),
+            (Some(u), None) => format!("{u}@"),
+            (None, None) => String::new(),
+        };
+        format!(
+            "{}://{creds}{}:{}/{}",
+            if self.tls { "rediss" } else { "redis" },
+            self.host,
+            self.port,
+            self.db
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +282,34 @@ mod tests {
         let (r, used) = parse_reply(buf, &RespLimits::default()).unwrap().unwrap();
         assert_eq!(used, buf.len());
         r
+    }
+
+    #[test]
+    fn redis_urls() {
+        let u = RedisUrl::parse("rediss://app:s3cret@cache.internal:6380/2").unwrap();
+        assert_eq!(
+            (
+                u.tls,
+                u.host.as_str(),
+                u.port,
+                u.user.as_deref(),
+                u.password.as_deref(),
+                u.db
+            ),
+            (true, "cache.internal", 6380, Some("app"), Some("s3cret"), 2)
+        );
+        assert_eq!(u.display(), "rediss://app:***@cache.internal:6380/2");
+        assert!(!format!("{u:?}").contains("s3cret"));
+        let u = RedisUrl::parse("redis://:pw@127.0.0.1").unwrap();
+        assert_eq!(
+            (u.user, u.password.as_deref(), u.port, u.db),
+            (None, Some("pw"), 6379, 0)
+        );
+        let u = RedisUrl::parse("redis://[::1]:7000").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("::1", 7000));
+        for bad in ["http://h", "redis://", "redis://h:x", "redis://h/zero"] {
+            assert!(RedisUrl::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1187,3 +1187,78 @@ fn provider_key_is_sent_and_required() {
             .contains("HTTP 401")
     );
 }
+
+fn shared(fail_closed: bool, rpm: u64) -> Pair {
+    Pair::new(
+        |c| c.shared_limits = Some(chatgate_core::gateway::SharedLimits { fail_closed }),
+        SimOptions::default(),
+        Limits {
+            requests_per_minute: rpm,
+            tokens_per_minute: 1_000_000,
+        },
+    )
+}
+
+#[test]
+fn shared_limits_admit_and_settle_through_the_store() {
+    let mut pair = shared(false, 2);
+    for _ in 0..3 {
+        send(&mut pair, &body(""));
+    }
+    let statuses: Vec<u16> = responses(&pair).iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    // Both admissions were settled in the store with what was metered; the
+    // process's own limiter was not used.
+    assert_eq!(pair.shared_settled, 2);
+    let now = chatgate_core::time::Instant::ZERO;
+    let limits = Limits {
+        requests_per_minute: 2,
+        tokens_per_minute: 1_000_000,
+    };
+    assert_eq!(
+        pair.shared
+            .status("test-key", limits, now)
+            .remaining_requests,
+        0
+    );
+    assert_eq!(
+        pair.gateway
+            .limiter()
+            .status("test-key", limits, now)
+            .remaining_requests,
+        2
+    );
+    let used: u64 = pair
+        .ledger
+        .iter()
+        .map(|r| r.prompt_tokens + r.completion_tokens)
+        .sum();
+    let left = pair.shared.status("test-key", limits, now).remaining_tokens;
+    assert_eq!(left, 1_000_000 - used);
+}
+
+#[test]
+fn shared_limits_unreachable_fail_open_or_closed() {
+    // fail-open: the local limiter decides, and it is counted.
+    let mut pair = shared(false, 1);
+    pair.shared_down = true;
+    send(&mut pair, &body(""));
+    send(&mut pair, &body(""));
+    let statuses: Vec<u16> = responses(&pair).iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 429]);
+    assert!(
+        pair.gateway
+            .render_metrics()
+            .contains("chatgate_shared_limits_unavailable_total 2")
+    );
+    assert_eq!(pair.shared_settled, 0, "settled locally");
+    // fail-closed: 503, metered.
+    let mut pair = shared(true, 100);
+    pair.shared_down = true;
+    send(&mut pair, &body(""));
+    let r = one(&pair);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"]["code"], "server_overloaded");
+    assert_eq!(pair.ledger[0].status, 503);
+    assert!(pair.sim.journal().is_empty());
+}

@@ -272,6 +272,18 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
         path: cfg.keys_path.clone(),
         defaults: cfg.gateway.default_limits,
     };
+    let shared_limits = match cfg.redis.clone() {
+        None => None,
+        Some(url) => match crate::redis::SharedLimiter::new(
+            rt.clone(),
+            url,
+            cfg.upstream_ca.as_deref(),
+            cfg.redis_timeout,
+        ) {
+            Ok(l) => Some(l),
+            Err(e) => return fail(e),
+        },
+    };
     run_bound(
         rt,
         Bound {
@@ -279,7 +291,7 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
             admin,
             keys_src: Some(keys_src),
         },
-        cfg.gateway,
+        (cfg.gateway, shared_limits),
         keys,
         connector,
         ledger,
@@ -297,7 +309,7 @@ struct Bound {
 fn run_bound<R: Runtime>(
     rt: R,
     bound: Bound,
-    config: GatewayConfig,
+    (config, shared_limits): (GatewayConfig, Option<crate::redis::SharedLimiter<R>>),
     keys: KeyTable,
     connector: Connector<R>,
     ledger: Ledger,
@@ -323,6 +335,7 @@ fn run_bound<R: Runtime>(
         gateway,
         connector,
         ledger,
+        shared_limits,
         draining: event_listener::Event::new(),
     });
     let listener = match rt.listener(listener) {
@@ -579,7 +592,7 @@ fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
     run_bound(
         rt,
         bound,
-        GatewayConfig::new(upstream),
+        (GatewayConfig::new(upstream), None),
         keys,
         connector,
         ledger,

@@ -41,12 +41,15 @@ pub struct Shared<R: Runtime> {
     pub connector: Connector<R>,
     /// The ledger file.
     pub ledger: Ledger,
+    /// The shared limiter (Redis), when configured.
+    pub shared_limits: Option<crate::redis::SharedLimiter<R>>,
     /// Notified when draining starts.
     pub draining: event_listener::Event,
 }
 
 enum Wake {
     Drain,
+    Admitted(chatgate_core::exchange::SharedAdmission),
     Connected(Result<bool, UpstreamFailure>),
     UpWritten(io::Result<usize>),
     UpFlushed(io::Result<()>),
@@ -55,6 +58,9 @@ enum Wake {
     ClientRead(io::Result<usize>),
     Timeout,
 }
+
+type AdmitFuture<'a> =
+    Pin<Box<dyn Future<Output = chatgate_core::exchange::SharedAdmission> + Send + 'a>>;
 
 type ConnectFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<(UpstreamStream<T>, bool), UpstreamFailure>> + Send + 'a>>;
@@ -84,6 +90,8 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
     }
     let mut upstream: Option<UpstreamStream<R::Tcp>> = None;
     let mut connecting: Option<ConnectFuture<'_, R::Tcp>> = None;
+    let mut admitting: Option<AdmitFuture<'_>> = None;
+    let mut g_admit = Gate::default();
     let mut up_dirty = false;
     let mut alarm = Alarm::<R>::default();
     // One gate per source: each is polled again only when it woke or changed.
@@ -116,6 +124,43 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                     shared.gateway.metrics().ledger_write(started.elapsed(), ok);
                     conn.handle_ledger_written(now());
                 }
+                Event::Admit {
+                    key,
+                    limits,
+                    tokens,
+                } => {
+                    let shared = Arc::clone(&shared);
+                    admitting = Some(Box::pin(async move {
+                        match &shared.shared_limits {
+                            Some(l) => l.admit(&key, limits, tokens).await,
+                            None => Err("no shared limiter configured".into()),
+                        }
+                    }));
+                    g_admit.reset();
+                }
+                Event::Settle {
+                    key,
+                    limits,
+                    reserved,
+                    used,
+                } => {
+                    let shared = Arc::clone(&shared);
+                    rt.spawn(async move {
+                        let remote = match &shared.shared_limits {
+                            Some(l) => l.settle(&key, limits, reserved, used).await,
+                            None => Err("no shared limiter configured".into()),
+                        };
+                        if let Err(e) = remote {
+                            // Settled here instead: this instance's limits
+                            // stay right; the shared bucket refills in time.
+                            tracing::warn!(error = e.as_str(), "shared settlement failed");
+                            shared
+                                .gateway
+                                .limiter()
+                                .settle(&key, limits, reserved, used, now());
+                        }
+                    });
+                }
                 Event::CloseClient => {
                     drop(conn);
                     linger_close(rt, client).await;
@@ -137,6 +182,11 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                     .is_ready()
             {
                 return Poll::Ready(Wake::Drain);
+            }
+            if let Some(a) = admitting.as_mut() {
+                if let Poll::Ready(v) = g_admit.poll(cx, |cx| a.as_mut().poll(cx)) {
+                    return Poll::Ready(Wake::Admitted(v));
+                }
             }
             if let Some(c) = connecting.as_mut() {
                 if let Poll::Ready(r) = g_connect.poll(cx, |cx| c.as_mut().poll(cx)) {
@@ -203,6 +253,10 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             Wake::Drain => {
                 drain_seen = true;
                 conn.handle_shutdown(t);
+            }
+            Wake::Admitted(v) => {
+                admitting = None;
+                conn.handle_admission(t, v);
             }
             Wake::Connected(Ok(reused)) => {
                 connecting = None;
