@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs a Debian package for the tests when its program is missing:
-# nginx (a real TLS terminator in front of the simulator, tests/tests/nginx.rs)
-# and redis-server (shared rate limits). Does nothing when the program is
-# already installed.
+# nginx (a real TLS terminator in front of the simulator, tests/tests/nginx.rs),
+# redis-server (shared rate limits) and postgresql (the shared ledger). Does
+# nothing when the program is already installed.
 #
 #   scripts/install-package.sh PACKAGE PROGRAM    (as root, or with sudo available)
 #

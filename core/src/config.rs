@@ -62,6 +62,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Address of the admin listener (/metrics, /healthz, /readyz); off unless set, never the public port",
     ),
     s(
+        "ledger_postgres",
+        "URL",
+        None,
+        "Also ship every ledger line to this PostgreSQL (postgres://user:password@host:port/db); the local ledger is the spool",
+    ),
+    s(
         "redis",
         "URL",
         None,
@@ -266,6 +272,8 @@ pub struct ServeConfig {
     pub upstream_ca: Option<String>,
     /// The admin listener's address, if any.
     pub admin_listen: Option<String>,
+    /// The shared ledger's PostgreSQL URL, if any.
+    pub ledger_postgres: Option<String>,
     /// The shared limiter's Redis, if any.
     pub redis: Option<crate::resp::RedisUrl>,
     /// Longest wait for Redis.
@@ -491,6 +499,7 @@ impl ServeConfig {
             admin_listen: r.get("admin_listen").map(|(v, _)| v),
             redis,
             redis_timeout: r.duration("redis_timeout")?,
+            ledger_postgres: r.get("ledger_postgres").map(|(v, _)| v),
             log_level,
             log_json: log_format == "json",
             pool_max_idle: r.parse("pool_max_idle")?,
@@ -504,7 +513,7 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={} admin={} shared_limits={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={} admin={} shared_limits={} ledger_postgres={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={}",
             self.listen,
             self.admin_listen.as_deref().unwrap_or("off"),
@@ -520,6 +529,11 @@ impl ServeConfig {
                     }
                 )
             ),
+            if self.ledger_postgres.is_some() {
+                "on"
+            } else {
+                "off"
+            },
             g.upstream.display_url(),
             if g.upstream.api_key.is_some() {
                 "set"

@@ -124,6 +124,9 @@ pub struct Metrics {
     key_reloads: AtomicU64,
     key_reload_errors: AtomicU64,
     shared_limits_unavailable: AtomicU64,
+    ledger_shipped: AtomicU64,
+    ledger_ship_errors: AtomicU64,
+    ledger_backlog_bytes: AtomicU64,
     /// Unix milliseconds of the last response head from the provider.
     last_upstream_contact_ms: AtomicU64,
 }
@@ -239,6 +242,21 @@ impl Metrics {
     pub fn shared_limits_unavailable(&self) {
         self.shared_limits_unavailable
             .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Ledger rows shipped to PostgreSQL (`n` more).
+    pub fn ledger_shipped(&self, n: u64) {
+        self.ledger_shipped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A failed attempt to reach or write PostgreSQL.
+    pub fn ledger_ship_error(&self) {
+        self.ledger_ship_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bytes of the local ledger not yet shipped.
+    pub fn ledger_backlog(&self, bytes: u64) {
+        self.ledger_backlog_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Keys now in force (after a load or reload).
@@ -422,6 +440,24 @@ impl Metrics {
             "chatgate_key_reload_errors_total",
             "Keys-file reloads refused (the previous keys stayed in force).",
             self.key_reload_errors.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "chatgate_ledger_postgres_rows_total",
+            "Ledger rows shipped to PostgreSQL (with --ledger-postgres).",
+            self.ledger_shipped.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "chatgate_ledger_postgres_errors_total",
+            "Failed attempts to reach or write PostgreSQL (lines wait in the local ledger).",
+            self.ledger_ship_errors.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "chatgate_ledger_postgres_backlog_bytes",
+            "Bytes of the local ledger not yet shipped to PostgreSQL.",
+            self.ledger_backlog_bytes.load(Ordering::Relaxed) as i64,
         );
         counter(
             &mut out,

@@ -160,33 +160,65 @@ impl Report {
             self.bad_lines += 1;
             return;
         };
-        let Some(at) = crate::time::parse_rfc3339(l.ts) else {
+        self.add_row(
+            l.ts,
+            &l.key,
+            l.stream,
+            l.complete,
+            l.status,
+            [
+                l.prompt_tokens,
+                l.completion_tokens,
+                l.reasoning_tokens,
+                l.cached_tokens,
+                l.cost_nano_usd,
+            ],
+        );
+    }
+
+    /// Adds one record read from elsewhere (a database row): `ts` in RFC
+    /// 3339; `counts` are prompt, completion, reasoning and cached tokens
+    /// and the cost in nano-dollars.
+    pub fn add_row(
+        &mut self,
+        ts: &str,
+        key: &str,
+        stream: bool,
+        complete: bool,
+        status: u16,
+        counts: [u64; 5],
+    ) {
+        let Some(at) = crate::time::parse_rfc3339(ts) else {
             self.bad_lines += 1;
             return;
         };
         if self.filter.since.is_some_and(|s| at < s) || self.filter.until.is_some_and(|u| at >= u) {
             return;
         }
-        if self.filter.key.as_deref().is_some_and(|k| k != l.key) {
+        if self.filter.key.as_deref().is_some_and(|k| k != key) {
             return;
         }
-        let period = l.ts.get(..self.by.width()).unwrap_or(l.ts);
+        let period = ts.get(..self.by.width()).unwrap_or(ts);
+        let [
+            prompt_tokens,
+            completion_tokens,
+            reasoning_tokens,
+            cached_tokens,
+            cost_nano_usd,
+        ] = counts;
         let t = Totals {
             requests: 1,
-            prompt_tokens: l.prompt_tokens,
-            completion_tokens: l.completion_tokens,
-            reasoning_tokens: l.reasoning_tokens,
-            cached_tokens: l.cached_tokens,
-            incomplete_streams: u64::from(l.stream && !l.complete && l.status == 200),
-            cost_nano_usd: l.cost_nano_usd,
+            prompt_tokens,
+            completion_tokens,
+            reasoning_tokens,
+            cached_tokens,
+            incomplete_streams: u64::from(stream && !complete && status == 200),
+            cost_nano_usd,
         };
-        match self
-            .rows
-            .get_mut(&(l.key.as_ref().to_owned(), period.to_owned()))
-        {
+        match self.rows.get_mut(&(key.to_owned(), period.to_owned())) {
             Some(row) => row.add(&t),
             None => {
-                self.rows.insert((l.key.into_owned(), period.to_owned()), t);
+                self.rows.insert((key.to_owned(), period.to_owned()), t);
             }
         }
     }

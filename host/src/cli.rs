@@ -107,6 +107,7 @@ fn command(bin: &'static str) -> Command {
         .arg(Arg::new("since").long("since").value_name("TIME").help("Only lines at or after this time (RFC 3339, or a date YYYY-MM-DD: midnight UTC)"))
         .arg(Arg::new("until").long("until").value_name("TIME").help("Only lines before this time (RFC 3339 or a date)"))
         .arg(Arg::new("key").long("key").value_name("NAME").help("Only this key"))
+        .arg(Arg::new("postgres").long("postgres").value_name("URL").env("CHATGATE_LEDGER_POSTGRES").help("Read the shared ledger's table in PostgreSQL instead of a file"))
         .arg(Arg::new("format").long("format").value_name("FORMAT").value_parser(["table", "csv", "json"]).default_value("table").help("Output format"));
     let demo = Command::new("demo")
         .about("Run the gateway with a built-in simulated provider and a throwaway key: no setup, no network")
@@ -290,6 +291,10 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
             listener,
             admin,
             keys_src: Some(keys_src),
+            ledger_postgres: cfg
+                .ledger_postgres
+                .clone()
+                .map(|url| (url, cfg.ledger_path.clone())),
         },
         (cfg.gateway, shared_limits),
         keys,
@@ -304,6 +309,8 @@ struct Bound {
     listener: std::net::TcpListener,
     admin: Option<std::net::TcpListener>,
     keys_src: Option<KeysSource>,
+    /// PostgreSQL URL and the local ledger it ships from.
+    ledger_postgres: Option<(String, String)>,
 }
 
 fn run_bound<R: Runtime>(
@@ -319,6 +326,7 @@ fn run_bound<R: Runtime>(
         listener,
         admin,
         keys_src,
+        ledger_postgres,
     } = bound;
     let addr = match listener.local_addr() {
         Ok(a) => a,
@@ -360,7 +368,18 @@ fn run_bound<R: Runtime>(
         println!("chatgate admin listening on http://{a}");
     }
     let _ = std::io::stdout().flush();
+    let shipper = ledger_postgres
+        .map(|(url, path)| crate::pgledger::start(url, path, Arc::clone(&shared.gateway)));
     rt.block_on(run_gateway(shared, listener));
+    if let Some((state, thread)) = shipper {
+        // A last pass ships what the drain appended; what PostgreSQL cannot
+        // take now stays in the local ledger for the next start.
+        state.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !thread.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     ExitCode::SUCCESS
 }
 
@@ -443,6 +462,17 @@ fn usage(m: &ArgMatches) -> ExitCode {
         },
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
+    if let Some(url) = m.get_one::<String>("postgres") {
+        let (since, until) = (filter.since, filter.until);
+        let mut report = chatgate_core::report::Report::new(by, filter);
+        return match crate::pgledger::report_from_postgres(url, &mut report, since, until) {
+            Ok(()) => {
+                print!("{}", report.render(format));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("cannot read the ledger from PostgreSQL: {e}")),
+        };
+    }
     match crate::usage::report(path, by, filter, format) {
         Ok(text) => {
             print!("{text}");
@@ -588,6 +618,7 @@ fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         listener,
         admin: None,
         keys_src: None,
+        ledger_postgres: None,
     };
     run_bound(
         rt,

@@ -28,6 +28,7 @@ pub mod gate;
 pub mod keys;
 pub mod ledger;
 pub mod logging;
+pub mod pgledger;
 pub mod redis;
 pub mod runtime;
 pub mod serve;

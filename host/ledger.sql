@@ -1,0 +1,26 @@
+-- chatgate's shared ledger: one row per metered request, the same fields as
+-- a JSONL ledger line. Created on start when missing (--ledger-postgres).
+-- request_id is the primary key, so replaying lines never bills twice.
+CREATE TABLE IF NOT EXISTS chatgate_ledger (
+    request_id          text PRIMARY KEY,
+    ts                  timestamptz NOT NULL,
+    key                 text NOT NULL,
+    model               text NOT NULL,
+    stream              boolean NOT NULL,
+    status              smallint NOT NULL,
+    prompt_tokens       bigint NOT NULL,
+    completion_tokens   bigint NOT NULL,
+    reasoning_tokens    bigint NOT NULL,
+    cached_tokens       bigint NOT NULL,
+    cost_nano_usd       bigint NOT NULL,
+    cost_usd            numeric(20, 9) GENERATED ALWAYS AS (cost_nano_usd::numeric / 1000000000) STORED,
+    finish_reason       text,
+    complete            boolean NOT NULL,
+    client_disconnected boolean NOT NULL,
+    upstream_status     smallint,
+    error               text,
+    duration_ms         bigint NOT NULL,
+    ttfb_ms             bigint
+);
+CREATE INDEX IF NOT EXISTS chatgate_ledger_key_ts ON chatgate_ledger (key, ts);
+CREATE INDEX IF NOT EXISTS chatgate_ledger_ts ON chatgate_ledger (ts);
