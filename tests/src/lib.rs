@@ -19,6 +19,21 @@ use serde_json::Value;
 
 pub use chatgate_core::harness::sse_data;
 
+/// Generates one `#[test]` per runtime for each case: `cases!(a, b)` makes
+/// `smol::a`, `tokio::a`, `smol::b`, `tokio::b`, each calling the case
+/// function with the binary's name, so one suite covers both runtimes.
+#[macro_export]
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        mod smol {
+            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
+        }
+        mod tokio {
+            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
+        }
+    };
+}
+
 /// The gateway binaries every end-to-end test runs against.
 pub const RUNTIMES: &[&str] = &["chatgate-smol", "chatgate-tokio"];
 

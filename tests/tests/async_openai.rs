@@ -44,17 +44,6 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod smol {
-            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
-        }
-        mod tokio {
-            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
-        }
-    };
-}
-
 cases!(
     models_list,
     environment_variables_configure_the_client,

@@ -15,18 +15,6 @@ use std::time::{Duration, Instant};
 use chatgate_tests::*;
 use serde_json::Value;
 
-/// Generates one `#[test]` per runtime for each case.
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod smol {
-            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
-        }
-        mod tokio {
-            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
-        }
-    };
-}
-
 cases!(openai_python, openai_node, vercel_ai_sdk);
 
 /// The longest a scenario may run (each takes a few seconds).

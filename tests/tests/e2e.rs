@@ -4,18 +4,6 @@
 use chatgate_tests::*;
 use serde_json::{Value, json};
 
-/// Generates one `#[test]` per runtime for each case.
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod smol {
-            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
-        }
-        mod tokio {
-            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
-        }
-    };
-}
-
 cases!(
     models_list,
     non_streamed_answer_and_ledger,

@@ -14,17 +14,6 @@ use std::time::{Duration, Instant};
 use chatgate_tests::*;
 use serde_json::Value;
 
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod smol {
-            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
-        }
-        mod tokio {
-            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
-        }
-    };
-}
-
 cases!(
     answers_through_nginx,
     certificate_and_host_name_are_verified,

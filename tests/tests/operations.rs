@@ -9,17 +9,6 @@ use std::time::Duration;
 use chatgate_tests::*;
 use serde_json::Value;
 
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod smol {
-            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
-        }
-        mod tokio {
-            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
-        }
-    };
-}
-
 cases!(
     metrics_are_exact,
     health_and_readiness,

@@ -8,17 +8,6 @@ use std::process::Command;
 use chatgate_tests::*;
 use serde_json::{Value, json};
 
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod smol {
-            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
-        }
-        mod tokio {
-            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
-        }
-    };
-}
-
 cases!(every_readme_curl_example_runs);
 
 /// The address the README's examples use.

@@ -14,17 +14,6 @@ use std::time::{Duration, Instant};
 
 use chatgate_tests::*;
 
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod smol {
-            $( #[test] fn $case() { super::$case("chatgate-smol") } )*
-        }
-        mod tokio {
-            $( #[test] fn $case() { super::$case("chatgate-tokio") } )*
-        }
-    };
-}
-
 cases!(
     slowloris_does_not_starve_other_clients,
     ten_thousand_idle_keep_alive_connections,
