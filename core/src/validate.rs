@@ -33,6 +33,15 @@ pub const MAX_DEPTH: usize = 128;
 /// grammar, but no string: serde_json and most parsers reject them). One
 /// pass; strings are skipped with `memchr`, stopping only at backslashes.
 pub fn json_hazard(json: &[u8], limit: usize) -> Option<String> {
+    // The usual body has neither: fewer openers than the limit (so it cannot
+    // nest deeper) and no `\u` escape at all; two quick passes tell.
+    let openers = memchr::memchr2_iter(b'[', b'{', json)
+        .take(limit + 1)
+        .count();
+    let escapes_u = memchr::memchr_iter(b'\\', json).any(|i| json.get(i + 1) == Some(&b'u'));
+    if openers <= limit && !escapes_u {
+        return None;
+    }
     let mut depth = 0usize;
     let mut i = 0;
     while i < json.len() {
