@@ -23,6 +23,8 @@ use chatgate_core::ledger::LedgerRecord;
 
 /// The table's schema (created when missing).
 pub const SCHEMA: &str = include_str!("../ledger.sql");
+/// The advisory lock taken while creating the schema ("chatgate" in ASCII).
+const SCHEMA_LOCK: i64 = 0x0063_6861_7467_6174;
 /// Most lines per insert.
 const BATCH: usize = 500;
 /// Pause when there is nothing to ship.
@@ -162,7 +164,13 @@ fn connect(url: &str) -> Result<postgres::Client, String> {
     let mut config: postgres::Config = url.parse().map_err(|e| format!("bad URL: {e}"))?;
     config.connect_timeout(Duration::from_secs(3));
     let mut c = config.connect(postgres::NoTls).map_err(|e| e.to_string())?;
-    c.batch_execute(SCHEMA).map_err(|e| e.to_string())?;
+    // Several instances starting together would race on CREATE TABLE IF
+    // NOT EXISTS (PostgreSQL can fail one with a duplicate-type error): an
+    // advisory lock makes them take turns.
+    c.batch_execute(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;"
+    ))
+    .map_err(|e| e.to_string())?;
     Ok(c)
 }
 

@@ -9,21 +9,27 @@ use std::time::{Duration, Instant};
 use chatgate_tests::*;
 use serde_json::Value;
 
-fn rows(pg: &PgServer) -> (i64, i64, i64, i64) {
+/// (rows, distinct ids, tokens, cost); `None` until a gateway has created
+/// the table.
+fn try_rows(pg: &PgServer) -> Option<(i64, i64, i64, i64)> {
     let mut c = pg.client();
     let r = c
         .query_one(
             "SELECT count(*), count(DISTINCT request_id), coalesce(sum(prompt_tokens + completion_tokens), 0)::bigint, coalesce(sum(cost_nano_usd), 0)::bigint FROM chatgate_ledger",
             &[],
         )
-        .expect("query");
-    (r.get(0), r.get(1), r.get(2), r.get(3))
+        .ok()?;
+    Some((r.get(0), r.get(1), r.get(2), r.get(3)))
+}
+
+fn rows(pg: &PgServer) -> (i64, i64, i64, i64) {
+    try_rows(pg).expect("the table exists")
 }
 
 fn wait_rows(pg: &PgServer, n: i64) -> (i64, i64, i64, i64) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let r = rows(pg);
+        let r = try_rows(pg).unwrap_or_default();
         if r.0 >= n {
             return r;
         }
