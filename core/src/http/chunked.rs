@@ -1,10 +1,12 @@
 //! `Transfer-Encoding: chunked`, decoded incrementally.
 //!
 //! Strict on every shape request smugglers use: the size is hex digits only
-//! (no sign, no `0x`, at most 16 digits), lines end with CRLF (never a bare
-//! LF), each chunk's data is followed by exactly CRLF. Extensions are
-//! accepted and ignored; trailers are read and dropped. Every line and the
-//! whole body are capped.
+//! (no sign, no `0x`, at most 16 digits), followed only by optional spaces or
+//! tabs and then either the line end or a `;` extension (RFC 9112 §7.1, so
+//! `5 5` or `5 x` is not size 5), lines end with CRLF (never a bare LF), each
+//! chunk's data is followed by exactly CRLF. Extensions are accepted and
+//! ignored; trailers are read and dropped. Every line and the whole body are
+//! capped.
 
 use super::{HttpError, HttpLimits};
 
@@ -12,7 +14,11 @@ use super::{HttpError, HttpLimits};
 enum State {
     /// Reading the hex digits of a chunk size.
     Size { value: u64, digits: u8 },
-    /// After the digits: whitespace or a `;extension` up to CR.
+    /// After the digits and at least one space or tab (BWS): more of them,
+    /// then `;` or CR.
+    SizeWhitespace { value: u64 },
+    /// After the `;` that starts the extensions: anything but controls up
+    /// to CR.
     Extension { value: u64 },
     /// Saw the CR ending the size line.
     SizeLf { value: u64 },
@@ -128,8 +134,21 @@ impl ChunkedDecoder {
                     }
                     _ if digits == 0 => return Err(HttpError::BadChunk("missing chunk size")),
                     b'\r' => State::SizeLf { value },
-                    b';' | b' ' | b'\t' => State::Extension { value },
+                    b';' => State::Extension { value },
+                    b' ' | b'\t' => State::SizeWhitespace { value },
                     b'\n' => return Err(HttpError::BareLineEnding),
+                    _ => return Err(HttpError::BadChunk("invalid chunk size")),
+                }
+            }
+            State::SizeWhitespace { value } => {
+                self.count_line_byte()?;
+                match b {
+                    b' ' | b'\t' => State::SizeWhitespace { value },
+                    b';' => State::Extension { value },
+                    b'\r' => State::SizeLf { value },
+                    b'\n' => return Err(HttpError::BareLineEnding),
+                    // `5 5` or `5 x`: another parser could read a different
+                    // size (or none) here, so nothing but BWS may follow.
                     _ => return Err(HttpError::BadChunk("invalid chunk size")),
                 }
             }
@@ -254,23 +273,65 @@ mod tests {
     }
 
     #[test]
+    fn whitespace_before_extension_or_line_end() {
+        for input in [
+            &b"5 \t;a=b\r\nhello\r\n0\r\n\r\n"[..],
+            b"5\t \r\nhello\r\n0 \r\n\r\n",
+            b"5;a=b c\r\nhello\r\n0\r\n\r\n",
+        ] {
+            let (out, n) = decode_all_ways(input, 1024).unwrap();
+            assert_eq!((&out[..], n), (&b"hello"[..], input.len()));
+        }
+    }
+
+    #[test]
     fn rejects_smuggling_shapes() {
-        let cases: &[&[u8]] = &[
-            b"5\nhello\r\n0\r\n\r\n",         // bare LF after size
-            b"5\r\nhello\n0\r\n\r\n",         // bare LF after data
-            b"5\r\nhelloX\r\n0\r\n\r\n",      // data longer than size
-            b"-5\r\nhello\r\n0\r\n\r\n",      // sign
-            b"0x5\r\nhello\r\n0\r\n\r\n",     // 0x prefix
-            b"\r\nhello\r\n0\r\n\r\n",        // empty size
-            b"11111111111111111\r\n",         // 17 digits
-            b"5\r\nhello\r\n0\r\nX: 1\n\r\n", // bare LF in trailer
-            b"5 \x01\r\nhello\r\n0\r\n\r\n",  // control char in extension
+        const INVALID_SIZE: HttpError = HttpError::BadChunk("invalid chunk size");
+        const NO_CRLF: HttpError = HttpError::BadChunk("chunk data not followed by CRLF");
+        let cases: &[(&[u8], HttpError)] = &[
+            // bare LF after size
+            (b"5\nhello\r\n0\r\n\r\n", HttpError::BareLineEnding),
+            // bare LF after data
+            (b"5\r\nhello\n0\r\n\r\n", NO_CRLF),
+            // data longer than size
+            (b"5\r\nhelloX\r\n0\r\n\r\n", NO_CRLF),
+            // sign
+            (
+                b"-5\r\nhello\r\n0\r\n\r\n",
+                HttpError::BadChunk("missing chunk size"),
+            ),
+            // 0x prefix
+            (b"0x5\r\nhello\r\n0\r\n\r\n", INVALID_SIZE),
+            // empty size
+            (
+                b"\r\nhello\r\n0\r\n\r\n",
+                HttpError::BadChunk("missing chunk size"),
+            ),
+            // 17 digits
+            (
+                b"11111111111111111\r\n",
+                HttpError::BadChunk("chunk size too large"),
+            ),
+            // bare LF in trailer
+            (b"5\r\nhello\r\n0\r\nX: 1\n\r\n", HttpError::BareLineEnding),
+            // control char in extension
+            (
+                b"5;\x01\r\nhello\r\n0\r\n\r\n",
+                HttpError::BadChunk("control character in chunk extension"),
+            ),
+            // junk after the size's whitespace: `5 5` is not 5 (nor 0x55)
+            (b"5 5\r\nhello\r\n0\r\n\r\n", INVALID_SIZE),
+            (b"5 x\r\nhello\r\n0\r\n\r\n", INVALID_SIZE),
+            (b"5\t\x01\r\nhello\r\n0\r\n\r\n", INVALID_SIZE),
+            (b"5 \n\r\nhello\r\n0\r\n\r\n", HttpError::BareLineEnding),
+            (b"5\r\nhello\r\n0 0\r\n\r\n", INVALID_SIZE),
         ];
-        for case in cases {
-            assert!(
-                decode_all_ways(case, 1024).is_err(),
+        for (input, want) in cases {
+            assert_eq!(
+                decode_all_ways(input, 1024),
+                Err(want.clone()),
                 "{:?}",
-                String::from_utf8_lossy(case)
+                String::from_utf8_lossy(input)
             );
         }
     }
