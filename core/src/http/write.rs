@@ -3,8 +3,6 @@
 //! They append to a caller-owned `Vec<u8>` so a whole answer can be built in
 //! one buffer and written with one system call.
 
-use std::io::Write as _;
-
 /// The reason phrase for a status code.
 pub fn reason(status: u16) -> &'static str {
     match status {
@@ -67,8 +65,8 @@ pub fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     if data.is_empty() {
         return;
     }
-    // usize to hex cannot fail when writing into a Vec.
-    let _ = write!(out, "{:x}\r\n", data.len());
+    push_hex(out, data.len() as u64);
+    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
@@ -86,6 +84,23 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
         i -= 1;
         digits[i] = b'0' + (n % 10) as u8;
         n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Appends `n` in lowercase hexadecimal, without leading zeros, without
+/// allocating (the chunk-size form).
+fn push_hex(out: &mut Vec<u8>, mut n: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = DIGITS[(n & 0xf) as usize];
+        n >>= 4;
         if n == 0 {
             break;
         }
@@ -115,5 +130,31 @@ mod tests {
         let mut d = Vec::new();
         push_decimal(&mut d, u64::MAX);
         assert_eq!(d, u64::MAX.to_string().as_bytes());
+    }
+
+    #[test]
+    fn hex_matches_the_formatter() {
+        for n in [0, 1, 9, 10, 15, 16, 26, 255, 256, 4095, 4096, 0xdead_beef]
+            .into_iter()
+            .chain([u64::from(u32::MAX), u64::MAX - 1, u64::MAX])
+            .chain((0..64).map(|s| 1u64 << s))
+        {
+            let mut h = Vec::new();
+            push_hex(&mut h, n);
+            assert_eq!(h, format!("{n:x}").as_bytes(), "{n}");
+        }
+    }
+
+    #[test]
+    fn chunk_sizes_are_lowercase_hex() {
+        for len in [1usize, 15, 16, 255, 256, 70_000] {
+            let data = vec![b'x'; len];
+            let mut out = Vec::new();
+            chunk(&mut out, &data);
+            let mut want = format!("{len:x}\r\n").into_bytes();
+            want.extend_from_slice(&data);
+            want.extend_from_slice(b"\r\n");
+            assert_eq!(out, want, "{len}");
+        }
     }
 }
