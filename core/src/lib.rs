@@ -1,9 +1,9 @@
 //! # chatgate-core
 //!
 //! Every rule of the chatgate gateway as pure state machines: no sockets, no
-//! files, no clocks, no threads, no async. Runtimes (`chatgate-smol`,
-//! `chatgate-tokio`, or plain blocking code) move bytes, keep time and append
-//! files; every decision is made here.
+//! files, no clocks, no threads, no futures or executors. The runtime crates
+//! (one per executor, or plain blocking code) move bytes, keep time and
+//! append files; every decision is made here.
 //!
 //! | module | what it holds |
 //! |---|---|
