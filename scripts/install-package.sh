@@ -6,6 +6,8 @@
 #
 #   scripts/install-package.sh PACKAGE PROGRAM    (as root, or with sudo available)
 #
+# curl runs the README's examples (tests/tests/readme_curl.rs).
+#
 # The package's service is not started: the tests run their own servers as
 # child processes with generated configurations.
 set -euo pipefail
@@ -16,7 +18,13 @@ fi
 package="$1"
 program="$2"
 
+# PROGRAM is a command name, or an absolute path pattern for a program that
+# is not on PATH (the PostgreSQL server lives in /usr/lib/postgresql/N/bin).
 find_program() {
+    if [[ "$program" == /* ]]; then
+        compgen -G "$program" | head -n 1 || true
+        return
+    fi
     command -v "$program" 2>/dev/null || { [ -x "/usr/sbin/$program" ] && echo "/usr/sbin/$program"; } || true
 }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it. Installs what it needs:
 # the client libraries (OpenAI Python and Node SDKs, Vercel AI SDK, into
-# .cache/ and clients/node/node_modules), nginx, redis-server and
-# postgresql (Debian packages; the tests start their own servers) and
+# .cache/ and clients/node/node_modules), nginx, redis-server,
+# postgresql and curl (Debian packages; the tests start their own servers) and
 # cargo-fuzz (into .cache/). A second run reuses them.
 #
 #   scripts/test.sh
@@ -21,7 +21,8 @@ step "install test dependencies"
 clients/install.sh
 scripts/install-nginx.sh
 scripts/install-package.sh redis-server redis-server
-scripts/install-package.sh postgresql pg_config
+scripts/install-package.sh postgresql '/usr/lib/postgresql/*/bin/postgres'
+scripts/install-package.sh curl curl
 
 step "format"
 cargo fmt --all -- --check
