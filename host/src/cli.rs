@@ -363,6 +363,9 @@ fn run_bound<R: Runtime>(
     }
     let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!("starting: {summary} open_files={files}");
+    // The handlers go in before the address is announced: whoever reads the
+    // line may signal at once, and that must drain, not kill.
+    let stop = rt.shutdown_signal();
     println!("chatgate listening on http://{addr}/v1");
     if let Some(a) = admin_addr {
         println!("chatgate admin listening on http://{a}");
@@ -370,7 +373,7 @@ fn run_bound<R: Runtime>(
     let _ = std::io::stdout().flush();
     let shipper = ledger_postgres
         .map(|(url, path)| crate::pgledger::start(url, path, Arc::clone(&shared.gateway)));
-    rt.block_on(run_gateway(shared, listener));
+    rt.block_on(run_gateway(shared, listener, stop));
     if let Some((state, thread)) = shipper {
         // A last pass ships what the drain appended; what PostgreSQL cannot
         // take now stays in the local ledger for the next start.

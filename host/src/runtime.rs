@@ -44,7 +44,10 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// Makes the next close send a TCP reset (`SO_LINGER` 0); the simulator's
     /// `reset` fault.
     fn set_reset_on_close(&self, tcp: &Self::Tcp);
-    /// Resolves on SIGTERM or SIGINT.
+    /// Installs the SIGTERM and SIGINT handlers when called (not when first
+    /// polled) and resolves on the first of those signals after the call, so
+    /// a caller that announces readiness after calling it never loses a
+    /// signal to the default action (termination).
     fn shutdown_signal(&self) -> impl Future<Output = ()> + Send;
 }
 

@@ -1,5 +1,6 @@
 //! Listening, accepting, and the shutdown sequence.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,10 +18,15 @@ pub fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
     Ok(l)
 }
 
-/// Accepts connections until SIGTERM/SIGINT, then drains: no new
-/// connections, idle ones closed, in-flight requests finished within the
-/// drain timeout, the ledger synced.
-pub async fn run_gateway<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
+/// Accepts connections until `stop` resolves (the runtime's
+/// [`Runtime::shutdown_signal`], installed before readiness is announced),
+/// then drains: no new connections, idle ones closed, in-flight requests
+/// finished within the drain timeout, the ledger synced.
+pub async fn run_gateway<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    listener: R::Listener,
+    stop: impl Future<Output = ()>,
+) {
     let rt = shared.rt.clone();
     let accept = {
         let shared = Arc::clone(&shared);
@@ -39,7 +45,7 @@ pub async fn run_gateway<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listen
             }
         }
     };
-    future::or(accept, rt.shutdown_signal()).await;
+    future::or(accept, stop).await;
     drain(&shared).await;
 }
 

@@ -84,14 +84,18 @@ impl Runtime for Smol {
         let _ = socket2::SockRef::from(tcp).set_linger(Some(Duration::ZERO));
     }
 
-    async fn shutdown_signal(&self) {
+    fn shutdown_signal(&self) -> impl Future<Output = ()> + Send {
+        // Registered now, not at the first poll: a signal that arrives after
+        // this call is never lost to the default action.
         let signals =
             async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int]);
-        match signals {
-            Ok(mut signals) => {
-                signals.next().await;
+        async move {
+            match signals {
+                Ok(mut signals) => {
+                    signals.next().await;
+                }
+                Err(_) => future::pending::<()>().await,
             }
-            Err(_) => future::pending::<()>().await,
         }
     }
 }

@@ -73,19 +73,25 @@ impl Runtime for Tokio {
         let _ = socket2::SockRef::from(tcp.get_ref()).set_linger(Some(Duration::ZERO));
     }
 
-    async fn shutdown_signal(&self) {
+    fn shutdown_signal(&self) -> impl Future<Output = ()> + Send {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        // Registered now, not at the first poll: a signal that arrives after
+        // this call is never lost to the default action.
+        let _guard = self.handle.enter();
+        let handlers = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
+        );
+        async move {
+            match handlers {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
                 }
+                _ => std::future::pending::<()>().await,
             }
-            _ => std::future::pending::<()>().await,
         }
     }
 }

@@ -25,7 +25,10 @@ cases!(
     tls_upstream,
     provider_key_from_the_environment,
     timeouts_and_connection_limit,
-    graceful_shutdown_with_a_stream_in_flight,
+    graceful_shutdown_on_sigterm_with_a_stream_in_flight,
+    graceful_shutdown_on_sigint_with_a_stream_in_flight,
+    a_signal_right_after_the_listening_line_exits_0,
+    demo_serves_streams_answers_and_its_curl_line,
     sigkill_keeps_every_delivered_line,
     command_line,
     logs_never_contain_keys_or_content,
@@ -765,7 +768,15 @@ fn timeouts_and_connection_limit(bin: &str) {
     });
 }
 
-fn graceful_shutdown_with_a_stream_in_flight(bin: &str) {
+fn graceful_shutdown_on_sigterm_with_a_stream_in_flight(bin: &str) {
+    graceful_shutdown_with_a_stream_in_flight(bin, libc::SIGTERM);
+}
+
+fn graceful_shutdown_on_sigint_with_a_stream_in_flight(bin: &str) {
+    graceful_shutdown_with_a_stream_in_flight(bin, libc::SIGINT);
+}
+
+fn graceful_shutdown_with_a_stream_in_flight(bin: &str, signal: i32) {
     let (sim, mut gw) = {
         let sim = Sim::start(bin, &["--token-ms", "30"], &[]);
         let gw = Gw::start(bin, &sim.url(), GwOptions::default());
@@ -779,7 +790,7 @@ fn graceful_shutdown_with_a_stream_in_flight(bin: &str) {
         Some(&stream_body("")),
     ));
     c.read_until("reasoning_content");
-    gw.proc.signal(libc::SIGTERM);
+    gw.proc.signal(signal);
     // New connections are refused while the stream finishes.
     eventually("the listener is closed", || {
         std::net::TcpStream::connect(gw.addr).is_err()
@@ -794,6 +805,145 @@ fn graceful_shutdown_with_a_stream_in_flight(bin: &str) {
     assert_eq!(recs.len(), 1);
     assert!(recs[0].complete);
     assert_eq!(sim.settled(0)["outcome"], "completed");
+}
+
+/// The signal handlers are in place before the "listening" line is
+/// printed: a supervisor that stops the gateway as soon as it announced
+/// itself gets a clean exit, not death by the signal's default action.
+fn a_signal_right_after_the_listening_line_exits_0(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGTERM, libc::SIGINT] {
+        let mut gw = Gw::start(bin, &sim.url(), GwOptions::default());
+        gw.proc.signal(signal);
+        let status = gw.proc.wait_exit(PATIENCE).expect("exited");
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "signal {signal}: {status:?}\n{}",
+            gw.proc.stderr()
+        );
+        assert!(gw.proc.stderr().contains("stopped"), "{}", gw.proc.stderr());
+    }
+}
+
+/// `demo`, as a newcomer runs it: the address on stdout, the key and a
+/// ready-to-paste curl line on stderr, answers with reasoning and content,
+/// and a clean stop.
+fn demo_serves_streams_answers_and_its_curl_line(bin: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    // The demo's ledger goes to the temporary directory: this test's own.
+    let env = vec![(
+        "TMPDIR".to_owned(),
+        dir.path().to_string_lossy().into_owned(),
+    )];
+    let mut p = Proc::spawn(
+        bin,
+        &["demo".into(), "--listen".into(), "127.0.0.1:0".into()],
+        &env,
+        &dir.path().join("demo.stderr"),
+    );
+    let line = p.line();
+    let addr: std::net::SocketAddr = line
+        .strip_prefix("chatgate listening on http://")
+        .and_then(|l| l.strip_suffix("/v1"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    let banner = p.stderr();
+    assert!(
+        banner.contains(&format!("Base URL: http://{addr}/v1")),
+        "{banner}"
+    );
+    let key = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("API key:"))
+        .unwrap_or_else(|| panic!("no key in {banner}"))
+        .trim()
+        .to_owned();
+    assert!(key.starts_with("sk-cg-"), "{key}");
+    let chat = |b: &str| request(addr, "POST", "/v1/chat/completions", Some(&key), Some(b));
+
+    // Not streamed: reasoning and answer in the message.
+    let r = chat(&body(""));
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    let msg = &r.json()["choices"][0]["message"];
+    assert!(!msg["reasoning_content"].as_str().unwrap().is_empty());
+    assert!(msg["content"].as_str().unwrap().starts_with("You said:"));
+
+    // Streamed: reasoning deltas, content deltas, the usage chunk, [DONE].
+    let r = chat(&stream_body(""));
+    assert_eq!(r.status, 200);
+    check_demo_stream(&r.events());
+
+    // The printed curl command, pasted into a shell as it is.
+    let curl: Vec<&str> = banner
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("curl "))
+        .scan(true, |more, l| {
+            let take = *more;
+            *more = l.ends_with('\\');
+            take.then_some(l)
+        })
+        .collect();
+    assert!(curl.len() >= 2, "no curl line in {banner}");
+    let has_curl = std::process::Command::new("bash")
+        .args(["-c", "command -v curl"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(has_curl, "curl is needed to run the demo's curl line");
+    let out = std::process::Command::new("bash")
+        .args(["-c", &format!("set -o pipefail; {}", curl.join("\n"))])
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        curl.join("\n"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect();
+    check_demo_stream(&events);
+
+    // Metered, then a clean stop.
+    let ledger = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".jsonl"))
+        .expect("the demo's ledger in TMPDIR");
+    eventually("three ledger lines", || {
+        std::fs::read_to_string(&ledger).is_ok_and(|t| t.lines().count() == 3)
+    });
+    p.signal(libc::SIGTERM);
+    let status = p.wait_exit(PATIENCE).expect("exited");
+    assert_eq!(status.code(), Some(0), "{}", p.stderr());
+}
+
+fn check_demo_stream(events: &[String]) {
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for c in &chunks {
+        let d = &c["choices"][0]["delta"];
+        reasoning.push_str(d["reasoning_content"].as_str().unwrap_or(""));
+        content.push_str(d["content"].as_str().unwrap_or(""));
+    }
+    assert!(!reasoning.is_empty() && content.starts_with("You said:"));
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"], json!([]));
+    assert!(last["usage"]["completion_tokens"].as_u64().unwrap() > 0);
 }
 
 fn sigkill_keeps_every_delivered_line(bin: &str) {
