@@ -32,6 +32,11 @@ impl HeadScanner {
     ///
     /// Only the first `max_head` bytes are ever examined, so the answer does
     /// not depend on how much beyond the cap arrived in one read.
+    ///
+    /// Empty lines before the first line (which a server ignores, RFC 9112
+    /// §2.2) belong to the head rather than end it: a caller that skips them
+    /// and then meets `\r` | `\n\r\n` split across reads gets the head that
+    /// follows, as it would have whole.
     pub fn scan(&mut self, buf: &[u8], max_head: usize) -> Result<Option<usize>, HttpError> {
         let visible = &buf[..buf.len().min(max_head)];
         let mut from = self.scanned.min(visible.len());
@@ -40,7 +45,9 @@ impl HeadScanner {
             if lf == 0 || visible[lf - 1] != b'\r' {
                 return Err(HttpError::BareLineEnding);
             }
-            if lf >= 3 && &visible[lf - 3..lf] == b"\r\n\r" {
+            // CRLF CRLF after a line with content; not an empty line
+            // after another one (or after nothing).
+            if lf >= 4 && &visible[lf - 3..lf] == b"\r\n\r" && visible[lf - 4] != b'\n' {
                 self.scanned = lf + 1;
                 return Ok(Some(lf + 1));
             }
@@ -81,6 +88,15 @@ mod tests {
     }
 
     #[test]
+    fn empty_lines_before_the_head_do_not_end_it() {
+        let head = b"\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\nBODY";
+        assert_eq!(whole(head, 1024), Ok(Some(head.len() - 4)));
+        assert_eq!(dribbled(head, 1024), Ok(Some(head.len() - 4)));
+        assert_eq!(whole(b"\r\n\r\n\r\n", 1024), Ok(None));
+        assert_eq!(whole(b"X\r\n\r\n", 1024), Ok(Some(5)));
+    }
+
+    #[test]
     fn bare_lf_is_rejected() {
         let head = b"GET / HTTP/1.1\nHost: x\r\n\r\n";
         assert_eq!(whole(head, 1024), Err(HttpError::BareLineEnding));
@@ -115,8 +131,10 @@ mod tests {
             ending in prop_oneof![Just("\r\n"), Just("\n"), Just("\r\n\r\n"), Just("")],
             cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..10),
             max in 16usize..400,
+            empty_lines in 0usize..3,
         ) {
-            let mut input = String::from("GET / HTTP/1.1\r\n");
+            let mut input = "\r\n".repeat(empty_lines);
+            input.push_str("GET / HTTP/1.1\r\n");
             for l in &lines {
                 input.push_str(l);
                 input.push_str("\r\n");
