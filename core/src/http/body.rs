@@ -100,6 +100,94 @@ impl BodyDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::feeding::{Decoded, Decoding, all_ways};
+
+    #[test]
+    fn every_framing_decodes_the_same_however_cut() {
+        struct Case {
+            framing: Framing,
+            max_body: u64,
+            /// The peer closes after the input.
+            eof: bool,
+            input: &'static [u8],
+            /// Body, bytes consumed, finished.
+            want: Result<(&'static [u8], usize, bool), HttpError>,
+        }
+        let case = |framing, max_body, eof, input, want| Case {
+            framing,
+            max_body,
+            eof,
+            input,
+            want,
+        };
+        use Framing::{Chunked, Empty, Length, UntilClose};
+        use HttpError::{BadChunk, BodyTooLarge, Truncated};
+        let cases = [
+            case(Empty, 10, false, b"GET /", Ok((b"", 0, true))),
+            case(Empty, 10, true, b"", Ok((b"", 0, true))),
+            case(Length(3), 10, false, b"abcdef", Ok((b"abc", 3, true))),
+            case(Length(3), 10, false, b"ab", Ok((b"ab", 2, false))),
+            case(Length(3), 10, true, b"ab", Err(Truncated)),
+            case(Length(3), 10, true, b"abc", Ok((b"abc", 3, true))),
+            case(Length(5), 4, false, b"abcd", Ok((b"abcd", 4, false))),
+            case(Length(5), 4, false, b"abcde", Err(BodyTooLarge)),
+            case(UntilClose, 4, false, b"abcd", Ok((b"abcd", 4, false))),
+            case(UntilClose, 4, true, b"abcd", Ok((b"abcd", 4, true))),
+            case(UntilClose, 4, true, b"", Ok((b"", 0, true))),
+            case(UntilClose, 4, false, b"abcde", Err(BodyTooLarge)),
+            case(
+                Chunked,
+                10,
+                false,
+                b"5\r\nhello\r\n0\r\n\r\nNEXT",
+                Ok((b"hello", 15, true)),
+            ),
+            case(
+                Chunked,
+                10,
+                true,
+                b"5;x=y\r\nhello\r\n3\r\n!!!\r\n0\r\nT: 1\r\n\r\n",
+                Ok((b"hello!!!", 33, true)),
+            ),
+            case(Chunked, 10, false, b"5\r\nhel", Ok((b"hel", 6, false))),
+            case(Chunked, 10, true, b"5\r\nhel", Err(Truncated)),
+            case(
+                Chunked,
+                4,
+                false,
+                b"5\r\nhello\r\n0\r\n\r\n",
+                Err(BodyTooLarge),
+            ),
+            case(
+                Chunked,
+                10,
+                false,
+                b"5 5\r\nhello\r\n0\r\n\r\n",
+                Err(BadChunk("invalid chunk size")),
+            ),
+        ];
+        for c in cases {
+            let limits = HttpLimits {
+                max_body: c.max_body,
+                ..HttpLimits::default()
+            };
+            let got = all_ways(c.input, || {
+                Decoding::new(BodyDecoder::new(c.framing, limits), c.eof)
+            });
+            let want = c.want.map(|(body, consumed, done)| Decoded {
+                body: body.to_vec(),
+                consumed,
+                done,
+            });
+            assert_eq!(
+                got,
+                want,
+                "{:?} {:?}",
+                c.framing,
+                String::from_utf8_lossy(c.input)
+            );
+        }
+    }
 
     #[test]
     fn length_stops_at_the_end() {

@@ -224,6 +224,7 @@ impl ChunkedDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::feeding::{Decoding, all_ways};
     use proptest::prelude::*;
 
     fn limits(max_body: u64) -> HttpLimits {
@@ -233,29 +234,14 @@ mod tests {
         }
     }
 
-    /// Decodes `input` whole and split at every position; all must agree.
+    /// Decodes `input` every way (see [`all_ways`]); a complete body gives
+    /// its bytes and the input it used.
     fn decode_all_ways(input: &[u8], max_body: u64) -> Result<(Vec<u8>, usize), HttpError> {
-        let whole = {
-            let mut d = ChunkedDecoder::new(limits(max_body));
-            let mut out = Vec::new();
-            d.decode(input, &mut out).map(|n| (out, n, d.is_done()))
-        };
-        for split in 0..=input.len() {
-            let mut d = ChunkedDecoder::new(limits(max_body));
-            let mut out = Vec::new();
-            let r = d.decode(&input[..split], &mut out).and_then(|a| {
-                if d.is_done() {
-                    Ok(a)
-                } else {
-                    d.decode(&input[split..], &mut out).map(|b| a + b)
-                }
-            });
-            let got = r.map(|n| (out, n, d.is_done()));
-            assert_eq!(got, whole, "split at {split}");
-        }
-        let (out, n, done) = whole?;
-        assert!(done, "body not complete");
-        Ok((out, n))
+        let decoded = all_ways(input, || {
+            Decoding::new(ChunkedDecoder::new(limits(max_body)), false)
+        })?;
+        assert!(decoded.done, "body not complete");
+        Ok((decoded.body, decoded.consumed))
     }
 
     #[test]

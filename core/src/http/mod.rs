@@ -13,6 +13,8 @@
 
 pub mod body;
 pub mod chunked;
+#[cfg(test)]
+mod feeding;
 mod head;
 pub mod request;
 pub mod response;

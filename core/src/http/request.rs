@@ -238,9 +238,20 @@ fn lossy(value: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::feeding::{HeadReading, all_ways};
+
+    /// Reads a head every way (see [`all_ways`]), as the exchange does:
+    /// leading empty lines skipped, scanned across reads, then parsed once
+    /// complete. Gives the head and the bytes it used.
+    fn read_with(limits: HttpLimits, s: &str) -> Result<(RequestHead, usize), HttpError> {
+        let (head, consumed) = all_ways(s.as_bytes(), || HeadReading::request(limits))?
+            .unwrap_or_else(|| panic!("incomplete head: {s:?}"));
+        assert!(s[..consumed].ends_with("\r\n\r\n"), "{s:?}");
+        Ok((head, consumed))
+    }
 
     fn parse(s: &str) -> Result<RequestHead, HttpError> {
-        parse_request_head(s.as_bytes(), &HttpLimits::default())
+        read_with(HttpLimits::default(), s).map(|(head, _)| head)
     }
 
     #[test]
@@ -357,6 +368,55 @@ mod tests {
     #[test]
     fn leading_crlf_skipped() {
         assert_eq!(leading_empty_lines(b"\r\n\r\nGET"), 4);
+        assert_eq!(leading_empty_lines(b"\r\n\r"), 2);
         assert_eq!(leading_empty_lines(b"GET"), 0);
+        // However the empty lines are cut, the head after them is read.
+        for s in [
+            "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            let (h, consumed) = read_with(HttpLimits::default(), s).unwrap();
+            assert_eq!((h.method, consumed), (Method::Get, s.len()), "{s:?}");
+        }
+        assert_eq!(
+            parse("\r\n\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            Err(HttpError::BareLineEnding)
+        );
+    }
+
+    #[test]
+    fn pipelined_bytes_stay_unread() {
+        let s = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nBODYGET / HTTP/1.1\r\n";
+        let (h, consumed) = read_with(HttpLimits::default(), s).unwrap();
+        assert_eq!(h.head_len, consumed);
+        assert_eq!(&s[consumed..], "BODYGET / HTTP/1.1\r\n");
+    }
+
+    #[test]
+    fn bare_line_endings_and_the_head_cap() {
+        for s in [
+            "GET / HTTP/1.1\nHost: a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\n\n",
+            "GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n",
+        ] {
+            assert_eq!(parse(s).map_err(|e| e.status()), Err(400), "{s:?}");
+        }
+        for s in [
+            "GET / HTTP/1.1\nHost: a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\n\n",
+        ] {
+            assert_eq!(parse(s), Err(HttpError::BareLineEnding), "{s:?}");
+        }
+        let tight = HttpLimits {
+            max_head: 32,
+            ..HttpLimits::default()
+        };
+        assert_eq!(
+            read_with(tight, "GET / HTTP/1.1\r\nHost: aaaaaaaaaaaaaaaa\r\n\r\n"),
+            Err(HttpError::HeadTooLarge)
+        );
+        assert!(read_with(tight, "GET / HTTP/1.1\r\nHost: aa\r\n\r\n").is_ok());
     }
 }

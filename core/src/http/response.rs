@@ -133,9 +133,19 @@ pub fn parse_response_head(head: &[u8], limits: &HttpLimits) -> Result<ResponseH
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::feeding::{HeadReading, all_ways};
+
+    /// Reads a head every way (see [`all_ways`]), as the exchange does:
+    /// scanned across reads, then parsed once complete.
+    fn parse_with(limits: HttpLimits, s: &str) -> Result<ResponseHead, HttpError> {
+        let (head, consumed) = all_ways(s.as_bytes(), || HeadReading::response(limits))?
+            .unwrap_or_else(|| panic!("incomplete head: {s:?}"));
+        assert!(s[..consumed].ends_with("\r\n\r\n"), "{s:?}");
+        Ok(head)
+    }
 
     fn parse(s: &str) -> Result<ResponseHead, HttpError> {
-        parse_response_head(s.as_bytes(), &HttpLimits::default())
+        parse_with(HttpLimits::default(), s)
     }
 
     #[test]
@@ -184,5 +194,47 @@ mod tests {
                 .framing,
             Framing::UntilClose
         );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 0\n\r\n"),
+            Err(HttpError::BareLineEnding)
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\nContent-Length: 0\r\n\r\n"),
+            Err(HttpError::BareLineEnding)
+        );
+        assert_eq!(
+            parse("HTTP/2 200 OK\r\n\r\n"),
+            Err(HttpError::UnsupportedVersion)
+        );
+    }
+
+    #[test]
+    fn head_ends_where_the_body_starts() {
+        let s = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nBODY";
+        let h = parse(s).unwrap();
+        assert_eq!((h.head_len, h.framing), (s.len() - 4, Framing::Length(4)));
+        let s = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n";
+        assert_eq!(parse(s).unwrap().head_len, 25);
+    }
+
+    #[test]
+    fn head_and_field_caps() {
+        let tight = HttpLimits {
+            max_head: 40,
+            max_headers: 2,
+            ..HttpLimits::default()
+        };
+        assert_eq!(
+            parse_with(
+                tight,
+                "HTTP/1.1 200 OK\r\nX-Long: aaaaaaaaaaaaaaaaaaaa\r\n\r\n"
+            ),
+            Err(HttpError::HeadTooLarge)
+        );
+        assert_eq!(
+            parse_with(tight, "HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n"),
+            Err(HttpError::TooManyHeaders)
+        );
+        assert!(parse_with(tight, "HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\n\r\n").is_ok());
     }
 }
