@@ -65,6 +65,41 @@ pub fn bin_path(name: &str) -> PathBuf {
     path
 }
 
+/// A command for one of the binaries, insulated from the environment the
+/// tests run in: no `CHATGATE_*` variable reaches it unless the test sets
+/// it, so a developer's own settings (a provider key, a listen address, a
+/// config file) cannot change a test's outcome. On Linux the child also
+/// gets SIGKILL when the thread that started it ends (a test that panics,
+/// or a runner killed outright), so no gateway outlives its test.
+pub fn child_command(bin: &str) -> Command {
+    let mut cmd = Command::new(bin_path(bin));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("CHATGATE_") {
+            cmd.env_remove(k);
+        }
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: getpid/getppid/prctl are async-signal-safe and the closure
+        // allocates nothing, as pre_exec requires.
+        let parent = unsafe { libc::getpid() };
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have gone before the prctl took effect.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd
+}
+
 /// A child process, killed when dropped.
 pub struct Proc {
     child: Option<Child>,
@@ -78,12 +113,11 @@ impl Proc {
     /// Starts `bin args…` with extra environment, stderr to `stderr_path`.
     pub fn spawn(bin: &str, args: &[String], env: &[(String, String)], stderr_path: &Path) -> Proc {
         let stderr = std::fs::File::create(stderr_path).expect("stderr file");
-        let mut cmd = Command::new(bin_path(bin));
+        let mut cmd = child_command(bin);
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr);
-        cmd.env_remove("CHATGATE_UPSTREAM_API_KEY");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -158,9 +192,8 @@ impl Drop for Proc {
 
 /// Runs a command to completion: (status, stdout, stderr).
 pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(bin_path(bin));
+    let mut cmd = child_command(bin);
     cmd.args(args);
-    cmd.env_remove("CHATGATE_UPSTREAM_API_KEY");
     for (k, v) in env {
         cmd.env(k, v);
     }
