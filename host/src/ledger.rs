@@ -5,11 +5,56 @@
 //! `write` returns, the line is in the kernel's page cache: a process killed
 //! with SIGKILL right after loses nothing (only a machine crash could, and
 //! `sync_all` at shutdown narrows that window).
+//!
+//! Which file a path's ledger appends to (its device and inode) is also
+//! published for the PostgreSQL shipper ([`appending_to`]): after a
+//! rotation it must finish the moved file, and it may only call that file
+//! finished once no append can land in it any more.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A file's identity: what a path names can change (rotation), this cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+}
+
+impl FileId {
+    /// The identity in `m`.
+    pub fn of(m: &std::fs::Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
+}
+
+/// The file each open ledger of this process appends to, by path.
+static APPENDING: Mutex<Vec<(String, FileId)>> = Mutex::new(Vec::new());
+
+fn publish(path: &str, id: Option<FileId>) {
+    let mut all = APPENDING.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(p, _)| p != path);
+    if let Some(id) = id {
+        all.push((path.to_owned(), id));
+    }
+}
+
+/// The file the ledger opened at `path` in this process appends to now
+/// (`None` when no ledger of this process has that path). Once this names
+/// another file, no append reaches the previous one any more: the switch
+/// is published after every append to the old file has returned.
+pub fn appending_to(path: &str) -> Option<FileId> {
+    let all = APPENDING.lock().unwrap_or_else(|e| e.into_inner());
+    all.iter().find(|(p, _)| p == path).map(|(_, id)| *id)
+}
 
 /// An append-only JSON-lines file.
 #[derive(Debug)]
@@ -30,6 +75,7 @@ impl Ledger {
             .append(true)
             .open(path)
             .map_err(|e| format!("cannot open the ledger '{path}' for appending: {e}"))?;
+        publish(path, file.metadata().ok().map(|m| FileId::of(&m)));
         Ok(Ledger {
             file: Mutex::new(file),
             path: path.to_owned(),
@@ -67,16 +113,25 @@ impl Ledger {
     /// Opens the path again (after the operator moved the file away, on
     /// SIGHUP): lines already written are in the old file, later ones in
     /// the new. On failure the current file stays in use.
+    ///
+    /// The new file is created while appends wait: by the time it exists at
+    /// the path, every append to the old file has returned, so a reader
+    /// that sees the new file and then reads the old one to its end has
+    /// all of the old one.
     pub fn reopen(&self) -> Result<(), String> {
-        let fresh = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| format!("cannot reopen the ledger '{}': {e}", self.path))?;
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = file.sync_all();
-        *file = fresh;
-        self.failing.store(false, Ordering::Relaxed);
+        let old = {
+            let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| format!("cannot reopen the ledger '{}': {e}", self.path))?;
+            publish(&self.path, fresh.metadata().ok().map(|m| FileId::of(&m)));
+            self.failing.store(false, Ordering::Relaxed);
+            std::mem::replace(&mut *file, fresh)
+        };
+        // Outside the lock: appends go on into the new file meanwhile.
+        let _ = old.sync_all();
         Ok(())
     }
 
@@ -94,5 +149,15 @@ impl Ledger {
             self.lines.load(Ordering::Relaxed),
             self.errors.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        let file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = file.metadata().ok().map(|m| FileId::of(&m));
+        if mine.is_some() && appending_to(&self.path) == mine {
+            publish(&self.path, None);
+        }
     }
 }

@@ -3,23 +3,35 @@
 //!
 //! The JSONL file stays the first place every record is written (one
 //! `write(2)` before the response's last bytes, surviving SIGKILL); it is
-//! also the spool. The shipper reads it from a checkpoint (the byte offset
-//! of the first line not yet in PostgreSQL, kept in `<ledger>.pg-offset`),
-//! inserts complete lines in one transaction per batch with
-//! `ON CONFLICT (request_id) DO NOTHING`, then moves the checkpoint. While
-//! PostgreSQL is down it retries with a growing pause and the lines wait in
-//! the file; when it returns, they are replayed from the checkpoint. A crash
-//! between a commit and the checkpoint's write replays lines PostgreSQL
-//! already has: the primary key makes that a no-op, so nothing is billed
-//! twice and nothing is lost.
+//! also the spool. The shipper reads it from a checkpoint, inserts complete
+//! lines in one transaction per batch with `ON CONFLICT (request_id) DO
+//! NOTHING`, then moves the checkpoint. While PostgreSQL is down it retries
+//! with a growing pause and the lines wait in the file; when it returns,
+//! they are replayed from the checkpoint. A crash between a commit and the
+//! checkpoint's write replays lines PostgreSQL already has: the primary key
+//! makes that a no-op, so nothing is billed twice and nothing is lost.
+//!
+//! The checkpoint (`<ledger>.pg-offset`) names files by identity (device
+//! and inode), not by path, with the byte offset of the first line not yet
+//! in PostgreSQL: one line `DEV INO OFFSET` per file still to ship, oldest
+//! first. Rotation (the file moved away, SIGHUP, a new file at the path)
+//! therefore cannot make the shipper skip or mix up lines: it keeps the
+//! moved file open and ships it to its end (including what was appended
+//! after the move and before the signal), and only then the new one, from
+//! its first byte. A restart finds a moved file again in the ledger's
+//! directory by its inode.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chatgate_core::gateway::Gateway;
 use chatgate_core::ledger::LedgerRecord;
+
+use crate::ledger::FileId;
 
 /// The table's schema (created when missing).
 pub const SCHEMA: &str = include_str!("../ledger.sql");
@@ -27,7 +39,10 @@ pub const SCHEMA: &str = include_str!("../ledger.sql");
 const SCHEMA_LOCK: i64 = 0x0063_6861_7467_6174;
 /// Most lines per insert.
 const BATCH: usize = 500;
-/// Pause when there is nothing to ship.
+/// Most bytes read per pass.
+const READ: u64 = 4 << 20;
+/// Pause when there is nothing to ship, and how often the path is looked
+/// at for a new file during longer pauses.
 const IDLE: Duration = Duration::from_millis(100);
 /// Longest pause between attempts while PostgreSQL is down.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -84,31 +99,286 @@ pub fn start(
     (state, handle)
 }
 
-fn checkpoint_path(ledger: &str) -> String {
+/// Where the checkpoint of the ledger at `ledger` is kept.
+pub fn checkpoint_path(ledger: &str) -> String {
     format!("{ledger}.pg-offset")
 }
 
-fn read_checkpoint(ledger: &str) -> u64 {
-    std::fs::read_to_string(checkpoint_path(ledger))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+/// A ledger file being shipped, held open (it may have been moved away).
+#[derive(Debug)]
+struct Tracked {
+    file: File,
+    id: FileId,
+    /// The first byte not yet in PostgreSQL.
+    offset: u64,
 }
 
-fn write_checkpoint(ledger: &str, offset: u64) -> std::io::Result<()> {
-    let path = checkpoint_path(ledger);
-    let tmp = format!("{path}.tmp");
-    std::fs::write(&tmp, format!("{offset}\n"))?;
-    std::fs::rename(&tmp, &path)
+/// The files still to ship, oldest first: the last is normally the one at
+/// the ledger's path.
+#[derive(Debug)]
+struct Spool {
+    path: String,
+    files: VecDeque<Tracked>,
+}
+
+impl Spool {
+    /// The files named by the checkpoint, then the one at the path.
+    fn recover(path: &str) -> Spool {
+        let mut spool = Spool {
+            path: path.to_owned(),
+            files: VecDeque::new(),
+        };
+        let text = std::fs::read_to_string(checkpoint_path(path)).unwrap_or_default();
+        for line in text.lines() {
+            let fields: Vec<u64> = line
+                .split_whitespace()
+                .map_while(|f| f.parse().ok())
+                .collect();
+            let (file, offset) = match fields[..] {
+                // A checkpoint of an earlier version: an offset into the
+                // file at the path.
+                [offset] => match File::open(path) {
+                    Ok(f) => (f, offset),
+                    Err(_) => continue,
+                },
+                [dev, ino, offset] => match find(path, FileId { dev, ino }) {
+                    Some(f) => (f, offset),
+                    None => {
+                        tracing::error!(
+                            "ledger: the file {dev}:{ino} (device:inode) named by the checkpoint, whose lines from byte {offset} on were not yet in PostgreSQL, is no longer in the ledger's directory; those lines were not shipped"
+                        );
+                        continue;
+                    }
+                },
+                _ => {
+                    tracing::warn!(
+                        "ledger: ignoring a checkpoint line that does not parse: {line:?}"
+                    );
+                    continue;
+                }
+            };
+            let Ok(meta) = file.metadata() else { continue };
+            let id = FileId::of(&meta);
+            if spool.files.iter().any(|t| t.id == id) {
+                continue;
+            }
+            // Shorter than the checkpoint: not the file it was written for
+            // (an inode used again). Shipped from its start: lines already
+            // in PostgreSQL are not inserted twice.
+            let offset = if meta.len() < offset { 0 } else { offset };
+            spool.files.push_back(Tracked { file, id, offset });
+        }
+        spool.watch();
+        spool
+    }
+
+    /// Starts tracking the file at the path when it is a new one (the
+    /// ledger was rotated); true when it did.
+    fn watch(&mut self) -> bool {
+        let Ok(meta) = std::fs::metadata(&self.path) else {
+            // Moved away and not yet reopened: the file in hand still
+            // takes the appends.
+            return false;
+        };
+        let seen = FileId::of(&meta);
+        if self.files.iter().any(|t| t.id == seen) {
+            return false;
+        }
+        let Ok(file) = File::open(&self.path) else {
+            return false;
+        };
+        let Ok(id) = file.metadata().map(|m| FileId::of(&m)) else {
+            return false;
+        };
+        if self.files.iter().any(|t| t.id == id) {
+            return false;
+        }
+        if !self.files.is_empty() {
+            tracing::info!(
+                path = %self.path,
+                "ledger: a new file at the path (rotated); it is shipped once the previous one is"
+            );
+        }
+        self.files.push_back(Tracked {
+            file,
+            id,
+            offset: 0,
+        });
+        if let Err(e) = self.save() {
+            tracing::error!("ledger: cannot write the checkpoint: {e}");
+        }
+        true
+    }
+
+    /// Sleeps for `d`, looking at the path for a new file meanwhile (so
+    /// that rotations are noticed even while PostgreSQL is away); returns
+    /// early when `stop` is set.
+    fn pause(&mut self, d: Duration, stop: &AtomicBool) {
+        let until = Instant::now() + d;
+        loop {
+            self.watch();
+            let now = Instant::now();
+            if now >= until || stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep((until - now).min(IDLE));
+        }
+    }
+
+    fn save(&self) -> std::io::Result<()> {
+        let mut text = String::new();
+        for t in &self.files {
+            text.push_str(&format!("{} {} {}\n", t.id.dev, t.id.ino, t.offset));
+        }
+        let path = checkpoint_path(&self.path);
+        let tmp = format!("{path}.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)
+    }
+
+    /// Bytes not yet shipped, over every file.
+    fn backlog(&self) -> u64 {
+        self.files
+            .iter()
+            .map(|t| {
+                t.file
+                    .metadata()
+                    .map_or(0, |m| m.len().saturating_sub(t.offset))
+            })
+            .sum()
+    }
+
+    /// Whether the oldest file can take no more lines: a later one exists
+    /// and the ledger appends to another file. Decided before its length
+    /// is read, so that the length read afterwards is its last.
+    fn head_is_finished(&self) -> bool {
+        let Some(head) = self.files.front() else {
+            return false;
+        };
+        self.files.len() > 1
+            && crate::ledger::appending_to(&self.path).is_none_or(|id| id != head.id)
+    }
+
+    /// Ships up to one batch from the oldest file, moving past files that
+    /// are finished; returns the lines shipped (0: nothing to ship now).
+    /// `insert` commits a batch (or fails).
+    fn ship_once(
+        &mut self,
+        insert: &mut dyn FnMut(&[LedgerRecord]) -> Result<(), String>,
+        state: &ShipperState,
+    ) -> Result<usize, String> {
+        loop {
+            let finished = self.head_is_finished();
+            let Some(head) = self.files.front_mut() else {
+                state.backlog(0);
+                return Ok(0);
+            };
+            let len = head.file.metadata().map_err(|e| e.to_string())?.len();
+            if len < head.offset {
+                tracing::error!(
+                    "ledger: the file being shipped shrank (truncated? rotate by moving it, not with copytruncate); shipping it again from its start"
+                );
+                head.offset = 0;
+            }
+            let buf = read_at(&head.file, head.offset, (len - head.offset).min(READ))
+                .map_err(|e| format!("cannot read the ledger: {e}"))?;
+            let mut records = Vec::new();
+            let mut used = 0usize;
+            for line in buf.split_inclusive(|b| *b == b'\n') {
+                if !line.ends_with(b"\n") || records.len() == BATCH {
+                    break;
+                }
+                used += line.len();
+                let text = &line[..line.len() - 1];
+                if text.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                match LedgerRecord::from_line(text) {
+                    Ok(r) => records.push(r),
+                    Err(e) => {
+                        tracing::error!("ledger: a line that does not parse is not shipped: {e}")
+                    }
+                }
+            }
+            if used > 0 {
+                insert(&records)?;
+                head.offset += used as u64;
+                self.save()
+                    .map_err(|e| format!("cannot write the checkpoint: {e}"))?;
+                state
+                    .shipped
+                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+                if let Some(g) = &state.gateway {
+                    g.metrics().ledger_shipped(records.len() as u64);
+                }
+                state.backlog(self.backlog());
+                return Ok(records.len().max(1));
+            }
+            if !finished {
+                state.backlog(self.backlog());
+                return Ok(0);
+            }
+            // The oldest file is shipped to its end: on to the next.
+            if len > head.offset {
+                tracing::error!(
+                    "ledger: a rotated file ends with an incomplete line ({} bytes), not shipped",
+                    len - head.offset
+                );
+            }
+            self.files.pop_front();
+            self.save()
+                .map_err(|e| format!("cannot write the checkpoint: {e}"))?;
+        }
+    }
+}
+
+/// The file with identity `id`: the one at `path`, or else one in the same
+/// directory (moved there by a rotation).
+fn find(path: &str, id: FileId) -> Option<File> {
+    let open = |p: &std::path::Path| -> Option<File> {
+        let f = File::open(p).ok()?;
+        (FileId::of(&f.metadata().ok()?) == id).then_some(f)
+    };
+    let path = std::path::Path::new(path);
+    if let Some(f) = open(path) {
+        return Some(f);
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let m = e.metadata().ok()?;
+        (m.is_file() && FileId::of(&m) == id)
+            .then(|| open(&e.path()))
+            .flatten()
+    })
+}
+
+/// Up to `n` bytes of `f` from `offset` (fewer at its end).
+fn read_at(f: &File, offset: u64, n: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; n as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
 }
 
 fn run(url: &str, ledger: &str, state: &ShipperState) {
     let mut client: Option<postgres::Client> = None;
     let mut backoff = Duration::from_millis(100);
-    let mut offset = read_checkpoint(ledger);
+    let mut spool = Spool::recover(ledger);
     let mut warned = false;
     loop {
         let stopping = state.stop.load(Ordering::Relaxed);
+        spool.watch();
         if client.is_none() {
             match connect(url) {
                 Ok(c) => {
@@ -122,6 +392,7 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
                 }
                 Err(e) => {
                     state.error();
+                    state.backlog(spool.backlog());
                     if !warned {
                         tracing::error!(
                             "ledger: PostgreSQL unreachable ({e}); lines are kept in the local ledger and shipped when it returns"
@@ -131,19 +402,19 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
                     if stopping {
                         return;
                     }
-                    std::thread::sleep(backoff);
+                    spool.pause(backoff, &state.stop);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             }
         }
         let c = client.as_mut().expect("connected");
-        match ship_once(c, ledger, &mut offset, state) {
+        match spool.ship_once(&mut |records| insert(c, records), state) {
             Ok(0) => {
                 if stopping {
                     return;
                 }
-                std::thread::sleep(IDLE);
+                spool.pause(IDLE, &state.stop);
             }
             Ok(_) => {}
             Err(e) => {
@@ -154,7 +425,7 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
                 if stopping {
                     return;
                 }
-                std::thread::sleep(backoff);
+                spool.pause(backoff, &state.stop);
             }
         }
     }
@@ -172,65 +443,6 @@ fn connect(url: &str) -> Result<postgres::Client, String> {
     ))
     .map_err(|e| e.to_string())?;
     Ok(c)
-}
-
-/// Ships up to one batch from `offset`; returns the lines shipped.
-fn ship_once(
-    c: &mut postgres::Client,
-    ledger: &str,
-    offset: &mut u64,
-    state: &ShipperState,
-) -> Result<usize, String> {
-    let mut f = match std::fs::File::open(ledger) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(format!("cannot read the ledger: {e}")),
-    };
-    let len = f.metadata().map_err(|e| e.to_string())?.len();
-    if len < *offset {
-        // A new file at the path (rotated): start it from its beginning.
-        *offset = 0;
-    }
-    state.backlog(len - *offset);
-    if len == *offset {
-        return Ok(0);
-    }
-    f.seek(SeekFrom::Start(*offset))
-        .map_err(|e| e.to_string())?;
-    let mut buf = Vec::new();
-    f.take((len - *offset).min(4 << 20))
-        .read_to_end(&mut buf)
-        .map_err(|e| e.to_string())?;
-    let mut records = Vec::new();
-    let mut used = 0usize;
-    for line in buf.split_inclusive(|b| *b == b'\n') {
-        if !line.ends_with(b"\n") || records.len() == BATCH {
-            break;
-        }
-        used += line.len();
-        let text = &line[..line.len() - 1];
-        if text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match LedgerRecord::from_line(text) {
-            Ok(r) => records.push(r),
-            Err(e) => tracing::error!("ledger: a line that does not parse is not shipped: {e}"),
-        }
-    }
-    if used == 0 {
-        return Ok(0);
-    }
-    insert(c, &records)?;
-    *offset += used as u64;
-    write_checkpoint(ledger, *offset).map_err(|e| format!("cannot write the checkpoint: {e}"))?;
-    state
-        .shipped
-        .fetch_add(records.len() as u64, Ordering::Relaxed);
-    if let Some(g) = &state.gateway {
-        g.metrics().ledger_shipped(records.len() as u64);
-    }
-    state.backlog(len - *offset);
-    Ok(records.len().max(1))
 }
 
 const COLUMNS: usize = 18;
@@ -351,4 +563,158 @@ pub fn report_from_postgres(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Ledger;
+
+    fn line(id: &str) -> Vec<u8> {
+        LedgerRecord::new(1_795_000_000_000, id, "k").to_line()
+    }
+
+    /// Ships until nothing is left; the request ids, in order.
+    fn drain(spool: &mut Spool) -> Vec<String> {
+        let state = ShipperState::default();
+        let mut got = Vec::new();
+        let mut sink = |r: &[LedgerRecord]| -> Result<(), String> {
+            got.extend(r.iter().map(|r| r.request_id.clone()));
+            Ok(())
+        };
+        while spool.ship_once(&mut sink, &state).unwrap() > 0 {}
+        got
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// A directory removed when dropped.
+    struct Dir(std::path::PathBuf);
+
+    impl Dir {
+        fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn setup() -> (Dir, String, Ledger) {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = Dir(std::env::temp_dir().join(format!(
+            "chatgate-pgledger-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )));
+        std::fs::create_dir_all(dir.path()).unwrap();
+        let path = dir
+            .path()
+            .join("ledger.jsonl")
+            .to_string_lossy()
+            .into_owned();
+        let ledger = Ledger::open(&path).unwrap();
+        (dir, path, ledger)
+    }
+
+    #[test]
+    fn rotation_ships_the_moved_file_to_its_end_then_the_new_one() {
+        let (dir, path, ledger) = setup();
+        let mut spool = Spool::recover(&path);
+        for id in ["a1", "a2"] {
+            assert!(ledger.append(&line(id)));
+        }
+        assert_eq!(drain(&mut spool), ids(&["a1", "a2"]));
+        assert!(ledger.append(&line("a3")));
+        std::fs::rename(&path, dir.path().join("ledger-1.jsonl")).unwrap();
+        // After the move and before the signal: still the moved file.
+        assert!(ledger.append(&line("a4")));
+        spool.watch();
+        ledger.reopen().unwrap();
+        // The new file grows past the old offset before the shipper looks.
+        for i in 0..5 {
+            assert!(ledger.append(&line(&format!("b{i}"))));
+        }
+        spool.watch();
+        assert_eq!(
+            drain(&mut spool),
+            ids(&["a3", "a4", "b0", "b1", "b2", "b3", "b4"])
+        );
+        assert_eq!(spool.files.len(), 1);
+    }
+
+    #[test]
+    fn a_file_created_before_the_signal_waits_for_the_ledger_to_switch() {
+        // logrotate's `create`: a new empty file at the path, SIGHUP later.
+        let (dir, path, ledger) = setup();
+        let mut spool = Spool::recover(&path);
+        assert!(ledger.append(&line("a1")));
+        std::fs::rename(&path, dir.path().join("ledger-1.jsonl")).unwrap();
+        std::fs::File::create(&path).unwrap();
+        spool.watch();
+        assert_eq!(drain(&mut spool), ids(&["a1"]));
+        assert_eq!(spool.files.len(), 2, "the moved file is not finished yet");
+        assert!(ledger.append(&line("a2")));
+        assert_eq!(drain(&mut spool), ids(&["a2"]));
+        ledger.reopen().unwrap();
+        assert!(ledger.append(&line("b1")));
+        assert_eq!(drain(&mut spool), ids(&["b1"]));
+        assert_eq!(spool.files.len(), 1);
+    }
+
+    #[test]
+    fn a_restart_finds_the_moved_file_by_its_inode() {
+        let (dir, path, ledger) = setup();
+        let mut spool = Spool::recover(&path);
+        assert!(ledger.append(&line("a1")));
+        assert_eq!(drain(&mut spool), ids(&["a1"]));
+        drop(spool);
+        // Rotated while nothing shipped (the gateway down, or PostgreSQL).
+        assert!(ledger.append(&line("a2")));
+        std::fs::rename(&path, dir.path().join("ledger-1.jsonl")).unwrap();
+        ledger.reopen().unwrap();
+        assert!(ledger.append(&line("b1")));
+        let mut spool = Spool::recover(&path);
+        assert_eq!(drain(&mut spool), ids(&["a2", "b1"]));
+        // The checkpoint names only the live file now.
+        let text = std::fs::read_to_string(checkpoint_path(&path)).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        // Another restart ships nothing again.
+        assert!(drain(&mut Spool::recover(&path)).is_empty());
+    }
+
+    #[test]
+    fn checkpoints_of_the_earlier_format_and_none_at_all() {
+        let (_dir, path, ledger) = setup();
+        assert!(ledger.append(&line("a1")));
+        let first = line("a1").len();
+        assert!(ledger.append(&line("a2")));
+        std::fs::write(checkpoint_path(&path), format!("{first}\n")).unwrap();
+        assert_eq!(drain(&mut Spool::recover(&path)), ids(&["a2"]));
+        std::fs::remove_file(checkpoint_path(&path)).unwrap();
+        assert_eq!(drain(&mut Spool::recover(&path)), ids(&["a1", "a2"]));
+        // A checkpoint past the file's end is not this file's: from 0.
+        let text = std::fs::read_to_string(checkpoint_path(&path)).unwrap();
+        let (id, _) = text.trim().rsplit_once(' ').unwrap();
+        std::fs::write(checkpoint_path(&path), format!("{id} 999999\n")).unwrap();
+        assert_eq!(drain(&mut Spool::recover(&path)), ids(&["a1", "a2"]));
+    }
+
+    #[test]
+    fn a_failed_insert_moves_nothing() {
+        let (_dir, path, ledger) = setup();
+        let mut spool = Spool::recover(&path);
+        assert!(ledger.append(&line("a1")));
+        let state = ShipperState::default();
+        let mut failing = |_: &[LedgerRecord]| -> Result<(), String> { Err("down".into()) };
+        assert!(spool.ship_once(&mut failing, &state).is_err());
+        assert_eq!(spool.backlog(), line("a1").len() as u64);
+        assert_eq!(drain(&mut spool), ids(&["a1"]));
+        assert_eq!(spool.backlog(), 0);
+    }
 }

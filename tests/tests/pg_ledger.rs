@@ -197,3 +197,218 @@ fn three_instances_one_ledger() {
         local.iter().map(|r| r.cost_nano_usd).sum::<u64>()
     );
 }
+
+/// Requests sent by a few client threads until stopped; counts the answers.
+struct Flow {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<Vec<u16>>>,
+}
+
+impl Flow {
+    /// `threads` clients, each sending one request after another (streamed
+    /// and not, alternately) on new connections. With `tolerant`, failed
+    /// exchanges (a gateway killed under them) are not errors.
+    fn start(addr: std::net::SocketAddr, key: &str, threads: usize, tolerant: bool) -> Flow {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
+        let threads = (0..threads)
+            .map(|t| {
+                let (stop, answered, key) =
+                    (Arc::clone(&stop), Arc::clone(&answered), key.to_owned());
+                std::thread::spawn(move || {
+                    let mut statuses = Vec::new();
+                    let mut i = t;
+                    while !stop.load(Ordering::Relaxed) {
+                        let b = if i % 2 == 0 {
+                            body("")
+                        } else {
+                            stream_body("")
+                        };
+                        i += 1;
+                        let raw = raw_request("POST", "/v1/chat/completions", Some(&key), Some(&b));
+                        match try_exchange(addr, &raw) {
+                            Some(r) => {
+                                statuses.push(r.status);
+                                answered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            None if tolerant => std::thread::sleep(Duration::from_millis(10)),
+                            None => panic!("a request failed"),
+                        }
+                    }
+                    statuses
+                })
+            })
+            .collect();
+        Flow {
+            stop,
+            answered,
+            threads,
+        }
+    }
+
+    fn answered(&self) -> u64 {
+        self.answered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until `n` more requests were answered.
+    fn wait_more(&self, n: u64) {
+        let target = self.answered() + n;
+        eventually(&format!("{target} answers"), || self.answered() >= target);
+    }
+
+    /// Stops the clients; returns every status answered.
+    fn stop(self) -> Vec<u16> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("client thread"))
+            .collect()
+    }
+}
+
+/// Every request id in PostgreSQL, with how often it is there.
+fn pg_ids(pg: &PgServer) -> std::collections::BTreeMap<String, i64> {
+    pg.client()
+        .query(
+            "SELECT request_id, count(*) FROM chatgate_ledger GROUP BY request_id",
+            &[],
+        )
+        .expect("query")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// The records of every local ledger file in `dir` (the live one and the
+/// rotated ones).
+fn local_records(dir: &std::path::Path) -> Vec<chatgate_core::ledger::LedgerRecord> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ledger") && n.ends_with(".jsonl"))
+        })
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| chatgate_core::ledger::LedgerRecord::from_line(l.as_bytes()).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Waits until PostgreSQL holds exactly the local records' request ids,
+/// each once, and stays so.
+fn pg_matches_local(
+    pg: &PgServer,
+    dir: &std::path::Path,
+) -> Vec<chatgate_core::ledger::LedgerRecord> {
+    let local = local_records(dir);
+    let want: std::collections::BTreeSet<String> =
+        local.iter().map(|r| r.request_id.clone()).collect();
+    assert_eq!(want.len(), local.len(), "request ids are unique locally");
+    wait_rows(pg, local.len() as i64);
+    // Nothing more arrives (no duplicate, nothing late).
+    std::thread::sleep(Duration::from_millis(500));
+    let ids = pg_ids(pg);
+    let missing: Vec<_> = want.iter().filter(|id| !ids.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} records never reached PostgreSQL: {missing:?}",
+        missing.len()
+    );
+    assert!(ids.values().all(|n| *n == 1));
+    assert_eq!(ids.len(), local.len(), "rows that are in no local ledger");
+    local
+}
+
+/// Rotating the ledger (mv, then SIGHUP, as OPERATIONS.md says) while
+/// requests flow and while PostgreSQL is down: the lines appended to the
+/// moved file before the signal, and the new file's first lines, all arrive;
+/// rows == distinct request ids == requests answered.
+fn rotation_loses_nothing(bin: &str) {
+    let mut pg = PgServer::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec!["--ledger-postgres".into(), pg.url()],
+            rpm: Some(1_000_000),
+            tpm: Some(1_000_000_000),
+            ..GwOptions::default()
+        },
+    );
+    let dir = gw.dir.path();
+    let live = dir.join("ledger.jsonl");
+    for _ in 0..3 {
+        assert_eq!(gw.chat(&body("")).status, 200);
+    }
+    wait_rows(&pg, 3);
+    let flow = Flow::start(gw.addr, &gw.key, 2, false);
+    flow.wait_more(10);
+    // PostgreSQL goes away; the first rotation happens during the outage.
+    pg.stop();
+    flow.wait_more(10);
+    std::fs::rename(&live, dir.join("ledger-1.jsonl")).unwrap();
+    // Until the signal, lines go on into the moved file.
+    flow.wait_more(10);
+    gw.proc.signal(libc::SIGHUP);
+    eventually("the ledger is reopened", || {
+        gw.proc.stderr().matches("ledger reopened").count() == 1
+    });
+    // The new file grows past everything shipped before the outage.
+    let moved_len = std::fs::metadata(dir.join("ledger-1.jsonl")).unwrap().len();
+    eventually("the new file outgrows the moved one", || {
+        std::fs::metadata(&live).map_or(0, |m| m.len()) > moved_len
+    });
+    pg.restart();
+    flow.wait_more(10);
+    // A second rotation with PostgreSQL up, shipping under way.
+    std::fs::rename(&live, dir.join("ledger-2.jsonl")).unwrap();
+    flow.wait_more(10);
+    gw.proc.signal(libc::SIGHUP);
+    eventually("the ledger is reopened again", || {
+        gw.proc.stderr().matches("ledger reopened").count() == 2
+    });
+    flow.wait_more(10);
+    let statuses = flow.stop();
+    assert!(statuses.iter().all(|s| *s == 200));
+    let answered = statuses.len() + 3;
+    let local = pg_matches_local(&pg, dir);
+    assert_eq!(local.len(), answered, "one local line per answer");
+    assert_eq!(rows(&pg).0 as usize, answered);
+    let (_, _, tokens, cost) = rows(&pg);
+    assert_eq!(
+        (tokens as u64, cost as u64),
+        (
+            local
+                .iter()
+                .map(|r| r.prompt_tokens + r.completion_tokens)
+                .sum::<u64>(),
+            local.iter().map(|r| r.cost_nano_usd).sum::<u64>()
+        )
+    );
+    assert!(gw.alive_pid());
+}
+
+#[test]
+fn rotation_loses_nothing_smol() {
+    rotation_loses_nothing("chatgate-smol");
+}
+
+#[test]
+fn rotation_loses_nothing_tokio() {
+    rotation_loses_nothing("chatgate-tokio");
+}
