@@ -117,9 +117,9 @@ fn command(bin: &'static str) -> Command {
         .after_help(
             "Requests can choose their own timing and faults with an \"x_sim\" object in the body or a \
              [[sim:key=value,...]] marker in the last user message (keys: fault, after, status, message, \
-             retry_after, bytes, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing). \
+             retry_after, bytes, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms). \
              GET /_sim/journal lists what was received and how each exchange ended; GET /_sim/stats \
-             gives running totals (exchanges, outcomes, tokens reported). Set \
+             gives running totals (exchanges, outcomes, tokens reported) and the open connections. Set \
              CHATGATE_SIM_API_KEY to require that bearer key.",
         )
         .arg(Arg::new("listen").long("listen").value_name("ADDR").required(true).help("Address to listen on (port 0 picks a free one; the address is printed)"))

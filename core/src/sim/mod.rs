@@ -23,6 +23,7 @@
 //! | `reasoning_tokens`, `answer_tokens` | lengths |
 //! | `framing` | `chunked` (default for streams) or `close` |
 //! | `usage_every` | `true`: cumulative usage on every chunk (with `include_usage`), as some providers do |
+//! | `split_ms` | stream events go out in two writes this many milliseconds apart, split alternately in the middle and before the last byte (a provider whose events straddle reads) |
 
 mod server;
 
@@ -196,6 +197,9 @@ pub(crate) struct Plan {
     pub pieces: Vec<Piece>,
     pub ttft: Duration,
     pub interval: Duration,
+    /// Non-zero: each event of a stream goes out in two writes this far
+    /// apart (`split_ms`).
+    pub split: Duration,
     /// Summary for the journal.
     pub stream: bool,
 }
@@ -564,6 +568,7 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
                 )],
                 ttft,
                 interval,
+                split: Duration::ZERO,
                 stream: ask.stream,
             };
         }
@@ -577,6 +582,7 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
                 pieces: vec![Piece::Stall],
                 ttft,
                 interval,
+                split: Duration::ZERO,
                 stream: ask.stream,
             };
         }
@@ -634,6 +640,7 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
             pieces: vec![Piece::Event(body)],
             ttft: ttft + interval * tokens,
             interval: Duration::ZERO,
+            split: Duration::ZERO,
             stream: ask.stream,
         };
     }
@@ -789,6 +796,7 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
         pieces,
         ttft,
         interval,
+        split: ms("split_ms", Duration::ZERO),
         stream: true,
     }
 }
@@ -823,6 +831,7 @@ pub(crate) fn plan_error(
         pieces: vec![Piece::Event(error_body(message, kind, code))],
         ttft: Duration::ZERO,
         interval: Duration::ZERO,
+        split: Duration::ZERO,
         stream: false,
     }
 }

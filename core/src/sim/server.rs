@@ -68,6 +68,7 @@ pub struct SimServer {
     wall: WallClock,
     seq: AtomicU64,
     connections: AtomicU64,
+    open: AtomicU64,
     journal: Mutex<VecDeque<JournalEntry>>,
     totals: Mutex<SimTotals>,
 }
@@ -91,6 +92,9 @@ pub struct SimTotals {
     pub completion_tokens: u64,
     /// Likewise.
     pub reasoning_tokens: u64,
+    /// Connections open now, the one asking included: a client's idle
+    /// keep-alive connections are seen here until it closes them.
+    pub open_connections: u64,
 }
 
 impl SimServer {
@@ -101,6 +105,7 @@ impl SimServer {
             wall,
             seq: AtomicU64::new(1),
             connections: AtomicU64::new(1),
+            open: AtomicU64::new(0),
             journal: Mutex::new(VecDeque::new()),
             totals: Mutex::new(SimTotals::default()),
         })
@@ -108,7 +113,10 @@ impl SimServer {
 
     /// The running totals.
     pub fn totals(&self) -> SimTotals {
-        *self.totals.lock().unwrap_or_else(|e| e.into_inner())
+        SimTotals {
+            open_connections: self.open.load(Ordering::Relaxed),
+            ..*self.totals.lock().unwrap_or_else(|e| e.into_inner())
+        }
     }
 
     fn count(&self, outcome: Outcome, sent: &[u8]) {
@@ -168,6 +176,8 @@ struct Active {
     keep_alive: bool,
     stalled: bool,
     heartbeat_at: Option<Instant>,
+    /// The second part of a split event, and when it is due.
+    rest: Option<(Vec<u8>, Instant)>,
     sent: Vec<u8>,
     /// A chat exchange (journaled and counted in the totals).
     chat: bool,
@@ -203,6 +213,7 @@ impl SimConnection {
     /// A new connection.
     pub fn new(server: Arc<SimServer>) -> Self {
         let id = server.connections.fetch_add(1, Ordering::Relaxed);
+        server.open.fetch_add(1, Ordering::Relaxed);
         SimConnection {
             server,
             id,
@@ -236,6 +247,9 @@ impl SimConnection {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let a = self.active.as_ref()?;
+        if let Some((_, at)) = &a.rest {
+            return Some(*at);
+        }
         if let Some(h) = a.heartbeat_at {
             return Some(h);
         }
@@ -435,6 +449,7 @@ impl SimConnection {
             keep_alive,
             stalled: false,
             heartbeat_at: None,
+            rest: None,
             sent: Vec::new(),
             chat,
         });
@@ -457,7 +472,18 @@ impl SimConnection {
             self.active = Some(a);
             return;
         }
-        while !a.stalled && a.next < a.plan.pieces.len() && now >= due(&a, a.next) {
+        loop {
+            if let Some((bytes, at)) = a.rest.take() {
+                if now < at {
+                    a.rest = Some((bytes, at));
+                    self.active = Some(a);
+                    return;
+                }
+                self.push_event(&mut a, &bytes);
+            }
+            if a.stalled || a.next >= a.plan.pieces.len() || now < due(&a, a.next) {
+                break;
+            }
             let piece = a.plan.pieces[a.next].clone();
             a.next += 1;
             match piece {
@@ -467,6 +493,16 @@ impl SimConnection {
                         self.push(&head);
                         self.push(&bytes);
                         record_sent(&mut a.sent, &bytes);
+                    } else if a.plan.split > Duration::ZERO && bytes.len() >= 2 {
+                        // Alternately mid-event and just before its last
+                        // byte (the blank line's final LF).
+                        let at = if a.next % 2 == 1 {
+                            bytes.len() / 2
+                        } else {
+                            bytes.len() - 1
+                        };
+                        self.push_event(&mut a, &bytes[..at]);
+                        a.rest = Some((bytes[at..].to_vec(), now + a.plan.split));
                     } else {
                         self.push_event(&mut a, &bytes);
                     }
@@ -530,6 +566,12 @@ impl SimConnection {
     }
 }
 
+impl Drop for SimConnection {
+    fn drop(&mut self) {
+        self.server.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The last `usage` object in what was sent, if any.
 fn last_usage(sent: &[u8]) -> Option<crate::usage::Usage> {
     let at = memchr::memmem::rfind(sent, b"\"usage\":{")?;
@@ -559,6 +601,7 @@ fn json_plan(body: Vec<u8>) -> Plan {
         pieces: vec![Piece::Event(body)],
         ttft: Duration::ZERO,
         interval: Duration::ZERO,
+        split: Duration::ZERO,
         stream: false,
     }
 }
@@ -627,6 +670,61 @@ mod tests {
             (Outcome::Completed, Some("r1"), true)
         );
         assert!(j[0].body.contains("x_sim"));
+    }
+
+    #[test]
+    fn split_events_go_out_in_two_writes() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let mut c = SimConnection::new(Arc::clone(&server));
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x_sim":{"split_ms":50,"reasoning_tokens":2,"answer_tokens":2}}"#;
+        c.handle_data(at(0), &request(body));
+        let mut t = 0;
+        let mut writes = vec![drain(&mut c)];
+        while let Some(next) = c.poll_timeout() {
+            assert_eq!(next, at(t + 50), "each second part 50 ms after the first");
+            t += 50;
+            c.handle_timeout(next);
+            writes.push(drain(&mut c));
+        }
+        let bodies: Vec<String> = writes[1..]
+            .iter()
+            .map(|w| {
+                let mut out = Vec::new();
+                let mut d = BodyDecoder::new(Framing::Chunked, HttpLimits::default());
+                d.decode(w, &mut out).unwrap();
+                String::from_utf8(out).unwrap()
+            })
+            .collect();
+        // The head and the first half of the first event, then each write:
+        // the rest of one event and the first part of the next.
+        assert!(!bodies.is_empty());
+        for b in &bodies[..bodies.len() - 1] {
+            assert!(!b.ends_with("\n\n"), "{b:?}");
+        }
+        assert!(bodies.last().unwrap().ends_with("\n"));
+        let j = server.journal();
+        assert_eq!(j[0].outcome, Outcome::Completed);
+        let first = String::from_utf8_lossy(&writes[0]).into_owned();
+        let (_, first_body) = first.split_once("\r\n\r\n").unwrap();
+        let mut d = BodyDecoder::new(Framing::Chunked, HttpLimits::default());
+        let mut all = Vec::new();
+        d.decode(first_body.as_bytes(), &mut all).unwrap();
+        for b in &bodies {
+            all.extend_from_slice(b.as_bytes());
+        }
+        assert_eq!(String::from_utf8(all).unwrap(), j[0].response);
+        assert!(j[0].response.ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn open_connections_are_counted() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let a = SimConnection::new(Arc::clone(&server));
+        let b = SimConnection::new(Arc::clone(&server));
+        assert_eq!(server.totals().open_connections, 2);
+        drop(a);
+        drop(b);
+        assert_eq!(server.totals().open_connections, 0);
     }
 
     #[test]
