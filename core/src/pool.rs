@@ -70,7 +70,9 @@ impl<C> Pool<C> {
         }
     }
 
-    /// When the oldest idle connection expires.
+    /// When the oldest idle connection expires: the host sleeps until then
+    /// and calls [`Pool::expire`], so idle connections are closed on time even
+    /// when no request comes to take one. `None` while the pool is empty.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.idle
@@ -112,5 +114,34 @@ mod tests {
         assert_eq!(p.stats().0, 1);
         let mut none = Pool::new(0, Duration::from_secs(1));
         assert_eq!(none.put(1, at(0)), Some(1));
+    }
+
+    #[test]
+    fn a_reaper_following_poll_timeout_empties_the_pool_on_time() {
+        let mut p = Pool::new(4, Duration::from_secs(10));
+        let mut expired = Vec::new();
+        assert_eq!(p.poll_timeout(), None);
+        p.put("a", at(0));
+        p.put("b", at(5));
+        // Nothing is due before the deadline.
+        p.expire(at(9), &mut expired);
+        assert!(expired.is_empty());
+        assert_eq!(p.poll_timeout(), Some(at(10)));
+        p.expire(at(10), &mut expired);
+        assert_eq!(expired, ["a"]);
+        assert_eq!(p.poll_timeout(), Some(at(15)));
+        p.expire(at(15), &mut expired);
+        assert_eq!(expired, ["a", "b"]);
+        assert_eq!((p.idle_len(), p.poll_timeout()), (0, None));
+    }
+
+    #[test]
+    fn only_max_idle_are_kept_oldest_closed_first() {
+        let mut p = Pool::new(1, Duration::from_secs(10));
+        assert_eq!(p.put(1, at(0)), None);
+        assert_eq!(p.put(2, at(1)), Some(1));
+        assert_eq!(p.put(3, at(2)), Some(2));
+        assert_eq!(p.idle_len(), 1);
+        assert_eq!(p.poll_timeout(), Some(at(12)));
     }
 }

@@ -3,7 +3,8 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
-use crate::runtime::{Runtime, now};
+use crate::runtime::{Runtime, now, to_std};
 use crate::tls::{self, TlsStream};
 
 /// A connection to the provider, plain or TLS.
@@ -64,11 +65,63 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for UpstreamStream<T> {
 }
 
 /// Opens provider connections and keeps idle ones for reuse.
+///
+/// Idle connections are closed when they reach the idle timeout even if no
+/// request comes to take them: a reaper task (started with the first
+/// release) sleeps until the pool's [`Pool::poll_timeout`], closes what has
+/// expired, and waits for the next connection when the pool is empty.
 pub struct Connector<R: Runtime> {
     rt: R,
     target: UpstreamTarget,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
-    pool: Mutex<Pool<UpstreamStream<R::Tcp>>>,
+    idle: Arc<Idle<UpstreamStream<R::Tcp>>>,
+    reaper: AtomicBool,
+}
+
+/// The pool, shared with the reaper.
+struct Idle<C> {
+    pool: Mutex<Pool<C>>,
+    /// Notified when a connection is returned (and when the connector goes).
+    returned: event_listener::Event,
+}
+
+impl<C> Idle<C> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool<C>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Closes idle connections as they expire, until the connector is dropped.
+async fn reap<R: Runtime, C>(rt: R, idle: Weak<Idle<C>>) {
+    loop {
+        let Some(shared) = idle.upgrade() else { return };
+        // Listen before looking, so a release in between is not missed.
+        let returned = shared.returned.listen();
+        let next = shared.lock().poll_timeout();
+        drop(shared);
+        match next {
+            None => returned.await,
+            Some(at) => {
+                drop(returned);
+                rt.timer(to_std(at)).await;
+                let Some(shared) = idle.upgrade() else { return };
+                let mut expired = Vec::new();
+                // At least `at`: the front connection goes, whatever the
+                // timer's rounding, so this loop always makes progress.
+                shared.lock().expire(now().max(at), &mut expired);
+                // Dropped outside the lock: closing is the sockets' business.
+                drop(shared);
+                drop(expired);
+            }
+        }
+    }
+}
+
+impl<R: Runtime> Drop for Connector<R> {
+    fn drop(&mut self) {
+        // Wakes a reaper waiting for a connection, so it sees the end.
+        self.idle.returned.notify(usize::MAX);
+    }
 }
 
 impl<R: Runtime> Connector<R> {
@@ -92,12 +145,16 @@ impl<R: Runtime> Connector<R> {
             rt,
             target,
             tls,
-            pool: Mutex::new(Pool::new(max_idle, idle_timeout)),
+            idle: Arc::new(Idle {
+                pool: Mutex::new(Pool::new(max_idle, idle_timeout)),
+                returned: event_listener::Event::new(),
+            }),
+            reaper: AtomicBool::new(false),
         })
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool<UpstreamStream<R::Tcp>>> {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+        self.idle.lock()
     }
 
     /// A connection: an idle pooled one that still looks alive (unless
@@ -166,6 +223,11 @@ impl<R: Runtime> Connector<R> {
     pub fn release(&self, s: UpstreamStream<R::Tcp>) {
         let evicted = self.pool().put(s, now());
         drop(evicted);
+        if !self.reaper.swap(true, Ordering::Relaxed) {
+            self.rt
+                .spawn(reap(self.rt.clone(), Arc::downgrade(&self.idle)));
+        }
+        self.idle.returned.notify(1);
     }
 
     /// Pooled idle connections, reused and opened so far.
