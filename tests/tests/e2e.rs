@@ -28,6 +28,11 @@ cases!(
     graceful_shutdown_on_sigterm_with_a_stream_in_flight,
     graceful_shutdown_on_sigint_with_a_stream_in_flight,
     a_signal_right_after_the_listening_line_exits_0,
+    idle_provider_connections_close_at_the_pool_idle_timeout,
+    the_pool_keeps_at_most_pool_max_idle_connections,
+    connect_timeout_covers_a_stalled_tls_handshake,
+    partial_events_wait_for_their_end_without_timers,
+    tools_content_parts_and_headers_are_checked_before_the_provider,
     demo_serves_streams_answers_and_its_curl_line,
     sigkill_keeps_every_delivered_line,
     command_line,
@@ -1093,10 +1098,26 @@ fn command_line(bin: &str) {
             "CHATGATE_CONFIG".to_owned(),
             cfg.to_string_lossy().into_owned(),
         ),
+        // Each conflicts with a flag given below and would stop the
+        // gateway from starting if it won.
+        ("CHATGATE_LISTEN".to_owned(), "256.0.0.1:0".to_owned()),
+        (
+            "CHATGATE_KEYS".to_owned(),
+            dir.path()
+                .join("missing.toml")
+                .to_string_lossy()
+                .into_owned(),
+        ),
     ];
     let mut p = Proc::spawn(
         bin,
-        &["serve".into(), "--listen".into(), "127.0.0.1:0".into()],
+        &[
+            "serve".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--keys".into(),
+            keys_s.clone(),
+        ],
         &env,
         &dir.path().join("err"),
     );
@@ -1200,4 +1221,420 @@ fn logs_never_contain_keys_or_content(bin: &str) {
             && f["ttfb_ms"].is_u64()
             && f["duration_ms"].is_u64()
     );
+}
+
+/// Connections the simulator has open now, not counting the one asking.
+fn sim_open_connections(sim: &Sim) -> u64 {
+    let stats = request(sim.addr, "GET", "/_sim/stats", None, None).json();
+    stats["open_connections"]
+        .as_u64()
+        .expect("open_connections")
+        - 1
+}
+
+fn idle_provider_connections_close_at_the_pool_idle_timeout(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = |timeout: &str| {
+        let args = vec!["--pool-idle-timeout".to_owned(), timeout.to_owned()];
+        Gw::start(
+            bin,
+            &sim.url(),
+            GwOptions {
+                args,
+                ..GwOptions::default()
+            },
+        )
+    };
+    // A long timeout: the idle connection stays open for reuse.
+    let long = gw("60s");
+    assert_eq!(long.chat(&body("")).status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(sim_open_connections(&sim), 1, "kept for reuse");
+    drop(long);
+    eventually("the first gateway's connection is gone", || {
+        sim_open_connections(&sim) == 0
+    });
+    // A short one: closed when it expires, though no request came to
+    // take it.
+    let short = gw("1s");
+    assert_eq!(short.chat(&body("")).status, 200);
+    eventually("the idle connection is closed", || {
+        sim_open_connections(&sim) == 0
+    });
+    // The next request needs a new connection.
+    assert_eq!(short.chat(&body("")).status, 200);
+    let j = sim.journal();
+    let n = j.len();
+    assert_ne!(j[n - 1]["connection"], j[n - 2]["connection"], "{j:?}");
+}
+
+fn the_pool_keeps_at_most_pool_max_idle_connections(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let args = ["--pool-max-idle", "1", "--admin-listen", "127.0.0.1:0"]
+        .map(String::from)
+        .to_vec();
+    let mut gw = Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args,
+            ..GwOptions::default()
+        },
+    );
+    let admin = gw.proc.line();
+    let admin: std::net::SocketAddr = admin
+        .strip_prefix("chatgate admin listening on http://")
+        .unwrap_or_else(|| panic!("{admin}"))
+        .parse()
+        .unwrap();
+    // Four requests at once, each on its own provider connection (the
+    // provider thinks for a few seconds, so all four overlap).
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let (addr, key) = (gw.addr, gw.key.clone());
+            std::thread::spawn(move || {
+                let b = body(&format!(r#""user":"u{i}","x_sim":{{"ttft_ms":4000}}"#));
+                request(addr, "POST", "/v1/chat/completions", Some(&key), Some(&b)).status
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 200);
+    }
+    let j = sim.journal();
+    let conns: std::collections::HashSet<String> =
+        j.iter().map(|e| e["connection"].to_string()).collect();
+    assert_eq!(conns.len(), 4, "the requests overlapped: {j:?}");
+    // Three were closed on release; one is kept.
+    eventually("one idle connection is left", || {
+        sim_open_connections(&sim) == 1
+    });
+    let metrics = request(admin, "GET", "/metrics", None, None);
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.lines().any(|l| l == "chatgate_upstream_pool_idle 1"),
+        "{text}"
+    );
+    // And it is the one the next request uses.
+    assert_eq!(gw.chat(&body("")).status, 200);
+    let j = sim.journal();
+    assert!(conns.contains(&j[4]["connection"].to_string()), "{j:?}");
+    assert_eq!(sim_open_connections(&sim), 1);
+}
+
+fn connect_timeout_covers_a_stalled_tls_handshake(bin: &str) {
+    // Accepts TCP connections (the kernel does, from the backlog) and
+    // never says a word: the TLS handshake waits forever.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}/v1",
+        silent.local_addr().unwrap().port()
+    );
+    let args = ["--upstream-connect-timeout", "1s"]
+        .map(String::from)
+        .to_vec();
+    let gw = Gw::start(
+        bin,
+        &url,
+        GwOptions {
+            args,
+            ..GwOptions::default()
+        },
+    );
+    for b in [body(""), stream_body("")] {
+        let started = std::time::Instant::now();
+        let r = gw.chat(&b);
+        assert_eq!(
+            r.error(),
+            (
+                502,
+                "upstream_error".into(),
+                "upstream_error".into(),
+                Value::Null
+            ),
+            "{:?}",
+            String::from_utf8_lossy(&r.body)
+        );
+        // Not before the timeout (timers never fire early); the upper
+        // bound is the client's own patience.
+        assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    }
+    let recs = gw.ledger_len(2);
+    for rec in &recs {
+        assert_eq!(rec.error.as_deref(), Some("upstream_connect"), "{rec:?}");
+        assert_eq!((rec.status, rec.upstream_status), (502, None));
+    }
+    drop(silent);
+}
+
+/// What the client has received on a streamed response, checked after
+/// every read: the head, then only whole chunks, whose data ends on an
+/// event boundary. Returns the data so far, or `None` while the head is
+/// incomplete.
+fn whole_events_only(raw: &[u8]) -> Option<(Vec<u8>, bool)> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let mut rest = &raw[end..];
+    let mut data = Vec::new();
+    loop {
+        if rest.is_empty() {
+            return Some((data, false));
+        }
+        let line = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .unwrap_or_else(|| panic!("a read ended inside a chunk size: {rest:?}"));
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).unwrap(), 16)
+            .expect("chunk size");
+        let chunk = &rest[line + 2..];
+        assert!(
+            chunk.len() >= size + 2,
+            "a read ended inside a chunk: {:?}",
+            String::from_utf8_lossy(rest)
+        );
+        if size == 0 {
+            return Some((data, true));
+        }
+        data.extend_from_slice(&chunk[..size]);
+        assert!(
+            data.ends_with(b"\n\n"),
+            "a chunk ended inside an event: {:?}",
+            String::from_utf8_lossy(&data)
+        );
+        rest = &chunk[size + 2..];
+    }
+}
+
+fn partial_events_wait_for_their_end_without_timers(bin: &str) {
+    use std::io::{Read, Write};
+    let (sim, gw) = pair(bin);
+    // Every event reaches the gateway in two parts 150 ms apart, split in
+    // its middle or just before its last byte.
+    let b = stream_body(r#""x_sim":{"split_ms":150,"reasoning_tokens":3,"answer_tokens":2}"#);
+    let mut s = std::net::TcpStream::connect(gw.addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(&raw_request(
+        "POST",
+        "/v1/chat/completions",
+        Some(&gw.key),
+        Some(&b),
+    ))
+    .unwrap();
+    let (mut raw, mut reads) = (Vec::new(), 0);
+    let data = loop {
+        let mut buf = [0u8; 65536];
+        let n = s.read(&mut buf).expect("read");
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&buf[..n]);
+        reads += 1;
+        // Whatever a read returned ends on an event boundary.
+        if let Some((data, true)) = whole_events_only(&raw) {
+            break data;
+        }
+    };
+    assert!(raw.starts_with(b"HTTP/1.1 200"));
+    assert!(reads > 1);
+    let sent = sim.settled(0)["response"].as_str().unwrap().to_owned();
+    assert_eq!(String::from_utf8(data).unwrap(), sent);
+    assert!(sent.ends_with("data: [DONE]\n\n"));
+    assert!(gw.ledger_len(1)[0].complete);
+}
+
+fn tools_content_parts_and_headers_are_checked_before_the_provider(bin: &str) {
+    let (sim, gw) = pair(bin);
+    let m = r#""messages":[{"role":"user","content":"x"}]"#;
+    let f = r#""tools":[{"type":"function","function":{"name":"f"}}]"#;
+    let with = |extra: &str| format!(r#"{{"model":"{MODEL}",{m},{extra}}}"#);
+    let msgs = |messages: &str| format!(r#"{{"model":"{MODEL}","messages":{messages}}}"#);
+    let cases: Vec<(String, &str, Value)> = vec![
+        // tools
+        (with(r#""tools":{}"#), "invalid_type", json!("tools")),
+        (
+            with(r#""tools":[{"type":"web"}]"#),
+            "invalid_value",
+            json!("tools[0].type"),
+        ),
+        (
+            with(r#""tools":[{"type":"function"}]"#),
+            "missing_required_parameter",
+            json!("tools[0].function"),
+        ),
+        (
+            with(r#""tools":[{"type":"function","function":{"name":"a b"}}]"#),
+            "invalid_value",
+            json!("tools[0].function.name"),
+        ),
+        (
+            with(r#""tools":[{"type":"function","function":{"name":"f","parameters":[]}}]"#),
+            "invalid_type",
+            json!("tools[0].function.parameters"),
+        ),
+        // tool_choice, the object form included
+        (
+            with(r#""tool_choice":"required""#),
+            "invalid_value",
+            json!("tool_choice"),
+        ),
+        (
+            with(r#""tool_choice":5"#),
+            "invalid_type",
+            json!("tool_choice"),
+        ),
+        (
+            with(&format!(
+                r#"{f},"tool_choice":{{"type":"function","function":{{"name":"g"}}}}"#
+            )),
+            "invalid_value",
+            json!("tool_choice.function.name"),
+        ),
+        (
+            with(&format!(
+                r#"{f},"tool_choice":{{"type":"web","function":{{"name":"f"}}}}"#
+            )),
+            "invalid_value",
+            json!("tool_choice.type"),
+        ),
+        (
+            with(&format!(r#"{f},"tool_choice":{{"type":"function"}}"#)),
+            "missing_required_parameter",
+            json!("tool_choice.function"),
+        ),
+        // stream_options
+        (
+            with(r#""stream":true,"stream_options":true"#),
+            "invalid_type",
+            json!("stream_options"),
+        ),
+        (
+            with(r#""stream":true,"stream_options":{"include_usage":"yes"}"#),
+            "invalid_type",
+            json!("stream_options.include_usage"),
+        ),
+        // content parts
+        (
+            msgs(r#"[{"role":"user","content":[]}]"#),
+            "invalid_value",
+            json!("messages[0].content"),
+        ),
+        (
+            msgs(r#"[{"role":"user","content":[{"type":"audio"}]}]"#),
+            "invalid_value",
+            json!("messages[0].content[0].type"),
+        ),
+        (
+            msgs(r#"[{"role":"user","content":[{"type":"text","text":5}]}]"#),
+            "invalid_type",
+            json!("messages[0].content[0].text"),
+        ),
+        (
+            msgs(
+                r#"[{"role":"system","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]"#,
+            ),
+            "invalid_value",
+            json!("messages[0].content[0].type"),
+        ),
+        (
+            msgs(
+                r#"[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,@@@"}}]}]"#,
+            ),
+            "invalid_value",
+            json!("messages[0].content[0].image_url.url"),
+        ),
+        (
+            msgs(r#"[{"role":"user","content":null}]"#),
+            "invalid_type",
+            json!("messages[0].content"),
+        ),
+        // assistant tool_calls
+        (
+            msgs(r#"[{"role":"user","content":"x","tool_calls":[]}]"#),
+            "invalid_value",
+            json!("messages[0].tool_calls"),
+        ),
+        (
+            msgs(r#"[{"role":"assistant","tool_calls":{}}]"#),
+            "invalid_type",
+            json!("messages[0].tool_calls"),
+        ),
+        (
+            msgs(
+                r#"[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"arguments":"{}"}}]}]"#,
+            ),
+            "missing_required_parameter",
+            json!("messages[0].tool_calls[0].function.name"),
+        ),
+        (
+            msgs(r#"[{"role":"assistant"}]"#),
+            "missing_required_parameter",
+            json!("messages[0].content"),
+        ),
+        // duplicate keys, at the top and inside a message
+        (
+            format!(r#"{{"model":"{MODEL}","model":"other",{m}}}"#),
+            "invalid_json",
+            Value::Null,
+        ),
+        // (inside a message the refusal names the message)
+        (
+            msgs(r#"[{"role":"user","role":"system","content":"x"}]"#),
+            "invalid_value",
+            json!("messages[0]"),
+        ),
+    ];
+    for (b, code, param) in &cases {
+        let r = gw.chat(b);
+        let (status, kind, c, p) = r.error();
+        assert_eq!(
+            (status, kind.as_str(), c.as_str(), &p),
+            (400, "invalid_request_error", *code, param),
+            "{b}"
+        );
+    }
+    // Content-Type other than JSON, with and without a body's worth of
+    // parameters.
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "application/jsonl",
+    ] {
+        let b = body("");
+        let mut c = Conn::open(gw.addr);
+        c.send(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n\r\n{b}",
+                gw.key,
+                b.len()
+            )
+            .as_bytes(),
+        );
+        let r = c.response();
+        let (status, kind, code, param) = r.error();
+        assert_eq!(
+            (status, kind.as_str(), code.as_str(), param),
+            (
+                400,
+                "invalid_request_error",
+                "unsupported_content_type",
+                Value::Null
+            ),
+            "{ct}"
+        );
+    }
+    assert!(sim.journal().is_empty(), "the provider was called");
+    let n = cases.len() + 3;
+    assert_eq!(gw.ledger_len(n).len(), n);
+    // JSON with parameters, and no Content-Type at all, are accepted.
+    for head in ["Content-Type: application/json; charset=utf-8\r\n", ""] {
+        let b = body("");
+        let mut c = Conn::open(gw.addr);
+        c.send(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n{head}Content-Length: {}\r\n\r\n{b}",
+                gw.key,
+                b.len()
+            )
+            .as_bytes(),
+        );
+        assert_eq!(c.response().status, 200, "{head}");
+    }
+    assert_eq!(sim.journal().len(), 2);
 }
