@@ -1262,3 +1262,50 @@ fn shared_limits_unreachable_fail_open_or_closed() {
     assert_eq!(pair.ledger[0].status, 503);
     assert!(pair.sim.journal().is_empty());
 }
+
+// ----------------------------------------------------------------------
+// Buffers, phases the runtime controls, split provider reads, ledger faults
+
+#[test]
+fn pipelined_writes_that_straddle_requests_keep_the_input_buffer_bounded() {
+    // Each write ends with the first byte of the next request, so the
+    // client input is never consumed to its end; the consumed part must
+    // still be dropped, or it grows by a request per request.
+    let mut pair = Pair::with_defaults();
+    let key = pair.key.clone();
+    let invalid = format!("{{{}", "x".repeat(1 << 20));
+    let req = Pair::chat_request(&key, &invalid);
+    let n = 12;
+    let mut written = 0;
+    for i in 0..=n {
+        let mut write = Vec::new();
+        if i > 0 {
+            write.extend_from_slice(&req[1..]);
+        }
+        if i < n {
+            write.push(req[0]);
+        }
+        pair.client_send(&write);
+        written += write.len();
+        let held = pair.connection().unwrap().client_input_capacity();
+        assert!(
+            held <= 3 * req.len(),
+            "after {i} requests ({written} bytes) the input buffer holds {held} bytes"
+        );
+    }
+    let rs = responses(&pair);
+    assert_eq!(rs.len(), n);
+    assert!(rs.iter().all(|r| error_of(r).2 == "invalid_json"));
+    assert!(!pair.client_closed);
+}
+
+#[test]
+fn many_small_pipelined_requests_in_one_write_are_all_answered() {
+    let mut pair = Pair::with_defaults();
+    let key = pair.key.clone();
+    let one = format!("GET /v1/models HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n\r\n");
+    pair.client_send(one.repeat(2000).as_bytes());
+    let rs = responses(&pair);
+    assert_eq!(rs.len(), 2000);
+    assert!(rs.iter().all(|r| r.status == 200));
+}
