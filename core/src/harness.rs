@@ -36,6 +36,42 @@ use crate::time::{Instant, WallClock};
 /// Unix time at [`Instant::ZERO`] in the pair: 2026-11-22T00:00:00Z.
 pub const PAIR_EPOCH_MS: u64 = 1_795_305_600_000;
 
+/// How the gateway's reads from the provider connection are sized
+/// ([`Pair::upstream_reads`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UpstreamReads {
+    /// Everything the provider has written so far, in one read.
+    #[default]
+    Whole,
+    /// At most this many bytes per read (at least one).
+    AtMost(usize),
+    /// Sizes from 1 to `max` bytes, drawn from `seed` (reproducible).
+    Random {
+        /// Seed of the size sequence.
+        seed: u64,
+        /// Largest read.
+        max: usize,
+    },
+}
+
+/// A provider answer that replaces the simulator's ([`Pair::provider_script`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderScript {
+    /// The bytes the provider sends once a request has been written to it.
+    pub answer: Vec<u8>,
+    /// Then it closes the connection; otherwise it goes silent and keeps
+    /// the connection open.
+    pub close: bool,
+}
+
+/// The scripted answer on the current provider connection.
+#[derive(Debug)]
+struct Scripted {
+    bytes: Vec<u8>,
+    pos: usize,
+    close: bool,
+}
+
 /// The client, the gateway connection and the simulated provider.
 #[derive(Debug)]
 pub struct Pair {
@@ -73,12 +109,35 @@ pub struct Pair {
     pub shared_down: bool,
     /// Settlements sent to the shared limiter.
     pub shared_settled: u32,
+    /// Connecting to the provider takes this long (virtual time, passed with
+    /// [`Pair::advance`]); `None` connects at once.
+    pub connect_delay: Option<Duration>,
+    /// The shared limiter answers after this long; `None` answers at once.
+    pub admit_delay: Option<Duration>,
+    /// How reads from the provider are sized.
+    pub upstream_reads: UpstreamReads,
+    /// Instead of the simulator's answer, the provider sends this (the
+    /// simulator is not asked).
+    pub provider_script: Option<ProviderScript>,
+    /// Ledger lines are appended but acknowledged only by
+    /// [`Pair::ack_ledger`] (a slow disk).
+    pub ledger_held: bool,
+    /// Provider connections the gateway closed (rather than pooled).
+    pub upstream_closed: u32,
     conn: Option<Box<Connection>>,
     upstream: Option<SimConnection>,
     /// The current provider connection was closed by the provider while it
     /// sat in the pool: it reads EOF as soon as it is used.
     upstream_dead: bool,
     idle: Vec<(SimConnection, bool)>,
+    /// A connection attempt in progress: when it completes, and `fresh`.
+    pending_connect: Option<(Instant, bool)>,
+    /// An admission in progress: when it is answered, and what was asked.
+    pending_admit: Option<(Instant, String, Limits, u64)>,
+    /// A ledger line appended but not yet acknowledged.
+    ledger_unacked: bool,
+    scripted: Option<Scripted>,
+    read_rng: Option<u64>,
 }
 
 impl Pair {
@@ -130,10 +189,21 @@ impl Pair {
             shared: crate::limits::RateLimiter::new(),
             shared_down: false,
             shared_settled: 0,
+            connect_delay: None,
+            admit_delay: None,
+            upstream_reads: UpstreamReads::Whole,
+            provider_script: None,
+            ledger_held: false,
+            upstream_closed: 0,
             conn: Some(conn),
             upstream: None,
             upstream_dead: false,
             idle: Vec::new(),
+            pending_connect: None,
+            pending_admit: None,
+            ledger_unacked: false,
+            scripted: None,
+            read_rng: None,
         }
     }
 
@@ -185,9 +255,19 @@ impl Pair {
         self.run();
     }
 
+    /// Acknowledges the ledger line held back by [`Pair::ledger_held`].
+    pub fn ack_ledger(&mut self) {
+        if std::mem::take(&mut self.ledger_unacked) {
+            if let Some(c) = self.conn.as_mut() {
+                c.handle_ledger_written(self.now);
+            }
+        }
+        self.run();
+    }
+
     /// Runs until nothing moves without time passing.
     pub fn run(&mut self) {
-        for _ in 0..100_000 {
+        for _ in 0..1_000_000 {
             if !self.step() {
                 return;
             }
@@ -203,6 +283,8 @@ impl Pair {
             let next = [
                 self.conn.as_ref().and_then(|c| c.poll_timeout()),
                 self.upstream.as_ref().and_then(SimConnection::poll_timeout),
+                self.pending_connect.as_ref().map(|p| p.0),
+                self.pending_admit.as_ref().map(|p| p.0),
             ]
             .into_iter()
             .flatten()
@@ -210,15 +292,30 @@ impl Pair {
             match next {
                 Some(t) if t <= target => {
                     self.now = self.now.max(t);
+                    let mut fired = false;
                     if let Some(c) = self.conn.as_mut() {
                         if c.poll_timeout().is_some_and(|d| d <= self.now) {
                             c.handle_timeout(self.now);
+                            fired = true;
                         }
                     }
                     if let Some(u) = self.upstream.as_mut() {
                         if u.poll_timeout().is_some_and(|d| d <= self.now) {
                             u.handle_timeout(self.now);
+                            fired = true;
                         }
+                    }
+                    if fired {
+                        // What the deadlines caused (a cancelled connection
+                        // attempt, say) is run before anything else is due.
+                        continue;
+                    }
+                    if self.pending_connect.is_some_and(|p| p.0 <= self.now) {
+                        let (_, fresh) = self.pending_connect.take().expect("checked");
+                        self.complete_connect(fresh);
+                    } else if self.pending_admit.as_ref().is_some_and(|p| p.0 <= self.now) {
+                        let (_, key, limits, tokens) = self.pending_admit.take().expect("checked");
+                        self.answer_admission(&key, limits, tokens);
                     }
                 }
                 _ => break,
@@ -228,85 +325,132 @@ impl Pair {
         self.run();
     }
 
-    /// One round of moving bytes and events; true if anything moved.
-    fn step(&mut self) -> bool {
-        let Some(conn) = self.conn.as_mut() else {
-            return false;
-        };
+    /// The connection attempt asked for completes now (or fails, with the
+    /// next of [`Pair::connect_failures`]).
+    fn complete_connect(&mut self, fresh: bool) {
         let now = self.now;
-        let mut moved = false;
-        while let Some(ev) = conn.poll_event() {
-            moved = true;
-            match ev {
-                Event::ConnectUpstream { fresh } => {
-                    if let Some(f) = self.connect_failures.pop_front() {
-                        conn.handle_upstream_failure(now, f);
-                        continue;
-                    }
-                    let (up, reused, dead) = match (fresh, self.idle.pop()) {
-                        (false, Some((up, dead))) => (up, true, dead),
-                        (_, idle) => {
-                            if let Some(i) = idle {
-                                self.idle.push(i);
-                            }
-                            (SimConnection::new(Arc::clone(&self.sim)), false, false)
-                        }
-                    };
-                    self.upstream_dead = dead;
-                    if reused {
-                        self.upstream_reused += 1;
-                    } else {
-                        self.upstream_opened += 1;
-                    }
-                    self.upstream = Some(up);
-                    conn.handle_upstream_connected(now, reused);
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if let Some(f) = self.connect_failures.pop_front() {
+            conn.handle_upstream_failure(now, f);
+            return;
+        }
+        let (up, reused, dead) = match (fresh, self.idle.pop()) {
+            (false, Some((up, dead))) => (up, true, dead),
+            (_, idle) => {
+                if let Some(i) = idle {
+                    self.idle.push(i);
                 }
-                Event::ReleaseUpstream => {
-                    if let Some(up) = self.upstream.take() {
-                        self.idle.push((up, false));
-                    }
-                }
-                Event::CloseUpstream => {
-                    if let Some(mut up) = self.upstream.take() {
-                        up.handle_eof(now);
-                    }
-                }
-                Event::Ledger(rec) => {
-                    self.ledger.push(*rec);
-                    self.ledger_at.push(self.received.len());
-                    conn.handle_ledger_written(now);
-                }
-                Event::Admit {
-                    key,
-                    limits,
-                    tokens,
-                } => {
-                    let verdict = if self.shared_down {
-                        Err("connection refused".to_owned())
-                    } else {
-                        Ok(self.shared.admit(&key, limits, tokens, now))
-                    };
-                    conn.handle_admission(now, verdict);
-                }
-                Event::Settle {
-                    key,
-                    limits,
-                    reserved,
-                    used,
-                } => {
-                    self.shared.settle(&key, limits, reserved, used, now);
-                    self.shared_settled += 1;
-                }
-                Event::CloseClient => {
-                    self.client_closed = true;
-                    if let Some(mut up) = self.upstream.take() {
-                        up.handle_eof(now);
-                    }
-                    self.conn = None;
-                    return true;
+                (SimConnection::new(Arc::clone(&self.sim)), false, false)
+            }
+        };
+        self.upstream_dead = dead;
+        if reused {
+            self.upstream_reused += 1;
+        } else {
+            self.upstream_opened += 1;
+        }
+        self.upstream = Some(up);
+        self.scripted = None;
+        conn.handle_upstream_connected(now, reused);
+    }
+
+    /// The shared limiter answers an admission now.
+    fn answer_admission(&mut self, key: &str, limits: Limits, tokens: u64) {
+        let now = self.now;
+        let verdict = if self.shared_down {
+            Err("connection refused".to_owned())
+        } else {
+            Ok(self.shared.admit(key, limits, tokens, now))
+        };
+        if let Some(c) = self.conn.as_mut() {
+            c.handle_admission(now, verdict);
+        }
+    }
+
+    /// Carries out one event; true when the client connection closed.
+    fn handle_event(&mut self, ev: Event) -> bool {
+        let now = self.now;
+        match ev {
+            Event::ConnectUpstream { fresh } => match self.connect_delay {
+                Some(d) => self.pending_connect = Some((now + d, fresh)),
+                None => self.complete_connect(fresh),
+            },
+            Event::ReleaseUpstream => {
+                self.scripted = None;
+                if let Some(up) = self.upstream.take() {
+                    self.idle.push((up, false));
                 }
             }
+            Event::CloseUpstream => {
+                self.pending_connect = None;
+                self.scripted = None;
+                if let Some(mut up) = self.upstream.take() {
+                    up.handle_eof(now);
+                    self.upstream_closed += 1;
+                }
+            }
+            Event::Ledger(rec) => {
+                let Some(conn) = self.conn.as_mut() else {
+                    return false;
+                };
+                self.ledger.push(*rec);
+                self.ledger_at.push(self.received.len());
+                if self.ledger_held {
+                    self.ledger_unacked = true;
+                } else {
+                    conn.handle_ledger_written(now);
+                }
+            }
+            Event::Admit {
+                key,
+                limits,
+                tokens,
+            } => match self.admit_delay {
+                Some(d) => self.pending_admit = Some((now + d, key, limits, tokens)),
+                None => self.answer_admission(&key, limits, tokens),
+            },
+            Event::Settle {
+                key,
+                limits,
+                reserved,
+                used,
+            } => {
+                self.shared.settle(&key, limits, reserved, used, now);
+                self.shared_settled += 1;
+            }
+            Event::CloseClient => {
+                self.client_closed = true;
+                if let Some(mut up) = self.upstream.take() {
+                    up.handle_eof(now);
+                }
+                self.pending_connect = None;
+                self.pending_admit = None;
+                self.ledger_unacked = false;
+                self.conn = None;
+                return true;
+            }
         }
+        false
+    }
+
+    /// One round of moving bytes and events; true if anything moved.
+    fn step(&mut self) -> bool {
+        if self.conn.is_none() {
+            return false;
+        }
+        let now = self.now;
+        let mut moved = false;
+        while let Some(ev) = self.conn.as_mut().and_then(|c| c.poll_event()) {
+            moved = true;
+            if self.handle_event(ev) {
+                return true;
+            }
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return moved;
+        };
         if !self.client_stops_reading {
             if let Some(bytes) = conn.poll_client_transmit() {
                 let n = bytes.len();
@@ -329,41 +473,82 @@ impl Pair {
             if let Some(bytes) = conn.poll_upstream_transmit() {
                 let bytes = bytes.to_vec();
                 conn.handle_upstream_written(now, bytes.len());
-                up.handle_data(now, &bytes);
+                match &self.provider_script {
+                    // The whole request is written: the scripted answer.
+                    Some(script) if conn.poll_upstream_transmit().is_none() => {
+                        self.scripted = Some(Scripted {
+                            bytes: script.answer.clone(),
+                            pos: 0,
+                            close: script.close,
+                        });
+                    }
+                    Some(_) => {}
+                    None => up.handle_data(now, &bytes),
+                }
                 moved = true;
             }
             if conn.wants_upstream_read() {
-                if let Some(bytes) = up.poll_transmit() {
-                    let bytes = bytes.to_vec();
-                    up.handle_written(bytes.len());
+                let available = match &self.scripted {
+                    Some(s) => Some(&s.bytes[s.pos..]).filter(|b| !b.is_empty()),
+                    None => up.poll_transmit(),
+                };
+                if let Some(available) = available {
+                    let n = read_size(self.upstream_reads, &mut self.read_rng, available.len());
+                    let bytes = available[..n].to_vec();
+                    match self.scripted.as_mut() {
+                        Some(s) => s.pos += n,
+                        None => up.handle_written(n),
+                    }
                     self.upstream_sent.extend_from_slice(&bytes);
                     conn.handle_upstream_data(now, &bytes);
                     moved = true;
                 }
             }
-            if up.poll_transmit().is_none() {
-                match up.poll_action() {
-                    Some(SimAction::Close) => {
-                        self.upstream = None;
-                        conn.handle_upstream_eof(now);
-                        moved = true;
-                    }
-                    Some(SimAction::Reset) => {
-                        self.upstream = None;
-                        conn.handle_upstream_failure(
-                            now,
-                            UpstreamFailure::Broken("connection reset by peer".into()),
-                        );
-                        moved = true;
-                    }
-                    None => {}
+            let action = match &self.scripted {
+                Some(s) => (s.close && s.pos == s.bytes.len()).then_some(SimAction::Close),
+                None if up.poll_transmit().is_none() => up.poll_action(),
+                None => None,
+            };
+            match action {
+                Some(SimAction::Close) => {
+                    self.upstream = None;
+                    self.scripted = None;
+                    conn.handle_upstream_eof(now);
+                    moved = true;
                 }
+                Some(SimAction::Reset) => {
+                    self.upstream = None;
+                    conn.handle_upstream_failure(
+                        now,
+                        UpstreamFailure::Broken("connection reset by peer".into()),
+                    );
+                    moved = true;
+                }
+                None => {}
             }
         }
         // Pooled connections that the simulator closed are dropped.
         self.idle.retain_mut(|(c, _)| c.poll_action().is_none());
         moved
     }
+}
+
+/// The size of the next read from the provider when `available` bytes wait.
+fn read_size(reads: UpstreamReads, rng: &mut Option<u64>, available: usize) -> usize {
+    let most = match reads {
+        UpstreamReads::Whole => available,
+        UpstreamReads::AtMost(n) => n.max(1),
+        UpstreamReads::Random { seed, max } => {
+            // xorshift64*: small, and the same sizes for the same seed.
+            let x = rng.get_or_insert(seed ^ 0x9E37_79B9_7F4A_7C15 | 1);
+            *x ^= *x >> 12;
+            *x ^= *x << 25;
+            *x ^= *x >> 27;
+            let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            1 + (r % max.max(1) as u64) as usize
+        }
+    };
+    most.min(available)
 }
 
 /// A response as the client saw it.

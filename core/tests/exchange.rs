@@ -4,10 +4,13 @@
 use std::time::Duration;
 
 use chatgate_core::exchange::UpstreamFailure;
-use chatgate_core::harness::{ClientResponse, Pair, parse_responses, sse_data};
+use chatgate_core::harness::{
+    ClientResponse, Pair, ProviderScript, UpstreamReads, parse_responses, sse_data,
+};
 use chatgate_core::http::body::BodyDecoder;
 use chatgate_core::http::response::parse_response_head;
 use chatgate_core::http::{HeadScanner, HttpLimits};
+use chatgate_core::ledger::LedgerRecord;
 use chatgate_core::limits::Limits;
 use chatgate_core::sim::{Outcome, SimOptions};
 use serde_json::{Value, json};
@@ -579,8 +582,10 @@ fn reset_after_usage_meters_the_last_reported_usage() {
 
 #[test]
 fn client_disconnect_aborts_the_provider_at_every_phase() {
-    // While connecting, while the provider thinks (non-streamed), before the
-    // first event of a stream, and mid-stream.
+    // While a non-streamed answer is awaited (a slow provider, and one that
+    // never sends its head), before the first event of a stream, and
+    // mid-stream. (While connecting: `client_disconnect_while_connecting_
+    // never_reaches_the_provider`.)
     let cases: [(&str, Option<Duration>); 4] = [
         (
             r#""x_sim":{"ttft_ms":5000}"#,
@@ -615,7 +620,7 @@ fn client_disconnect_aborts_the_provider_at_every_phase() {
             assert_eq!(rec.status, 499);
         }
     }
-    // Before the provider connection even exists.
+    // While the body is still arriving, before the provider is asked.
     let mut pair = Pair::with_defaults();
     pair.connect_failures.clear();
     let req = Pair::chat_request(&pair.key.clone(), &body(""));
@@ -1308,4 +1313,272 @@ fn many_small_pipelined_requests_in_one_write_are_all_answered() {
     let rs = responses(&pair);
     assert_eq!(rs.len(), 2000);
     assert!(rs.iter().all(|r| r.status == 200));
+}
+
+#[test]
+fn connect_timeout_while_connecting_is_a_502() {
+    let mut pair = Pair::new(
+        |c| c.timeouts.upstream_connect = Duration::from_secs(2),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    pair.connect_delay = Some(Duration::from_secs(5));
+    send(&mut pair, &body(""));
+    pair.advance(Duration::from_millis(1900));
+    assert!(pair.received.is_empty(), "still connecting");
+    pair.advance(Duration::from_millis(200));
+    let r = one(&pair);
+    assert_eq!(
+        error_of(&r),
+        (
+            502,
+            "upstream_error".into(),
+            "upstream_error".into(),
+            Value::Null
+        )
+    );
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("connecting")
+    );
+    let rec = &pair.ledger[0];
+    assert_eq!(
+        (rec.status, rec.error.as_deref()),
+        (502, Some("upstream_connect"))
+    );
+    // The attempt was abandoned: it never completes later.
+    pair.advance(Duration::from_secs(10));
+    assert_eq!(pair.upstream_opened, 0);
+    assert!(pair.sim.journal().is_empty());
+    assert!(!pair.client_closed);
+
+    // A connection that takes a while but within the timeout is used.
+    pair.received.clear();
+    pair.connect_delay = Some(Duration::from_secs(1));
+    send(&mut pair, &stream_body(""));
+    assert!(pair.received.is_empty());
+    pair.advance(Duration::from_secs(1));
+    assert_eq!(one(&pair).status, 200);
+    assert_eq!(pair.upstream_opened, 1);
+}
+
+#[test]
+fn client_disconnect_while_connecting_never_reaches_the_provider() {
+    let mut pair = Pair::with_defaults();
+    pair.connect_delay = Some(Duration::from_secs(1));
+    send(&mut pair, &stream_body(""));
+    pair.advance(Duration::from_millis(500));
+    pair.client_close();
+    assert!(pair.client_closed);
+    let rec = &pair.ledger[0];
+    assert_eq!(rec.status, 499);
+    assert!(rec.client_disconnected);
+    assert_eq!(rec.error, None);
+    pair.advance(Duration::from_secs(5));
+    assert_eq!(pair.upstream_opened, 0);
+    assert!(pair.sim.journal().is_empty());
+    assert!(pair.received.is_empty());
+}
+
+/// Equal bytes, or a message showing where they part.
+fn same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+    let show = |b: &[u8]| {
+        String::from_utf8_lossy(&b[at.saturating_sub(40)..b.len().min(at + 80)]).into_owned()
+    };
+    panic!(
+        "{what}: {} bytes against {}, first difference at {at}:\n got: {:?}\nwant: {:?}",
+        got.len(),
+        want.len(),
+        show(got),
+        show(want)
+    );
+}
+
+/// A ledger line without the fields that depend on when it was written.
+fn timeless(rec: &LedgerRecord) -> LedgerRecord {
+    let mut rec = rec.clone();
+    rec.ts = String::new();
+    rec.duration_ms = 0;
+    rec.ttfb_ms = None;
+    rec
+}
+
+#[test]
+fn split_provider_reads_give_the_same_answer_and_ledger() {
+    let cases = [
+        body(""),
+        body(r#""x_sim":{"fault":"reject","status":400,"message":"too long"}"#),
+        stream_body(""),
+        stream_body(r#""x_sim":{"framing":"close"}"#),
+        stream_body(r#""x_sim":{"usage_every":true}"#),
+        stream_body(r#""x_sim":{"fault":"omit_done"}"#),
+        stream_body(r#""x_sim":{"fault":"reset","after":4}"#),
+        stream_body(r#""x_sim":{"fault":"error_event","after":3}"#),
+        stream_body(r#""x_sim":{"fault":"data_after_done"}"#),
+        stream_body(r#""x_sim":{"fault":"no_usage","framing":"close"}"#),
+        format!(
+            r#"{{"model":"{MODEL}","stream":true,"messages":[{{"role":"user","content":"Paris"}}],"tools":[{{"type":"function","function":{{"name":"get_weather"}}}}]}}"#
+        ),
+    ];
+    let mut splits = vec![UpstreamReads::AtMost(1), UpstreamReads::AtMost(7)];
+    for seed in 1..=6 {
+        splits.push(UpstreamReads::Random { seed, max: 48 });
+        splits.push(UpstreamReads::Random { seed, max: 700 });
+    }
+    for b in &cases {
+        let run = |reads: UpstreamReads| {
+            let mut pair = Pair::with_defaults();
+            pair.upstream_reads = reads;
+            send(&mut pair, b);
+            // A second request on the same connections: the provider
+            // connection must have been left reusable (or not) alike.
+            send(&mut pair, b);
+            pair
+        };
+        let whole = run(UpstreamReads::Whole);
+        let expected = responses(&whole);
+        assert_eq!(expected.len(), 2, "{b}");
+        for reads in &splits {
+            let split = run(*reads);
+            assert_eq!(responses(&split), expected, "{b} read as {reads:?}");
+            assert_eq!(
+                split.ledger.iter().map(timeless).collect::<Vec<_>>(),
+                whole.ledger.iter().map(timeless).collect::<Vec<_>>(),
+                "{b} read as {reads:?}"
+            );
+            if !b.contains("\"stream\":true") {
+                // Content-Length answers are the same bytes; streams differ
+                // only in where client chunks begin (each read's complete
+                // events go out as one chunk).
+                same_bytes(&split.received, &whole.received, b);
+                same_bytes(&split.upstream_sent, &whole.upstream_sent, b);
+                assert_eq!(
+                    (split.upstream_opened, split.upstream_reused),
+                    (whole.upstream_opened, whole.upstream_reused),
+                    "{b} read as {reads:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stream_without_usage_is_complete_and_metered_as_zero() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &stream_body(r#""x_sim":{"fault":"no_usage"}"#));
+    let r = one(&pair);
+    let data = sse_data(&r.body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    assert!(chunks(&r).iter().all(|c| c["usage"].is_null()));
+    let rec = &pair.ledger[0];
+    assert!(rec.complete, "finish_reason arrived");
+    assert_eq!(rec.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(rec.error, None);
+    assert_eq!(
+        (
+            rec.prompt_tokens,
+            rec.completion_tokens,
+            rec.reasoning_tokens,
+            rec.cost_nano_usd
+        ),
+        (0, 0, 0, 0)
+    );
+    // Nothing was metered, so the whole reservation went back.
+    let status = pair.gateway.limiter().status(
+        "test-key",
+        Limits::default(),
+        chatgate_core::time::Instant::ZERO,
+    );
+    assert_eq!(status.remaining_tokens, Limits::default().tokens_per_minute);
+}
+
+/// A non-streamed answer whose body stops after a few bytes.
+fn stalled_body() -> ProviderScript {
+    ProviderScript {
+        answer: b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"id\":\"chatcmpl-1\",".to_vec(),
+        close: false,
+    }
+}
+
+#[test]
+fn a_non_streamed_body_that_stops_arriving_is_a_504() {
+    let mut pair = Pair::new(
+        |c| c.timeouts.upstream_idle = Duration::from_secs(3),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    pair.provider_script = Some(stalled_body());
+    send(&mut pair, &body(""));
+    pair.advance(Duration::from_millis(2900));
+    assert!(pair.received.is_empty());
+    pair.advance(Duration::from_millis(200));
+    let r = one(&pair);
+    assert_eq!(
+        error_of(&r),
+        (
+            504,
+            "upstream_error".into(),
+            "upstream_timeout".into(),
+            Value::Null
+        )
+    );
+    let rec = &pair.ledger[0];
+    assert_eq!(
+        (rec.status, rec.upstream_status, rec.error.as_deref()),
+        (504, Some(200), Some("upstream_timeout"))
+    );
+    assert_eq!(pair.upstream_closed, 1);
+    assert!(!pair.client_closed);
+}
+
+#[test]
+fn client_disconnect_while_a_non_streamed_body_arrives() {
+    let mut pair = Pair::with_defaults();
+    pair.provider_script = Some(stalled_body());
+    send(&mut pair, &body(""));
+    pair.advance(Duration::from_secs(1));
+    pair.client_close();
+    assert!(pair.client_closed);
+    assert_eq!(pair.upstream_closed, 1, "the provider request is aborted");
+    let rec = &pair.ledger[0];
+    assert_eq!((rec.status, rec.upstream_status), (499, Some(200)));
+    assert!(rec.client_disconnected);
+    assert!(pair.received.is_empty());
+}
+
+#[test]
+fn client_disconnect_while_the_ledger_line_is_unacknowledged() {
+    // A stream whose last bytes wait for the ledger acknowledgement.
+    let mut pair = Pair::with_defaults();
+    pair.ledger_held = true;
+    send(&mut pair, &stream_body(r#""x_sim":{"token_ms":10}"#));
+    pair.advance(Duration::from_secs(5));
+    assert_eq!(pair.ledger.len(), 1);
+    let before = pair.received.len();
+    assert!(!String::from_utf8_lossy(&pair.received).contains("[DONE]"));
+    pair.client_close();
+    // Closed once the runtime has reported the append, never before.
+    assert!(!pair.client_closed);
+    pair.ack_ledger();
+    assert!(pair.client_closed);
+    assert_eq!(pair.received.len(), before, "nothing sent after the close");
+    assert_eq!(pair.ledger.len(), 1, "one line per request");
+    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Completed);
+
+    // A non-streamed answer, held whole.
+    let mut pair = Pair::with_defaults();
+    pair.ledger_held = true;
+    send(&mut pair, &body(""));
+    pair.client_close();
+    pair.ack_ledger();
+    assert!(pair.client_closed);
+    assert!(pair.received.is_empty());
+    assert_eq!(pair.ledger.len(), 1);
+    assert_eq!(pair.ledger[0].status, 200);
 }
