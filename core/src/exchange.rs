@@ -1307,12 +1307,20 @@ impl Connection {
                 break;
             }
         }
-        if let Some(StreamEnd::Failed(fault, why)) = end {
-            let req = self.req.as_ref().expect("request in progress");
-            if !req.committed && batch.is_none() {
-                let msg = format!("The provider failed before streaming: {why}.");
-                return self.upstream_error_response(now, ApiError::upstream(fault, msg));
-            }
+        if end.is_some() && batch.is_none() && !self.req.as_ref().expect("request").committed {
+            // Nothing was sent yet, so however the stream ended this is
+            // still a normal JSON error (specification, errors, rule 1).
+            let e = match end {
+                Some(StreamEnd::Failed(fault, why)) => ApiError::upstream(
+                    fault,
+                    format!("The provider failed before streaming: {why}."),
+                ),
+                _ => ApiError::upstream(
+                    UpstreamFault::Invalid,
+                    "The provider ended the stream without any event.",
+                ),
+            };
+            return self.upstream_error_response(now, e);
         }
         // Frame straight into the client's output (or, when the stream ends
         // here, into the bytes held for the ledger): no intermediate copy.
@@ -1400,12 +1408,9 @@ impl Connection {
         } else {
             self.close_upstream()
         };
-        let req = self.req.as_ref().expect("request in progress");
-        if !req.committed {
-            // The provider ended without a single event: answer with an
-            // empty stream that still terminates properly.
-            self.stream_head(now, &mut bytes);
-        }
+        // A stream without a single event was answered with an error
+        // instead (see `forward_events`): the head went out.
+        debug_assert!(self.req.as_ref().is_some_and(|r| r.committed));
         let chunked = !self.req.as_ref().expect("request").http10;
         if !up.tracker.is_done() {
             client_body(&mut bytes, DONE_EVENT, chunked);

@@ -1469,6 +1469,53 @@ fn split_provider_reads_give_the_same_answer_and_ledger() {
 }
 
 #[test]
+fn a_stream_that_ends_without_any_event_is_a_502() {
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n";
+    let scripts = [
+        (
+            format!("{head}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+            false,
+        ),
+        (format!("{head}Content-Length: 0\r\n\r\n"), false),
+        (format!("{head}Connection: close\r\n\r\n"), true),
+    ];
+    for (answer, close) in scripts {
+        for reads in [UpstreamReads::Whole, UpstreamReads::AtMost(1)] {
+            let mut pair = Pair::with_defaults();
+            pair.upstream_reads = reads;
+            pair.provider_script = Some(ProviderScript {
+                answer: answer.clone().into_bytes(),
+                close,
+            });
+            send(&mut pair, &stream_body(""));
+            let r = one(&pair);
+            assert_eq!(
+                error_of(&r),
+                (
+                    502,
+                    "upstream_error".into(),
+                    "upstream_error".into(),
+                    Value::Null
+                ),
+                "{answer:?}"
+            );
+            assert!(
+                r.json()["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("without any event"),
+                "{answer:?}"
+            );
+            let rec = &pair.ledger[0];
+            assert_eq!(rec.status, 502);
+            assert_eq!(rec.upstream_status, Some(200));
+            assert_eq!(rec.error.as_deref(), Some("upstream_invalid"));
+            assert!(!pair.client_closed, "the client connection survives");
+        }
+    }
+}
+
+#[test]
 fn a_stream_without_usage_is_complete_and_metered_as_zero() {
     let mut pair = Pair::with_defaults();
     send(&mut pair, &stream_body(r#""x_sim":{"fault":"no_usage"}"#));
