@@ -73,11 +73,13 @@ pub enum Event {
     /// Append this record's line ([`LedgerRecord::to_line`]) to the ledger,
     /// then call [`Connection::handle_ledger_written`].
     Ledger(Box<LedgerRecord>),
-    /// Everything has been written; close the client connection.
+    /// Everything has been written (and any admission answered); close the
+    /// client connection.
     CloseClient,
     /// Ask the shared limiter (with shared limits configured) to admit one
     /// request of `key` reserving `tokens`; then call
-    /// [`Connection::handle_admission`].
+    /// [`Connection::handle_admission`], even if the client has gone
+    /// meanwhile (a granted reservation is then given back).
     Admit {
         /// Key name.
         key: String,
@@ -264,9 +266,10 @@ pub struct Connection {
     /// the key table it was checked against and the key it named: the next
     /// request on a keep-alive connection usually sends the same one.
     auth_cache: Option<(String, Arc<crate::auth::KeyTable>, usize)>,
-    /// The key of the last request sent for admission (to give back a
-    /// reservation the shared limiter granted after the client left).
-    last_key: Option<(String, Limits)>,
+    /// The key of an [`Event::Admit`] not answered yet: a reservation the
+    /// shared limiter grants after the client left is given back under it,
+    /// so the client connection is not closed before the answer.
+    admitting: Option<(String, Limits)>,
 }
 
 impl Drop for Connection {
@@ -299,7 +302,7 @@ impl Connection {
             up: None,
             events: VecDeque::new(),
             auth_cache: None,
-            last_key: None,
+            admitting: None,
         }
     }
 
@@ -857,6 +860,7 @@ impl Connection {
         req.chat = Some(chat);
         if gw.config().shared_limits.is_some() {
             let (key, limits) = (key.name.clone(), key.limits);
+            self.admitting = Some((key.clone(), limits));
             self.phase = Phase::Admitting;
             self.events.push_back(Event::Admit {
                 key,
@@ -872,9 +876,11 @@ impl Connection {
     /// The shared limiter answered [`Event::Admit`] (`Err`: it could not be
     /// reached).
     pub fn handle_admission(&mut self, now: Instant, verdict: SharedAdmission) {
+        let asked = self.admitting.take();
         if self.phase != Phase::Admitting {
-            // The client left meanwhile: give the reservation back.
-            if let (Ok(Ok(a)), Some((key, limits))) = (&verdict, self.last_key.take()) {
+            // The client left meanwhile: give the reservation back, then
+            // close.
+            if let (Ok(Ok(a)), Some((key, limits))) = (&verdict, asked) {
                 self.events.push_back(Event::Settle {
                     key,
                     limits,
@@ -882,6 +888,7 @@ impl Connection {
                     used: 0,
                 });
             }
+            self.after(now);
             return;
         }
         let gw = Arc::clone(&self.gw);
@@ -923,11 +930,6 @@ impl Connection {
     /// Admitted: the provider is asked; refused: 429.
     fn admitted(&mut self, now: Instant, verdict: Result<Admission, Rejection>) {
         let gw = Arc::clone(&self.gw);
-        self.last_key = self
-            .req
-            .as_ref()
-            .and_then(|r| r.key.as_ref())
-            .map(|k| (k.name.clone(), k.limits));
         let req = self.req.as_mut().expect("request in progress");
         let key = req.key.as_ref().expect("authenticated before the body");
         match verdict {
@@ -1662,7 +1664,7 @@ impl Connection {
                     self.phase = Phase::Closed;
                     continue;
                 }
-                Phase::Closed if flushed && !self.close_emitted => {
+                Phase::Closed if flushed && !self.close_emitted && self.admitting.is_none() => {
                     self.close_emitted = true;
                     self.events.push_back(Event::CloseClient);
                 }

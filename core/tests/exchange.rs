@@ -1515,6 +1515,79 @@ fn a_stream_that_ends_without_any_event_is_a_502() {
     }
 }
 
+fn two_keys(pair: &Pair) -> (String, String) {
+    use chatgate_core::auth::{KeyTable, entry_toml, key_hash_hex, mint_key};
+    let other = mint_key(&[9; 32]);
+    let mut toml = String::new();
+    for (name, key) in [("test-key", &pair.key), ("other-key", &other)] {
+        toml.push_str(&entry_toml(
+            name,
+            &key_hash_hex(key),
+            Some(100),
+            Some(1_000_000),
+            "2026-11-22T00:00:00.000Z",
+        ));
+    }
+    let table = KeyTable::parse_toml(&toml, Limits::default()).unwrap();
+    pair.gateway.replace_keys(table);
+    (pair.key.clone(), other)
+}
+
+#[test]
+fn client_disconnect_while_admitting_gives_the_reservation_back() {
+    let limits = Limits {
+        requests_per_minute: 100,
+        tokens_per_minute: 1_000_000,
+    };
+    let now = chatgate_core::time::Instant::ZERO;
+    // The first request of a connection.
+    let mut pair = shared(false, 100);
+    pair.admit_delay = Some(Duration::from_secs(1));
+    send(&mut pair, &body(r#""max_tokens":5000"#));
+    assert!(pair.received.is_empty(), "waiting for the shared limiter");
+    pair.client_close();
+    let rec = &pair.ledger[0];
+    assert_eq!(rec.status, 499);
+    assert!(rec.client_disconnected);
+    // The connection stays until the limiter answered, so that what it
+    // granted can be given back.
+    pair.advance(Duration::from_secs(2));
+    assert!(pair.client_closed);
+    assert_eq!(pair.shared_settled, 1);
+    assert_eq!(
+        pair.shared.status("test-key", limits, now).remaining_tokens,
+        1_000_000
+    );
+    assert!(pair.sim.journal().is_empty());
+    assert_eq!(pair.ledger.len(), 1);
+
+    // A keep-alive connection whose next request names another key: that
+    // key's reservation is given back, not the previous one's.
+    let mut pair = shared(false, 100);
+    let (first, second) = two_keys(&pair);
+    pair.client_send(&Pair::chat_request(&first, &body("")));
+    assert_eq!(one(&pair).status, 200);
+    let used = pair.ledger[0].prompt_tokens + pair.ledger[0].completion_tokens;
+    pair.admit_delay = Some(Duration::from_secs(1));
+    pair.client_send(&Pair::chat_request(&second, &body(r#""max_tokens":5000"#)));
+    pair.client_close();
+    pair.advance(Duration::from_secs(2));
+    assert!(pair.client_closed);
+    assert_eq!(pair.shared_settled, 2);
+    assert_eq!(
+        pair.shared
+            .status("other-key", limits, now)
+            .remaining_tokens,
+        1_000_000
+    );
+    assert_eq!(
+        pair.shared.status("test-key", limits, now).remaining_tokens,
+        1_000_000 - used
+    );
+    assert_eq!(pair.ledger[1].key, "other-key");
+    assert_eq!(pair.ledger[1].status, 499);
+}
+
 #[test]
 fn a_stream_without_usage_is_complete_and_metered_as_zero() {
     let mut pair = Pair::with_defaults();
