@@ -807,12 +807,49 @@ impl Connection {
             return self.respond_error(now, ApiError::unsupported_content_type(), has_body);
         }
         if head.expect_continue && has_body {
+            if let Some(e) = self.refuse_before_upload(now) {
+                return self.respond_error(now, e, true);
+            }
             self.push_client(now, b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         let req = self.req.as_mut().expect("request just created");
         req.decoder = Some(BodyDecoder::new(head.framing, limits));
         self.phase = Phase::Body;
         self.body_deadline = Some(now + gw.config().timeouts.client_body);
+    }
+
+    /// A client that waits for `100 Continue` before uploading its body is
+    /// refused at once when its key has no request left in the local
+    /// buckets: no body, however valid, could be admitted now, and the
+    /// 429 saves it the upload. Only local limits are certain enough; with
+    /// shared limits the shared limiter decides after the body.
+    fn refuse_before_upload(&mut self, now: Instant) -> Option<ApiError> {
+        let gw = Arc::clone(&self.gw);
+        if gw.config().shared_limits.is_some() {
+            return None;
+        }
+        let req = self.req.as_mut().expect("request in progress");
+        let key = req.key.as_ref().expect("authenticated");
+        let status = gw.limiter().status(&key.name, key.limits, now);
+        if status.remaining_requests > 0 {
+            return None;
+        }
+        // Time until one request token: the time until the bucket is full
+        // less the time the other `per_minute - 1` take (rounded so that
+        // the wait is never understated).
+        let per_minute = status.limit_requests.max(1);
+        let wait_ms = status
+            .reset_requests_ms
+            .saturating_sub(60_000 * (per_minute - 1) / per_minute);
+        gw.metrics()
+            .rate_limited(&key.name, crate::limits::LimitKind::Requests);
+        let e = rate_limit_error(
+            &key.name,
+            crate::limits::LimitKind::Requests,
+            wait_ms.div_ceil(1000).max(1),
+        );
+        req.limit_status = Some(status);
+        Some(e)
     }
 
     /// Returns true when the body completed (more input may be processed).
@@ -940,17 +977,7 @@ impl Connection {
             Err(rejection) => {
                 gw.metrics().rate_limited(&key.name, rejection.kind);
                 req.limit_status = Some(rejection.status);
-                let what = match rejection.kind {
-                    crate::limits::LimitKind::Requests => "requests",
-                    crate::limits::LimitKind::Tokens => "tokens",
-                };
-                let e = ApiError::rate_limited(
-                    format!(
-                        "Rate limit reached for {what} per minute on key '{}'. Retry after {} s.",
-                        key.name, rejection.retry_after_secs
-                    ),
-                    rejection.retry_after_secs,
-                );
+                let e = rate_limit_error(&key.name, rejection.kind, rejection.retry_after_secs);
                 return self.respond_error(now, e, false);
             }
         }
@@ -1787,6 +1814,20 @@ impl Upstream {
             done_forwarded: false,
         }
     }
+}
+
+/// The 429 for a key that ran into one of its limits.
+fn rate_limit_error(key: &str, kind: crate::limits::LimitKind, retry_after_secs: u64) -> ApiError {
+    let what = match kind {
+        crate::limits::LimitKind::Requests => "requests",
+        crate::limits::LimitKind::Tokens => "tokens",
+    };
+    ApiError::rate_limited(
+        format!(
+            "Rate limit reached for {what} per minute on key '{key}'. Retry after {retry_after_secs} s."
+        ),
+        retry_after_secs,
+    )
 }
 
 /// Appends body bytes for the client: one chunk, or raw for HTTP/1.0.

@@ -1589,6 +1589,72 @@ fn client_disconnect_while_admitting_gives_the_reservation_back() {
 }
 
 #[test]
+fn expect_continue_with_an_empty_request_bucket_is_429_at_once() {
+    let limits = Limits {
+        requests_per_minute: 1,
+        tokens_per_minute: 100_000,
+    };
+    let mut pair = Pair::new(|_| {}, SimOptions::default(), limits);
+    send(&mut pair, &body(""));
+    assert_eq!(one(&pair).status, 200);
+    pair.received.clear();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nExpect: 100-continue\r\nContent-Length: 2000000\r\n\r\n",
+        pair.key
+    );
+    pair.client_send(head.as_bytes());
+    assert!(!String::from_utf8_lossy(&pair.received).contains("100 Continue"));
+    let r = one(&pair);
+    assert_eq!(
+        error_of(&r),
+        (
+            429,
+            "rate_limit_error".into(),
+            "rate_limit_exceeded".into(),
+            Value::Null
+        )
+    );
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(pair.client_closed, "the body was not read");
+    assert_eq!(pair.ledger[1].status, 429);
+    assert_eq!(pair.ledger[1].error.as_deref(), Some("rate_limit_exceeded"));
+    assert_eq!(pair.sim.journal().len(), 1);
+
+    // Once the bucket has a request again, 100 Continue as usual.
+    let mut pair = Pair::new(|_| {}, SimOptions::default(), limits);
+    send(&mut pair, &body(""));
+    pair.advance(Duration::from_secs(60));
+    pair.received.clear();
+    let b = body("");
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        pair.key,
+        b.len()
+    );
+    pair.client_send(head.as_bytes());
+    assert_eq!(pair.received, b"HTTP/1.1 100 Continue\r\n\r\n");
+    pair.client_send(b.as_bytes());
+    assert_eq!(one(&pair).status, 200);
+
+    // With shared limits the local buckets do not decide: the body is read
+    // and the shared limiter refuses it.
+    let mut pair = shared(false, 1);
+    send(&mut pair, &body(""));
+    pair.received.clear();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        pair.key,
+        b.len()
+    );
+    pair.client_send(head.as_bytes());
+    assert_eq!(pair.received, b"HTTP/1.1 100 Continue\r\n\r\n");
+    pair.client_send(b.as_bytes());
+    assert_eq!(one(&pair).status, 429);
+}
+
+#[test]
 fn a_stream_without_usage_is_complete_and_metered_as_zero() {
     let mut pair = Pair::with_defaults();
     send(&mut pair, &stream_body(r#""x_sim":{"fault":"no_usage"}"#));
