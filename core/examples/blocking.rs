@@ -168,9 +168,9 @@ fn serve(
                 }
                 Event::Ledger(record) => {
                     let mut f = ledger.lock().unwrap_or_else(|e| e.into_inner());
-                    let _ = f.write_all(&record.to_line());
+                    let appended = f.write_all(&record.to_line()).is_ok();
                     drop(f);
-                    conn.handle_ledger_written(clock.now());
+                    conn.handle_ledger_written(clock.now(), appended);
                 }
                 // Only with shared limits configured (not here): this
                 // example has no Redis, so its own limiter decides.

@@ -8,7 +8,7 @@
 //!   [`Connection::handle_client_eof`], [`Connection::handle_client_written`];
 //! - provider connection ready, bytes, EOF, failure →
 //!   [`Connection::handle_upstream_connected`], …;
-//! - the ledger line appended → [`Connection::handle_ledger_written`];
+//! - the ledger line appended, or not → [`Connection::handle_ledger_written`];
 //! - a deadline passed → [`Connection::handle_timeout`].
 //!
 //! Outputs: [`Connection::poll_event`] (connect or release or close the
@@ -20,7 +20,9 @@
 //! Ordering is enforced, not documented: bytes that complete a metered
 //! response are held back until the runtime confirms the ledger line was
 //! appended, so a response that reached the client in full always has its
-//! line; [`Event::CloseClient`] is only emitted once every byte was written.
+//! line (if the append fails, they are never sent); [`Event::CloseClient`]
+//! is only emitted once every byte was written and the shared limiter has
+//! answered any [`Event::Admit`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -71,7 +73,8 @@ pub enum Event {
     /// Close the provider connection now (this aborts generation).
     CloseUpstream,
     /// Append this record's line ([`LedgerRecord::to_line`]) to the ledger,
-    /// then call [`Connection::handle_ledger_written`].
+    /// then call [`Connection::handle_ledger_written`] saying whether it
+    /// was appended.
     Ledger(Box<LedgerRecord>),
     /// Everything has been written (and any admission answered); close the
     /// client connection.
@@ -455,12 +458,32 @@ impl Connection {
         self.after(now);
     }
 
-    /// The ledger line of the last [`Event::Ledger`] is in the file.
-    pub fn handle_ledger_written(&mut self, now: Instant) {
+    /// The runtime tried to append the line of the last [`Event::Ledger`]:
+    /// `appended` when it is in the ledger.
+    ///
+    /// A response that reached the client in full has its ledger line, so
+    /// when the append failed the bytes held back for it are never sent:
+    /// the connection closes instead. A stream ends without its last
+    /// bytes (no `[DONE]`, no final chunk), and a response that was held
+    /// whole (a non-streamed answer, an error) is not sent at all; either
+    /// way the client sees a connection that broke, not an answer.
+    pub fn handle_ledger_written(&mut self, now: Instant, appended: bool) {
         if !self.awaiting_ledger {
             return;
         }
         self.awaiting_ledger = false;
+        if !appended {
+            if self.phase != Phase::Closed {
+                tracing::error!(
+                    request_id = self.req.as_ref().map_or("", |r| r.id.as_str()),
+                    "the ledger line could not be appended: the response is cut and the connection closed"
+                );
+            }
+            self.held.clear();
+            self.phase = Phase::Closed;
+            self.after(now);
+            return;
+        }
         if self.phase != Phase::Closed && !self.held.is_empty() {
             let mut out = self.take_client_out();
             if out.is_empty() {

@@ -119,6 +119,10 @@ pub struct Pair {
     /// Instead of the simulator's answer, the provider sends this (the
     /// simulator is not asked).
     pub provider_script: Option<ProviderScript>,
+    /// Ledger appends fail (the gateway is told; nothing is appended).
+    pub ledger_fails: bool,
+    /// Ledger appends that failed.
+    pub ledger_failed: u32,
     /// Ledger lines are appended but acknowledged only by
     /// [`Pair::ack_ledger`] (a slow disk).
     pub ledger_held: bool,
@@ -193,6 +197,8 @@ impl Pair {
             admit_delay: None,
             upstream_reads: UpstreamReads::Whole,
             provider_script: None,
+            ledger_fails: false,
+            ledger_failed: 0,
             ledger_held: false,
             upstream_closed: 0,
             conn: Some(conn),
@@ -259,7 +265,7 @@ impl Pair {
     pub fn ack_ledger(&mut self) {
         if std::mem::take(&mut self.ledger_unacked) {
             if let Some(c) = self.conn.as_mut() {
-                c.handle_ledger_written(self.now);
+                c.handle_ledger_written(self.now, true);
             }
         }
         self.run();
@@ -395,12 +401,17 @@ impl Pair {
                 let Some(conn) = self.conn.as_mut() else {
                     return false;
                 };
-                self.ledger.push(*rec);
-                self.ledger_at.push(self.received.len());
-                if self.ledger_held {
-                    self.ledger_unacked = true;
+                if self.ledger_fails {
+                    self.ledger_failed += 1;
+                    conn.handle_ledger_written(now, false);
                 } else {
-                    conn.handle_ledger_written(now);
+                    self.ledger.push(*rec);
+                    self.ledger_at.push(self.received.len());
+                    if self.ledger_held {
+                        self.ledger_unacked = true;
+                    } else {
+                        conn.handle_ledger_written(now, true);
+                    }
                 }
             }
             Event::Admit {

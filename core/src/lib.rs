@@ -43,7 +43,8 @@
 //!     fn connect_upstream(&mut self, fresh: bool) -> Result<bool, chatgate_core::exchange::UpstreamFailure>;
 //!     fn release_upstream(&mut self);
 //!     fn close_upstream(&mut self);
-//!     fn append_ledger(&mut self, line: &[u8]);
+//!     /// Whether the line was appended.
+//!     fn append_ledger(&mut self, line: &[u8]) -> bool;
 //!     /// The shared limiter (Redis), when limits are shared.
 //!     fn shared_admit(&mut self, key: &str, limits: chatgate_core::limits::Limits, tokens: u64)
 //!         -> chatgate_core::exchange::SharedAdmission;
@@ -66,8 +67,8 @@
 //!                 Event::ReleaseUpstream => io.release_upstream(),
 //!                 Event::CloseUpstream => io.close_upstream(),
 //!                 Event::Ledger(record) => {
-//!                     io.append_ledger(&record.to_line());
-//!                     conn.handle_ledger_written(io.now());
+//!                     let appended = io.append_ledger(&record.to_line());
+//!                     conn.handle_ledger_written(io.now(), appended);
 //!                 }
 //!                 Event::Admit { key, limits, tokens } => {
 //!                     let verdict = io.shared_admit(&key, limits, tokens);

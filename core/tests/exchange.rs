@@ -1655,6 +1655,48 @@ fn expect_continue_with_an_empty_request_bucket_is_429_at_once() {
 }
 
 #[test]
+fn a_failed_ledger_append_withholds_the_end_of_the_response() {
+    // A stream: what was sent before stays sent; the last bytes ([DONE],
+    // the final chunk) never go out, and the connection closes.
+    let mut pair = Pair::with_defaults();
+    pair.ledger_fails = true;
+    send(&mut pair, &stream_body(r#""x_sim":{"token_ms":10}"#));
+    pair.advance(Duration::from_secs(5));
+    assert!(pair.client_closed);
+    assert_eq!((pair.ledger.len(), pair.ledger_failed), (0, 1));
+    let r = one(&pair);
+    assert_eq!(r.status, 200);
+    assert!(!r.complete, "no final chunk");
+    let data = sse_data(&r.body);
+    assert!(!data.is_empty());
+    assert!(!data.iter().any(|d| d == "[DONE]"));
+
+    // A non-streamed answer: held whole, so nothing is sent.
+    let mut pair = Pair::with_defaults();
+    pair.ledger_fails = true;
+    send(&mut pair, &body(""));
+    assert!(pair.client_closed);
+    assert!(pair.received.is_empty());
+    assert_eq!(pair.ledger_failed, 1);
+    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Completed);
+
+    // A metered error: the same.
+    let mut pair = Pair::with_defaults();
+    pair.ledger_fails = true;
+    send(&mut pair, &body(r#""temperature":3"#));
+    assert!(pair.client_closed);
+    assert!(pair.received.is_empty());
+
+    // The next line is appended again: only the affected response is cut.
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &body(""));
+    pair.ledger_fails = true;
+    send(&mut pair, &body(""));
+    assert_eq!(responses(&pair).len(), 1);
+    assert!(pair.client_closed);
+}
+
+#[test]
 fn a_stream_without_usage_is_complete_and_metered_as_zero() {
     let mut pair = Pair::with_defaults();
     send(&mut pair, &stream_body(r#""x_sim":{"fault":"no_usage"}"#));
