@@ -76,7 +76,8 @@ pub enum UpstreamFault {
     /// The provider answered with an error status.
     Rejected,
     /// Not HTTP, not JSON, the wrong content type, a broken chunked
-    /// framing, or a body over the cap.
+    /// framing, a body over the cap, or a stream that ended before its
+    /// first event.
     Invalid,
     /// The connection failed or closed before the response was complete.
     Reset,
