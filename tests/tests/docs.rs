@@ -94,9 +94,32 @@ fn operations_guide_matches_the_binaries() {
             "OPERATIONS.md names {name}, which /metrics does not expose"
         );
     }
-    // Flags of the documented commands.
-    let mut checked = 0;
-    for line in doc.lines().map(str::trim) {
+    // Every family /metrics exposes is in the table, with its type.
+    for l in exposed.lines() {
+        let Some(rest) = l.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (family, kind) = rest.split_once(' ').expect("# TYPE name kind");
+        let row = doc
+            .lines()
+            .find(|r| {
+                r.starts_with("| `chatgate_")
+                    && r.split('|')
+                        .nth(1)
+                        .is_some_and(|c| c.contains(&format!("`{family}`")))
+            })
+            .unwrap_or_else(|| panic!("OPERATIONS.md's metrics table has no row for {family}"));
+        assert_eq!(
+            row.split('|').nth(2).map(str::trim),
+            Some(kind),
+            "the type of {family}: {row}"
+        );
+    }
+    // Flags of the documented commands (a command continued over several
+    // lines with `\` is one command).
+    let joined = doc.replace("\\\n", " ");
+    let (mut checked, mut flags) = (0, 0);
+    for line in joined.lines().map(str::trim) {
         let Some(rest) = line.strip_prefix("chatgate-smol ") else {
             continue;
         };
@@ -112,6 +135,7 @@ fn operations_guide_matches_the_binaries() {
         let (code, help, _) = run(bin, &args, &[]);
         assert_eq!(code, 0, "{line}");
         for flag in words.iter().filter(|w| w.starts_with("--")) {
+            flags += 1;
             assert!(
                 help.contains(&format!("{flag} ")),
                 "`{line}`: {flag} is not a flag of {sub:?}"
@@ -120,5 +144,10 @@ fn operations_guide_matches_the_binaries() {
         checked += 1;
     }
     assert!(checked >= 7, "{checked} commands checked");
+    assert!(
+        joined.contains("--key alice") && joined.contains("--since 2026-11-01 --until"),
+        "the usage example's continuation line is checked"
+    );
+    assert!(flags >= 17, "{flags} flags checked");
     assert!(gw.alive());
 }
