@@ -563,7 +563,14 @@ fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
-    rt.spawn(run_sim(rt.clone(), sim_listener, sim));
+    // The demo's simulator lives as long as the process: the gateway's
+    // drain decides when that ends.
+    rt.spawn(run_sim(
+        rt.clone(),
+        sim_listener,
+        sim,
+        std::future::pending(),
+    ));
 
     let key = mint_key(&random_32());
     let keys = match KeyTable::new(vec![KeyEntry {
@@ -677,9 +684,11 @@ fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
+    // Handlers first: whoever reads the line may signal at once.
+    let stop = rt.shutdown_signal();
     println!("sim listening on http://{addr}/v1");
     let _ = std::io::stdout().flush();
     let server = SimServer::new(options, WallClock::new(unix_ms_at_start()));
-    rt.block_on(run_sim(rt.clone(), listener, server));
+    rt.block_on(run_sim(rt.clone(), listener, server, stop));
     ExitCode::SUCCESS
 }

@@ -10,8 +10,15 @@ use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 use crate::gate::Gate;
 use crate::runtime::{Alarm, Runtime, now, with_scratch};
 
-/// Serves simulator connections until SIGTERM/SIGINT.
-pub async fn run_sim<R: Runtime>(rt: R, listener: R::Listener, server: Arc<SimServer>) {
+/// Serves simulator connections until `stop` completes (the caller passes
+/// [`Runtime::shutdown_signal`], installed before it announces the address,
+/// so a SIGTERM/SIGINT right after the line stops the simulator cleanly).
+pub async fn run_sim<R: Runtime>(
+    rt: R,
+    listener: R::Listener,
+    server: Arc<SimServer>,
+    stop: impl std::future::Future<Output = ()>,
+) {
     let accept = async {
         loop {
             if let Ok(tcp) = rt.accept(&listener).await {
@@ -20,7 +27,7 @@ pub async fn run_sim<R: Runtime>(rt: R, listener: R::Listener, server: Arc<SimSe
             }
         }
     };
-    future::or(accept, rt.shutdown_signal()).await;
+    future::or(accept, stop).await;
 }
 
 enum Wake {

@@ -829,6 +829,13 @@ fn a_signal_right_after_the_listening_line_exits_0(bin: &str) {
         );
         assert!(gw.proc.stderr().contains("stopped"), "{}", gw.proc.stderr());
     }
+    // The simulator too: its handlers are in before its line.
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut s = Sim::start(bin, &[], &[]);
+        s.proc.signal(signal);
+        let status = s.proc.wait_exit(PATIENCE).expect("exited");
+        assert_eq!(status.code(), Some(0), "sim, signal {signal}: {status:?}");
+    }
 }
 
 /// `demo`, as a newcomer runs it: the address on stdout, the key and a

@@ -310,7 +310,11 @@ impl SimConnection {
     fn read_head(&mut self, now: Instant) -> bool {
         let limits = HttpLimits::default();
         let start = crate::http::request::leading_empty_lines(&self.cin);
-        self.cin.drain(..start);
+        if start > 0 {
+            // The scanner's position counts from the buffer's start.
+            self.cin.drain(..start);
+            self.scanner.reset();
+        }
         let head = match self.scanner.scan(&self.cin, limits.max_head) {
             Ok(None) => return false,
             Ok(Some(len)) => parse_request_head(&self.cin[..len], &limits).map(|h| (h, len)),
