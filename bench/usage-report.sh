@@ -16,4 +16,4 @@ echo "==> building release binaries"
 cargo build --release --locked -p chatgate-smol -p chatgate-tokio \
     -p chatgate-tests --bin chatgate-smol --bin chatgate-tokio --bin chatgate-usage-bench
 
-exec target/release/chatgate-usage-bench "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/chatgate-usage-bench" "$@"
