@@ -100,7 +100,7 @@ pub fn start(
 }
 
 /// Where the checkpoint of the ledger at `ledger` is kept.
-pub fn checkpoint_path(ledger: &str) -> String {
+fn checkpoint_path(ledger: &str) -> String {
     format!("{ledger}.pg-offset")
 }
 
@@ -173,25 +173,25 @@ impl Spool {
     }
 
     /// Starts tracking the file at the path when it is a new one (the
-    /// ledger was rotated); true when it did.
-    fn watch(&mut self) -> bool {
+    /// ledger was rotated).
+    fn watch(&mut self) {
         let Ok(meta) = std::fs::metadata(&self.path) else {
             // Moved away and not yet reopened: the file in hand still
             // takes the appends.
-            return false;
+            return;
         };
         let seen = FileId::of(&meta);
         if self.files.iter().any(|t| t.id == seen) {
-            return false;
+            return;
         }
         let Ok(file) = File::open(&self.path) else {
-            return false;
+            return;
         };
         let Ok(id) = file.metadata().map(|m| FileId::of(&m)) else {
-            return false;
+            return;
         };
         if self.files.iter().any(|t| t.id == id) {
-            return false;
+            return;
         }
         if !self.files.is_empty() {
             tracing::info!(
@@ -207,7 +207,6 @@ impl Spool {
         if let Err(e) = self.save() {
             tracing::error!("ledger: cannot write the checkpoint: {e}");
         }
-        true
     }
 
     /// Sleeps for `d`, looking at the path for a new file meanwhile (so
