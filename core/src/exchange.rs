@@ -22,7 +22,8 @@
 //! appended, so a response that reached the client in full always has its
 //! line (if the append fails, they are never sent); [`Event::CloseClient`]
 //! is only emitted once every byte was written and the shared limiter has
-//! answered any [`Event::Admit`].
+//! answered any [`Event::Admit`]; the provider connection is released or
+//! closed before the next one is asked for.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -56,6 +57,13 @@ const MAX_ERROR_BODY: u64 = 64 * 1024;
 const CLIENT_BACKLOG_HIGH: usize = 1 << 20;
 /// Status recorded when the client left before any response head.
 pub const STATUS_CLIENT_CLOSED: u16 = 499;
+/// How long a provider connection is drained after `[DONE]` for the rest
+/// of its chunked framing (see [`Drain`]). The last chunk is flushed right
+/// after `[DONE]`, so it arrives within a round trip; a fixed bound, not
+/// `stream_tail_timeout` (meant for a provider still generating, 30 s by
+/// default), keeps a provider that never ends its body from holding a
+/// connection long.
+const UPSTREAM_DRAIN: Duration = Duration::from_secs(1);
 
 /// Something the runtime must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +77,14 @@ pub enum Event {
     },
     /// The provider's response is complete and its connection can carry
     /// another request: return it to the pool.
+    ///
+    /// A stream whose `[DONE]` came before the end of its chunked body is
+    /// over for the client at once (ledger line, last bytes), but its
+    /// connection is kept and read a moment longer for that end: this
+    /// event (or [`Event::CloseUpstream`]) then comes later, possibly while
+    /// the next request is read. It always comes before the next
+    /// [`Event::ConnectUpstream`] and before [`Event::CloseClient`]: the
+    /// runtime holds at most one provider connection per client connection.
     ReleaseUpstream,
     /// Close the provider connection now (this aborts generation).
     CloseUpstream,
@@ -227,6 +243,29 @@ struct Upstream {
     done_forwarded: bool,
 }
 
+/// A provider connection whose stream is over for the client (`[DONE]` was
+/// forwarded) but whose chunked body has not ended yet: the last chunk (and
+/// any trailers) often comes in a later read, flushed separately behind
+/// TLS. It is read until the body ends cleanly (then pooled), and closed if
+/// anything else arrives, after [`UPSTREAM_DRAIN`], when the client's next
+/// request needs the provider, or when the client connection closes.
+#[derive(Debug)]
+struct Drain {
+    decoder: BodyDecoder,
+    deadline: Instant,
+}
+
+/// What becomes of the provider connection when a stream ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamConnection {
+    /// The body ended cleanly: back to the pool.
+    Release,
+    /// `[DONE]` came before the end of the chunked body: read the rest.
+    Drain,
+    /// Not reusable.
+    Close,
+}
+
 /// How a stream ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum StreamEnd {
@@ -264,6 +303,10 @@ pub struct Connection {
     scanner: HeadScanner,
     req: Option<Box<Request>>,
     up: Option<Box<Upstream>>,
+    /// The previous stream's provider connection, still being read for the
+    /// end of its body. Never at the same time as `up`: the runtime holds
+    /// one provider connection per client connection.
+    drain: Option<Drain>,
     events: VecDeque<Event>,
     /// The last `Authorization` value that authenticated on this connection,
     /// the key table it was checked against and the key it named: the next
@@ -303,6 +346,7 @@ impl Connection {
             scanner: HeadScanner::new(),
             req: None,
             up: None,
+            drain: None,
             events: VecDeque::new(),
             auth_cache: None,
             admitting: None,
@@ -356,10 +400,14 @@ impl Connection {
             }),
             _ => None,
         };
-        match (phase_deadline, self.send_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            phase_deadline,
+            self.send_deadline,
+            self.drain.as_ref().map(|d| d.deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether the runtime should read from the client now. It stays true
@@ -371,9 +419,14 @@ impl Connection {
         self.phase != Phase::Closed && self.cin.len() - self.cin_pos <= cap
     }
 
-    /// Whether the runtime should read from the provider now.
+    /// Whether the runtime should read from the provider now. A connection
+    /// being drained after `[DONE]` is always read: nothing it sends goes
+    /// to the client.
     #[must_use]
     pub fn wants_upstream_read(&self) -> bool {
+        if self.drain.is_some() {
+            return true;
+        }
         self.up
             .as_ref()
             .is_some_and(|u| u.state != UpState::Connecting)
@@ -512,6 +565,9 @@ impl Connection {
     /// A deadline from [`Connection::poll_timeout`] passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         let t = self.gw.config().timeouts;
+        if self.drain.as_ref().is_some_and(|d| now >= d.deadline) {
+            self.end_drain(false, "its body did not end in time");
+        }
         if self.send_deadline.is_some_and(|d| now >= d) {
             // The client stopped reading: give up on it.
             self.handle_client_eof(now);
@@ -580,8 +636,11 @@ impl Connection {
 
     /// Bytes arrived from the provider.
     pub fn handle_upstream_data(&mut self, now: Instant, data: &[u8]) {
-        if self.up.is_none() || data.is_empty() {
+        if data.is_empty() {
             return;
+        }
+        if self.up.is_none() {
+            return self.drain_data(data);
         }
         let idle = self.gw.config().timeouts.upstream_idle;
         let up = self.up.as_mut().expect("checked above");
@@ -602,7 +661,9 @@ impl Connection {
 
     /// The provider closed the connection.
     pub fn handle_upstream_eof(&mut self, now: Instant) {
-        let Some(up) = self.up.as_mut() else { return };
+        let Some(up) = self.up.as_mut() else {
+            return self.end_drain(false, "the provider closed it");
+        };
         match up.state {
             UpState::Connecting | UpState::AwaitingHead => {
                 self.upstream_failed_early(
@@ -645,7 +706,9 @@ impl Connection {
 
     /// The provider connection failed (to connect, or while in use).
     pub fn handle_upstream_failure(&mut self, now: Instant, failure: UpstreamFailure) {
-        let Some(up) = self.up.as_ref() else { return };
+        let Some(up) = self.up.as_ref() else {
+            return self.end_drain(false, "it failed");
+        };
         match up.state {
             UpState::Connecting | UpState::AwaitingHead => {
                 self.upstream_failed_early(now, failure.fault(), failure.to_string())
@@ -1028,6 +1091,9 @@ impl Connection {
         req.attempts = 1;
         req.up_started = Some(now);
         self.phase = Phase::Upstream;
+        // The previous stream's connection is not waited for: this request
+        // takes another one (from the pool or new).
+        self.end_drain(false, "the next request needs the provider");
         self.up = Some(Box::new(Upstream::new(
             now + gw.config().timeouts.upstream_connect,
             gw.config().max_sse_event,
@@ -1449,16 +1515,28 @@ impl Connection {
     /// Ends a committed (or just committing) stream: `[DONE]` if the provider
     /// did not send it, the last chunk, the ledger line first.
     fn end_stream(&mut self, now: Instant, end: StreamEnd, mut bytes: Vec<u8>) {
-        let reusable = matches!(end, StreamEnd::Ended)
-            && self.up.as_ref().is_some_and(|u| {
-                u.decoder.as_ref().is_some_and(BodyDecoder::is_done)
-                    && u.head.as_ref().is_some_and(|h| h.keep_alive)
-                    && !u.trailing_garbage
-            });
-        let up = if reusable {
-            self.release_upstream()
-        } else {
-            self.close_upstream()
+        let next = self
+            .up
+            .as_ref()
+            .map_or(StreamConnection::Close, |u| u.after_stream(&end));
+        let up = match next {
+            StreamConnection::Release => self.release_upstream(),
+            StreamConnection::Close => self.close_upstream(),
+            StreamConnection::Drain => {
+                // No event yet: the connection stays with the runtime,
+                // which keeps reading it (see `drain_data`).
+                let mut up = self.up.take().expect("upstream in progress");
+                match up.decoder.take() {
+                    Some(decoder) => {
+                        self.drain = Some(Drain {
+                            decoder,
+                            deadline: now + UPSTREAM_DRAIN,
+                        });
+                    }
+                    None => self.events.push_back(Event::CloseUpstream),
+                }
+                up
+            }
         };
         // A stream without a single event was answered with an error
         // instead (see `forward_events`): the head went out.
@@ -1589,6 +1667,44 @@ impl Connection {
         self.emit_ledger(now, rec, Vec::new());
     }
 
+    /// Bytes from a provider connection drained after `[DONE]`: only the
+    /// rest of the chunked framing may come. Its end returns the connection
+    /// to the pool; a body byte (data after `[DONE]`, ignored), bytes after
+    /// the end, or broken framing close it.
+    fn drain_data(&mut self, data: &[u8]) {
+        let Some(drain) = self.drain.as_mut() else {
+            return;
+        };
+        // Stays empty (no allocation) unless the provider sends data.
+        let mut body = Vec::new();
+        match drain.decoder.decode(data, &mut body) {
+            Ok(used) if used == data.len() && body.is_empty() => {
+                if drain.decoder.is_done() {
+                    self.end_drain(true, "");
+                }
+            }
+            Ok(_) => self.end_drain(false, "data came after [DONE]"),
+            Err(_) => self.end_drain(false, "its framing is invalid"),
+        }
+    }
+
+    /// Ends a pending drain: the connection goes back to the pool when
+    /// `reusable`, else it is closed (`why` says why, for the debug log).
+    fn end_drain(&mut self, reusable: bool, why: &str) {
+        if self.drain.take().is_none() {
+            return;
+        }
+        if reusable {
+            self.events.push_back(Event::ReleaseUpstream);
+        } else {
+            tracing::debug!(
+                reason = why,
+                "provider connection closed while draining after [DONE]"
+            );
+            self.events.push_back(Event::CloseUpstream);
+        }
+    }
+
     fn release_upstream(&mut self) -> Box<Upstream> {
         self.events.push_back(Event::ReleaseUpstream);
         self.up.take().expect("upstream in progress")
@@ -1715,6 +1831,7 @@ impl Connection {
                     continue;
                 }
                 Phase::Closed if flushed && !self.close_emitted && self.admitting.is_none() => {
+                    self.end_drain(false, "the client connection closes");
                     self.close_emitted = true;
                     self.events.push_back(Event::CloseClient);
                 }
@@ -1818,6 +1935,33 @@ impl Connection {
 }
 
 impl Upstream {
+    /// What becomes of the connection when its stream ended with `end`.
+    /// Only a stream that ended by `[DONE]` or by its body's end is
+    /// reusable, and only without data after `[DONE]` in the same read
+    /// (what is left of the decoded body once the events up to `[DONE]`
+    /// were consumed) or bytes after the body's end.
+    fn after_stream(&self, end: &StreamEnd) -> StreamConnection {
+        let Some(head) = self.head.as_ref() else {
+            return StreamConnection::Close;
+        };
+        // Bytes left after the `[DONE]` event in its read: data after it.
+        let data_after_done = self.done_forwarded && !self.body.is_empty();
+        let clean = matches!(end, StreamEnd::Ended)
+            && head.keep_alive
+            && !self.trailing_garbage
+            && !data_after_done;
+        match &self.decoder {
+            Some(d) if clean && d.is_done() => StreamConnection::Release,
+            // After `[DONE]`, only the last chunk (and trailers) may still
+            // come; a `Content-Length` body that is not over yet holds more
+            // data, which is data after `[DONE]`.
+            Some(_) if clean && self.done_forwarded && head.framing == Framing::Chunked => {
+                StreamConnection::Drain
+            }
+            _ => StreamConnection::Close,
+        }
+    }
+
     fn new(deadline: Instant, max_sse: usize) -> Self {
         Upstream {
             state: UpState::Connecting,

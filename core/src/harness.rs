@@ -244,6 +244,19 @@ impl Pair {
         }
     }
 
+    /// The scripted provider ([`Pair::provider_script`]) sends `bytes` more
+    /// on its current connection, after what it sent so far (a last chunk
+    /// that comes late, say); everything that follows is run. False when no
+    /// scripted connection is open to send them on.
+    pub fn provider_sends(&mut self, bytes: &[u8]) -> bool {
+        let Some(s) = self.scripted.as_mut() else {
+            return false;
+        };
+        s.bytes.extend_from_slice(bytes);
+        self.run();
+        true
+    }
+
     /// The client goes away.
     pub fn client_close(&mut self) {
         if let Some(c) = self.conn.as_mut() {
