@@ -8,10 +8,12 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use chatgate_core::harness::parse_response;
 use chatgate_tests::*;
 
 cases!(
@@ -25,6 +27,7 @@ cases!(
     unreachable_providers,
     sigkill_under_load_loses_nothing_delivered,
     sigterm_with_streams_in_flight,
+    an_unwritable_ledger_withholds_every_answer,
 );
 
 static HEAVY: Mutex<()> = Mutex::new(());
@@ -963,4 +966,54 @@ fn sigterm_with_streams_in_flight(bin: &str) {
     assert!(!cut.complete);
     assert_eq!(cut.error.as_deref(), Some("shutdown"));
     assert!(recs.iter().any(|r| !r.stream && r.status == 503));
+}
+
+/// The ledger's promise — a response that reached its client in full has its
+/// line — held when the line cannot be written: with the ledger on a full
+/// device every metered answer is cut before its end (a non-streamed answer
+/// is not sent at all, a stream stops before `[DONE]`), the failure is
+/// logged, and unmetered paths keep working.
+fn an_unwritable_ledger_withholds_every_answer(bin: &str) {
+    let full = Path::new("/dev/full");
+    assert!(full.exists(), "this test needs /dev/full");
+    let sim = Sim::start(bin, &[], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let key = mint(bin, dir.path(), "test", Some(100_000), Some(100_000_000));
+    std::os::unix::fs::symlink(full, dir.path().join("ledger.jsonl")).unwrap();
+    let gw = Gw::start_with_keys(bin, &sim.url(), GwOptions::default(), dir, key);
+    let send = |body: &str| {
+        let mut s = TcpStream::connect(gw.addr).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let req = raw_request("POST", "/v1/chat/completions", Some(&gw.key), Some(body));
+        s.write_all(&req).unwrap();
+        read_to_close(&mut s).unwrap_or_default()
+    };
+    // Non-streamed: nothing of the answer is sent; the connection closes.
+    let plain = send(&body(""));
+    assert!(
+        parse_response(&plain, true).map_or(true, |r| r.is_none()),
+        "a complete answer went out without its ledger line: {:?}",
+        String::from_utf8_lossy(&plain)
+    );
+    // Streamed: events may go out, but never the end of the stream.
+    let streamed = send(&stream_body(""));
+    let text = String::from_utf8_lossy(&streamed);
+    assert!(!text.contains("[DONE]"), "{text}");
+    assert!(!text.ends_with("0\r\n\r\n"), "{text}");
+    // A refused request is metered too, so it is withheld the same way.
+    let refused = send(r#"{"model":"reasoning-model-k3","messages":[]}"#);
+    assert!(
+        parse_response(&refused, true).map_or(true, |r| r.is_none()),
+        "{:?}",
+        String::from_utf8_lossy(&refused)
+    );
+    // The provider was asked (the failure is only known at the end) ...
+    assert!(sim.journal().len() >= 2);
+    // ... the gateway says why, and keeps serving what is not metered.
+    let log = gw.proc.stderr();
+    assert!(log.to_lowercase().contains("ledger"), "{log}");
+    let models = request(gw.addr, "GET", "/v1/models", Some(&gw.key), None);
+    assert_eq!(models.status, 200);
+    let mut gw = gw;
+    assert!(gw.alive());
 }
