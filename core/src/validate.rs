@@ -156,7 +156,13 @@ impl ChatRequest {
 
 /// Validates a chat completion body and prepares the provider's body.
 pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
-    let top: Members<'_> = serde_json::from_slice(body).map_err(ApiError::invalid_json)?;
+    // serde_json reads a `&str` without checking UTF-8 again in every
+    // string and raw value; other bytes are read (and refused) as bytes.
+    let top: Members<'_> = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(body),
+    }
+    .map_err(ApiError::invalid_json)?;
     if let Some(hazard) = json_hazard(body, MAX_DEPTH) {
         // Valid JSON, but a provider's parser (serde_json's included) would
         // refuse it, less clearly: refused here.
@@ -178,7 +184,7 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
         None => false,
         Some(raw) => match kind(raw) {
             Kind::Null => false,
-            Kind::Bool => raw.get() == "true",
+            Kind::Bool => raw == "true",
             _ => return Err(ApiError::invalid_type("stream", "a boolean")),
         },
     };
@@ -195,7 +201,7 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
                             "a boolean",
                         ));
                     }
-                    include_usage_already = v.get() == "true";
+                    include_usage_already = v == "true";
                 }
             }
             _ => return Err(ApiError::invalid_type("stream_options", "an object")),
@@ -215,7 +221,7 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
         // Not validated (not in the specification), but a cap is a cap.
         max_tokens = top
             .get("max_completion_tokens")
-            .and_then(|raw| raw.get().parse::<u64>().ok());
+            .and_then(|raw| raw.parse::<u64>().ok());
     }
     if let Some(raw) = top.get("stop") {
         check_stop(raw)?;
@@ -253,21 +259,37 @@ pub fn peek_model_and_stream(body: &[u8]) -> (String, bool) {
     };
     let model = top
         .get("model")
-        .and_then(|m| serde_json::from_str::<Key<'_>>(m.get()).ok())
+        .and_then(|m| serde_json::from_str::<Key<'_>>(m).ok())
         .map(|k| k.0.chars().take(128).collect())
         .unwrap_or_default();
-    let stream = top.get("stream").is_some_and(|s| s.get() == "true");
+    let stream = top.get("stream").is_some_and(|s| s == "true");
     (model, stream)
 }
 
-/// A JSON object's members in order, values unparsed.
+/// Members kept inline when split from already-checked text (more, or
+/// keys with escapes, go through serde_json).
+const FEW: usize = 8;
+
+/// A JSON object's members in order, values unparsed (their raw text).
 struct Members<'a> {
-    items: Vec<(Cow<'a, str>, &'a RawValue)>,
+    /// Split from already-checked text ([`split_object`]): keys without
+    /// escapes, no duplicates, at most [`FEW`].
+    few: [(&'a str, &'a str); FEW],
+    len: usize,
+    /// Read by serde_json (the top level, and objects `few` cannot hold).
+    items: Vec<(Cow<'a, str>, &'a str)>,
 }
 
 impl<'a> Members<'a> {
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.items.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &'a str)> + '_ {
+        self.few[..self.len]
+            .iter()
+            .map(|&(k, v)| (k, v))
+            .chain(self.items.iter().map(|(k, v)| (k.as_ref(), *v)))
     }
 }
 
@@ -280,23 +302,157 @@ impl<'de> Deserialize<'de> for Members<'de> {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut items: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                let mut items: Vec<(Cow<'de, str>, &'de str)> = Vec::with_capacity(FEW);
                 while let Some(Key(k)) = map.next_key()? {
                     let v: &'de RawValue = map.next_value()?;
-                    items.push((k, v));
+                    items.push((k, v.get()));
                 }
                 if let Some(dup) = first_duplicate(&items) {
                     return Err(de::Error::custom(format_args!("duplicate key '{dup}'")));
                 }
-                Ok(Members { items })
+                Ok(Members {
+                    few: [("", ""); FEW],
+                    len: 0,
+                    items,
+                })
             }
         }
         d.deserialize_map(V)
     }
 }
 
+/// Splitting values the top-level parse already accepted (so valid JSON,
+/// nested at most [`MAX_DEPTH`] deep) without parsing them again: strings
+/// are skipped with `memchr`, containers by counting brackets. Anything
+/// unexpected gives `None`, and the caller asks serde_json instead, whose
+/// answer (or error) is the reference.
+mod split {
+    /// After the whitespace at `i`.
+    pub(super) fn ws(s: &[u8], mut i: usize) -> usize {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = s.get(i) {
+            i += 1;
+        }
+        i
+    }
+
+    /// After the string whose opening quote is at `i`.
+    pub(super) fn string_end(s: &[u8], i: usize) -> Option<usize> {
+        let mut j = i + 1;
+        loop {
+            j += memchr::memchr2(b'"', b'\\', s.get(j..)?)?;
+            if s[j] == b'"' {
+                return Some(j + 1);
+            }
+            j += 2;
+        }
+    }
+
+    /// After the value that starts at `i`.
+    pub(super) fn value_end(s: &[u8], i: usize) -> Option<usize> {
+        match *s.get(i)? {
+            b'"' => string_end(s, i),
+            b'{' | b'[' => {
+                let (mut depth, mut j) = (0usize, i);
+                loop {
+                    match *s.get(j)? {
+                        b'"' => {
+                            j = string_end(s, j)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth = depth.checked_sub(1)?;
+                            if depth == 0 {
+                                return Some(j + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+            }
+            _ => {
+                let rest = s.get(i..)?;
+                let n = rest
+                    .iter()
+                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                    .unwrap_or(rest.len());
+                (n > 0).then_some(i + n)
+            }
+        }
+    }
+}
+
+/// An object's members from already-checked text (see [`split`]): `None`
+/// for more than [`FEW`] members, a key with an escape or a duplicate key,
+/// which serde_json then reads (or refuses, with its message).
+fn split_object(text: &str) -> Option<Members<'_>> {
+    let s = text.as_bytes();
+    let mut m = Members {
+        few: [("", ""); FEW],
+        len: 0,
+        items: Vec::new(),
+    };
+    let mut i = split::ws(s, 0);
+    if s.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = split::ws(s, i + 1);
+    if s.get(i) == Some(&b'}') {
+        return (split::ws(s, i + 1) == s.len()).then_some(m);
+    }
+    loop {
+        if s.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = split::string_end(s, i)?;
+        let key = text.get(i + 1..key_end - 1)?;
+        if key.contains('\\') || m.len == FEW || m.few[..m.len].iter().any(|(k, _)| *k == key) {
+            return None;
+        }
+        i = split::ws(s, key_end);
+        if s.get(i) != Some(&b':') {
+            return None;
+        }
+        i = split::ws(s, i + 1);
+        let end = split::value_end(s, i)?;
+        m.few[m.len] = (key, text.get(i..end)?);
+        m.len += 1;
+        i = split::ws(s, end);
+        match s.get(i) {
+            Some(b',') => i = split::ws(s, i + 1),
+            Some(b'}') => return (split::ws(s, i + 1) == s.len()).then_some(m),
+            _ => return None,
+        }
+    }
+}
+
+/// An array's elements from already-checked text (see [`split`]).
+fn split_array(text: &str) -> Option<Vec<&str>> {
+    let s = text.as_bytes();
+    let mut i = split::ws(s, 0);
+    if s.get(i) != Some(&b'[') {
+        return None;
+    }
+    let mut items = Vec::new();
+    i = split::ws(s, i + 1);
+    if s.get(i) == Some(&b']') {
+        return (split::ws(s, i + 1) == s.len()).then_some(items);
+    }
+    loop {
+        let end = split::value_end(s, i)?;
+        items.push(text.get(i..end)?);
+        i = split::ws(s, end);
+        match s.get(i) {
+            Some(b',') => i = split::ws(s, i + 1),
+            Some(b']') => return (split::ws(s, i + 1) == s.len()).then_some(items),
+            _ => return None,
+        }
+    }
+}
+
 /// The first key that occurs twice; O(n log n) for large objects.
-fn first_duplicate<'a>(items: &'a [(Cow<'_, str>, &RawValue)]) -> Option<&'a str> {
+fn first_duplicate<'a>(items: &'a [(Cow<'_, str>, &str)]) -> Option<&'a str> {
     if items.len() <= 16 {
         return items
             .iter()
@@ -344,8 +500,8 @@ enum Kind {
     Null,
 }
 
-fn kind(raw: &RawValue) -> Kind {
-    match raw.get().as_bytes().first() {
+fn kind(raw: &str) -> Kind {
+    match raw.as_bytes().first() {
         Some(b'{') => Kind::Object,
         Some(b'[') => Kind::Array,
         Some(b'"') => Kind::String,
@@ -405,26 +561,35 @@ impl std::fmt::Display for Param<'_> {
     }
 }
 
-fn string<'a>(raw: &'a RawValue, param: Param<'_>) -> Result<Cow<'a, str>, ApiError> {
+fn string<'a>(raw: &'a str, param: Param<'_>) -> Result<Cow<'a, str>, ApiError> {
     if kind(raw) != Kind::String {
         return Err(ApiError::invalid_type(param.to_string(), "a string"));
     }
-    serde_json::from_str::<Key<'a>>(raw.get())
+    // Already-checked text: a string without escapes is its inside.
+    if let Some(inside) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        if !inside.contains('\\') {
+            return Ok(Cow::Borrowed(inside));
+        }
+    }
+    serde_json::from_str::<Key<'a>>(raw)
         .map(|k| k.0)
         .map_err(|_| ApiError::invalid_type(param.to_string(), "a string"))
 }
 
 /// A member that must be there.
-fn required<'a>(m: &Members<'a>, param: Param<'_>, key: &str) -> Result<&'a RawValue, ApiError> {
+fn required<'a>(m: &Members<'a>, param: Param<'_>, key: &str) -> Result<&'a str, ApiError> {
     m.get(key)
         .ok_or_else(|| ApiError::missing(param.to_string()))
 }
 
-fn object<'a>(raw: &'a RawValue, param: Param<'_>) -> Result<Members<'a>, ApiError> {
+fn object<'a>(raw: &'a str, param: Param<'_>) -> Result<Members<'a>, ApiError> {
     if kind(raw) != Kind::Object {
         return Err(ApiError::invalid_type(param.to_string(), "an object"));
     }
-    serde_json::from_str(raw.get()).map_err(|e| {
+    if let Some(m) = split_object(raw) {
+        return Ok(m);
+    }
+    serde_json::from_str(raw).map_err(|e| {
         ApiError::invalid_value(
             param.to_string(),
             format!("Invalid object for '{param}': {e}."),
@@ -432,23 +597,28 @@ fn object<'a>(raw: &'a RawValue, param: Param<'_>) -> Result<Members<'a>, ApiErr
     })
 }
 
-fn array<'a>(raw: &'a RawValue, param: Param<'_>) -> Result<Vec<&'a RawValue>, ApiError> {
+fn array<'a>(raw: &'a str, param: Param<'_>) -> Result<Vec<&'a str>, ApiError> {
     if kind(raw) != Kind::Array {
         return Err(ApiError::invalid_type(param.to_string(), "an array"));
     }
-    serde_json::from_str(raw.get()).map_err(|e| {
-        ApiError::invalid_value(
-            param.to_string(),
-            format!("Invalid array for '{param}': {e}."),
-        )
-    })
+    if let Some(items) = split_array(raw) {
+        return Ok(items);
+    }
+    serde_json::from_str::<Vec<&RawValue>>(raw)
+        .map(|items| items.into_iter().map(RawValue::get).collect())
+        .map_err(|e| {
+            ApiError::invalid_value(
+                param.to_string(),
+                format!("Invalid array for '{param}': {e}."),
+            )
+        })
 }
 
-fn number_in(raw: &RawValue, param: Param<'_>, min: f64, max: f64) -> Result<(), ApiError> {
+fn number_in(raw: &str, param: Param<'_>, min: f64, max: f64) -> Result<(), ApiError> {
     match kind(raw) {
         Kind::Null => Ok(()),
         Kind::Number => {
-            let v: f64 = serde_json::from_str(raw.get()).map_err(|_| {
+            let v: f64 = serde_json::from_str(raw).map_err(|_| {
                 ApiError::invalid_value(
                     param.to_string(),
                     format!("'{param}' is not a representable number."),
@@ -467,11 +637,11 @@ fn number_in(raw: &RawValue, param: Param<'_>, min: f64, max: f64) -> Result<(),
     }
 }
 
-fn positive_integer(raw: &RawValue, param: Param<'_>) -> Result<Option<u64>, ApiError> {
+fn positive_integer(raw: &str, param: Param<'_>) -> Result<Option<u64>, ApiError> {
     match kind(raw) {
         Kind::Null => Ok(None),
         Kind::Number => {
-            let text = raw.get();
+            let text = raw;
             if text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
                 return Err(ApiError::invalid_type(param.to_string(), "an integer"));
             }
@@ -489,7 +659,7 @@ fn positive_integer(raw: &RawValue, param: Param<'_>) -> Result<Option<u64>, Api
     }
 }
 
-fn check_stop(raw: &RawValue) -> Result<(), ApiError> {
+fn check_stop(raw: &str) -> Result<(), ApiError> {
     let p = Param::root("stop");
     match kind(raw) {
         Kind::Null | Kind::String => Ok(()),
@@ -520,7 +690,7 @@ fn check_stop(raw: &RawValue) -> Result<(), ApiError> {
 
 /// Checks `tools`; returns the function names and the raw length (for the
 /// prompt estimate).
-fn check_tools(raw: &RawValue) -> Result<(Vec<String>, usize), ApiError> {
+fn check_tools(raw: &str) -> Result<(Vec<String>, usize), ApiError> {
     if kind(raw) == Kind::Null {
         return Ok((Vec::new(), 0));
     }
@@ -557,7 +727,7 @@ fn check_tools(raw: &RawValue) -> Result<(Vec<String>, usize), ApiError> {
         }
         names.push(name.into_owned());
     }
-    Ok((names, raw.get().len()))
+    Ok((names, raw.len()))
 }
 
 fn is_function_name(name: &str) -> bool {
@@ -567,7 +737,7 @@ fn is_function_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn check_tool_choice(raw: &RawValue, tools: &[String]) -> Result<(), ApiError> {
+fn check_tool_choice(raw: &str, tools: &[String]) -> Result<(), ApiError> {
     let p = Param::root("tool_choice");
     match kind(raw) {
         Kind::Null => Ok(()),
@@ -616,14 +786,14 @@ fn check_tool_choice(raw: &RawValue, tools: &[String]) -> Result<(), ApiError> {
 
 /// What validating `messages` found.
 struct CheckedMessages<'a> {
-    items: Vec<&'a RawValue>,
+    items: Vec<&'a str>,
     /// Indices of assistant messages carrying `reasoning_content`.
     strip: Vec<usize>,
     needs_strip: bool,
     estimate: u64,
 }
 
-fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
+fn check_messages(raw: &str) -> Result<CheckedMessages<'_>, ApiError> {
     let root = Param::root("messages");
     let items = array(raw, root)?;
     if items.is_empty() {
@@ -655,7 +825,7 @@ fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
                 ));
             }
             check_tool_calls(tc, p.key("tool_calls"))?;
-            estimate += (tc.get().len() as u64).div_ceil(4);
+            estimate += (tc.len() as u64).div_ceil(4);
         }
         estimate += 4 + check_content(
             m.get("content"),
@@ -679,7 +849,7 @@ fn check_messages(raw: &RawValue) -> Result<CheckedMessages<'_>, ApiError> {
     })
 }
 
-fn check_tool_calls(raw: &RawValue, p: Param<'_>) -> Result<(), ApiError> {
+fn check_tool_calls(raw: &str, p: Param<'_>) -> Result<(), ApiError> {
     for (j, call) in array(raw, p)?.iter().enumerate() {
         let cp = p.index(j);
         let c = object(call, cp)?;
@@ -695,7 +865,7 @@ fn check_tool_calls(raw: &RawValue, p: Param<'_>) -> Result<(), ApiError> {
 
 /// Checks a message's content (`p` is its path); returns its token estimate.
 fn check_content(
-    raw: Option<&RawValue>,
+    raw: Option<&str>,
     role: &str,
     has_tool_calls: bool,
     p: Param<'_>,
@@ -708,7 +878,7 @@ fn check_content(
         };
     };
     match kind(raw) {
-        Kind::String => Ok((raw.get().len() as u64).saturating_sub(2).div_ceil(4)),
+        Kind::String => Ok((raw.len() as u64).saturating_sub(2).div_ceil(4)),
         Kind::Null if role == "assistant" => Ok(0),
         Kind::Array => {
             let parts = array(raw, p)?;
@@ -731,7 +901,7 @@ fn check_content(
     }
 }
 
-fn check_part(raw: &RawValue, role: &str, p: Param<'_>) -> Result<u64, ApiError> {
+fn check_part(raw: &str, role: &str, p: Param<'_>) -> Result<u64, ApiError> {
     let part = object(raw, p)?;
     let type_p = p.key("type");
     let ty = string(required(&part, type_p, "type")?, type_p)?;
@@ -742,7 +912,7 @@ fn check_part(raw: &RawValue, role: &str, p: Param<'_>) -> Result<u64, ApiError>
             if kind(text) != Kind::String {
                 return Err(ApiError::invalid_type(tp.to_string(), "a string"));
             }
-            Ok((text.get().len() as u64).saturating_sub(2).div_ceil(4))
+            Ok((text.len() as u64).saturating_sub(2).div_ceil(4))
         }
         "image_url" if role == "user" => {
             let ip = p.key("image_url");
@@ -803,14 +973,14 @@ fn rewrite(
     out.push(b'{');
     let mut first = true;
     let mut saw_options = false;
-    for (key, raw) in &top.items {
-        match key.as_ref() {
+    for (key, raw) in top.iter() {
+        match key {
             "model" if map_model.is_some() => {
                 let mapped = serde_json::to_string(&map_model).unwrap_or_default();
                 member(&mut out, &mut first, key, mapped.as_bytes());
             }
             "messages" if messages.needs_strip => {
-                let mut arr = Vec::with_capacity(raw.get().len());
+                let mut arr = Vec::with_capacity(raw.len());
                 arr.push(b'[');
                 for (i, msg) in messages.items.iter().enumerate() {
                     if i > 0 {
@@ -819,10 +989,10 @@ fn rewrite(
                     if messages.strip.binary_search(&i).is_ok() {
                         // Validated as an object above.
                         let m: Members<'_> =
-                            serde_json::from_str(msg.get()).expect("message is an object");
+                            serde_json::from_str(msg).expect("message is an object");
                         object_without(&mut arr, &m, "reasoning_content");
                     } else {
-                        arr.extend_from_slice(msg.get().as_bytes());
+                        arr.extend_from_slice(msg.as_bytes());
                     }
                 }
                 arr.push(b']');
@@ -832,7 +1002,7 @@ fn rewrite(
                 saw_options = true;
                 member(&mut out, &mut first, key, &forced_options(raw));
             }
-            _ => member(&mut out, &mut first, key, raw.get().as_bytes()),
+            _ => member(&mut out, &mut first, key, raw.as_bytes()),
         }
     }
     if force_usage && !saw_options {
@@ -860,28 +1030,28 @@ fn member(out: &mut Vec<u8>, first: &mut bool, key: &str, value: &[u8]) {
 fn object_without(out: &mut Vec<u8>, m: &Members<'_>, skip: &str) {
     out.push(b'{');
     let mut first = true;
-    for (k, v) in &m.items {
+    for (k, v) in m.iter() {
         if k != skip {
-            member(out, &mut first, k, v.get().as_bytes());
+            member(out, &mut first, k, v.as_bytes());
         }
     }
     out.push(b'}');
 }
 
 /// `stream_options` with `include_usage: true`, other members kept in place.
-fn forced_options(raw: &RawValue) -> Vec<u8> {
+fn forced_options(raw: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    match serde_json::from_str::<Members<'_>>(raw.get()) {
+    match serde_json::from_str::<Members<'_>>(raw) {
         Ok(m) => {
             out.push(b'{');
             let mut first = true;
             let mut set = false;
-            for (k, v) in &m.items {
+            for (k, v) in m.iter() {
                 if k == "include_usage" {
                     member(&mut out, &mut first, k, b"true");
                     set = true;
                 } else {
-                    member(&mut out, &mut first, k, v.get().as_bytes());
+                    member(&mut out, &mut first, k, v.as_bytes());
                 }
             }
             if !set {
@@ -898,6 +1068,61 @@ fn forced_options(raw: &RawValue) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            (-1e6f64..1e6).prop_map(serde_json::Value::from),
+            "[a-z\"\\\\{}\\[\\]:, \n\u{e9}]{0,12}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map("[a-z\"\\\\]{0,4}", inner, 0..10)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Splitting checked text agrees with serde_json whenever it answers.
+        #[test]
+        fn splitting_agrees_with_serde(v in json_value(), pretty in proptest::bool::ANY) {
+            let text = if pretty { serde_json::to_string_pretty(&v).unwrap() } else { v.to_string() };
+            if let Some(m) = split_object(&text) {
+                let parsed: Members<'_> = serde_json::from_str(&text).unwrap();
+                let a: Vec<(&str, &str)> = m.iter().collect();
+                let b: Vec<(&str, &str)> = parsed.iter().collect();
+                proptest::prop_assert_eq!(a, b);
+            } else if let serde_json::Value::Object(o) = &v {
+                // Only escapes in keys or more than FEW members go to serde_json.
+                proptest::prop_assert!(o.len() > FEW || o.keys().any(|k| k.contains(['"', '\\'])));
+            }
+            if let Some(items) = split_array(&text) {
+                let parsed: Vec<&RawValue> = serde_json::from_str(&text).unwrap();
+                let b: Vec<&str> = parsed.into_iter().map(RawValue::get).collect();
+                proptest::prop_assert_eq!(items, b);
+            } else {
+                proptest::prop_assert!(!v.is_array());
+            }
+            if let serde_json::Value::String(st) = &v {
+                let got = string(&text, Param::root("x")).ok().map(Cow::into_owned);
+                proptest::prop_assert_eq!(got.as_deref(), Some(st.as_str()));
+            }
+        }
+    }
+
+    #[test]
+    fn split_object_leaves_duplicates_to_serde() {
+        assert!(split_object(r#"{"a":1,"b":[2,{"a":3}],"a":4}"#).is_none());
+        assert!(split_object(r#"{"a\u0062":1}"#).is_none());
+        let m = split_object(r#" { "a" : "x\"}" , "b":[1, "]"] } "#).unwrap();
+        assert_eq!(m.get("a"), Some(r#""x\"}""#));
+        assert_eq!(m.get("b"), Some(r#"[1, "]"]"#));
+    }
     use crate::catalog::{Model, Price};
     use serde_json::{Value, json};
 
