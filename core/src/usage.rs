@@ -160,7 +160,7 @@ impl<'de> Deserialize<'de> for LenientUsage {
             ) -> Result<LenientUsage, A::Error> {
                 let mut u = Usage::default();
                 let mut ok = true;
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                while let Some(Name(key)) = map.next_key::<Name<'de>>()? {
                     let slot = match key.as_ref() {
                         "prompt_tokens" => &mut u.prompt_tokens,
                         "completion_tokens" => &mut u.completion_tokens,
@@ -219,6 +219,29 @@ impl<'de> Deserialize<'de> for LenientUsage {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A member name, borrowed unless it has escapes (serde's own `Cow<str>`
+/// always allocates a `String`).
+struct Name<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Name<'de>, E> {
+                Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -286,7 +309,7 @@ impl<'de, const N: usize> Deserialize<'de> for Details<N> {
             }
             fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Details<N>, A::Error> {
                 let mut found = Ok(None);
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                while let Some(Name(key)) = map.next_key::<Name<'de>>()? {
                     if key == DETAIL_NAMES[N] {
                         found = match map.next_value::<Count>()?.0 {
                             Some(n) => Ok(Some(n)),
