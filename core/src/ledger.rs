@@ -124,7 +124,7 @@ impl LedgerRecord {
             push_decimal(&mut o, value);
         }
         o.extend_from_slice(b",\"cost_usd\":");
-        o.extend_from_slice(format_usd(self.cost_usd).as_bytes());
+        push_usd(&mut o, self.cost_usd);
         o.extend_from_slice(b",\"cost_nano_usd\":");
         push_decimal(&mut o, self.cost_nano_usd);
         o.extend_from_slice(b",\"finish_reason\":");
@@ -160,6 +160,19 @@ impl LedgerRecord {
     pub fn from_line(line: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(line)
     }
+}
+
+/// [`format_usd`] without `core::fmt`: whole dollars, a point, nine places.
+fn push_usd(out: &mut Vec<u8>, nanos: u64) {
+    push_decimal(out, nanos / 1_000_000_000);
+    out.push(b'.');
+    let mut frac = nanos % 1_000_000_000;
+    let mut places = [b'0'; 9];
+    for p in places.iter_mut().rev() {
+        *p = b'0' + (frac % 10) as u8;
+        frac /= 10;
+    }
+    out.extend_from_slice(&places);
 }
 
 /// A JSON string: copied as it is when nothing needs escaping (the usual
@@ -221,6 +234,24 @@ mod decimal_usd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usd_is_written_as_format_usd_writes_it() {
+        for nanos in [
+            0,
+            1,
+            9,
+            532_950,
+            999_999_999,
+            1_000_000_000,
+            12_345_678_901,
+            u64::MAX,
+        ] {
+            let mut out = Vec::new();
+            push_usd(&mut out, nanos);
+            assert_eq!(String::from_utf8(out).unwrap(), format_usd(nanos));
+        }
+    }
 
     #[test]
     fn line_round_trips_with_exact_cost() {
