@@ -64,7 +64,25 @@ where
             w.write_str(&cached.1)
         })?;
         let meta = event.metadata();
-        write!(w, ".{millis:03}Z {:>5} {}: ", meta.level(), meta.target())?;
+        // `.mmmZ LEVEL target: `, the level right-aligned in five columns,
+        // written without `core::fmt` (its padding and arguments cost more
+        // than the line).
+        let ms = [
+            b'.',
+            b'0' + (millis / 100) as u8,
+            b'0' + (millis / 10 % 10) as u8,
+            b'0' + (millis % 10) as u8,
+            b'Z',
+            b' ',
+        ];
+        // ASCII digits and punctuation.
+        w.write_str(std::str::from_utf8(&ms).unwrap_or(".000Z "))?;
+        let level = meta.level().as_str();
+        w.write_str(&"     "[level.len().min(5)..])?;
+        w.write_str(level)?;
+        w.write_char(' ')?;
+        w.write_str(meta.target())?;
+        w.write_str(": ")?;
         let mut visitor = Fields {
             w: &mut w,
             result: Ok(()),
@@ -89,7 +107,11 @@ impl Fields<'_, '_> {
         self.result = if field.name() == "message" {
             value(self.w)
         } else {
-            write!(self.w, " {}=", field.name()).and_then(|()| value(self.w))
+            self.w
+                .write_char(' ')
+                .and_then(|()| self.w.write_str(field.name()))
+                .and_then(|()| self.w.write_char('='))
+                .and_then(|()| value(self.w))
         };
     }
 }
