@@ -951,7 +951,8 @@ fn check_image_url(url: &str, param: Param<'_>) -> Result<(), ApiError> {
         .split(';')
         .skip(1)
         .any(|p| p.eq_ignore_ascii_case("base64"));
-    let mime_ok = mime.len() > 6 && mime[..6].eq_ignore_ascii_case("image/");
+    // Compared as bytes: a multi-byte character may straddle byte 6.
+    let mime_ok = mime.len() > 6 && mime.as_bytes()[..6].eq_ignore_ascii_case(b"image/");
     if !mime_ok || !is_base64 || data.is_empty() {
         return Err(bad());
     }
@@ -1366,6 +1367,20 @@ mod tests {
             ),
             (
                 r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,@@@"}}]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].content[0].image_url.url"),
+            ),
+            // Found by fuzzing: a character straddling the end of "image/"
+            // made the check slice a str inside a character and panic.
+            (
+                r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:imageȏng;base64,iVBORw0KGgo="}}]}]}"#,
+                400,
+                "invalid_value",
+                Some("messages[0].content[0].image_url.url"),
+            ),
+            (
+                "{\"model\":\"reasoning-model-k3\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image\u{20f}ng;base64,iVBORw0KGgo=\"}}]}]}",
                 400,
                 "invalid_value",
                 Some("messages[0].content[0].image_url.url"),

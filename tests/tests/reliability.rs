@@ -412,6 +412,11 @@ fn hostile_json_and_random_bytes(bin: &str) {
     let user = r#"[{"role":"user","content":"hi"}]"#;
     let bodies: Vec<(&str, Vec<u8>)> = vec![
         (
+            // Found by fuzzing (a panic before the fix, fuzz/seeds/validate).
+            "a character straddling the end of data:image/",
+            format!(r#"{{"model":"{m}","messages":[{{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"data:image{}ng;base64,iVBORw0KGgo="}}}}]}}]}}"#, '\u{20f}').into_bytes(),
+        ),
+        (
             "100,000 nested arrays in an unknown parameter",
             format!(r#"{{"model":"{m}","messages":{user},"x":{}}}"#, deep("[", "]", 100_000)).into_bytes(),
         ),
