@@ -95,7 +95,7 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "upstream_ca",
         "PEM",
         None,
-        "Extra CA certificate(s) to trust for an https upstream (PEM file)",
+        "Extra CA certificate(s) to trust for an https upstream and a rediss:// Redis (PEM file)",
     ),
     s(
         "keys",
@@ -490,6 +490,22 @@ impl ServeConfig {
         };
         if redis.is_some() {
             gateway.shared_limits = Some(crate::gateway::SharedLimits { fail_closed });
+            // The Redis script's doubles are exact only up to this bound.
+            let max = crate::limits::SHARED_MAX_PER_MINUTE;
+            for (key, n) in [
+                ("default_rpm", default_limits.requests_per_minute),
+                ("default_tpm", default_limits.tokens_per_minute),
+            ] {
+                if n > max {
+                    let src = r.get(key).map_or(Source::Default, |(_, s)| s);
+                    return Err(bad(
+                        key,
+                        &n.to_string(),
+                        src,
+                        &format!("at most {max} with --redis (the shared limiter's exact range)"),
+                    ));
+                }
+            }
         }
         Ok(ServeConfig {
             listen: r.string("listen"),

@@ -1,7 +1,9 @@
 -- chatgate's rate limiter as one atomic Redis script: the same integer
 -- token buckets as chatgate_core::limits (see limits.rs), for limits shared
 -- by several gateway instances. Lua numbers are doubles: exact for the
--- integers used here while tokens_per_minute stays under 10^11.
+-- integers used here while every limit is at most 75059993789 per minute
+-- (2^53 / 120000: levels span twice a bucket's capacity in 1/60000 units;
+-- SHARED_MAX_PER_MINUTE in limits.rs). `serve --redis` refuses larger ones.
 --
 -- KEYS[1]  the key's hash (fields rl, ru: requests level and update time;
 --          tl, tu: tokens level and update time)

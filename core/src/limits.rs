@@ -362,6 +362,29 @@ impl RateLimiter {
 /// [`TokenBucket`], time from the Redis server, idle keys expiring.
 pub const REDIS_SCRIPT: &str = include_str!("limits.lua");
 
+/// The largest per-minute limit (requests or tokens) the Redis script
+/// computes exactly. Lua numbers are doubles, exact for integers up to
+/// 2^53; a bucket's level, in units of 1/60,000, ranges from minus to plus
+/// its capacity (`per_minute` × 60,000), and the differences the script
+/// takes span twice that. Above this bound the script and the in-process
+/// limiter would disagree, so `serve --redis` refuses such limits.
+pub const SHARED_MAX_PER_MINUTE: u64 = (1u64 << 53) / (2 * UNITS_PER_TOKEN as u64);
+
+/// Why `limits` cannot be shared through Redis, if they cannot: a limit
+/// above [`SHARED_MAX_PER_MINUTE`].
+pub fn shared_limits_error(limits: Limits) -> Option<String> {
+    let (what, n) = if limits.requests_per_minute > SHARED_MAX_PER_MINUTE {
+        ("requests", limits.requests_per_minute)
+    } else if limits.tokens_per_minute > SHARED_MAX_PER_MINUTE {
+        ("tokens", limits.tokens_per_minute)
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{n} {what} per minute is above {SHARED_MAX_PER_MINUTE}, the largest limit the shared (Redis) limiter computes exactly"
+    ))
+}
+
 /// What the script is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScriptOp {
@@ -453,6 +476,33 @@ mod tests {
 
     fn at(ms: u64) -> Instant {
         Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn the_shared_maximum_is_exact_in_doubles() {
+        let span = 2 * SHARED_MAX_PER_MINUTE * UNITS_PER_TOKEN as u64;
+        assert!(span <= 1 << 53);
+        assert_eq!(span as f64 as u64, span);
+        assert!(2 * (SHARED_MAX_PER_MINUTE + 1) * UNITS_PER_TOKEN as u64 > 1 << 53);
+        let ok = Limits {
+            requests_per_minute: SHARED_MAX_PER_MINUTE,
+            tokens_per_minute: SHARED_MAX_PER_MINUTE,
+        };
+        assert_eq!(shared_limits_error(ok), None);
+        let e = shared_limits_error(Limits {
+            tokens_per_minute: SHARED_MAX_PER_MINUTE + 1,
+            ..ok
+        })
+        .unwrap();
+        assert!(e.contains("tokens per minute"), "{e}");
+        assert!(
+            shared_limits_error(Limits {
+                requests_per_minute: u64::MAX,
+                ..ok
+            })
+            .unwrap()
+            .contains("requests per minute")
+        );
     }
 
     #[test]

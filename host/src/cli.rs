@@ -245,6 +245,11 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
             cfg.keys_path, cfg.keys_path
         ));
     }
+    if cfg.redis.is_some() {
+        if let Err(e) = crate::redis::check_keys(&keys) {
+            return fail(format!("{e} ({})", cfg.keys_path));
+        }
+    }
     let summary = cfg.summary(keys.len());
     let ledger = match Ledger::open(&cfg.ledger_path) {
         Ok(l) => l,

@@ -3,8 +3,10 @@
 //!
 //! A running gateway re-reads the file when it changes (checked every
 //! second: modification time, size, inode) or on SIGHUP. A file that does
-//! not parse, or is empty, is reported at error level and the previous keys
-//! stay in force (a file whose keys were all revoked is applied). Connections are never dropped: a reload only swaps
+//! not parse, or is empty, or (with `--redis`) has a limit above what the
+//! shared limiter computes exactly, is reported at error level and the
+//! previous keys stay in force (a file whose keys were all revoked is
+//! applied). Connections are never dropped: a reload only swaps
 //! the table new requests are checked against.
 
 use std::sync::Arc;
@@ -85,7 +87,13 @@ pub async fn watch<R: Runtime>(shared: Arc<Shared<R>>, src: KeysSource) {
             continue;
         }
         let why = if hup { "SIGHUP" } else { "the file changed" };
-        match load(&src) {
+        let loaded = load(&src).and_then(|keys| match &shared.shared_limits {
+            Some(_) => crate::redis::check_keys(&keys)
+                .map(|()| keys)
+                .map_err(|e| format!("{e} ({})", src.path)),
+            None => Ok(keys),
+        });
+        match loaded {
             Ok(keys) => {
                 let n = keys.len();
                 gateway.replace_keys(keys);

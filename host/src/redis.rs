@@ -8,10 +8,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use chatgate_core::auth::KeyTable;
 use chatgate_core::exchange::SharedAdmission;
 use chatgate_core::gateway::UpstreamTarget;
 use chatgate_core::limits::{
     Limits, REDIS_SCRIPT, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
+    shared_limits_error,
 };
 use chatgate_core::resp::{RedisUrl, Reply, RespLimits, encode_command, parse_reply};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
@@ -21,6 +23,21 @@ use crate::upstream::{Connector, UpstreamStream};
 
 /// Prefix of the Redis keys holding each client key's buckets.
 pub const KEY_PREFIX: &str = "chatgate:limits:";
+
+/// Why `keys` cannot be shared through Redis, if they cannot: a key whose
+/// limits are above what the script computes exactly
+/// ([`chatgate_core::limits::SHARED_MAX_PER_MINUTE`]), named with its limit.
+pub fn check_keys(keys: &KeyTable) -> Result<(), String> {
+    for k in keys.entries() {
+        if let Some(e) = shared_limits_error(k.limits) {
+            return Err(format!(
+                "key '{}': {e}; lower it or run without --redis",
+                k.name
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Admissions and settlements through Redis.
 pub struct SharedLimiter<R: Runtime> {

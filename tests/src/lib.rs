@@ -1077,3 +1077,48 @@ fn as_postgres(program: &Path) -> Command {
         Command::new(program)
     }
 }
+
+impl RedisServer {
+    /// Starts one on a free port with extra configuration (`requirepass`,
+    /// `user` …), as `redis-server` arguments: `["--requirepass", "pw"]`.
+    /// Readiness is a `PING` answered (with `-NOAUTH` when a password is
+    /// required), not just a connection accepted.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir.path())
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server is missing: run scripts/install-package.sh redis-server redis-server",
+            );
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let server = RedisServer {
+            child,
+            addr,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + PATIENCE;
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut c = RedisClient::connect(addr);
+        assert!(
+            matches!(
+                c.cmd(&[b"PING"]),
+                chatgate_core::resp::Reply::Simple(_) | chatgate_core::resp::Reply::Error(_)
+            ),
+            "redis-server does not answer"
+        );
+        server
+    }
+}

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use chatgate_core::limits::{
-    Limits, REDIS_SCRIPT, RateLimiter, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
+    Limits, REDIS_SCRIPT, RateLimiter, SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome,
+    decode_script_reply, script_args,
 };
 use chatgate_core::resp::Reply;
 use chatgate_core::time::Instant;
@@ -36,6 +37,40 @@ fn outcome(r: &Reply) -> ScriptOutcome {
 
 #[test]
 fn the_script_and_the_core_limiter_agree() {
+    agree(
+        Limits {
+            requests_per_minute: 30,
+            tokens_per_minute: 5_000,
+        },
+        Limits {
+            requests_per_minute: 10,
+            tokens_per_minute: 20_000,
+        },
+        1,
+    );
+}
+
+/// The same at the largest limit `serve --redis` accepts: the script's
+/// doubles are still exact (token amounts scaled up alike).
+#[test]
+fn the_script_and_the_core_limiter_agree_at_the_shared_maximum() {
+    let max = SHARED_MAX_PER_MINUTE;
+    agree(
+        Limits {
+            requests_per_minute: max,
+            tokens_per_minute: max / 4,
+        },
+        Limits {
+            requests_per_minute: 10,
+            tokens_per_minute: max,
+        },
+        max / 20_000,
+    );
+}
+
+/// 3,000 random operations through both, `first` limits then `second`
+/// (edited while buckets are in use), token amounts times `scale`.
+fn agree(first: Limits, second: Limits, scale: u64) {
     let redis = RedisServer::start();
     let mut c = RedisClient::connect(redis.addr);
     let sha = load(&mut c);
@@ -43,10 +78,7 @@ fn the_script_and_the_core_limiter_agree() {
     let t0 = 1_795_000_000_000u64;
     let mut noise = Noise::new(42);
     let mut now = 0u64;
-    let mut limits = Limits {
-        requests_per_minute: 30,
-        tokens_per_minute: 5_000,
-    };
+    let mut limits = first;
     let mut reserved: Vec<u64> = Vec::new();
     let (mut admitted, mut refused) = (0, 0);
     for step in 0..3000 {
@@ -59,21 +91,18 @@ fn the_script_and_the_core_limiter_agree() {
         };
         if step == 1500 {
             // Limits edited while buckets are in use.
-            limits = Limits {
-                requests_per_minute: 10,
-                tokens_per_minute: 20_000,
-            };
+            limits = second;
         }
         let at = Instant::ZERO + Duration::from_millis(now);
         let op = match noise.next_u64() % 5 {
             0..=2 => ScriptOp::Admit {
-                tokens: noise.next_u64() % 3000,
+                tokens: noise.next_u64() % 3000 * scale,
             },
             3 if !reserved.is_empty() => {
                 let r = reserved.swap_remove((noise.next_u64() as usize) % reserved.len());
                 ScriptOp::Settle {
                     reserved: r,
-                    used: noise.next_u64() % 4000,
+                    used: noise.next_u64() % 4000 * scale,
                 }
             }
             _ => ScriptOp::Status,
