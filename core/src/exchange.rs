@@ -1317,7 +1317,19 @@ impl Connection {
             .content_type
             .clone()
             .unwrap_or_else(|| "application/json".into());
-        let up = self.release_upstream();
+        // Back to the pool only when nothing of this exchange is left on the
+        // connection: a provider that said `close`, or sent more than its
+        // body, would hand those bytes to the next request (maybe another
+        // client's) as the start of its answer.
+        let reusable = self
+            .up
+            .as_ref()
+            .is_some_and(|u| u.head.as_ref().is_some_and(|h| h.keep_alive) && !u.trailing_garbage);
+        let up = if reusable {
+            self.release_upstream()
+        } else {
+            self.close_upstream()
+        };
         let close = self.closing_after_this();
         let req = self.req.as_mut().expect("request in progress");
         req.first_byte.get_or_insert(now);

@@ -2225,3 +2225,39 @@ proptest::proptest! {
         proptest::prop_assert_eq!(pair.upstream_reused, u32::from(pooled));
     }
 }
+
+/// A non-streamed answer goes back to the pool only when nothing of it is
+/// left on the provider connection: bytes beyond `Content-Length`, or a
+/// provider that said `Connection: close`, mean the connection is closed,
+/// so the next request (perhaps another client's) never reads them.
+#[test]
+fn a_provider_connection_with_bytes_left_over_is_not_pooled() {
+    let answer = r#"{"id":"chatcmpl-1","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
+    let head = |extra: &str| {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{answer}",
+            answer.len()
+        )
+    };
+    let cases = [
+        // (what the provider sends, may the connection be pooled)
+        (head(""), true),
+        (head("") + "HTTP/1.1 200 OK\r\n", false),
+        (head("Connection: close\r\n"), false),
+    ];
+    for (script, pooled) in cases {
+        let mut pair = Pair::with_defaults();
+        pair.provider_script = Some(ProviderScript {
+            answer: script.clone().into_bytes(),
+            close: false,
+        });
+        send(&mut pair, &body(""));
+        assert_eq!(one(&pair).status, 200, "{script:?}");
+        assert_eq!(
+            pair.upstream_closed == 0,
+            pooled,
+            "{script:?}: closed {}",
+            pair.upstream_closed
+        );
+    }
+}
