@@ -4,26 +4,17 @@
 # the simulator direct, nginx as a plain proxy, chatgate-smol and
 # chatgate-tokio. Prints the tables; with --out FILE also writes them.
 #
-#   bench/run.sh                 # full run (about 10 minutes)
+#   bench/run.sh                 # full run (about 7 minutes after the build)
 #   bench/run.sh --quick         # short run (about a minute)
 #   bench/run.sh --seconds 20 --only nonstream,stream
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-missing=()
-command -v wrk >/dev/null 2>&1 || missing+=(wrk)
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "==> installing ${missing[*]}"
-    sudo=()
-    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" \
-        || { "${sudo[@]}" apt-get update -q && "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; }
-    # The package may have started a system nginx; the benchmark runs its own.
-    "${sudo[@]}" nginx -s quit 2>/dev/null || true
-fi
+# Debian's packages, installed without starting their services (the
+# benchmark runs its own nginx).
+scripts/install-package.sh wrk wrk
+scripts/install-package.sh nginx nginx
 
 echo "==> building release binaries"
 cargo build --release --locked -p chatgate-smol -p chatgate-tokio -p chatgate-bench
