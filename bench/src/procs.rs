@@ -2,11 +2,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A child process, killed when dropped.
+/// A child process in a process group of its own, stopped with everything
+/// it started when dropped.
 pub struct Child {
     child: std::process::Child,
 }
@@ -19,7 +21,20 @@ impl Child {
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(err);
+            .stderr(err)
+            // Its own group, so that nginx's workers go with their master.
+            .process_group(0);
+        // Out of the terminal's group, a Ctrl-C no longer reaches it: it gets
+        // SIGTERM when the harness's thread that started it ends instead.
+        // SAFETY: prctl(2) is async-signal-safe and touches no memory of ours.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::TERM,
+                ))
+                .map_err(std::io::Error::from)
+            });
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -54,7 +69,19 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SIGTERM first (nginx's fast shutdown stops its workers; chatgate
+        // drains), then SIGKILL for the whole group: a killed nginx master
+        // would leave its workers running, still holding the port.
+        let group = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
         let _ = self.child.wait();
     }
 }
