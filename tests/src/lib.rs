@@ -874,11 +874,18 @@ impl RedisServer {
 
     /// Starts one on `port` (to restart a stopped one at the same address).
     pub fn start_on(port: u16) -> RedisServer {
+        RedisServer::launch(port, &[])
+    }
+
+    /// `redis-server` on `port` with `extra` arguments, once it accepts
+    /// connections (killed on the way out if it never does).
+    fn launch(port: u16, extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(dir.path())
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -886,16 +893,17 @@ impl RedisServer {
                 "redis-server is missing: run scripts/install-package.sh redis-server redis-server",
             );
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let server = RedisServer {
+            child,
+            addr,
+            _dir: dir,
+        };
         let deadline = Instant::now() + PATIENCE;
         while TcpStream::connect(addr).is_err() {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        RedisServer {
-            child,
-            addr,
-            _dir: dir,
-        }
+        server
     }
 
     /// `redis://127.0.0.1:port`
@@ -1088,30 +1096,8 @@ impl RedisServer {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let dir = tempfile::tempdir().expect("temp dir");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(dir.path())
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "redis-server is missing: run scripts/install-package.sh redis-server redis-server",
-            );
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let server = RedisServer {
-            child,
-            addr,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let mut c = RedisClient::connect(addr);
+        let server = RedisServer::launch(port, extra);
+        let mut c = RedisClient::connect(server.addr);
         assert!(
             matches!(
                 c.cmd(&[b"PING"]),
