@@ -1619,6 +1619,14 @@ fn client_disconnect_while_admitting_gives_the_reservation_back() {
     assert_eq!(pair.ledger[1].status, 499);
 }
 
+/// A chat request head asking `Expect: 100-continue` for a body of `len`.
+fn expect_head(key: &str, len: usize) -> Vec<u8> {
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nExpect: 100-continue\r\nContent-Length: {len}\r\n\r\n"
+    )
+    .into_bytes()
+}
+
 #[test]
 fn expect_continue_with_an_empty_request_bucket_is_429_at_once() {
     let limits = Limits {
@@ -1629,11 +1637,7 @@ fn expect_continue_with_an_empty_request_bucket_is_429_at_once() {
     send(&mut pair, &body(""));
     assert_eq!(one(&pair).status, 200);
     pair.received.clear();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nExpect: 100-continue\r\nContent-Length: 2000000\r\n\r\n",
-        pair.key
-    );
-    pair.client_send(head.as_bytes());
+    pair.client_send(&expect_head(&pair.key, 2_000_000));
     assert!(!String::from_utf8_lossy(&pair.received).contains("100 Continue"));
     let r = one(&pair);
     assert_eq!(
@@ -1659,12 +1663,7 @@ fn expect_continue_with_an_empty_request_bucket_is_429_at_once() {
     pair.advance(Duration::from_secs(60));
     pair.received.clear();
     let b = body("");
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
-        pair.key,
-        b.len()
-    );
-    pair.client_send(head.as_bytes());
+    pair.client_send(&expect_head(&pair.key, b.len()));
     assert_eq!(pair.received, b"HTTP/1.1 100 Continue\r\n\r\n");
     pair.client_send(b.as_bytes());
     assert_eq!(one(&pair).status, 200);
@@ -1674,12 +1673,7 @@ fn expect_continue_with_an_empty_request_bucket_is_429_at_once() {
     let mut pair = shared(false, 1);
     send(&mut pair, &body(""));
     pair.received.clear();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
-        pair.key,
-        b.len()
-    );
-    pair.client_send(head.as_bytes());
+    pair.client_send(&expect_head(&pair.key, b.len()));
     assert_eq!(pair.received, b"HTTP/1.1 100 Continue\r\n\r\n");
     pair.client_send(b.as_bytes());
     assert_eq!(one(&pair).status, 429);
