@@ -90,7 +90,8 @@ pub enum Event {
     CloseUpstream,
     /// Append this record's line ([`LedgerRecord::to_line`]) to the ledger,
     /// then call [`Connection::handle_ledger_written`] saying whether it
-    /// was appended.
+    /// was appended. The request's access log line is this record's too
+    /// ([`LedgerRecord::access_fields`]): core logs none for it.
     Ledger(Box<LedgerRecord>),
     /// Everything has been written (and any admission answered); close the
     /// client connection.
@@ -1349,7 +1350,6 @@ impl Connection {
         let usage = summary.usage.unwrap_or_default();
         self.meter(&mut rec, &usage);
         self.settle(now, summary.usage);
-        self.access_log_record(&rec);
         self.emit_ledger(now, rec, out);
         self.end_response(close);
     }
@@ -1575,7 +1575,6 @@ impl Connection {
         let usage = up.tracker.usage().unwrap_or_default();
         self.meter(&mut rec, &usage);
         self.settle(now, up.tracker.usage());
-        self.access_log_record(&rec);
         self.emit_ledger(now, rec, bytes);
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);
@@ -1675,7 +1674,6 @@ impl Connection {
         let usage = up.tracker.usage();
         self.meter(&mut rec, &usage.unwrap_or_default());
         self.settle(now, usage);
-        self.access_log_record(&rec);
         self.emit_ledger(now, rec, Vec::new());
     }
 
@@ -1894,8 +1892,14 @@ impl Connection {
         }
     }
 
+    /// The access line of a request that is not metered. A metered one's
+    /// line is written by the runtime from its ledger record
+    /// ([`LedgerRecord::access_fields`]), after the ledger append.
     fn access_log(&self, now: Instant, status: u16, error: Option<&str>) {
-        if !self.is_metered() {
+        if self.is_metered() {
+            return;
+        }
+        {
             let req = self.req.as_ref();
             self.gw.metrics().finished(Finished {
                 key: req
@@ -1921,26 +1925,6 @@ impl Connection {
             status,
             error = error.unwrap_or(""),
             duration_ms = (now - req.started).as_millis() as u64,
-            "request"
-        );
-    }
-
-    fn access_log_record(&self, rec: &LedgerRecord) {
-        tracing::info!(
-            target: "chatgate::access",
-            request_id = rec.request_id.as_str(),
-            key = rec.key.as_str(),
-            method = "POST",
-            path = CHAT_PATH,
-            status = rec.status,
-            stream = rec.stream,
-            prompt_tokens = rec.prompt_tokens,
-            completion_tokens = rec.completion_tokens,
-            complete = rec.complete,
-            client_disconnected = rec.client_disconnected,
-            upstream_status = rec.upstream_status.unwrap_or(0),
-            duration_ms = rec.duration_ms,
-            ttfb_ms = rec.ttfb_ms.unwrap_or(0),
             "request"
         );
     }

@@ -94,6 +94,37 @@ impl LedgerRecord {
         self.cost_usd = self.cost_nano_usd;
     }
 
+    /// The fields of the request's access log line, appended to `out`:
+    /// `request request_id=… key=… method=POST …` for the text format, or
+    /// the members of a JSON `fields` object (`"message":"request",…`).
+    ///
+    /// The runtime writes the line after appending the ledger line; both
+    /// come from this one record, so they cannot disagree.
+    pub fn access_fields(&self, out: &mut Vec<u8>, json: bool) {
+        out.extend_from_slice(if json {
+            b"\"message\":\"request\""
+        } else {
+            b"request"
+        });
+        let mut f = AccessFields { out, json };
+        f.str("request_id", &self.request_id);
+        f.str("key", &self.key);
+        f.str("method", "POST");
+        f.str("path", crate::exchange::CHAT_PATH);
+        f.num("status", u64::from(self.status));
+        f.flag("stream", self.stream);
+        f.num("prompt_tokens", self.prompt_tokens);
+        f.num("completion_tokens", self.completion_tokens);
+        f.flag("complete", self.complete);
+        f.flag("client_disconnected", self.client_disconnected);
+        f.num("upstream_status", self.upstream_status.map_or(0, u64::from));
+        f.num("duration_ms", self.duration_ms);
+        f.num("ttfb_ms", self.ttfb_ms.unwrap_or(0));
+        if let Some(e) = &self.error {
+            f.str("error", e);
+        }
+    }
+
     /// The JSON line, newline included.
     ///
     /// Written field by field (one line per request is on the hot path); the
@@ -190,6 +221,48 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// Writes access-line fields as ` name=value` (text) or `,"name":value`.
+struct AccessFields<'a> {
+    out: &'a mut Vec<u8>,
+    json: bool,
+}
+
+impl AccessFields<'_> {
+    fn name(&mut self, name: &str) {
+        if self.json {
+            self.out.extend_from_slice(b",\"");
+            self.out.extend_from_slice(name.as_bytes());
+            self.out.extend_from_slice(b"\":");
+        } else {
+            self.out.push(b' ');
+            self.out.extend_from_slice(name.as_bytes());
+            self.out.push(b'=');
+        }
+    }
+
+    /// A string: JSON-escaped, or as it is in text (as the text format has
+    /// always written it).
+    fn str(&mut self, name: &str, value: &str) {
+        self.name(name);
+        if self.json {
+            json_str(self.out, value);
+        } else {
+            self.out.extend_from_slice(value.as_bytes());
+        }
+    }
+
+    fn num(&mut self, name: &str, value: u64) {
+        self.name(name);
+        push_decimal(self.out, value);
+    }
+
+    fn flag(&mut self, name: &str, value: bool) {
+        self.name(name);
+        self.out
+            .extend_from_slice(if value { b"true" } else { b"false" });
+    }
+}
+
 fn json_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
         Some(s) => json_str(out, s),
@@ -234,6 +307,46 @@ mod decimal_usd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn access_fields_text_and_json() {
+        let mut r = LedgerRecord::new(1_795_318_440_123, "req_1", "al\"ice");
+        r.status = 200;
+        r.stream = true;
+        r.prompt_tokens = 37;
+        r.completion_tokens = 30;
+        r.complete = true;
+        r.upstream_status = Some(200);
+        r.duration_ms = 12;
+        r.ttfb_ms = Some(3);
+        let mut text = Vec::new();
+        r.access_fields(&mut text, false);
+        assert_eq!(
+            String::from_utf8(text).unwrap(),
+            "request request_id=req_1 key=al\"ice method=POST path=/v1/chat/completions \
+             status=200 stream=true prompt_tokens=37 completion_tokens=30 complete=true \
+             client_disconnected=false upstream_status=200 duration_ms=12 ttfb_ms=3"
+        );
+        r.status = 499;
+        r.upstream_status = None;
+        r.ttfb_ms = None;
+        r.client_disconnected = true;
+        r.error = Some("upstream_timeout".into());
+        let mut json = b"{".to_vec();
+        r.access_fields(&mut json, true);
+        json.push(b'}');
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "message": "request", "request_id": "req_1", "key": "al\"ice",
+                "method": "POST", "path": "/v1/chat/completions", "status": 499,
+                "stream": true, "prompt_tokens": 37, "completion_tokens": 30,
+                "complete": true, "client_disconnected": true, "upstream_status": 0,
+                "duration_ms": 12, "ttfb_ms": 0, "error": "upstream_timeout"
+            })
+        );
+    }
 
     #[test]
     fn usd_is_written_as_format_usd_writes_it() {

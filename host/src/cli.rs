@@ -166,6 +166,7 @@ fn u64_arg(name: &'static str, help: &'static str) -> Arg {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    crate::logging::flush();
     eprintln!("chatgate: {msg}");
     ExitCode::from(EXIT_CONFIG)
 }
@@ -179,7 +180,7 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_CONFIG } else { 0 });
         }
     };
-    match matches.subcommand() {
+    let code = match matches.subcommand() {
         Some(("serve", m)) => serve(rt, m, bin),
         Some(("keys", m)) => match m.subcommand() {
             Some(("new", m)) => keys_new(m),
@@ -192,7 +193,9 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
         Some(("demo", m)) => demo(rt, m),
         Some(("sim", m)) => sim(rt, m),
         _ => fail("unknown command"),
-    }
+    };
+    crate::logging::flush();
+    code
 }
 
 fn env_map() -> HashMap<String, String> {

@@ -122,6 +122,7 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                     let started = std::time::Instant::now();
                     let ok = shared.ledger.append(&record.to_line());
                     shared.gateway.metrics().ledger_write(started.elapsed(), ok);
+                    crate::logging::access(&record);
                     conn.handle_ledger_written(now(), ok);
                 }
                 Event::Admit {

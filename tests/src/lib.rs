@@ -152,6 +152,20 @@ impl Proc {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// stderr once `ready` holds for it, or a panic after [`PATIENCE`]
+    /// (access lines are written in batches, up to 100 ms late).
+    pub fn stderr_when(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let text = self.stderr();
+            if ready(&text) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "stderr never had {what}:\n{text}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)

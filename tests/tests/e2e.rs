@@ -1181,8 +1181,18 @@ fn logs_never_contain_keys_or_content(bin: &str) {
         Some("{}"),
     );
     gw.ledger_len(3);
-    let logs = gw.proc.stderr();
+    // Four access lines: three metered (from their ledger records, the
+    // rejected one with its error code) and the unauthenticated one.
+    let logs = gw.proc.stderr_when("four access lines", |t| {
+        t.matches("chatgate::access").count() == 4
+    });
     assert!(logs.contains("request_id"), "access lines are logged");
+    assert!(
+        logs.lines().any(|l| l.contains("chatgate::access")
+            && l.contains(" status=400 ")
+            && l.contains(" error=")),
+        "the rejected request's line has its error code:\n{logs}"
+    );
     for needle in [
         gw.key.as_str(),
         "sk-provider-SECRET-xyz",
@@ -1207,7 +1217,9 @@ fn logs_never_contain_keys_or_content(bin: &str) {
     );
     gw.chat(&stream_body(""));
     gw.ledger_len(1);
-    let logs = gw.proc.stderr();
+    let logs = gw
+        .proc
+        .stderr_when("an access line", |t| t.contains("chatgate::access"));
     let access: Vec<Value> = logs
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
@@ -1227,6 +1239,25 @@ fn logs_never_contain_keys_or_content(bin: &str) {
         f["completion_tokens"].as_u64().unwrap() > 0
             && f["ttfb_ms"].is_u64()
             && f["duration_ms"].is_u64()
+    );
+    let ts = access[0]["timestamp"].as_str().unwrap_or_default();
+    assert!(
+        ts.len() == 27 && ts.ends_with('Z') && ts.as_bytes()[19] == b'.',
+        "timestamp {ts}"
+    );
+    assert_eq!(access[0]["level"], "INFO");
+    assert_eq!(f["message"], "request");
+    // A stop writes the access lines still waiting in their batch.
+    let mut gw = gw;
+    gw.chat(&stream_body(""));
+    gw.ledger_len(2);
+    gw.proc.signal(libc::SIGTERM);
+    assert!(gw.proc.wait_exit(PATIENCE).is_some(), "stopped");
+    let logs = gw.proc.stderr();
+    assert_eq!(
+        logs.matches("\"target\":\"chatgate::access\"").count(),
+        2,
+        "{logs}"
     );
 }
 
