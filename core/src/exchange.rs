@@ -2017,16 +2017,11 @@ fn limit_headers(out: &mut Vec<u8>, s: &LimitStatus) {
     header_u64(out, "x-ratelimit-limit-tokens", s.limit_tokens);
     header_u64(out, "x-ratelimit-remaining-requests", s.remaining_requests);
     header_u64(out, "x-ratelimit-remaining-tokens", s.remaining_tokens);
-    header(
-        out,
-        "x-ratelimit-reset-requests",
-        &crate::limits::format_reset(s.reset_requests_ms),
-    );
-    header(
-        out,
-        "x-ratelimit-reset-tokens",
-        &crate::limits::format_reset(s.reset_tokens_ms),
-    );
+    out.extend_from_slice(b"x-ratelimit-reset-requests: ");
+    crate::limits::push_reset(out, s.reset_requests_ms);
+    out.extend_from_slice(b"\r\nx-ratelimit-reset-tokens: ");
+    crate::limits::push_reset(out, s.reset_tokens_ms);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Writes a complete error response (without its body for a HEAD request).

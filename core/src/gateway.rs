@@ -233,11 +233,15 @@ struct RequestIds {
 impl RequestIds {
     fn next(&self) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        format!(
-            "req_{:012x}{:012x}",
-            self.prefix & 0xFFFF_FFFF_FFFF,
-            n & 0xFFFF_FFFF_FFFF
-        )
+        // `req_` and two 12-digit hex numbers, without `core::fmt`.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut id = *b"req_000000000000000000000000";
+        for (half, v) in [(4, self.prefix), (16, n)] {
+            for d in 0..12 {
+                id[half + 11 - d] = HEX[((v >> (4 * d)) & 0xf) as usize];
+            }
+        }
+        String::from_utf8(id.to_vec()).unwrap_or_default()
     }
 }
 
@@ -426,6 +430,29 @@ fn upstream_prefix(t: &UpstreamTarget) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_ids_are_prefix_and_counter_in_hex() {
+        for (prefix, counter) in [
+            (0, 0),
+            (0xabc, 1),
+            (u64::MAX, u64::MAX - 5),
+            (0x1234_5678_9abc_def0, 0x0fed_cba9_8765_4321),
+        ] {
+            let ids = RequestIds {
+                prefix,
+                counter: AtomicU64::new(counter),
+            };
+            assert_eq!(
+                ids.next(),
+                format!(
+                    "req_{:012x}{:012x}",
+                    prefix & 0xFFFF_FFFF_FFFF,
+                    counter & 0xFFFF_FFFF_FFFF
+                )
+            );
+        }
+    }
 
     #[test]
     fn parses_upstream_urls() {

@@ -192,13 +192,44 @@ impl LimitStatus {
 
 /// A duration as OpenAI writes its reset headers: `20ms`, `1.5s`, `6m0s`.
 pub fn format_reset(ms: u64) -> String {
+    let mut out = Vec::with_capacity(12);
+    push_reset(&mut out, ms);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// [`format_reset`] appended to `out` (response heads are built without
+/// `core::fmt`).
+pub fn push_reset(out: &mut Vec<u8>, ms: u64) {
+    use crate::http::write::push_decimal;
     if ms < 1000 {
-        format!("{ms}ms")
+        push_decimal(out, ms);
+        out.extend_from_slice(b"ms");
     } else if ms < 60_000 {
-        let s = format!("{}.{:03}", ms / 1000, ms % 1000);
-        format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
+        push_decimal(out, ms / 1000);
+        // The milliseconds without trailing zeros: 1.5s, 1.25s, 1.125s, 1s.
+        let frac = ms % 1000;
+        if frac != 0 {
+            let digits = [
+                b'0' + (frac / 100) as u8,
+                b'0' + (frac / 10 % 10) as u8,
+                b'0' + (frac % 10) as u8,
+            ];
+            let len = if frac % 100 == 0 {
+                1
+            } else if frac % 10 == 0 {
+                2
+            } else {
+                3
+            };
+            out.push(b'.');
+            out.extend_from_slice(&digits[..len]);
+        }
+        out.push(b's');
     } else {
-        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
+        push_decimal(out, ms / 60_000);
+        out.push(b'm');
+        push_decimal(out, (ms % 60_000) / 1000);
+        out.push(b's');
     }
 }
 
@@ -584,5 +615,24 @@ mod tests {
         assert_eq!(format_reset(1500), "1.5s");
         assert_eq!(format_reset(360_000), "6m0s");
         assert_eq!(format_reset(61_000), "1m1s");
+        assert_eq!(format_reset(0), "0ms");
+        assert_eq!(format_reset(999), "999ms");
+        assert_eq!(format_reset(1250), "1.25s");
+        assert_eq!(format_reset(1001), "1.001s");
+        assert_eq!(format_reset(1010), "1.01s");
+        assert_eq!(format_reset(59_999), "59.999s");
+        assert_eq!(format_reset(60_000), "1m0s");
+        // The same as the formatting it replaced, everywhere it matters.
+        for ms in (0..200_000).step_by(7) {
+            let old = if ms < 1000 {
+                format!("{ms}ms")
+            } else if ms < 60_000 {
+                let s = format!("{}.{:03}", ms / 1000, ms % 1000);
+                format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
+            } else {
+                format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
+            };
+            assert_eq!(format_reset(ms), old, "{ms}");
+        }
     }
 }

@@ -232,7 +232,12 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
 }
 
 fn lossy(value: &[u8]) -> String {
-    String::from_utf8_lossy(value.trim_ascii()).into_owned()
+    let value = value.trim_ascii();
+    match std::str::from_utf8(value) {
+        // The usual case, without the lossy decoder's chunking.
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(value).into_owned(),
+    }
 }
 
 #[cfg(test)]
