@@ -179,8 +179,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for MakeSink {
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> SinkWriter {
         SinkWriter {
-            batched: meta.target() == "chatgate::access"
-                && !FLUSH_AT_ONCE.load(Ordering::Relaxed),
+            batched: meta.target() == "chatgate::access" && !FLUSH_AT_ONCE.load(Ordering::Relaxed),
         }
     }
 }

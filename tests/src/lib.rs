@@ -161,7 +161,10 @@ impl Proc {
             if ready(&text) {
                 return text;
             }
-            assert!(Instant::now() < deadline, "stderr never had {what}:\n{text}");
+            assert!(
+                Instant::now() < deadline,
+                "stderr never had {what}:\n{text}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
