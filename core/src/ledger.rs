@@ -209,9 +209,11 @@ fn push_usd(out: &mut Vec<u8>, nanos: u64) {
 /// A JSON string: copied as it is when nothing needs escaping (the usual
 /// case), else escaped by serde_json.
 fn json_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f)
-    {
+    // Without short-circuiting, so the check runs on whole vectors.
+    let plain = s.bytes().fold(true, |ok, b| {
+        ok & (b >= 0x20) & (b != b'"') & (b != b'\\') & (b != 0x7f)
+    });
+    if plain {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -307,6 +309,30 @@ mod decimal_usd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        for text in [
+            "",
+            "plain",
+            "2026-11-22T19:25:13.537Z",
+            "q\"uote",
+            "back\\slash",
+            "tab\there",
+            "nl\n",
+            "del\u{7f}",
+            "caf\u{e9} \u{1f600}",
+            "a long plain string that is more than thirty-two bytes long",
+            "a long string that is more than thirty-two bytes with a \u{1} at the end",
+        ] {
+            let mut out = Vec::new();
+            json_str(&mut out, text);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                serde_json::to_string(text).unwrap()
+            );
+        }
+    }
 
     #[test]
     fn access_fields_text_and_json() {
