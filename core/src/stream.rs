@@ -86,22 +86,22 @@ impl StreamTracker {
         if !wants_parse {
             return EventKind::Data;
         }
-        let Ok(mut probe) = serde_json::from_slice::<Probe<'_>>(&data) else {
+        let Some(probe) = Probe::read(&data) else {
             if parsed.is_error_type {
                 self.error.get_or_insert_with(|| "error event".into());
                 return EventKind::Error;
             }
             return EventKind::Data;
         };
-        if let Some(reason) = probe.finish_reason() {
+        if let Some(reason) = probe.finish_reason {
             self.finish_reason = Some(reason);
         }
-        if let Some(usage) = probe.usage() {
+        if let Some(usage) = probe.usage {
             self.usage = Some(usage);
         }
-        match probe.error.filter(|e| e.get() != "null") {
+        match probe.error.filter(|e| *e != "null") {
             Some(e) => {
-                let e: serde_json::Value = serde_json::from_str(e.get()).unwrap_or_default();
+                let e: serde_json::Value = serde_json::from_str(e).unwrap_or_default();
                 self.error = Some(error_message(&e));
                 EventKind::Error
             }

@@ -1,5 +1,7 @@
 //! Token usage as providers report it, and what a non-streamed answer says.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
@@ -107,257 +109,648 @@ pub struct CompletionSummary {
     pub finish_reason: Option<String>,
 }
 
-/// What the gateway reads of a provider's JSON object (a chunk or a whole
-/// answer), in one pass; everything else in it is skipped unparsed.
-#[derive(Deserialize)]
+/// What the gateway reads of a provider's JSON chunk, in one pass;
+/// everything else in it is skipped unparsed.
+///
+/// [`Probe::read`] accepts and refuses exactly what `serde_json::from_slice`
+/// does for a `#[derive(Deserialize)]` struct with the `#[serde(default)]`
+/// members `choices: Option<Vec<{ finish_reason: Option<String> }>>`,
+/// `usage` (read as [`Json::usage`] does) and `error: Option<&RawValue>`:
+/// a repeated member is refused, member names are compared unescaped, and
+/// an array is read by position as serde reads a struct from one.
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Probe<'a> {
-    #[serde(default)]
-    choices: Option<Vec<ChoiceProbe>>,
-    #[serde(default)]
-    usage: LenientUsage,
-    #[serde(default, borrow)]
-    pub(crate) error: Option<&'a serde_json::value::RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ChoiceProbe {
-    #[serde(default)]
-    finish_reason: Option<String>,
-}
-
-impl Probe<'_> {
     /// `finish_reason` of the first choice that has one.
-    pub(crate) fn finish_reason(&mut self) -> Option<String> {
-        self.choices
-            .take()?
-            .into_iter()
-            .find_map(|c| c.finish_reason)
-    }
-
+    pub(crate) finish_reason: Option<String>,
     /// The `usage` object, if present and readable.
-    pub(crate) fn usage(&mut self) -> Option<Usage> {
-        self.usage.0.take()
+    pub(crate) usage: Option<Usage>,
+    /// The `error` member's JSON text, when present and not null.
+    pub(crate) error: Option<&'a str>,
+}
+
+impl<'a> Probe<'a> {
+    /// Reads a chunk; `None` when it is not JSON of that shape.
+    pub(crate) fn read(text: &'a [u8]) -> Option<Probe<'a>> {
+        Json::whole(text, Json::probe).ok()
     }
 }
 
-/// `usage` read in the same pass as the rest, never failing it: anything
-/// but an object of valid counts (null, a string, a negative number…)
-/// reads as absent.
-#[derive(Default)]
-struct LenientUsage(Option<Usage>);
+/// The text is not what serde_json accepts where it was read.
+#[derive(Debug)]
+struct Bad;
 
-impl<'de> Deserialize<'de> for LenientUsage {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> de::Visitor<'de> for V {
-            type Value = LenientUsage;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a usage object")
-            }
-            fn visit_map<A: de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<LenientUsage, A::Error> {
-                let mut u = Usage::default();
-                let mut ok = true;
-                while let Some(Name(key)) = map.next_key::<Name<'de>>()? {
-                    let slot = match key.as_ref() {
-                        "prompt_tokens" => &mut u.prompt_tokens,
-                        "completion_tokens" => &mut u.completion_tokens,
-                        "total_tokens" => &mut u.total_tokens,
-                        "cache_read_input_tokens" => &mut u.cache_read_input_tokens,
-                        "cache_created_input_tokens" => &mut u.cache_created_input_tokens,
-                        "completion_tokens_details" => {
-                            ok &= map
-                                .next_value::<Details<0>>()?
-                                .read(&mut u.reasoning_tokens);
-                            continue;
+/// A strict cursor over JSON text, for the few values the gateway reads:
+/// each method accepts and refuses exactly what serde_json does for the
+/// same read (which differs with the target type: a member name or a string
+/// read into a `&str` must be valid UTF-8, an ignored one need not; a number
+/// read as a number must be in range, an ignored one need not), and leaves
+/// the cursor after the value.
+struct Json<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Json<'a> {
+    /// `read` of all of `s`, with nothing but whitespace after it (what
+    /// `serde_json::from_slice` requires).
+    fn whole<T>(s: &'a [u8], read: impl FnOnce(&mut Self) -> Result<T, Bad>) -> Result<T, Bad> {
+        let mut j = Json { s, i: 0 };
+        let value = read(&mut j)?;
+        j.ws();
+        if j.i == s.len() { Ok(value) } else { Err(Bad) }
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    /// The next byte after whitespace, not consumed.
+    fn peek(&mut self) -> Result<u8, Bad> {
+        self.ws();
+        self.s.get(self.i).copied().ok_or(Bad)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), Bad> {
+        if !self.s[self.i..].starts_with(word) {
+            return Err(Bad);
+        }
+        self.i += word.len();
+        Ok(())
+    }
+
+    /// Skips a string at `"` as serde_json ignores one: control characters
+    /// and malformed escapes are refused, the contents are not checked as
+    /// UTF-8 and `\u` escapes are not checked for pairing.
+    fn skip_str(&mut self) -> Result<(), Bad> {
+        self.i += 1;
+        loop {
+            let end = plain(self.s, self.i).0.ok_or(Bad)?;
+            self.i = end + 1;
+            match self.s[end] {
+                b'"' => return Ok(()),
+                b'\\' => match self.s.get(self.i) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
+                    Some(b'u') => {
+                        let hex = self.s.get(self.i + 1..self.i + 5).ok_or(Bad)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(Bad);
                         }
-                        "prompt_tokens_details" => {
-                            ok &= map.next_value::<Details<1>>()?.read(&mut u.cached_tokens);
-                            continue;
-                        }
-                        _ => {
-                            map.next_value::<de::IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    match map.next_value::<Count>()?.0 {
-                        Some(n) => *slot = n,
-                        None => ok = false,
+                        self.i += 5;
                     }
+                    _ => return Err(Bad),
+                },
+                _ => return Err(Bad),
+            }
+        }
+    }
+
+    /// A string at `"` read as serde_json reads one into a `&str` (a member
+    /// name, a string value): also refused when it is not valid UTF-8 or
+    /// has an unpaired surrogate escape. Returns the text, borrowed unless
+    /// it has escapes.
+    fn str(&mut self) -> Result<Cow<'a, [u8]>, Bad> {
+        let start = self.i + 1;
+        let (end, non_ascii) = plain(self.s, start);
+        let end = end.ok_or(Bad)?;
+        match self.s[end] {
+            b'"' => {}
+            b'\\' => return self.escaped_str(),
+            _ => return Err(Bad),
+        }
+        let text = &self.s[start..end];
+        if non_ascii {
+            std::str::from_utf8(text).map_err(|_| Bad)?;
+        }
+        self.i = end + 1;
+        Ok(Cow::Borrowed(text))
+    }
+
+    /// [`Json::str`] for a member name, inlined for the usual plain ASCII
+    /// one.
+    #[inline]
+    fn name(&mut self) -> Result<Cow<'a, [u8]>, Bad> {
+        let start = self.i + 1;
+        if let (Some(end), false) = plain(self.s, start) {
+            if self.s[end] == b'"' {
+                self.i = end + 1;
+                return Ok(Cow::Borrowed(&self.s[start..end]));
+            }
+        }
+        self.str()
+    }
+
+    /// [`Json::str`] for a string with escapes: serde_json decodes it.
+    #[cold]
+    fn escaped_str(&mut self) -> Result<Cow<'a, [u8]>, Bad> {
+        let start = self.i;
+        self.skip_str()?;
+        let text: String = serde_json::from_slice(&self.s[start..self.i]).map_err(|_| Bad)?;
+        Ok(Cow::Owned(text.into_bytes()))
+    }
+
+    /// A string at `"` as an owned `String` (see [`Json::str`]).
+    fn string(&mut self) -> Result<String, Bad> {
+        match self.str()? {
+            // Checked by `str`: cannot fail.
+            Cow::Borrowed(text) => String::from_utf8(text.to_vec()).map_err(|_| Bad),
+            Cow::Owned(text) => String::from_utf8(text).map_err(|_| Bad),
+        }
+    }
+
+    /// Skips a number as serde_json ignores one: only its grammar is
+    /// checked.
+    fn skip_number(&mut self) -> Result<(), Bad> {
+        let (s, mut i) = (self.s, self.i);
+        let digits = |i: &mut usize| {
+            let from = *i;
+            while let Some(b'0'..=b'9') = s.get(*i) {
+                *i += 1;
+            }
+            *i > from
+        };
+        if s[i] == b'-' {
+            i += 1;
+        }
+        match s.get(i) {
+            Some(b'0') => {
+                i += 1;
+                if let Some(b'0'..=b'9') = s.get(i) {
+                    return Err(Bad);
                 }
-                Ok(LenientUsage(ok.then_some(u)))
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<LenientUsage, A::Error> {
-                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(LenientUsage(None))
+            Some(b'1'..=b'9') => {
+                digits(&mut i);
             }
-            fn visit_unit<E: de::Error>(self) -> Result<LenientUsage, E> {
-                Ok(LenientUsage(None))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<LenientUsage, E> {
-                Ok(LenientUsage(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<LenientUsage, E> {
-                Ok(LenientUsage(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<LenientUsage, E> {
-                Ok(LenientUsage(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<LenientUsage, E> {
-                Ok(LenientUsage(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<LenientUsage, E> {
-                Ok(LenientUsage(None))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<LenientUsage, E> {
-                Ok(LenientUsage(None))
+            _ => return Err(Bad),
+        }
+        if s.get(i) == Some(&b'.') {
+            i += 1;
+            if !digits(&mut i) {
+                return Err(Bad);
             }
         }
-        d.deserialize_any(V)
-    }
-}
-
-/// A member name, borrowed unless it has escapes (serde's own `Cow<str>`
-/// always allocates a `String`).
-struct Name<'a>(std::borrow::Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Name<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> de::Visitor<'de> for V {
-            type Value = Name<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a member name")
+        if let Some(b'e' | b'E') = s.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = s.get(i) {
+                i += 1;
             }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Name<'de>, E> {
-                Ok(Name(std::borrow::Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Name<'de>, E> {
-                Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
+            if !digits(&mut i) {
+                return Err(Bad);
             }
         }
-        d.deserialize_str(V)
+        self.i = i;
+        Ok(())
     }
-}
 
-/// A token count, or `None` for anything that is not one (null reads as 0).
-struct Count(Option<u64>);
+    /// A number read as one (serde_json's `deserialize_any`), as a token
+    /// count: `Some` for a non-negative integer, or an integral float below
+    /// 1e18; `None` for any other number. A number serde_json cannot
+    /// represent (`1e400`) is refused.
+    fn number(&mut self) -> Result<Option<u64>, Bad> {
+        let start = self.i;
+        let mut i = start;
+        let mut n = 0u64;
+        while let Some(&d @ b'0'..=b'9') = self.s.get(i) {
+            match n
+                .checked_mul(10)
+                .and_then(|n| n.checked_add(u64::from(d - b'0')))
+            {
+                Some(m) => n = m,
+                None => return self.odd_number(),
+            }
+            i += 1;
+        }
+        if i == start || matches!(self.s.get(i), Some(b'.' | b'e' | b'E')) {
+            return self.odd_number();
+        }
+        if self.s[start] == b'0' && i > start + 1 {
+            // A leading zero.
+            return Err(Bad);
+        }
+        self.i = i;
+        Ok(Some(n))
+    }
 
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> de::Visitor<'de> for V {
-            type Value = Count;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a token count")
+    /// [`Json::number`] for a negative, fractional, exponent or
+    /// beyond-`u64` number: serde_json reads it. Whatever follows the
+    /// number's characters cannot continue it, so reading them on their own
+    /// accepts what reading them in place does.
+    #[cold]
+    fn odd_number(&mut self) -> Result<Option<u64>, Bad> {
+        let rest = &self.s[self.i..];
+        let len = rest
+            .iter()
+            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+            .unwrap_or(rest.len());
+        let n: serde_json::Number = serde_json::from_slice(&rest[..len]).map_err(|_| Bad)?;
+        self.i += len;
+        Ok(match (n.as_u64(), n.as_f64()) {
+            (Some(n), _) => Some(n),
+            (None, Some(f)) if n.is_f64() => {
+                (f >= 0.0 && f.fract() == 0.0 && f < 1e18).then_some(f as u64)
             }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
-                Ok(Count(Some(v)))
+            _ => None,
+        })
+    }
+
+    /// Skips one value as serde_json ignores one (`IgnoredAny`): structure,
+    /// literals, number grammar and escapes checked (see
+    /// [`Json::skip_str`]); nesting as deep as it goes.
+    fn skip(&mut self) -> Result<(), Bad> {
+        let mut open = Nesting::default();
+        loop {
+            match self.peek()? {
+                b'"' => self.skip_str()?,
+                b'-' | b'0'..=b'9' => self.skip_number()?,
+                b'n' => self.literal(b"null")?,
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                c @ (b'{' | b'[') => {
+                    self.i += 1;
+                    // `}` and `]` follow `{` and `[` by two.
+                    if self.peek()? != c + 2 {
+                        open.push(c == b'{');
+                        if c == b'{' {
+                            self.skip_name()?;
+                        }
+                        continue;
+                    }
+                    self.i += 1;
+                }
+                _ => return Err(Bad),
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
-                Ok(Count(u64::try_from(v).ok()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
-                Ok(Count(
-                    (v >= 0.0 && v.fract() == 0.0 && v < 1e18).then_some(v as u64),
-                ))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
-                Ok(Count(Some(0)))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Count, A::Error> {
-                while map
-                    .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
-                    .is_some()
-                {}
-                Ok(Count(None))
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
-                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(Count(None))
+            // After a value: closing brackets, then a comma or the end.
+            loop {
+                let Some(object) = open.top() else {
+                    return Ok(());
+                };
+                match self.peek()? {
+                    b',' => {
+                        self.i += 1;
+                        if object {
+                            self.skip_name()?;
+                        }
+                        break;
+                    }
+                    b'}' if object => open.pop(),
+                    b']' if !object => open.pop(),
+                    _ => return Err(Bad),
+                }
+                self.i += 1;
             }
         }
-        d.deserialize_any(V)
     }
-}
 
-/// The one count read from a `*_details` object (`Details::<N>` reads the
-/// member named by `DETAIL_NAMES[N]`): `Ok(None)` when absent or null,
-/// `Err(())` when present but not a count.
-struct Details<const N: usize>(Result<Option<u64>, ()>);
+    /// A skipped member's name and colon.
+    fn skip_name(&mut self) -> Result<(), Bad> {
+        if self.peek()? != b'"' {
+            return Err(Bad);
+        }
+        self.skip_str()?;
+        if self.peek()? != b':' {
+            return Err(Bad);
+        }
+        self.i += 1;
+        Ok(())
+    }
 
-const DETAIL_NAMES: [&str; 2] = ["reasoning_tokens", "cached_tokens"];
-
-impl<'de, const N: usize> Deserialize<'de> for Details<N> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<const N: usize>;
-        impl<'de, const N: usize> de::Visitor<'de> for V<N> {
-            type Value = Details<N>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a details object")
+    /// An object at `{` read member by member: names read as `&str`s
+    /// (compared unescaped), `read(cursor, name)` reads each value.
+    fn members(
+        &mut self,
+        mut read: impl FnMut(&mut Self, &[u8]) -> Result<(), Bad>,
+    ) -> Result<(), Bad> {
+        self.i += 1;
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            if self.peek()? != b'"' {
+                return Err(Bad);
             }
-            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Details<N>, A::Error> {
-                let mut found = Ok(None);
-                while let Some(Name(key)) = map.next_key::<Name<'de>>()? {
-                    if key == DETAIL_NAMES[N] {
-                        found = match map.next_value::<Count>()?.0 {
-                            Some(n) => Ok(Some(n)),
-                            None => Err(()),
-                        };
+            let name = self.name()?;
+            if self.peek()? != b':' {
+                return Err(Bad);
+            }
+            self.i += 1;
+            read(self, &name)?;
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                _ => return Err(Bad),
+            }
+        }
+    }
+
+    /// Any value read as serde_json reads one into a visitor that keeps
+    /// nothing of it: numbers read (see [`Json::number`]), strings and
+    /// member names read as `&str`s, array elements and member values
+    /// skipped.
+    fn any(&mut self) -> Result<(), Bad> {
+        match self.peek()? {
+            b'{' => self.members(|j, _| j.skip()),
+            b'[' => self.skip(),
+            b'"' => self.str().map(drop),
+            b'-' | b'0'..=b'9' => self.number().map(drop),
+            b'n' => self.literal(b"null"),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            _ => Err(Bad),
+        }
+    }
+
+    /// A token count: `Some` for a count (see [`Json::number`]; null reads
+    /// as 0), `None` for any other value.
+    fn count(&mut self) -> Result<Option<u64>, Bad> {
+        match self.peek()? {
+            b'-' | b'0'..=b'9' => self.number(),
+            b'n' => self.literal(b"null").map(|()| Some(0)),
+            _ => self.any().map(|()| None),
+        }
+    }
+
+    /// The count named `name` in a `*_details` object: `Ok(None)` when
+    /// absent, null, or the value is not an object; `Err(())` when present
+    /// but not a count. When the name repeats, the last one counts.
+    fn details(&mut self, name: &[u8]) -> Result<Result<Option<u64>, ()>, Bad> {
+        if self.peek()? != b'{' {
+            self.any()?;
+            return Ok(Ok(None));
+        }
+        let mut found = Ok(None);
+        self.members(|j, key| {
+            if key == name {
+                found = j.count()?.map(Some).ok_or(());
+                Ok(())
+            } else {
+                j.skip()
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// `usage`, never failing the read around it unless its text is not
+    /// JSON: anything but an object of valid counts (null, a string, a
+    /// negative number…) reads as absent. Unknown members are skipped; when
+    /// a member repeats, the last one counts, but one that is not a count
+    /// makes the whole object absent.
+    fn usage(&mut self) -> Result<Option<Usage>, Bad> {
+        if self.peek()? != b'{' {
+            self.any()?;
+            return Ok(None);
+        }
+        let mut u = Usage::default();
+        let mut ok = true;
+        self.members(|j, name| {
+            let slot = match name {
+                b"prompt_tokens" => &mut u.prompt_tokens,
+                b"completion_tokens" => &mut u.completion_tokens,
+                b"total_tokens" => &mut u.total_tokens,
+                b"cache_read_input_tokens" => &mut u.cache_read_input_tokens,
+                b"cache_created_input_tokens" => &mut u.cache_created_input_tokens,
+                b"completion_tokens_details" | b"prompt_tokens_details" => {
+                    let (slot, count) = if name[0] == b'c' {
+                        (&mut u.reasoning_tokens, &b"reasoning_tokens"[..])
                     } else {
-                        map.next_value::<de::IgnoredAny>()?;
+                        (&mut u.cached_tokens, &b"cached_tokens"[..])
+                    };
+                    match j.details(count)? {
+                        Ok(Some(n)) => *slot = n,
+                        Ok(None) => {}
+                        Err(()) => ok = false,
+                    }
+                    return Ok(());
+                }
+                _ => return j.skip(),
+            };
+            match j.count()? {
+                Some(n) => *slot = n,
+                None => ok = false,
+            }
+            Ok(())
+        })?;
+        Ok(ok.then_some(u))
+    }
+
+    /// A string or null (`Option<String>`).
+    fn string_or_null(&mut self) -> Result<Option<String>, Bad> {
+        match self.peek()? {
+            b'n' => self.literal(b"null").map(|()| None),
+            b'"' => self.string().map(Some),
+            _ => Err(Bad),
+        }
+    }
+
+    /// Any value but null, as its text (`Option<&RawValue>`: skipped, then
+    /// checked as UTF-8 as a whole).
+    fn raw_or_null(&mut self) -> Result<Option<&'a str>, Bad> {
+        if self.peek()? == b'n' {
+            return self.literal(b"null").map(|()| None);
+        }
+        let start = self.i;
+        self.skip()?;
+        let s: &'a [u8] = self.s;
+        std::str::from_utf8(&s[start..self.i])
+            .map(Some)
+            .map_err(|_| Bad)
+    }
+
+    /// One choice, an object (or an array, read by position): its
+    /// `finish_reason`, a string or null.
+    fn choice(&mut self) -> Result<Option<String>, Bad> {
+        match self.peek()? {
+            b'{' => {
+                let (mut reason, mut seen) = (None, false);
+                self.members(|j, name| {
+                    if name != b"finish_reason" {
+                        return j.skip();
+                    }
+                    if std::mem::replace(&mut seen, true) {
+                        return Err(Bad);
+                    }
+                    reason = j.string_or_null()?;
+                    Ok(())
+                })?;
+                Ok(reason)
+            }
+            b'[' => {
+                self.i += 1;
+                let mut reason = None;
+                if self.peek()? != b']' {
+                    reason = self.string_or_null()?;
+                    if self.peek()? != b']' {
+                        return Err(Bad);
                     }
                 }
-                Ok(Details(found))
+                self.i += 1;
+                Ok(reason)
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Details<N>, E> {
-                Ok(Details(Ok(None)))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Details<N>, E> {
-                Ok(Details(Ok(None)))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Details<N>, E> {
-                Ok(Details(Ok(None)))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Details<N>, E> {
-                Ok(Details(Ok(None)))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Details<N>, E> {
-                Ok(Details(Ok(None)))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Details<N>, E> {
-                Ok(Details(Ok(None)))
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Details<N>, A::Error> {
-                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(Details(Ok(None)))
+            _ => Err(Bad),
+        }
+    }
+
+    /// `choices`, null or an array of choices: the first `finish_reason`.
+    fn choices(&mut self) -> Result<Option<String>, Bad> {
+        match self.peek()? {
+            b'n' => return self.literal(b"null").map(|()| None),
+            b'[' => self.i += 1,
+            _ => return Err(Bad),
+        }
+        let mut first = None;
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Ok(None);
+        }
+        loop {
+            let reason = self.choice()?;
+            first = first.or(reason);
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Ok(first);
+                }
+                _ => return Err(Bad),
             }
         }
-        d.deserialize_any(V::<N>)
+    }
+
+    /// A chunk: see [`Probe`].
+    fn probe(&mut self) -> Result<Probe<'a>, Bad> {
+        let mut p = Probe::default();
+        match self.peek()? {
+            b'{' => {
+                let mut seen = [false; 3];
+                self.members(|j, name| {
+                    let member = match name {
+                        b"choices" => 0,
+                        b"usage" => 1,
+                        b"error" => 2,
+                        _ => return j.skip(),
+                    };
+                    if std::mem::replace(&mut seen[member], true) {
+                        return Err(Bad);
+                    }
+                    match member {
+                        0 => p.finish_reason = j.choices()?,
+                        1 => p.usage = j.usage()?,
+                        _ => p.error = j.raw_or_null()?,
+                    }
+                    Ok(())
+                })?;
+            }
+            b'[' => {
+                self.i += 1;
+                if self.peek()? == b']' {
+                    self.i += 1;
+                    return Ok(p);
+                }
+                for member in 0..3 {
+                    match member {
+                        0 => p.finish_reason = self.choices()?,
+                        1 => p.usage = self.usage()?,
+                        _ => p.error = self.raw_or_null()?,
+                    }
+                    match self.peek()? {
+                        b']' => {
+                            self.i += 1;
+                            return Ok(p);
+                        }
+                        b',' if member < 2 => self.i += 1,
+                        _ => return Err(Bad),
+                    }
+                }
+                return Err(Bad);
+            }
+            _ => return Err(Bad),
+        }
+        Ok(p)
     }
 }
 
-impl<const N: usize> Details<N> {
-    /// Stores the count in `slot`; false when it was present but invalid.
-    fn read(self, slot: &mut u64) -> bool {
-        match self.0 {
-            Ok(Some(n)) => {
-                *slot = n;
-                true
-            }
-            Ok(None) => true,
-            Err(()) => false,
+/// Eight copies of a byte, one per byte of a `u64`.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+/// The eight bytes at `i`, if there are as many.
+fn word(s: &[u8], i: usize) -> Option<u64> {
+    let bytes = s.get(i..i + 8)?;
+    Some(u64::from_le_bytes(bytes.try_into().unwrap_or_default()))
+}
+
+/// The high bit of each byte of `x` that is `"`, `\` or below 0x20. Exact
+/// for the lowest flagged byte, the only one callers look at (a flagged
+/// byte can flag a higher one by its borrow).
+#[inline]
+fn specials(x: u64) -> u64 {
+    let zero = |v: u64| v.wrapping_sub(splat(1)) & !v;
+    let quote = zero(x ^ splat(b'"'));
+    let backslash = zero(x ^ splat(b'\\'));
+    let control = x.wrapping_sub(splat(0x20)) & !x;
+    (quote | backslash | control) & splat(0x80)
+}
+
+/// From `i` inside a string's contents: where the first `"`, `\` or
+/// control character is (`None`: nowhere before the end), and whether a
+/// non-ASCII byte comes before it. Eight bytes at a time.
+#[inline]
+fn plain(s: &[u8], mut i: usize) -> (Option<usize>, bool) {
+    let mut high = 0;
+    while let Some(x) = word(s, i) {
+        let stop = specials(x);
+        if stop != 0 {
+            let at = stop.trailing_zeros() / 8;
+            high |= x & splat(0x80) & ((1u64 << (8 * at)) - 1);
+            return (Some(i + at as usize), high != 0);
+        }
+        high |= x & splat(0x80);
+        i += 8;
+    }
+    while let Some(&b) = s.get(i) {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            return (Some(i), high != 0);
+        }
+        high |= u64::from(b & 0x80);
+        i += 1;
+    }
+    (None, high != 0)
+}
+
+/// The containers [`Json::skip`] is inside (`true` for an object), without
+/// allocating unless they nest deeper than 64.
+#[derive(Default)]
+struct Nesting {
+    bits: u64,
+    depth: usize,
+    spill: Vec<u64>,
+}
+
+impl Nesting {
+    fn push(&mut self, object: bool) {
+        if self.depth > 0 && self.depth % 64 == 0 {
+            self.spill.push(self.bits);
+            self.bits = 0;
+        }
+        self.bits = (self.bits << 1) | u64::from(object);
+        self.depth += 1;
+    }
+
+    fn top(&self) -> Option<bool> {
+        (self.depth > 0).then_some(self.bits & 1 == 1)
+    }
+
+    fn pop(&mut self) {
+        self.bits >>= 1;
+        self.depth -= 1;
+        if self.depth > 0 && self.depth % 64 == 0 {
+            self.bits = self.spill.pop().unwrap_or(0);
         }
     }
 }
@@ -411,8 +804,8 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, NotJson> {
         return Err(NotJson);
     }
     Ok(CompletionSummary {
-        usage: usage.and_then(|(a, b)| serde_json::from_slice::<LenientUsage>(&body[a..b]).ok()?.0),
-        finish_reason: finish.and_then(|(a, b)| serde_json::from_slice::<String>(&body[a..b]).ok()),
+        usage: usage.and_then(|(a, b)| Json::whole(&body[a..b], Json::usage).ok()?),
+        finish_reason: finish.and_then(|(a, b)| Json::whole(&body[a..b], Json::string).ok()),
     })
 }
 
@@ -562,6 +955,7 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn reads_openai_shape() {
@@ -651,7 +1045,7 @@ mod tests {
             }
             let text = if pretty { serde_json::to_string_pretty(&v).unwrap() } else { v.to_string() };
             let got = parse_completion(text.as_bytes()).unwrap();
-            let mut probe: Probe<'_> = serde_json::from_str(&text).unwrap();
+            let mut probe: reference::Probe<'_> = serde_json::from_str(&text).unwrap();
             proptest::prop_assert_eq!(got.finish_reason, probe.finish_reason());
             proptest::prop_assert_eq!(got.usage, probe.usage());
         }
@@ -667,5 +1061,860 @@ mod tests {
         assert_eq!(s.usage.unwrap().prompt_tokens, 3);
         let s = parse_completion(br#"{"usage":null}"#).unwrap();
         assert_eq!(s.usage, None);
+    }
+
+    /// The serde readers these replace, kept as the reference they must
+    /// agree with byte for byte.
+    mod reference {
+        use super::super::Usage;
+        use serde::Deserialize;
+        use serde::de::{self, Deserializer};
+
+        /// What the gateway reads of a provider's JSON object (a chunk or a whole
+        /// answer), in one pass; everything else in it is skipped unparsed.
+        #[derive(Deserialize)]
+        pub(super) struct Probe<'a> {
+            #[serde(default)]
+            choices: Option<Vec<ChoiceProbe>>,
+            #[serde(default)]
+            usage: LenientUsage,
+            #[serde(default, borrow)]
+            pub(super) error: Option<&'a serde_json::value::RawValue>,
+        }
+
+        #[derive(Deserialize)]
+        struct ChoiceProbe {
+            #[serde(default)]
+            finish_reason: Option<String>,
+        }
+
+        impl Probe<'_> {
+            /// `finish_reason` of the first choice that has one.
+            pub(super) fn finish_reason(&mut self) -> Option<String> {
+                self.choices
+                    .take()?
+                    .into_iter()
+                    .find_map(|c| c.finish_reason)
+            }
+
+            /// The `usage` object, if present and readable.
+            pub(super) fn usage(&mut self) -> Option<Usage> {
+                self.usage.0.take()
+            }
+        }
+
+        /// `usage` read in the same pass as the rest, never failing it: anything
+        /// but an object of valid counts (null, a string, a negative number…)
+        /// reads as absent.
+        #[derive(Default)]
+        pub(super) struct LenientUsage(pub(super) Option<Usage>);
+
+        impl<'de> Deserialize<'de> for LenientUsage {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> de::Visitor<'de> for V {
+                    type Value = LenientUsage;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a usage object")
+                    }
+                    fn visit_map<A: de::MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> Result<LenientUsage, A::Error> {
+                        let mut u = Usage::default();
+                        let mut ok = true;
+                        while let Some(Name(key)) = map.next_key::<Name<'de>>()? {
+                            let slot = match key.as_ref() {
+                                "prompt_tokens" => &mut u.prompt_tokens,
+                                "completion_tokens" => &mut u.completion_tokens,
+                                "total_tokens" => &mut u.total_tokens,
+                                "cache_read_input_tokens" => &mut u.cache_read_input_tokens,
+                                "cache_created_input_tokens" => &mut u.cache_created_input_tokens,
+                                "completion_tokens_details" => {
+                                    ok &= map
+                                        .next_value::<Details<0>>()?
+                                        .read(&mut u.reasoning_tokens);
+                                    continue;
+                                }
+                                "prompt_tokens_details" => {
+                                    ok &=
+                                        map.next_value::<Details<1>>()?.read(&mut u.cached_tokens);
+                                    continue;
+                                }
+                                _ => {
+                                    map.next_value::<de::IgnoredAny>()?;
+                                    continue;
+                                }
+                            };
+                            match map.next_value::<Count>()?.0 {
+                                Some(n) => *slot = n,
+                                None => ok = false,
+                            }
+                        }
+                        Ok(LenientUsage(ok.then_some(u)))
+                    }
+                    fn visit_seq<A: de::SeqAccess<'de>>(
+                        self,
+                        mut seq: A,
+                    ) -> Result<LenientUsage, A::Error> {
+                        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                        Ok(LenientUsage(None))
+                    }
+                    fn visit_unit<E: de::Error>(self) -> Result<LenientUsage, E> {
+                        Ok(LenientUsage(None))
+                    }
+                    fn visit_none<E: de::Error>(self) -> Result<LenientUsage, E> {
+                        Ok(LenientUsage(None))
+                    }
+                    fn visit_bool<E: de::Error>(self, _: bool) -> Result<LenientUsage, E> {
+                        Ok(LenientUsage(None))
+                    }
+                    fn visit_i64<E: de::Error>(self, _: i64) -> Result<LenientUsage, E> {
+                        Ok(LenientUsage(None))
+                    }
+                    fn visit_u64<E: de::Error>(self, _: u64) -> Result<LenientUsage, E> {
+                        Ok(LenientUsage(None))
+                    }
+                    fn visit_f64<E: de::Error>(self, _: f64) -> Result<LenientUsage, E> {
+                        Ok(LenientUsage(None))
+                    }
+                    fn visit_str<E: de::Error>(self, _: &str) -> Result<LenientUsage, E> {
+                        Ok(LenientUsage(None))
+                    }
+                }
+                d.deserialize_any(V)
+            }
+        }
+
+        /// A member name, borrowed unless it has escapes (serde's own `Cow<str>`
+        /// always allocates a `String`).
+        struct Name<'a>(std::borrow::Cow<'a, str>);
+
+        impl<'de> Deserialize<'de> for Name<'de> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> de::Visitor<'de> for V {
+                    type Value = Name<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a member name")
+                    }
+                    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Name<'de>, E> {
+                        Ok(Name(std::borrow::Cow::Borrowed(v)))
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Name<'de>, E> {
+                        Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+
+        /// A token count, or `None` for anything that is not one (null reads as 0).
+        struct Count(Option<u64>);
+
+        impl<'de> Deserialize<'de> for Count {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> de::Visitor<'de> for V {
+                    type Value = Count;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a token count")
+                    }
+                    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                        Ok(Count(Some(v)))
+                    }
+                    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                        Ok(Count(u64::try_from(v).ok()))
+                    }
+                    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
+                        Ok(Count(
+                            (v >= 0.0 && v.fract() == 0.0 && v < 1e18).then_some(v as u64),
+                        ))
+                    }
+                    fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
+                        Ok(Count(Some(0)))
+                    }
+                    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
+                        Ok(Count(None))
+                    }
+                    fn visit_str<E: de::Error>(self, _: &str) -> Result<Count, E> {
+                        Ok(Count(None))
+                    }
+                    fn visit_map<A: de::MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> Result<Count, A::Error> {
+                        while map
+                            .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                            .is_some()
+                        {}
+                        Ok(Count(None))
+                    }
+                    fn visit_seq<A: de::SeqAccess<'de>>(
+                        self,
+                        mut seq: A,
+                    ) -> Result<Count, A::Error> {
+                        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                        Ok(Count(None))
+                    }
+                }
+                d.deserialize_any(V)
+            }
+        }
+
+        /// The one count read from a `*_details` object (`Details::<N>` reads the
+        /// member named by `DETAIL_NAMES[N]`): `Ok(None)` when absent or null,
+        /// `Err(())` when present but not a count.
+        struct Details<const N: usize>(Result<Option<u64>, ()>);
+
+        const DETAIL_NAMES: [&str; 2] = ["reasoning_tokens", "cached_tokens"];
+
+        impl<'de, const N: usize> Deserialize<'de> for Details<N> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V<const N: usize>;
+                impl<'de, const N: usize> de::Visitor<'de> for V<N> {
+                    type Value = Details<N>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a details object")
+                    }
+                    fn visit_map<A: de::MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> Result<Details<N>, A::Error> {
+                        let mut found = Ok(None);
+                        while let Some(Name(key)) = map.next_key::<Name<'de>>()? {
+                            if key == DETAIL_NAMES[N] {
+                                found = match map.next_value::<Count>()?.0 {
+                                    Some(n) => Ok(Some(n)),
+                                    None => Err(()),
+                                };
+                            } else {
+                                map.next_value::<de::IgnoredAny>()?;
+                            }
+                        }
+                        Ok(Details(found))
+                    }
+                    fn visit_unit<E: de::Error>(self) -> Result<Details<N>, E> {
+                        Ok(Details(Ok(None)))
+                    }
+                    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Details<N>, E> {
+                        Ok(Details(Ok(None)))
+                    }
+                    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Details<N>, E> {
+                        Ok(Details(Ok(None)))
+                    }
+                    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Details<N>, E> {
+                        Ok(Details(Ok(None)))
+                    }
+                    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Details<N>, E> {
+                        Ok(Details(Ok(None)))
+                    }
+                    fn visit_str<E: de::Error>(self, _: &str) -> Result<Details<N>, E> {
+                        Ok(Details(Ok(None)))
+                    }
+                    fn visit_seq<A: de::SeqAccess<'de>>(
+                        self,
+                        mut seq: A,
+                    ) -> Result<Details<N>, A::Error> {
+                        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                        Ok(Details(Ok(None)))
+                    }
+                }
+                d.deserialize_any(V::<N>)
+            }
+        }
+
+        impl<const N: usize> Details<N> {
+            /// Stores the count in `slot`; false when it was present but invalid.
+            fn read(self, slot: &mut u64) -> bool {
+                match self.0 {
+                    Ok(Some(n)) => {
+                        *slot = n;
+                        true
+                    }
+                    Ok(None) => true,
+                    Err(()) => false,
+                }
+            }
+        }
+
+        /// What `Probe` read: finish reason, usage and error text.
+        pub(super) fn probe(
+            text: &[u8],
+        ) -> Option<(Option<String>, Option<Usage>, Option<String>)> {
+            let mut p = serde_json::from_slice::<Probe<'_>>(text).ok()?;
+            Some((
+                p.finish_reason(),
+                p.usage(),
+                p.error.map(|e| e.get().to_owned()),
+            ))
+        }
+
+        /// What `LenientUsage` read; `None` when serde_json refused the text.
+        pub(super) fn usage(text: &[u8]) -> Option<Option<Usage>> {
+            serde_json::from_slice::<LenientUsage>(text)
+                .ok()
+                .map(|u| u.0)
+        }
+    }
+
+    fn read_usage(text: &[u8]) -> Option<Option<Usage>> {
+        Json::whole(text, Json::usage).ok()
+    }
+
+    fn read_probe(text: &[u8]) -> Option<(Option<String>, Option<Usage>, Option<String>)> {
+        Probe::read(text).map(|p| (p.finish_reason, p.usage, p.error.map(str::to_owned)))
+    }
+
+    fn usage(prompt: u64, completion: u64, reasoning: u64, cached: u64) -> Option<Usage> {
+        Some(Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            reasoning_tokens: reasoning,
+            cached_tokens: cached,
+            ..Usage::default()
+        })
+    }
+
+    #[test]
+    fn the_usage_reader_reads_what_serde_read() {
+        let max = Some(Usage {
+            prompt_tokens: u64::MAX,
+            ..Usage::default()
+        });
+        let cases: &[(&[u8], Option<Usage>)] = &[
+            (br#"{"prompt_tokens":3,"completion_tokens":4}"#, usage(3, 4, 0, 0)),
+            (br#"{}"#, usage(0, 0, 0, 0)),
+            // Escaped member names are their unescaped selves.
+            (br#"{"prompt\u005ftokens":3,"\u0063ompletion_tokens":4}"#, usage(3, 4, 0, 0)),
+            (br#"{"completion_tokens_details":{"reasoning\u005Ftokens":2}}"#, usage(0, 0, 2, 0)),
+            // Counts: integers, integral floats below 1e18, null for 0.
+            (br#"{"prompt_tokens":3.0}"#, usage(3, 0, 0, 0)),
+            (br#"{"prompt_tokens":1e3}"#, usage(1000, 0, 0, 0)),
+            (br#"{"prompt_tokens":1E+2,"completion_tokens":2500e-1}"#, usage(100, 250, 0, 0)),
+            (br#"{"prompt_tokens":0}"#, usage(0, 0, 0, 0)),
+            (br#"{"prompt_tokens":-0}"#, usage(0, 0, 0, 0)),
+            (br#"{"prompt_tokens":-0.0}"#, usage(0, 0, 0, 0)),
+            (br#"{"prompt_tokens":null}"#, usage(0, 0, 0, 0)),
+            (br#"{"prompt_tokens":1e17}"#, usage(100_000_000_000_000_000, 0, 0, 0)),
+            (br#"{"prompt_tokens":18446744073709551615}"#, max),
+            (br#"{"prompt_tokens":3.5}"#, None),
+            (br#"{"prompt_tokens":-1}"#, None),
+            (br#"{"prompt_tokens":-1.0}"#, None),
+            (br#"{"prompt_tokens":1e18}"#, None),
+            (br#"{"prompt_tokens":18446744073709551616}"#, None),
+            (br#"{"prompt_tokens":-9223372036854775809}"#, None),
+            (br#"{"prompt_tokens":"3"}"#, None),
+            (br#"{"prompt_tokens":true}"#, None),
+            (br#"{"prompt_tokens":[3]}"#, None),
+            (br#"{"prompt_tokens":{"n":3}}"#, None),
+            // Not JSON serde_json takes.
+            (br#"{"prompt_tokens":1e400}"#, None),
+            (br#"{"prompt_tokens":01}"#, None),
+            (br#"{"prompt_tokens":1.}"#, None),
+            (br#"{"prompt_tokens":+1}"#, None),
+            (br#"{"prompt_tokens":nul}"#, None),
+            (br#"{"prompt_tokens":1,}"#, None),
+            (br#"{"prompt_tokens" 1}"#, None),
+            (br#"{"prompt_tokens":1 "completion_tokens":2}"#, None),
+            (br#"{"x":[1,]}"#, None),
+            (br#"{"x":1e}"#, None),
+            (br#"{"x":"\q"}"#, None),
+            (b"{\"x\":\"a\x01b\"}", None),
+            (br#"{"prompt_tokens":1} x"#, None),
+            // Whitespace everywhere.
+            (
+                b" \t{ \"prompt_tokens\" :\n3 ,\r\"completion_tokens_details\" : { \"reasoning_tokens\" : 2 } , \"prompt_tokens_details\":{ } }\n ",
+                usage(3, 0, 2, 0),
+            ),
+            // Details: null, absent or not an object reads as 0.
+            (br#"{"completion_tokens_details":null,"prompt_tokens_details":{"cached_tokens":null}}"#, usage(0, 0, 0, 0)),
+            (br#"{"completion_tokens_details":"x","prompt_tokens_details":[1,{}]}"#, usage(0, 0, 0, 0)),
+            (br#"{"completion_tokens_details":7,"prompt_tokens_details":true}"#, usage(0, 0, 0, 0)),
+            (br#"{"completion_tokens_details":{"audio_tokens":5},"prompt_tokens_details":{"cached_tokens":4,"x":[]}}"#, usage(0, 0, 0, 4)),
+            (br#"{"completion_tokens_details":{"reasoning_tokens":-2}}"#, None),
+            (br#"{"completion_tokens_details":{"reasoning_tokens":"2"}}"#, None),
+            // ... but a detail's number is still read as a number.
+            (br#"{"completion_tokens_details":1e400}"#, None),
+            // Repeated members: the last one counts, but one that is not a
+            // count spoils the object; inside a details object, the last one
+            // alone counts.
+            (br#"{"prompt_tokens":1,"prompt_tokens":2}"#, usage(2, 0, 0, 0)),
+            (br#"{"prompt_tokens":-1,"prompt_tokens":2}"#, None),
+            (br#"{"prompt_tokens":2,"prompt_tokens":-1}"#, None),
+            (br#"{"completion_tokens_details":{"reasoning_tokens":-1,"reasoning_tokens":2}}"#, usage(0, 0, 2, 0)),
+            (br#"{"completion_tokens_details":{"reasoning_tokens":2,"reasoning_tokens":-1}}"#, None),
+            (br#"{"completion_tokens_details":{"reasoning_tokens":2},"completion_tokens_details":null}"#, usage(0, 0, 2, 0)),
+            (br#"{"completion_tokens_details":{"reasoning_tokens":2},"completion_tokens_details":{"reasoning_tokens":3}}"#, usage(0, 0, 3, 0)),
+            (br#"{"completion_tokens_details":{"reasoning_tokens":"x"},"completion_tokens_details":{"reasoning_tokens":3}}"#, None),
+            // Unknown members are skipped as serde_json skips them: their
+            // strings need not be UTF-8 nor their escapes paired, their
+            // numbers need not fit...
+            (b"{\"x\":{\"y\":[1,{\"z\":\"\xff\"}]},\"s\":\"\\ud800\",\"n\":1e400,\"prompt_tokens\":1}", usage(1, 0, 0, 0)),
+            // ... but names (and strings) that are read must.
+            (b"{\"\xff\":1}", None),
+            (br#"{"\ud800":1}"#, None),
+            (b"{\"prompt_tokens\":{\"\xff\":1}}", None),
+            (b"{\"prompt_tokens\":\"\xff\"}", None),
+            (b"{\"prompt_tokens\":{\"a\":\"\xff\"}}", None),
+            (br#"{"\ud83d\ude00":1,"prompt_tokens":5}"#, usage(5, 0, 0, 0)),
+            // Anything but an object.
+            (b"null", None),
+            (b"\"usage\"", None),
+            (b"[1,2]", None),
+            (b"5", None),
+            (b"", None),
+        ];
+        for (text, want) in cases {
+            let shown = String::from_utf8_lossy(text);
+            let got = read_usage(text).flatten();
+            assert_eq!(got, *want, "{shown}");
+            assert_eq!(got, reference::usage(text).flatten(), "reference: {shown}");
+        }
+        // One that fails on its own fails the chunk it is in; one that is
+        // merely not usage does not.
+        for text in [
+            &br#"{"prompt_tokens":1e400}"#[..],
+            b"{\"\xff\":1}",
+            br#"{"x":1,}"#,
+        ] {
+            assert!(read_usage(text).is_none());
+            assert!(reference::usage(text).is_none());
+        }
+        for text in [&br#"{"prompt_tokens":-1}"#[..], b"[1]", b"null", b"\"x\""] {
+            assert_eq!(read_usage(text), Some(None));
+            assert_eq!(reference::usage(text), Some(None));
+        }
+    }
+
+    #[test]
+    fn finish_reasons_are_read_as_serde_read_them() {
+        for (reason, want) in [
+            (&b"\"stop\""[..], Some("stop")),
+            (b"\"st\\u006fp\"", Some("stop")),
+            (b"\"tool_calls\"", Some("tool_calls")),
+            (b"\"caf\xc3\xa9\"", Some("caf\u{e9}")),
+            (b"\"\\ud83d\\ude00\"", Some("\u{1f600}")),
+            (b"\"\"", Some("")),
+            (b"\"\xff\"", None),
+            (b"\"a\tb\"", None),
+            (b"\"\\ud800\"", None),
+            (b"\"\\x\"", None),
+        ] {
+            let mut body = br#"{"choices":[{"index":0,"finish_reason":"#.to_vec();
+            body.extend_from_slice(reason);
+            body.extend_from_slice(b"}]}");
+            let shown = String::from_utf8_lossy(&body).into_owned();
+            let got = parse_completion(&body).expect(&shown).finish_reason;
+            assert_eq!(got.as_deref(), want, "{shown}");
+            assert_eq!(
+                got,
+                serde_json::from_slice::<String>(reason).ok(),
+                "{shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn chunks_are_read_as_serde_read_them() {
+        let cases: &[&[u8]] = &[
+            br#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}"#,
+            br#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens_details":{"reasoning_tokens":3}}}"#,
+            br#"{"choices":[{"finish_reason":null},{"finish_reason":"length"},{"finish_reason":"stop"}]}"#,
+            br#"{"choices":null,"usage":null,"error":null}"#,
+            br#"{"error":{"message":"overloaded","type":"x"}}"#,
+            br#"{"error":"boom"}"#,
+            b"{\"error\":{\"message\":\"\xff\"}}",
+            b"{\"x\":\"\xff\",\"choices\":[]}",
+            br#"{"ch\u006fices":[{"finish_re\u0061son":"stop"}],"us\u0061ge":{"total_tokens":9}}"#,
+            // A repeated member is refused, even a null one.
+            br#"{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}"#,
+            br#"{"usage":null,"usage":null}"#,
+            br#"{"choices":[{"finish_reason":"stop","finish_reason":null}]}"#,
+            br#"{"x":1,"x":2,"choices":[{"y":1,"y":2}]}"#,
+            // Wrong shapes are refused.
+            br#"{"choices":{}}"#,
+            br#"{"choices":[null]}"#,
+            br#"{"choices":[{"finish_reason":1}]}"#,
+            br#"{"choices":"stop"}"#,
+            br#"{"usage":1e400}"#,
+            br#"{"usage":{"prompt_tokens":-1}}"#,
+            // Structs read from arrays by position, as serde reads them.
+            br#"[[{"finish_reason":"stop"}],{"prompt_tokens":2},null]"#,
+            br#"[[["length"]]]"#,
+            br#"[null,null,null,null]"#,
+            br#"[null,]"#,
+            br#"[[[]],{}]"#,
+            br#"[[["a","b"]]]"#,
+            br#"[]"#,
+            br#"{}"#,
+            b" {\"choices\" : [ { \"finish_reason\" : \"stop\" } ] } \n",
+            b"null",
+            b"",
+            b"{\"choices\":[]",
+            b"{\"choices\":[]} {}",
+        ];
+        for text in cases {
+            assert_eq!(
+                read_probe(text),
+                reference::probe(text),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        assert_eq!(read_probe(cases[2]).unwrap().0.as_deref(), Some("length"));
+        assert_eq!(
+            read_probe(cases[8]),
+            Some((
+                Some("stop".into()),
+                usage(0, 0, 0, 0).map(|u| Usage {
+                    total_tokens: 9,
+                    ..u
+                }),
+                None
+            ))
+        );
+        assert_eq!(read_probe(cases[9]), None);
+    }
+
+    #[test]
+    fn skipping_has_no_depth_limit() {
+        for depth in [1, 63, 64, 65, 128, 129, 1000] {
+            let nested = format!("{}1{}", "[{\"a\":".repeat(depth), "}]".repeat(depth));
+            let text = format!(r#"{{"x":{nested},"prompt_tokens":7}}"#);
+            assert_eq!(
+                read_usage(text.as_bytes()),
+                Some(usage(7, 0, 0, 0)),
+                "{depth}"
+            );
+            assert_eq!(
+                read_usage(text.as_bytes()),
+                reference::usage(text.as_bytes())
+            );
+            let unbalanced = format!(
+                r#"{{"x":{}1{}]}}"#,
+                "[{\"a\":".repeat(depth),
+                "}]".repeat(depth)
+            );
+            assert_eq!(read_usage(unbalanced.as_bytes()), None, "{depth}");
+        }
+    }
+
+    /// Bytes for the generators below: values (mostly well formed, some
+    /// not), counts, finish reasons, member names, and the whitespace
+    /// between them.
+    #[rustfmt::skip]
+    mod fragments {
+        pub(super) const LEAVES: &[&[u8]] = &[
+            b"0", b"3", b"42", b"3.0", b"1e3", b"-1", b"-0", b"1e400", b"18446744073709551616",
+            b"null", b"true", b"false", b"\"s\"", b"\"\\u00e9\"", b"\"\\ud800\"",
+            b"\"\\ud83d\\ude00\"", b"\"\xff\"", b"\"\xc3\xa9\"", b"\"a\\\"b\"", b"[]", b"{}",
+        ];
+        pub(super) const BAD_LEAVES: &[&[u8]] = &[
+            b"01", b"1.", b".5", b"-", b"+1", b"1e", b"nul", b"\"\\q\"", b"\"\\u12\"", b"\"a\x01b\"",
+        ];
+        pub(super) const COUNTS: &[&[u8]] = &[
+            b"0", b"3", b"42", b"412", b"3.0", b"1e3", b"1E+2", b"2500e-1", b"-0", b"-0.0", b"null",
+            b"1e17", b"18446744073709551615",
+        ];
+        pub(super) const NOT_COUNTS: &[&[u8]] = &[
+            b"3.5", b"-1", b"-1.5", b"1e18", b"18446744073709551616", b"99999999999999999999999",
+            b"-9223372036854775808", b"-9223372036854775809", b"\"3\"", b"true", b"[1]", b"{}",
+            b"1e400", b"{\"\xff\":1}", b"\"\xff\"", b"\"\\ud800\"",
+        ];
+        pub(super) const REASONS: &[&[u8]] = &[
+            b"\"stop\"", b"\"length\"", b"null", b"\"st\\u006fp\"", b"\"caf\xc3\xa9\"",
+        ];
+        pub(super) const BAD_REASONS: &[&[u8]] = &[
+            b"\"\xff\"", b"\"\\ud800\"", b"\"a\tb\"", b"1", b"{}",
+        ];
+        pub(super) const USAGE_NAMES: &[&[u8]] = &[
+            b"prompt_tokens", b"completion_tokens", b"total_tokens", b"cache_read_input_tokens",
+            b"cache_created_input_tokens", b"completion_tokens_details", b"prompt_tokens_details",
+            b"prompt\\u005ftokens", b"completion_tokens_det\\u0061ils", b"x",
+        ];
+        pub(super) const DETAIL_NAMES: &[&[u8]] = &[
+            b"reasoning_tokens", b"cached_tokens", b"reasoning\\u005ftokens", b"audio_tokens",
+        ];
+        pub(super) const CHOICE_NAMES: &[&[u8]] = &[
+            b"finish_reason", b"fin\\u0069sh_reason", b"index", b"delta",
+        ];
+        pub(super) const NAMES: &[&[u8]] = &[
+            b"choices", b"usage", b"error", b"us\\u0061ge", b"id", b"x", b"",
+        ];
+        pub(super) const OTHER_NAMES: &[&[u8]] = &[b"id", b"object", b"x", b""];
+        pub(super) const BAD_NAMES: &[&[u8]] = &[b"\xff", b"\\ud800", b"\\u00"];
+        pub(super) const SPACES: &[&[u8]] = &[b"", b"", b"", b" ", b"\n\t", b"\r "];
+    }
+    use fragments::*;
+
+    fn pick(from: &'static [&'static [u8]]) -> impl Strategy<Value = Vec<u8>> + Clone {
+        proptest::sample::select(from).prop_map(<[u8]>::to_vec)
+    }
+
+    /// An object of up to `n` members named from `names` (and rarely
+    /// [`BAD_NAMES`]).
+    fn object_of(
+        names: &'static [&'static [u8]],
+        values: impl Strategy<Value = Vec<u8>> + Clone,
+        n: usize,
+    ) -> impl Strategy<Value = Vec<u8>> + Clone {
+        let name = prop_oneof![20 => pick(names), 1 => pick(BAD_NAMES)];
+        proptest::collection::vec((name, pick(SPACES), values), 0..=n).prop_map(object)
+    }
+
+    /// An array of up to `n` elements.
+    fn array_of(
+        values: impl Strategy<Value = Vec<u8>> + Clone,
+        n: usize,
+    ) -> impl Strategy<Value = Vec<u8>> + Clone {
+        proptest::collection::vec((pick(SPACES), values), 0..=n).prop_map(array)
+    }
+
+    fn object(members: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)>) -> Vec<u8> {
+        let mut out = b"{".to_vec();
+        for (i, (name, space, value)) in members.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&space);
+            out.push(b'"');
+            out.extend_from_slice(&name);
+            out.push(b'"');
+            out.extend_from_slice(&space);
+            out.push(b':');
+            out.extend_from_slice(&value);
+            out.extend_from_slice(&space);
+        }
+        out.push(b'}');
+        out
+    }
+
+    fn array(elements: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<u8> {
+        let mut out = b"[".to_vec();
+        for (i, (space, value)) in elements.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&space);
+            out.extend_from_slice(&value);
+        }
+        out.push(b']');
+        out
+    }
+
+    /// Any value built from [`LEAVES`], a few levels deep.
+    fn any_value() -> impl Strategy<Value = Vec<u8>> + Clone {
+        prop_oneof![20 => pick(LEAVES), 1 => pick(BAD_LEAVES)].prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![object_of(NAMES, inner.clone(), 4), array_of(inner, 3)]
+        })
+    }
+
+    /// Usage-like objects: usage members (counts, details objects, other
+    /// values), sometimes repeated.
+    fn usage_like() -> impl Strategy<Value = Vec<u8>> + Clone {
+        let details = prop_oneof![
+            4 => object_of(DETAIL_NAMES, prop_oneof![8 => pick(COUNTS), 1 => pick(NOT_COUNTS), 1 => any_value()], 3),
+            1 => pick(LEAVES),
+        ];
+        prop_oneof![
+            8 => object_of(
+                USAGE_NAMES,
+                prop_oneof![16 => pick(COUNTS), 1 => pick(NOT_COUNTS), 4 => details, 1 => any_value()],
+                7,
+            ),
+            1 => any_value(),
+        ]
+    }
+
+    /// Chunk-like text: an object (or, rarely, an array read by position)
+    /// with `choices`, `usage`, `error` and other members.
+    fn chunk_like() -> impl Strategy<Value = Vec<u8>> {
+        let choice = prop_oneof![
+            6 => object_of(
+                CHOICE_NAMES,
+                prop_oneof![12 => pick(REASONS), 1 => pick(BAD_REASONS), 2 => any_value()],
+                3,
+            ),
+            1 => array_of(prop_oneof![6 => pick(REASONS), 1 => pick(BAD_REASONS)], 2),
+            1 => pick(LEAVES),
+        ];
+        let choices = prop_oneof![6 => array_of(choice, 3), 1 => pick(LEAVES)];
+        // Each of choices, usage and error at most once (rarely twice),
+        // among other members, in any order.
+        let members = (
+            proptest::option::weighted(0.8, choices.clone()),
+            proptest::option::weighted(0.6, usage_like()),
+            proptest::option::weighted(0.2, any_value()),
+            proptest::collection::vec((pick(OTHER_NAMES), any_value()), 0..3),
+            proptest::option::weighted(0.05, (pick(NAMES), usage_like())),
+        )
+            .prop_map(|(c, u, e, mut others, twice)| {
+                others.extend(c.map(|c| (b"choices".to_vec(), c)));
+                others.extend(u.map(|u| (b"usage".to_vec(), u)));
+                others.extend(e.map(|e| (b"error".to_vec(), e)));
+                others.extend(twice);
+                others
+            })
+            .prop_shuffle();
+        prop_oneof![
+            8 => (members, pick(SPACES)).prop_map(|(members, space)| {
+                object(members.into_iter().map(|(name, value)| (name, space.clone(), value)).collect())
+            }),
+            1 => (choices, usage_like(), any_value(), 0..5usize).prop_map(|(c, u, e, n)| {
+                let items = [c, u, e, b"null".to_vec()];
+                array(items.into_iter().take(n).map(|v| (Vec::new(), v)).collect())
+            }),
+        ]
+    }
+
+    /// [`usage_like`] or [`chunk_like`] text, sometimes damaged by a byte
+    /// or two.
+    fn json_like() -> impl Strategy<Value = Vec<u8>> {
+        let edit = (
+            any::<proptest::sample::Index>(),
+            0..3u8,
+            proptest::sample::select(&b"{}[],:\"\\ 0e.-nx\xff\x01"[..]),
+        );
+        let text = prop_oneof![usage_like(), chunk_like()];
+        let edits = prop_oneof![4 => Just(Vec::new()), 1 => proptest::collection::vec(edit, 1..3)];
+        (text, edits).prop_map(|(mut text, edits)| {
+            for (at, how, byte) in edits {
+                let at = at.index(text.len() + 1);
+                match how {
+                    0 => text.insert(at, byte),
+                    1 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    _ if at < text.len() => text[at] = byte,
+                    _ => {}
+                }
+            }
+            text
+        })
+    }
+
+    /// A usage object as `serde_json::Value` would read it, for objects
+    /// without repeated members.
+    fn value_usage(v: &serde_json::Value) -> Option<Usage> {
+        use serde_json::Value;
+        fn count(v: &Value) -> Option<u64> {
+            match v {
+                Value::Null => Some(0),
+                Value::Number(n) if n.is_f64() => n
+                    .as_f64()
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 1e18)
+                    .map(|f| f as u64),
+                Value::Number(n) => n.as_u64(),
+                _ => None,
+            }
+        }
+        fn detail(v: Option<&Value>, name: &str) -> Option<u64> {
+            match v.and_then(Value::as_object).and_then(|o| o.get(name)) {
+                Some(c) => count(c),
+                None => Some(0),
+            }
+        }
+        let o = v.as_object()?;
+        let top = |name: &str| o.get(name).map_or(Some(0), count);
+        Some(Usage {
+            prompt_tokens: top("prompt_tokens")?,
+            completion_tokens: top("completion_tokens")?,
+            total_tokens: top("total_tokens")?,
+            reasoning_tokens: detail(o.get("completion_tokens_details"), "reasoning_tokens")?,
+            cached_tokens: detail(o.get("prompt_tokens_details"), "cached_tokens")?,
+            cache_read_input_tokens: top("cache_read_input_tokens")?,
+            cache_created_input_tokens: top("cache_created_input_tokens")?,
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_readers_agree_with_serde(text in json_like()) {
+            let shown = String::from_utf8_lossy(&text).into_owned();
+            proptest::prop_assert_eq!(read_usage(&text), reference::usage(&text), "{}", shown);
+            proptest::prop_assert_eq!(read_probe(&text), reference::probe(&text), "{}", shown);
+            if text.first() == Some(&b'"') {
+                proptest::prop_assert_eq!(
+                    Json::whole(&text, Json::string).ok(),
+                    serde_json::from_slice::<String>(&text).ok(),
+                    "{}", shown
+                );
+            }
+        }
+
+        #[test]
+        fn the_word_scan_agrees_with_a_byte_scan(
+            text in proptest::collection::vec(
+                prop_oneof![
+                    12 => Just(b'a'),
+                    1 => proptest::sample::select(&b"\"\\\x00\x01\x1f\x20\x21\x5b\x5d\x7f\x80\xc3\xa9\xff"[..]),
+                ],
+                0..40,
+            ),
+            from in 0usize..8,
+        ) {
+            let from = from.min(text.len());
+            let stop = text[from..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .map(|at| from + at);
+            let high = text[from..stop.unwrap_or(text.len())].iter().any(|b| *b >= 0x80);
+            proptest::prop_assert_eq!(plain(&text, from), (stop, high));
+        }
+
+        #[test]
+        fn the_usage_reader_agrees_with_a_value_reader(
+            members in proptest::sample::subsequence(
+                vec![
+                    ("prompt_tokens", "prompt\\u005ftokens"),
+                    ("completion_tokens", "completion_tokens"),
+                    ("total_tokens", "tot\\u0061l_tokens"),
+                    ("cache_read_input_tokens", "cache_read_input_tokens"),
+                    ("cache_created_input_tokens", "cache_created_input_tokens"),
+                    ("completion_tokens_details", "completion_tokens_details"),
+                    ("prompt_tokens_details", "prompt_tokens_det\\u0061ils"),
+                    ("x_other", "x_other"),
+                ],
+                0..=8,
+            ).prop_shuffle(),
+            values in proptest::collection::vec(
+                prop_oneof![
+                    4 => (0u64..100_000).prop_map(|n| n.to_string()),
+                    1 => any::<u64>().prop_map(|n| n.to_string()),
+                    1 => (-5i64..5).prop_map(|n| n.to_string()),
+                    1 => (0u32..1000, 0u8..3).prop_map(|(n, f)| format!("{n}.{f}")),
+                    1 => (0u32..100, 0u8..20).prop_map(|(n, e)| format!("{n}e{e}")),
+                    1 => Just("null".to_owned()),
+                    1 => Just("\"7\"".to_owned()),
+                    1 => Just("[1]".to_owned()),
+                    1 => Just("true".to_owned()),
+                    2 => (0u64..1000, any::<bool>(), any::<bool>()).prop_map(|(n, escaped, other)| {
+                        let mut members = vec![format!("\"{}\":{n}", if escaped { "reasoning\\u005ftokens" } else { "reasoning_tokens" })];
+                        members.push(format!("\"cached_tokens\":{n}"));
+                        if other { members.push("\"audio_tokens\":[{}]".into()); }
+                        format!("{{{}}}", members.join(","))
+                    }),
+                    1 => Just("{\"reasoning_tokens\":-1,\"cached_tokens\":2.5}".to_owned()),
+                ],
+                8,
+            ),
+            spaces in proptest::collection::vec(proptest::sample::select(vec!["", " ", "\n  ", "\t"]), 4),
+            escape_names in any::<bool>(),
+        ) {
+            let [a, b, c, d] = [spaces[0], spaces[1], spaces[2], spaces[3]];
+            let body = members
+                .iter()
+                .zip(&values)
+                .map(|((plain, escaped), value)| {
+                    let name = if escape_names { escaped } else { plain };
+                    format!("{a}\"{name}\"{b}:{c}{value}{d}")
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            let text = format!("{a}{{{body}}}{d}");
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(read_usage(text.as_bytes()), Some(value_usage(&value)), "{}", text);
+        }
     }
 }
