@@ -298,13 +298,28 @@ fn scan_keys(data: &[u8], from: usize, until: usize) -> (bool, Option<usize>) {
     (false, first)
 }
 
-/// Length of the common suffix of two byte strings.
+/// Length of the common suffix of two byte strings: eight bytes at a time
+/// from the ends (consecutive chunks share their last fifty bytes or so),
+/// the first difference found by the leading zeros of the words' xor.
 fn common_suffix(a: &[u8], b: &[u8]) -> usize {
-    a.iter()
-        .rev()
-        .zip(b.iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count()
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+    let word =
+        |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or_default());
+    let mut i = 0;
+    while i + 8 <= n {
+        let at = n - i - 8;
+        let diff = word(a, at) ^ word(b, at);
+        if diff != 0 {
+            // Little-endian: the last byte is the most significant.
+            return i + (diff.leading_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[n - 1 - i] == b[n - 1 - i] {
+        i += 1;
+    }
+    i
 }
 
 /// Length of the common prefix of two byte strings.
@@ -466,6 +481,18 @@ data: [DONE]\n\n";
         assert_eq!(common_prefix(b"abc", b"abc"), 3);
     }
 
+    #[test]
+    fn common_suffixes() {
+        assert_eq!(common_suffix(b"", b"abc"), 0);
+        assert_eq!(common_suffix(b"abc", b"abc"), 3);
+        assert_eq!(common_suffix(b"xbc", b"abc"), 2);
+        assert_eq!(
+            common_suffix(b"Abcdefghijklmnopqrstuvwxyz", b"abcdefghijklmnopqrstuvwxyz"),
+            25
+        );
+        assert_eq!(common_suffix(b"abcdefghijklmnopqrstuvwxyz", b"z"), 1);
+    }
+
     proptest! {
         #[test]
         fn prefix_skipping_agrees_with_full_scans(
@@ -492,6 +519,17 @@ data: [DONE]\n\n";
                 let want = StreamTracker::new().scan_for_news(p.as_bytes());
                 prop_assert_eq!(remembering.scan_for_news(p.as_bytes()), want, "{}", p);
             }
+        }
+
+        #[test]
+        fn common_suffixes_agree_with_a_byte_scan(
+            shared in proptest::collection::vec(0u8..4, 0..40),
+            a in proptest::collection::vec(0u8..4, 0..20),
+            b in proptest::collection::vec(0u8..4, 0..20),
+        ) {
+            let (a, b) = ([&a[..], &shared].concat(), [&b[..], &shared].concat());
+            let want = a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count();
+            prop_assert_eq!(common_suffix(&a, &b), want);
         }
 
         #[test]
