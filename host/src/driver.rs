@@ -22,7 +22,7 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
 use crate::gate::Gate;
 use crate::ledger::Ledger;
-use crate::runtime::{Alarm, Runtime, now, with_scratch};
+use crate::runtime::{Alarm, Runtime, SCRATCH_LEN, now, with_scratch};
 use crate::upstream::{Connector, UpstreamStream};
 
 /// How long a closing connection is drained of unread client bytes, so the
@@ -99,6 +99,9 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
         (Gate::default(), Gate::default(), Gate::default());
     let (mut g_up_read, mut g_up_write) = (Gate::default(), Gate::default());
     let (mut g_client_read, mut g_client_write) = (Gate::default(), Gate::default());
+    // A read shorter than the buffer emptied the socket: the next read
+    // waits for readiness first (see `Runtime::poll_readable`).
+    let (mut client_drained, mut up_drained) = (false, false);
 
     loop {
         while let Some(event) = conn.poll_event() {
@@ -221,16 +224,30 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
             if want_up {
                 if let Some(up) = upstream.as_mut() {
-                    if let Poll::Ready(r) =
-                        with_scratch(|buf| g_up_read.poll(cx, |cx| Pin::new(up).poll_read(cx, buf)))
-                    {
+                    if let Poll::Ready(r) = with_scratch(|buf| {
+                        g_up_read.poll(cx, |cx| {
+                            if up_drained {
+                                if let Some(tcp) = up.plain() {
+                                    std::task::ready!(rt.poll_readable(tcp, cx))?;
+                                }
+                                up_drained = false;
+                            }
+                            Pin::new(up).poll_read(cx, buf)
+                        })
+                    }) {
                         return Poll::Ready(Wake::UpRead(r));
                     }
                 }
             }
             if want_client {
                 if let Poll::Ready(r) = with_scratch(|buf| {
-                    g_client_read.poll(cx, |cx| Pin::new(&mut client).poll_read(cx, buf))
+                    g_client_read.poll(cx, |cx| {
+                        if client_drained {
+                            std::task::ready!(rt.poll_readable(&client, cx))?;
+                            client_drained = false;
+                        }
+                        Pin::new(&mut client).poll_read(cx, buf)
+                    })
                 }) {
                     return Poll::Ready(Wake::ClientRead(r));
                 }
@@ -261,6 +278,9 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
             Wake::Connected(Ok(reused)) => {
                 connecting = None;
+                // Fresh or pooled, nothing comes before the request is sent
+                // (a pooled connection's last answer was read to its end).
+                up_drained = true;
                 g_up_read.reset();
                 g_up_write.reset();
                 conn.handle_upstream_connected(t, reused);
@@ -290,13 +310,19 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
             }
             // The bytes are still in this thread's scratch buffer: nothing
             // has yielded since the read.
-            Wake::UpRead(Ok(n)) => with_scratch(|buf| conn.handle_upstream_data(t, &buf[..n])),
+            Wake::UpRead(Ok(n)) => {
+                up_drained = n < SCRATCH_LEN;
+                with_scratch(|buf| conn.handle_upstream_data(t, &buf[..n]));
+            }
             Wake::UpRead(Err(e)) => {
                 upstream = None;
                 conn.handle_upstream_failure(t, broken(Some(e)));
             }
             Wake::ClientRead(Ok(0)) | Wake::ClientRead(Err(_)) => conn.handle_client_eof(t),
-            Wake::ClientRead(Ok(n)) => with_scratch(|buf| conn.handle_client_data(t, &buf[..n])),
+            Wake::ClientRead(Ok(n)) => {
+                client_drained = n < SCRATCH_LEN;
+                with_scratch(|buf| conn.handle_client_data(t, &buf[..n]));
+            }
             Wake::Timeout => conn.handle_timeout(t),
         }
     }

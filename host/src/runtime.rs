@@ -5,7 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::OnceLock;
-use std::task::Context;
+use std::task::{Context, Poll};
 
 use chatgate_core::time::Instant;
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -39,6 +39,16 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn accept(&self, l: &Self::Listener) -> impl Future<Output = io::Result<Self::Tcp>> + Send;
     /// Connects to `addr`.
     fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<Self::Tcp>> + Send;
+    /// Ready once `tcp` has had a readiness event, for runtimes whose reads
+    /// find out by trying: async-io reads first and registers interest only
+    /// after the read failed with `EAGAIN`. The driver waits here before a
+    /// read it expects to find nothing (the last one drained the socket),
+    /// saving that failed system call. Runtimes that track readiness
+    /// themselves (tokio, edge-triggered) keep the default: ready.
+    fn poll_readable(&self, tcp: &Self::Tcp, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let _ = (tcp, cx);
+        Poll::Ready(Ok(()))
+    }
     /// Sets `TCP_NODELAY` (every write carries a complete message).
     fn set_nodelay(&self, tcp: &Self::Tcp);
     /// Makes the next close send a TCP reset (`SO_LINGER` 0); the simulator's

@@ -26,6 +26,17 @@ pub enum UpstreamStream<T> {
     Tls(Box<TlsStream<T>>),
 }
 
+impl<T> UpstreamStream<T> {
+    /// The TCP stream of a plain connection. (A TLS stream may hold
+    /// decrypted bytes its socket no longer signals.)
+    pub fn plain(&self) -> Option<&T> {
+        match self {
+            UpstreamStream::Plain(s) => Some(s),
+            UpstreamStream::Tls(_) => None,
+        }
+    }
+}
+
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for UpstreamStream<T> {
     fn poll_read(
         self: Pin<&mut Self>,

@@ -1,17 +1,18 @@
-//! chatgate on smol: an executor on every core, async-io's reactor and
-//! timers, async-net sockets, async-signal for SIGTERM/SIGINT. Everything
-//! else is `chatgate-host` driving `chatgate-core`.
+//! chatgate on smol: an executor on every core, async-io's reactor, timers
+//! and sockets, async-signal for SIGTERM/SIGINT. Everything else is
+//! `chatgate-host` driving `chatgate-core`.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_executor::Executor;
-use async_io::Timer;
-use async_net::{TcpListener, TcpStream};
+use async_io::{Async, Timer};
 use chatgate_host::runtime::Runtime;
 use futures_lite::{StreamExt, future};
 
@@ -37,8 +38,10 @@ impl Smol {
 }
 
 impl Runtime for Smol {
-    type Tcp = TcpStream;
-    type Listener = TcpListener;
+    // async-io's own handles rather than async-net's wrappers: the driver
+    // needs `poll_readable`.
+    type Tcp = Async<TcpStream>;
+    type Listener = Async<TcpListener>;
     type Timer = Timer;
 
     fn block_on<F: Future>(&self, f: F) -> F::Output {
@@ -64,24 +67,31 @@ impl Runtime for Smol {
         timer.set_at(at);
     }
 
-    fn listener(&self, l: std::net::TcpListener) -> io::Result<TcpListener> {
-        TcpListener::try_from(l)
+    fn listener(&self, l: TcpListener) -> io::Result<Async<TcpListener>> {
+        Async::new(l)
     }
 
-    async fn accept(&self, l: &TcpListener) -> io::Result<TcpStream> {
+    async fn accept(&self, l: &Async<TcpListener>) -> io::Result<Async<TcpStream>> {
         l.accept().await.map(|(s, _)| s)
     }
 
-    fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<TcpStream>> + Send {
-        TcpStream::connect(addr)
+    fn connect(
+        &self,
+        addr: SocketAddr,
+    ) -> impl Future<Output = io::Result<Async<TcpStream>>> + Send {
+        Async::<TcpStream>::connect(addr)
     }
 
-    fn set_nodelay(&self, tcp: &TcpStream) {
-        let _ = tcp.set_nodelay(true);
+    fn poll_readable(&self, tcp: &Async<TcpStream>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        tcp.poll_readable(cx)
     }
 
-    fn set_reset_on_close(&self, tcp: &TcpStream) {
-        let _ = socket2::SockRef::from(tcp).set_linger(Some(Duration::ZERO));
+    fn set_nodelay(&self, tcp: &Async<TcpStream>) {
+        let _ = tcp.get_ref().set_nodelay(true);
+    }
+
+    fn set_reset_on_close(&self, tcp: &Async<TcpStream>) {
+        let _ = socket2::SockRef::from(tcp.get_ref()).set_linger(Some(Duration::ZERO));
     }
 
     fn shutdown_signal(&self) -> impl Future<Output = ()> + Send {
