@@ -18,6 +18,9 @@ use serde_json::json;
 
 const KEYS: usize = 1000;
 
+/// The non-streamed body of the load tests.
+const SMALL_BODY: &str = r#"{"model":"reasoning-model-k3","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},{"role":"user","content":"What is the capital of France, and why is it the capital?"}],"max_tokens":512,"x_sim":{"reasoning_tokens":20,"answer_tokens":10}}"#;
+
 /// About 1.5 KB: a system and a user message and the usual parameters.
 fn chat_body(stream: bool) -> String {
     let system = "You are a careful assistant for an engineering team. Answer precisely, \
@@ -144,6 +147,13 @@ fn bench(c: &mut Criterion) {
         format!("validate_stream_{}B_rewrite", stream_body.len()),
         |b| b.iter(|| validate_chat_request(black_box(stream_body.as_bytes()), &catalog)),
     );
+    // The body the load tests send: small, not streamed, forwarded as is.
+    let small = SMALL_BODY.as_bytes();
+    let chat = validate_chat_request(small, &catalog).expect("valid body");
+    assert!(!chat.stream && chat.rewritten.is_none());
+    g.bench_function(format!("validate_{}B_as_is", small.len()), |b| {
+        b.iter(|| validate_chat_request(black_box(small), &catalog))
+    });
 
     // The pair: a keep-alive client connection sending one non-streamed
     // request after another, the provider connection pooled. Limits are

@@ -13,6 +13,12 @@
 //! cannot overflow the stack, and nesting deeper than [`MAX_DEPTH`] is then
 //! refused (a provider's parser would refuse it less gracefully); duplicate keys are refused (a provider that
 //! read the other copy would see a different request than the one checked).
+//!
+//! The usual request is validated by a single pass over its bytes instead
+//! (`fast`), which answers only when it accepts the request; everything
+//! else (every refusal, and shapes it leaves alone) goes through the
+//! reference path above, which alone words errors. Tests (`agree`) hold the
+//! two to the same answers.
 
 use std::borrow::Cow;
 
@@ -22,6 +28,10 @@ use serde_json::value::RawValue;
 
 use crate::catalog::Catalog;
 use crate::error::ApiError;
+
+#[cfg(test)]
+mod agree;
+mod fast;
 
 /// Deepest nesting of arrays and objects accepted anywhere in a request
 /// (serde_json's own limit for typed parsing).
@@ -156,6 +166,17 @@ impl ChatRequest {
 
 /// Validates a chat completion body and prepares the provider's body.
 pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
+    match fast::validate(body, catalog) {
+        Some(chat) => Ok(chat),
+        // Refused, or a shape the fast path leaves alone: the reference
+        // decides, and words the error.
+        None => validate_reference(body, catalog),
+    }
+}
+
+/// The reference validation: serde_json reads the top level, every rule
+/// is checked in the order the errors name them.
+fn validate_reference(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
     // serde_json reads a `&str` without checking UTF-8 again in every
     // string and raw value; other bytes are read (and refused) as bytes.
     let top: Members<'_> = match std::str::from_utf8(body) {
@@ -180,49 +201,15 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
         .ok_or_else(|| ApiError::missing("messages"))?;
     let messages = check_messages(messages_raw)?;
 
-    let stream = match top.get("stream") {
-        None => false,
-        Some(raw) => match kind(raw) {
-            Kind::Null => false,
-            Kind::Bool => raw == "true",
-            _ => return Err(ApiError::invalid_type("stream", "a boolean")),
-        },
-    };
-    let mut include_usage_already = false;
-    if let Some(raw) = top.get("stream_options") {
-        match kind(raw) {
-            Kind::Null => {}
-            Kind::Object => {
-                let opts = object(raw, Param::root("stream_options"))?;
-                if let Some(v) = opts.get("include_usage") {
-                    if kind(v) != Kind::Bool {
-                        return Err(ApiError::invalid_type(
-                            "stream_options.include_usage",
-                            "a boolean",
-                        ));
-                    }
-                    include_usage_already = v == "true";
-                }
-            }
-            _ => return Err(ApiError::invalid_type("stream_options", "an object")),
-        }
-    }
+    let stream = check_stream(top.get("stream"))?;
+    let include_usage_already = check_stream_options(top.get("stream_options"))?;
     if let Some(raw) = top.get("temperature") {
         number_in(raw, Param::root("temperature"), 0.0, 2.0)?;
     }
     if let Some(raw) = top.get("top_p") {
         number_in(raw, Param::root("top_p"), 0.0, 1.0)?;
     }
-    let mut max_tokens = match top.get("max_tokens") {
-        Some(raw) => positive_integer(raw, Param::root("max_tokens"))?,
-        None => None,
-    };
-    if max_tokens.is_none() {
-        // Not validated (not in the specification), but a cap is a cap.
-        max_tokens = top
-            .get("max_completion_tokens")
-            .and_then(|raw| raw.parse::<u64>().ok());
-    }
+    let max_tokens = check_max_tokens(top.get("max_tokens"), top.get("max_completion_tokens"))?;
     if let Some(raw) = top.get("stop") {
         check_stop(raw)?;
     }
@@ -249,6 +236,55 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
         estimated_prompt_tokens,
         rewritten,
     })
+}
+
+/// `stream`: absent, `null` or a boolean.
+fn check_stream(raw: Option<&str>) -> Result<bool, ApiError> {
+    match raw {
+        None => Ok(false),
+        Some(raw) => match kind(raw) {
+            Kind::Null => Ok(false),
+            Kind::Bool => Ok(raw == "true"),
+            _ => Err(ApiError::invalid_type("stream", "a boolean")),
+        },
+    }
+}
+
+/// `stream_options`: absent, `null` or an object whose `include_usage`,
+/// when there, is a boolean. True when it already asks for usage.
+fn check_stream_options(raw: Option<&str>) -> Result<bool, ApiError> {
+    let Some(raw) = raw else {
+        return Ok(false);
+    };
+    match kind(raw) {
+        Kind::Null => Ok(false),
+        Kind::Object => {
+            let opts = object(raw, Param::root("stream_options"))?;
+            match opts.get("include_usage") {
+                None => Ok(false),
+                Some(v) if kind(v) == Kind::Bool => Ok(v == "true"),
+                Some(_) => Err(ApiError::invalid_type(
+                    "stream_options.include_usage",
+                    "a boolean",
+                )),
+            }
+        }
+        _ => Err(ApiError::invalid_type("stream_options", "an object")),
+    }
+}
+
+/// `max_tokens`, or else `max_completion_tokens`.
+fn check_max_tokens(
+    max_tokens: Option<&str>,
+    max_completion_tokens: Option<&str>,
+) -> Result<Option<u64>, ApiError> {
+    let max_tokens = match max_tokens {
+        Some(raw) => positive_integer(raw, Param::root("max_tokens"))?,
+        None => None,
+    };
+    // `max_completion_tokens` is not validated (not in the specification),
+    // but a cap is a cap.
+    Ok(max_tokens.or_else(|| max_completion_tokens.and_then(|raw| raw.parse::<u64>().ok())))
 }
 
 /// For metering a request that failed validation: its `model` and `stream`
