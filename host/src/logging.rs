@@ -178,6 +178,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for MakeSink {
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> SinkWriter {
+        // Started first: if its writer thread cannot start, FLUSH_AT_ONCE
+        // is set before this line is sorted.
+        sink();
         SinkWriter {
             batched: meta.target() == "chatgate::access" && !FLUSH_AT_ONCE.load(Ordering::Relaxed),
         }
@@ -222,6 +225,7 @@ pub fn access(rec: &LedgerRecord) {
         return;
     }
     let json = mode == ACCESS_JSON;
+    let sink = sink();
     LINE.with(|line| {
         let mut line = line.borrow_mut();
         line.clear();
@@ -244,9 +248,9 @@ pub fn access(rec: &LedgerRecord) {
             line.push(b'\n');
         }
         if FLUSH_AT_ONCE.load(Ordering::Relaxed) {
-            sink().flush_with(&mut Vec::new(), &line);
+            sink.flush_with(&mut Vec::new(), &line);
         } else {
-            sink().batch(&line);
+            sink.batch(&line);
         }
     });
 }

@@ -399,15 +399,9 @@ fn check_message<'a>(
                 (0, skip_value(s, v, MESSAGE_DEPTH)?)
             }
         };
-        if seen & bit != 0 {
-            return None;
-        }
-        seen |= bit;
-        i = ws(s, end);
-        match *s.get(i)? {
-            b',' => i += 1,
-            b'}' => break i + 1,
-            _ => return None,
+        match member_done(s, end, &mut seen, bit)? {
+            Ok(next) => i = next,
+            Err(after) => break after,
         }
     };
     others.len = base;
@@ -503,15 +497,9 @@ fn check_part<'a>(s: &'a [u8], i: usize, others: &mut OtherKeys<'a>) -> Option<(
                 (0, skip_value(s, v, PART_DEPTH)?)
             }
         };
-        if seen & bit != 0 {
-            return None;
-        }
-        seen |= bit;
-        i = ws(s, end);
-        match *s.get(i)? {
-            b',' => i += 1,
-            b'}' => break i + 1,
-            _ => return None,
+        match member_done(s, end, &mut seen, bit)? {
+            Ok(next) => i = next,
+            Err(after) => break after,
         }
     };
     others.len = base;
@@ -1077,4 +1065,21 @@ fn strip_reasoning(out: &mut Vec<u8>, raw: &[u8]) -> Option<()> {
     }
     out.push(b']');
     Some(())
+}
+
+/// After a member whose value ends at `end`, in an object whose members
+/// are flagged in `seen`: refuses a repeated member (`bit` already set),
+/// then steps over `,` (`Ok`: where the next member starts) or the closing
+/// `}` (`Err`: where the object ends).
+fn member_done(s: &[u8], end: usize, seen: &mut u8, bit: u8) -> Option<Result<usize, usize>> {
+    if *seen & bit != 0 {
+        return None;
+    }
+    *seen |= bit;
+    let i = ws(s, end);
+    match *s.get(i)? {
+        b',' => Some(Ok(i + 1)),
+        b'}' => Some(Err(i + 1)),
+        _ => None,
+    }
 }
