@@ -170,6 +170,10 @@ fn serve(
                     let mut f = ledger.lock().unwrap_or_else(|e| e.into_inner());
                     let appended = f.write_all(&record.to_line()).is_ok();
                     drop(f);
+                    // The request's access line comes from the same record.
+                    let mut fields = Vec::new();
+                    record.access_fields(&mut fields, false);
+                    eprintln!("access: {}", String::from_utf8_lossy(&fields));
                     conn.handle_ledger_written(clock.now(), appended);
                 }
                 // Only with shared limits configured (not here): this

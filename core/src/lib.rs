@@ -45,6 +45,8 @@
 //!     fn close_upstream(&mut self);
 //!     /// Whether the line was appended.
 //!     fn append_ledger(&mut self, line: &[u8]) -> bool;
+//!     /// Writes an access log line (its fields from the ledger record).
+//!     fn log_access(&mut self, fields: &[u8]);
 //!     /// The shared limiter (Redis), when limits are shared.
 //!     fn shared_admit(&mut self, key: &str, limits: chatgate_core::limits::Limits, tokens: u64)
 //!         -> chatgate_core::exchange::SharedAdmission;
@@ -68,6 +70,9 @@
 //!                 Event::CloseUpstream => io.close_upstream(),
 //!                 Event::Ledger(record) => {
 //!                     let appended = io.append_ledger(&record.to_line());
+//!                     let mut fields = Vec::new();
+//!                     record.access_fields(&mut fields, false);
+//!                     io.log_access(&fields);
 //!                     conn.handle_ledger_written(io.now(), appended);
 //!                 }
 //!                 Event::Admit { key, limits, tokens } => {

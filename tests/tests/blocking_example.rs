@@ -61,4 +61,10 @@ fn the_blocking_example_serves_streams_and_meters_them() {
     eventually("two ledger lines", || {
         std::fs::read_to_string(&ledger).map_or(0, |t| t.lines().count()) == 2
     });
+    // One access line per metered request, from its ledger record.
+    let log = p.stderr_when("two access lines", |t| {
+        t.matches("access: request ").count() == 2
+    });
+    assert!(log.contains(" status=200 stream=true "), "{log}");
+    assert!(log.contains(" status=200 stream=false "), "{log}");
 }
