@@ -132,11 +132,13 @@ impl Sink {
             *spare = Vec::new();
         }
     }
-}
 
-impl Sink {
-    /// Adds an access line to the batch; writes the batch when it is full.
+    /// Adds an access line to the batch; writes the batch when it is full,
+    /// or at once when there is no writer thread.
     fn batch(&self, line: &[u8]) {
+        if FLUSH_AT_ONCE.load(Ordering::Relaxed) {
+            return self.flush_with(&mut Vec::new(), line);
+        }
         let full = {
             let mut pending = lock(&self.pending);
             let first = pending.is_empty();
@@ -178,11 +180,8 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for MakeSink {
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> SinkWriter {
-        // Started first: if its writer thread cannot start, FLUSH_AT_ONCE
-        // is set before this line is sorted.
-        sink();
         SinkWriter {
-            batched: meta.target() == "chatgate::access" && !FLUSH_AT_ONCE.load(Ordering::Relaxed),
+            batched: meta.target() == "chatgate::access",
         }
     }
 }
@@ -190,11 +189,11 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for MakeSink {
 impl Write for SinkWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let sink = sink();
-        if !self.batched {
+        if self.batched {
+            sink.batch(buf);
+        } else {
             sink.flush_with(&mut Vec::new(), buf);
-            return Ok(buf.len());
         }
-        sink.batch(buf);
         Ok(buf.len())
     }
 
@@ -225,7 +224,6 @@ pub fn access(rec: &LedgerRecord) {
         return;
     }
     let json = mode == ACCESS_JSON;
-    let sink = sink();
     LINE.with(|line| {
         let mut line = line.borrow_mut();
         line.clear();
@@ -247,11 +245,7 @@ pub fn access(rec: &LedgerRecord) {
             rec.access_fields(&mut line, false);
             line.push(b'\n');
         }
-        if FLUSH_AT_ONCE.load(Ordering::Relaxed) {
-            sink.flush_with(&mut Vec::new(), &line);
-        } else {
-            sink.batch(&line);
-        }
+        sink().batch(&line);
     });
 }
 
