@@ -336,6 +336,17 @@ impl Gw {
         gw
     }
 
+    /// The admin listener's address, from the line `serve` prints for it
+    /// (started with `--admin-listen`).
+    pub fn admin_addr(&mut self) -> SocketAddr {
+        self.proc
+            .line()
+            .trim()
+            .trim_start_matches("chatgate admin listening on http://")
+            .parse()
+            .expect("admin address")
+    }
+
     /// Starts `serve` with the keys file already in `dir`.
     pub fn start_with_keys(
         bin: &str,
@@ -1124,4 +1135,43 @@ impl RedisServer {
         );
         server
     }
+}
+
+/// Gateways `(binary, extra serve arguments)` sharing one keys file with
+/// the key `shared` (`rpm` requests and `tpm` tokens a minute), each in
+/// its own directory.
+pub fn gateways_sharing_a_key(
+    sim: &Sim,
+    rpm: u64,
+    tpm: u64,
+    each: &[(&str, Vec<String>)],
+) -> Vec<Gw> {
+    let dir = tempfile::tempdir().unwrap();
+    let key = mint(each[0].0, dir.path(), "shared", Some(rpm), Some(tpm));
+    let keys = std::fs::read_to_string(dir.path().join("keys.toml")).unwrap();
+    each.iter()
+        .map(|(bin, args)| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("keys.toml"), &keys).unwrap();
+            Gw::start_with_keys(
+                bin,
+                &sim.url(),
+                GwOptions {
+                    args: args.clone(),
+                    ..GwOptions::default()
+                },
+                dir,
+                key.clone(),
+            )
+        })
+        .collect()
+}
+
+/// A counter or gauge from the admin listener's `/metrics`.
+pub fn metric(admin: SocketAddr, name: &str) -> u64 {
+    let text = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}"))
 }

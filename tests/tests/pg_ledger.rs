@@ -414,14 +414,6 @@ fn rotation_loses_nothing_tokio() {
 }
 
 /// A counter or gauge without labels from the admin listener.
-fn metric(admin: std::net::SocketAddr, name: &str) -> u64 {
-    let text = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}"))
-}
-
 /// Starts `serve` again on the ledger (and keys) of `gw`, which is killed
 /// first with SIGKILL; returns it and its admin address.
 fn restart(gw: Gw, upstream: &str, opts: &GwOptions) -> (Gw, std::net::SocketAddr) {
@@ -435,17 +427,8 @@ fn restart(gw: Gw, upstream: &str, opts: &GwOptions) -> (Gw, std::net::SocketAdd
     } = gw;
     drop(proc);
     let mut gw = Gw::start_with_keys(&bin, upstream, opts.clone(), dir, key);
-    let admin = admin_of(&mut gw);
+    let admin = gw.admin_addr();
     (gw, admin)
-}
-
-fn admin_of(gw: &mut Gw) -> std::net::SocketAddr {
-    gw.proc
-        .line()
-        .trim()
-        .trim_start_matches("chatgate admin listening on http://")
-        .parse()
-        .expect("admin address")
 }
 
 /// Lines shipped again are not inserted again: a gateway killed (SIGKILL)
@@ -468,7 +451,7 @@ fn replay_is_idempotent(bin: &str) {
         ..GwOptions::default()
     };
     let mut gw = Gw::start(bin, &sim.url(), opts.clone());
-    admin_of(&mut gw);
+    gw.admin_addr();
     let flow = Flow::start(gw.addr, &gw.key, 2, true);
     eventually("rows arrive", || try_rows(&pg).unwrap_or_default().0 >= 50);
     // Killed mid-flow: the shipper may be anywhere in a batch.

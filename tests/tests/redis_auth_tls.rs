@@ -46,35 +46,18 @@ fn redis_with_passwords() -> RedisServer {
 /// minute), each with `--log-level trace` (everything logged), an admin listener and its own
 /// extra arguments (the Redis URL among them).
 fn instances(bin: &str, sim: &Sim, rpm: u64, each: &[Vec<String>]) -> Vec<(Gw, SocketAddr)> {
-    let dir = tempfile::tempdir().unwrap();
-    let key = mint(bin, dir.path(), "shared", Some(rpm), Some(10_000_000));
-    let keys = std::fs::read_to_string(dir.path().join("keys.toml")).unwrap();
-    each.iter()
+    let each: Vec<(&str, Vec<String>)> = each
+        .iter()
         .map(|extra| {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::write(dir.path().join("keys.toml"), &keys).unwrap();
-            let mut args: Vec<String> = ["--log-level", "trace", "--admin-listen", "127.0.0.1:0"]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect();
-            args.extend(extra.iter().cloned());
-            let mut gw = Gw::start_with_keys(
-                bin,
-                &sim.url(),
-                GwOptions {
-                    args,
-                    ..GwOptions::default()
-                },
-                dir,
-                key.clone(),
-            );
-            let admin = gw
-                .proc
-                .line()
-                .trim()
-                .trim_start_matches("chatgate admin listening on http://")
-                .parse()
-                .expect("admin address");
+            let mut a = args(&["--log-level", "trace", "--admin-listen", "127.0.0.1:0"]);
+            a.extend(extra.iter().cloned());
+            (bin, a)
+        })
+        .collect();
+    gateways_sharing_a_key(sim, rpm, 10_000_000, &each)
+        .into_iter()
+        .map(|mut gw| {
+            let admin = gw.admin_addr();
             (gw, admin)
         })
         .collect()
@@ -85,11 +68,7 @@ fn args(list: &[&str]) -> Vec<String> {
 }
 
 fn unavailable(admin: SocketAddr) -> u64 {
-    let text = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("chatgate_shared_limits_unavailable_total "))
-        .and_then(|v| v.parse().ok())
-        .expect("the unavailable metric")
+    metric(admin, "chatgate_shared_limits_unavailable_total")
 }
 
 /// Sends `n` requests in turn through the gateways (round robin) and
@@ -223,29 +202,15 @@ fn rediss_shares_limits_and_verifies_the_certificate(bin: &str) {
     std::fs::write(&ca, &good.ca_pem).unwrap();
     let ca = ca.to_string_lossy().into_owned();
     let url = format!("rediss://:{PASSWORD}@localhost:{}", proxy.port());
-    let gws = instances(
-        bin,
-        &sim,
-        3,
-        &[
-            args(&[
-                "--redis",
-                &url,
-                "--upstream-ca",
-                &ca,
-                "--redis-timeout",
-                "10s",
-            ]),
-            args(&[
-                "--redis",
-                &url,
-                "--upstream-ca",
-                &ca,
-                "--redis-timeout",
-                "10s",
-            ]),
-        ],
-    );
+    let tls = args(&[
+        "--redis",
+        &url,
+        "--upstream-ca",
+        &ca,
+        "--redis-timeout",
+        "10s",
+    ]);
+    let gws = instances(bin, &sim, 3, &[tls.clone(), tls]);
     check_shared_bucket(&gws, 3, 6);
     for (gw, _) in &gws {
         assert_no_password_logged(gw);

@@ -11,50 +11,15 @@ use chatgate_tests::*;
 
 /// Three instances (smol, tokio, smol) on one keys file and one Redis.
 fn instances(sim: &Sim, redis: &RedisServer, rpm: u64, tpm: u64, extra: &[&str]) -> Vec<Gw> {
-    let dir = tempfile::tempdir().unwrap();
-    let key = mint(RUNTIMES[0], dir.path(), "shared", Some(rpm), Some(tpm));
-    let keys = std::fs::read_to_string(dir.path().join("keys.toml")).unwrap();
-    ["chatgate-smol", "chatgate-tokio", "chatgate-smol"]
-        .iter()
-        .map(|bin| {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::write(dir.path().join("keys.toml"), &keys).unwrap();
-            let mut args = vec![
-                "--redis".to_owned(),
-                redis.url(),
-                "--admin-listen".into(),
-                "127.0.0.1:0".into(),
-            ];
-            args.extend(extra.iter().map(|s| (*s).to_owned()));
-            Gw::start_with_keys(
-                bin,
-                &sim.url(),
-                GwOptions {
-                    args,
-                    ..GwOptions::default()
-                },
-                dir,
-                key.clone(),
-            )
-        })
-        .collect()
-}
-
-fn admin_of(gw: &mut Gw) -> SocketAddr {
-    gw.proc
-        .line()
-        .trim()
-        .trim_start_matches("chatgate admin listening on http://")
-        .parse()
-        .expect("admin address")
-}
-
-fn metric(admin: SocketAddr, name: &str) -> u64 {
-    let text = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}"))
+    let mut args = vec![
+        "--redis".to_owned(),
+        redis.url(),
+        "--admin-listen".into(),
+        "127.0.0.1:0".into(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let each = ["chatgate-smol", "chatgate-tokio", "chatgate-smol"].map(|bin| (bin, args.clone()));
+    gateways_sharing_a_key(sim, rpm, tpm, &each)
 }
 
 /// A Redis slowed down by a loaded machine must not let the fallback (local
@@ -270,8 +235,8 @@ fn redis_down_falls_back_and_recovers() {
             "500ms",
         ],
     );
-    let open_admin = admin_of(&mut open[1]);
-    let closed_admin = admin_of(&mut closed[0]);
+    let open_admin = open[1].admin_addr();
+    let closed_admin = closed[0].admin_addr();
     assert_eq!(open[1].chat(&body("")).status, 200);
     assert_eq!(closed[0].chat(&body("")).status, 200);
     assert_eq!(
