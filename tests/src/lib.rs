@@ -1138,16 +1138,17 @@ impl RedisServer {
 }
 
 /// Gateways `(binary, extra serve arguments)` sharing one keys file with
-/// the key `shared` (`rpm` requests and `tpm` tokens a minute), each in
-/// its own directory.
+/// one key named `name` (`rpm` requests and `tpm` tokens a minute), each
+/// in its own directory.
 pub fn gateways_sharing_a_key(
     sim: &Sim,
+    name: &str,
     rpm: u64,
     tpm: u64,
     each: &[(&str, Vec<String>)],
 ) -> Vec<Gw> {
     let dir = tempfile::tempdir().unwrap();
-    let key = mint(each[0].0, dir.path(), "shared", Some(rpm), Some(tpm));
+    let key = mint(each[0].0, dir.path(), name, Some(rpm), Some(tpm));
     let keys = std::fs::read_to_string(dir.path().join("keys.toml")).unwrap();
     each.iter()
         .map(|(bin, args)| {

@@ -134,37 +134,14 @@ fn three_instances_one_ledger() {
     let mut pg = PgServer::start();
     let redis = RedisServer::start();
     let sim = Sim::start(RUNTIMES[0], &[], &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let key = mint(
-        RUNTIMES[0],
-        dir.path(),
-        "team",
-        Some(100_000),
-        Some(100_000_000),
-    );
-    let keys = std::fs::read_to_string(dir.path().join("keys.toml")).unwrap();
-    let gws: Vec<Gw> = ["chatgate-smol", "chatgate-tokio", "chatgate-smol"]
-        .iter()
-        .map(|bin| {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::write(dir.path().join("keys.toml"), &keys).unwrap();
-            Gw::start_with_keys(
-                bin,
-                &sim.url(),
-                GwOptions {
-                    args: vec![
-                        "--ledger-postgres".into(),
-                        pg.url(),
-                        "--redis".into(),
-                        redis.url(),
-                    ],
-                    ..GwOptions::default()
-                },
-                dir,
-                key.clone(),
-            )
-        })
-        .collect();
+    let args = vec![
+        "--ledger-postgres".to_owned(),
+        pg.url(),
+        "--redis".into(),
+        redis.url(),
+    ];
+    let each = ["chatgate-smol", "chatgate-tokio", "chatgate-smol"].map(|bin| (bin, args.clone()));
+    let gws = gateways_sharing_a_key(&sim, "team", 100_000, 100_000_000, &each);
     let mut answered = 0;
     for i in 0..60 {
         if i == 20 {

@@ -54,7 +54,7 @@ fn instances(bin: &str, sim: &Sim, rpm: u64, each: &[Vec<String>]) -> Vec<(Gw, S
             (bin, a)
         })
         .collect();
-    gateways_sharing_a_key(sim, rpm, 10_000_000, &each)
+    gateways_sharing_a_key(sim, "shared", rpm, 10_000_000, &each)
         .into_iter()
         .map(|mut gw| {
             let admin = gw.admin_addr();

@@ -19,7 +19,7 @@ fn instances(sim: &Sim, redis: &RedisServer, rpm: u64, tpm: u64, extra: &[&str])
     ];
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     let each = ["chatgate-smol", "chatgate-tokio", "chatgate-smol"].map(|bin| (bin, args.clone()));
-    gateways_sharing_a_key(sim, rpm, tpm, &each)
+    gateways_sharing_a_key(sim, "shared", rpm, tpm, &each)
 }
 
 /// A Redis slowed down by a loaded machine must not let the fallback (local
