@@ -335,12 +335,13 @@ fn broken(e: Option<io::Error>) -> UpstreamFailure {
     ))
 }
 
-/// Half-closes, then reads and drops what the client still sends for a
-/// moment, so a client that had more bytes in flight sees the response
-/// instead of a reset.
-pub async fn linger_close<R: Runtime, T: AsyncRead + AsyncWrite + Unpin>(rt: &R, mut stream: T) {
+/// Half-closes (the peer sees the end at once), then reads and drops what
+/// the client still sends for a moment, so a client that had more bytes in
+/// flight sees the response instead of a reset.
+pub async fn linger_close<R: Runtime>(rt: &R, mut stream: R::Tcp) {
     let drain = async {
-        let _ = stream.close().await;
+        let _ = stream.flush().await;
+        rt.shutdown_write(&stream);
         let mut buf = [0u8; 4096];
         let mut total = 0;
         while total < LINGER_BYTES {

@@ -51,6 +51,11 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     }
     /// Sets `TCP_NODELAY` (every write carries a complete message).
     fn set_nodelay(&self, tcp: &Self::Tcp);
+    /// Half-closes `tcp`: sends the FIN that tells the peer no more bytes
+    /// come, and keeps the read side open. Explicit because the runtimes'
+    /// `close` differ: tokio's shuts the write side down, async-io's only
+    /// flushes.
+    fn shutdown_write(&self, tcp: &Self::Tcp);
     /// Makes the next close send a TCP reset (`SO_LINGER` 0); the simulator's
     /// `reset` fault.
     fn set_reset_on_close(&self, tcp: &Self::Tcp);

@@ -69,6 +69,10 @@ impl Runtime for Tokio {
         let _ = tcp.get_ref().set_nodelay(true);
     }
 
+    fn shutdown_write(&self, tcp: &Self::Tcp) {
+        let _ = socket2::SockRef::from(tcp.get_ref()).shutdown(std::net::Shutdown::Write);
+    }
+
     fn set_reset_on_close(&self, tcp: &Self::Tcp) {
         let _ = socket2::SockRef::from(tcp.get_ref()).set_linger(Some(Duration::ZERO));
     }

@@ -21,6 +21,7 @@ cases!(
     tool_call_round_trip,
     length_with_empty_content,
     keep_alive_pipelining_chunked_and_expect,
+    errors_that_close_the_connection_close_it_at_once,
     hundred_concurrent_streams,
     tls_upstream,
     provider_key_from_the_environment,
@@ -539,6 +540,68 @@ fn length_with_empty_content(bin: &str) {
             .is_none_or(str::is_empty)
     }));
     assert_eq!(gw.ledger_len(2)[1].finish_reason.as_deref(), Some("length"));
+}
+
+/// An error answered with `Connection: close` ends the connection at once:
+/// the gateway half-closes right after the response, then reads and drops
+/// what the client still sends for a moment (so the response is not lost
+/// to a reset). chatgate-smol used to skip the half-close (async-io's
+/// `close` only flushes), holding every such connection open for the
+/// whole 2-second linger. Each shape runs five times: how such a bug shows
+/// can depend on timing. The bound is well under the linger, far above a
+/// loaded machine's scheduling delays.
+fn errors_that_close_the_connection_close_it_at_once(bin: &str) {
+    let (_sim, gw) = pair(bin);
+    let post = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n",
+        gw.key
+    );
+    let many: String = (0..200).map(|i| format!("X-Field-{i}: v\r\n")).collect();
+    let shapes = [
+        (
+            "Content-Length with Transfer-Encoding",
+            400,
+            format!("{post}Content-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0123456789"),
+        ),
+        (
+            "a space before a header's colon",
+            400,
+            format!("{post}Content-Length : 40\r\n\r\n0123456789"),
+        ),
+        (
+            "HTTP/2.0 on the request line",
+            505,
+            format!(
+                "POST /v1/chat/completions HTTP/2.0\r\nHost: gw\r\nContent-Length: 40\r\n\r\n0123456789"
+            ),
+        ),
+        (
+            "200 header fields",
+            431,
+            format!("{post}{many}Content-Length: 40\r\n\r\n0123456789"),
+        ),
+        (
+            "a chunk size of 20 hex digits",
+            400,
+            format!("{post}Transfer-Encoding: chunked\r\n\r\n10000000000000000000\r\n0123456789"),
+        ),
+    ];
+    for round in 0..5 {
+        for (name, status, raw) in &shapes {
+            let mut c = Conn::open(gw.addr);
+            c.send(raw.as_bytes());
+            let r = c.response();
+            assert_eq!(r.status, *status, "{name}");
+            assert_eq!(r.header("connection"), Some("close"), "{name}");
+            let answered = std::time::Instant::now();
+            assert!(c.closed(), "{name}: not closed");
+            let waited = answered.elapsed();
+            assert!(
+                waited < std::time::Duration::from_millis(1500),
+                "{name} (round {round}): the connection stayed open {waited:?} after its error"
+            );
+        }
+    }
 }
 
 fn keep_alive_pipelining_chunked_and_expect(bin: &str) {
