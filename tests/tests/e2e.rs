@@ -571,9 +571,8 @@ fn errors_that_close_the_connection_close_it_at_once(bin: &str) {
         (
             "HTTP/2.0 on the request line",
             505,
-            format!(
-                "POST /v1/chat/completions HTTP/2.0\r\nHost: gw\r\nContent-Length: 40\r\n\r\n0123456789"
-            ),
+            "POST /v1/chat/completions HTTP/2.0\r\nHost: gw\r\nContent-Length: 40\r\n\r\n0123456789"
+                .to_owned(),
         ),
         (
             "200 header fields",
