@@ -15,7 +15,7 @@
 //!
 //! | key | meaning |
 //! |---|---|
-//! | `fault` | `reject`, `reset`, `omit_done`, `stall_headers`, `stall`, `garbage`, `bad_chunk`, `huge_event`, `data_after_done`, `heartbeat_after_finish`, `error_event`, `no_usage`, `close_after_headers`, `json_for_stream` |
+//! | `fault` | `reject`, `reset`, `omit_done`, `stall_headers`, `stall`, `garbage`, `bad_chunk`, `huge_event`, `data_after_done`, `heartbeat_after_finish`, `keepalive_after_usage`, `error_event`, `no_usage`, `close_after_headers`, `json_for_stream` |
 //! | `after` | events sent before `reset`, `stall`, `bad_chunk`, `error_event`, `huge_event` (default 2) |
 //! | `status`, `message`, `retry_after` | for `reject` (default 500; `Retry-After` for 429) |
 //! | `bytes` | size of the `huge_event` event |
@@ -107,6 +107,9 @@ pub enum Fault {
     DataAfterDone,
     /// After the finish chunk, send comment heartbeats forever.
     HeartbeatAfterFinish,
+    /// After the usage chunk, send `: keep-alive` comments forever (no
+    /// `[DONE]`).
+    KeepaliveAfterUsage,
     /// After `after` events, an error event, then end without `[DONE]`.
     ErrorEvent {
         /// Events first.
@@ -161,6 +164,7 @@ impl Fault {
             },
             "data_after_done" => Fault::DataAfterDone,
             "heartbeat_after_finish" => Fault::HeartbeatAfterFinish,
+            "keepalive_after_usage" => Fault::KeepaliveAfterUsage,
             "error_event" => Fault::ErrorEvent { after },
             "no_usage" => Fault::NoUsage,
             "close_after_headers" => Fault::CloseAfterHeaders,
@@ -181,8 +185,8 @@ pub(crate) enum Piece {
     Reset,
     /// Stop sending; keep the connection open.
     Stall,
-    /// A comment heartbeat, repeated forever.
-    Heartbeat,
+    /// A comment, repeated forever.
+    Heartbeat(&'static [u8]),
 }
 
 /// The whole planned response to one request.
@@ -767,7 +771,11 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
         }
         Some(Fault::HeartbeatAfterFinish) => {
             pieces.truncate(before_finish + 1);
-            pieces.push(Piece::Heartbeat);
+            pieces.push(Piece::Heartbeat(b": heartbeat\n\n"));
+            done = false;
+        }
+        Some(Fault::KeepaliveAfterUsage) => {
+            pieces.push(Piece::Heartbeat(b": keep-alive\n\n"));
             done = false;
         }
         Some(Fault::CloseAfterHeaders) => {

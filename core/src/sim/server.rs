@@ -19,7 +19,7 @@ use crate::time::{Instant, WallClock};
 const JOURNAL_CAP: usize = 2000;
 /// Request bodies longer than this are journaled truncated.
 const JOURNAL_BODY_CAP: usize = 256 * 1024;
-/// Interval of `heartbeat_after_finish` comments.
+/// Interval of the `heartbeat_after_finish` and `keepalive_after_usage` comments.
 const HEARTBEAT: Duration = Duration::from_millis(200);
 
 /// How an exchange with the simulator ended.
@@ -175,7 +175,8 @@ struct Active {
     seq: u64,
     keep_alive: bool,
     stalled: bool,
-    heartbeat_at: Option<Instant>,
+    /// A comment repeated forever, and when it is next due.
+    heartbeat: Option<(&'static [u8], Instant)>,
     /// The second part of a split event, and when it is due.
     rest: Option<(Vec<u8>, Instant)>,
     sent: Vec<u8>,
@@ -250,7 +251,7 @@ impl SimConnection {
         if let Some((_, at)) = &a.rest {
             return Some(*at);
         }
-        if let Some(h) = a.heartbeat_at {
+        if let Some((_, h)) = a.heartbeat {
             return Some(h);
         }
         if a.stalled || a.next >= a.plan.pieces.len() {
@@ -452,7 +453,7 @@ impl SimConnection {
             seq,
             keep_alive,
             stalled: false,
-            heartbeat_at: None,
+            heartbeat: None,
             rest: None,
             sent: Vec::new(),
             chat,
@@ -468,10 +469,10 @@ impl SimConnection {
         let Some(mut a) = self.active.take() else {
             return;
         };
-        if let Some(at) = a.heartbeat_at {
+        if let Some((comment, at)) = a.heartbeat {
             if now >= at {
-                self.push_event(&mut a, b": heartbeat\n\n");
-                a.heartbeat_at = Some(now + HEARTBEAT);
+                self.push_event(&mut a, comment);
+                a.heartbeat = Some((comment, now + HEARTBEAT));
             }
             self.active = Some(a);
             return;
@@ -519,8 +520,8 @@ impl SimConnection {
                     return;
                 }
                 Piece::Stall => a.stalled = true,
-                Piece::Heartbeat => {
-                    a.heartbeat_at = Some(now + HEARTBEAT);
+                Piece::Heartbeat(comment) => {
+                    a.heartbeat = Some((comment, now + HEARTBEAT));
                     self.active = Some(a);
                     return;
                 }
