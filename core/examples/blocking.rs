@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chatgate_core::auth::KeyTable;
-use chatgate_core::exchange::{Event, UpstreamFailure};
-use chatgate_core::gateway::{Accept, Gateway, GatewayConfig, UpstreamTarget};
+use chatgate_core::exchange::{Accept, Connection, Event, UpstreamFailure};
+use chatgate_core::gateway::{Gateway, GatewayConfig, UpstreamTarget};
 use chatgate_core::limits::Limits;
 use chatgate_core::time::{Instant, WallClock};
 
@@ -125,7 +125,7 @@ fn serve(
 ) {
     let _ = client.set_nodelay(true);
     let mut client_w = client.try_clone().expect("clone socket");
-    let mut conn = match gateway.accept(clock.now()) {
+    let mut conn = match Connection::accept(gateway, clock.now()) {
         Accept::Serve(c) => c,
         Accept::Refuse(bytes) => {
             let _ = client_w.write_all(&bytes);
@@ -176,25 +176,17 @@ fn serve(
                     eprintln!("access: {}", String::from_utf8_lossy(&fields));
                     conn.handle_ledger_written(clock.now(), appended);
                 }
-                // Only with shared limits configured (not here): this
-                // example has no Redis, so its own limiter decides.
-                Event::Admit {
-                    key,
-                    limits,
-                    tokens,
-                } => {
-                    let now = clock.now();
-                    let verdict = gateway.limiter().admit(&key, limits, tokens, now);
-                    conn.handle_admission(now, Ok(verdict));
+                // Only with shared limits configured, which this example
+                // never does: it has no shared limiter to ask, and says so;
+                // core applies the fallback (`--redis-fallback`) and
+                // settles with this process's own limiter.
+                Event::Admit(_) => {
+                    let unreachable = Err("this runtime has no shared limiter".to_owned());
+                    conn.handle_admission(clock.now(), unreachable);
                 }
-                Event::Settle {
-                    key,
-                    limits,
-                    reserved,
-                    used,
-                } => {
-                    let now = clock.now();
-                    gateway.limiter().settle(&key, limits, reserved, used, now);
+                Event::Settle(settlement) => {
+                    let unreachable = Err("this runtime has no shared limiter".to_owned());
+                    settlement.finish(gateway, clock.now(), unreachable);
                 }
                 Event::CloseClient => {
                     let _ = client_w.shutdown(Shutdown::Both);

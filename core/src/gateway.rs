@@ -7,12 +7,10 @@ use std::time::Duration;
 
 use crate::auth::KeyTable;
 use crate::catalog::Catalog;
-use crate::error::ApiError;
-use crate::exchange::Connection;
 use crate::http::HttpLimits;
 use crate::limits::{Limits, RateLimiter};
 use crate::metrics::Metrics;
-use crate::time::{Instant, WallClock};
+use crate::time::WallClock;
 
 /// A secret string (the provider's API key): never printed by `Debug`.
 #[derive(Clone, PartialEq, Eq)]
@@ -270,16 +268,6 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
-/// Whether a new client connection may be served.
-#[derive(Debug)]
-pub enum Accept {
-    /// Serve it with this state machine.
-    Serve(Box<Connection>),
-    /// Too many connections (or shutting down): write these bytes (a 503)
-    /// and close.
-    Refuse(Vec<u8>),
-}
-
 impl Gateway {
     /// A gateway. `wall` converts instants to Unix time; `random` seeds the
     /// request-id prefix (the caller supplies randomness, core has none).
@@ -357,37 +345,20 @@ impl Gateway {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// A new client connection arrived.
-    pub fn accept(self: &Arc<Self>, now: Instant) -> Accept {
-        if self.is_draining() {
-            return Accept::Refuse(self.refusal(now, "The gateway is shutting down."));
-        }
+    /// Counts a new client connection, unless `max_connections` are open
+    /// (then it must be refused): whether it may be served.
+    pub(crate) fn connection_opened(&self) -> bool {
         let prev = self.open.fetch_add(1, Ordering::AcqRel);
         if prev >= self.config.max_connections {
             self.open.fetch_sub(1, Ordering::AcqRel);
-            return Accept::Refuse(self.refusal(now, "Too many connections; retry shortly."));
+            return false;
         }
-        Accept::Serve(Box::new(Connection::new(Arc::clone(self), now)))
+        true
     }
 
+    /// A client connection closed.
     pub(crate) fn connection_closed(&self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    fn refusal(&self, now: Instant, why: &str) -> Vec<u8> {
-        let err = ApiError::overloaded(why);
-        let id = self.next_request_id();
-        let mut out = Vec::new();
-        crate::exchange::write_error(
-            &mut out,
-            &err,
-            &id,
-            None,
-            true,
-            self.wall.unix_secs(now),
-            false,
-        );
-        out
     }
 
     /// Starts a graceful shutdown: no new connections; idle ones close, busy

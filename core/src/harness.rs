@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::{KeyTable, entry_toml, key_hash_hex, mint_key};
-use crate::exchange::{Connection, Event, UpstreamFailure};
-use crate::gateway::{Accept, Gateway, GatewayConfig, UpstreamTarget};
+use crate::exchange::{Accept, AdmitRequest, Connection, Event, UpstreamFailure};
+use crate::gateway::{Gateway, GatewayConfig, UpstreamTarget};
 use crate::http::body::BodyDecoder;
 use crate::http::response::parse_response_head;
 use crate::http::{HeadScanner, HttpError, HttpLimits};
@@ -172,7 +172,7 @@ impl Pair {
         let wall = WallClock::new(PAIR_EPOCH_MS);
         let gateway = Gateway::new(config, keys, wall, 0x5EED);
         let sim = SimServer::new(sim, wall);
-        let conn = match gateway.accept(Instant::ZERO) {
+        let conn = match Connection::accept(&gateway, Instant::ZERO) {
             Accept::Serve(c) => c,
             Accept::Refuse(_) => panic!("a fresh gateway accepts"),
         };
@@ -427,22 +427,19 @@ impl Pair {
                     }
                 }
             }
-            Event::Admit {
+            Event::Admit(AdmitRequest {
                 key,
                 limits,
                 tokens,
-            } => match self.admit_delay {
+            }) => match self.admit_delay {
                 Some(d) => self.pending_admit = Some((now + d, key, limits, tokens)),
                 None => self.answer_admission(&key, limits, tokens),
             },
-            Event::Settle {
-                key,
-                limits,
-                reserved,
-                used,
-            } => {
-                self.shared.settle(&key, limits, reserved, used, now);
+            Event::Settle(s) => {
+                self.shared
+                    .settle(&s.key, s.limits, s.reserved, s.used, now);
                 self.shared_settled += 1;
+                s.finish(&self.gateway, now, Ok(()));
             }
             Event::CloseClient => {
                 self.client_closed = true;

@@ -14,6 +14,9 @@ use crate::http::write::push_decimal;
 use crate::time::rfc3339_ms_cached;
 use crate::usage::Usage;
 
+/// The status recorded when the client left before any response head.
+pub const STATUS_CLIENT_CLOSED: u16 = 499;
+
 /// One metered request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerRecord {
@@ -110,7 +113,7 @@ impl LedgerRecord {
         f.str("request_id", &self.request_id);
         f.str("key", &self.key);
         f.str("method", "POST");
-        f.str("path", crate::exchange::CHAT_PATH);
+        f.str("path", crate::routes::CHAT_PATH);
         f.num("status", u64::from(self.status));
         f.flag("stream", self.stream);
         f.num("prompt_tokens", self.prompt_tokens);

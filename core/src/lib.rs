@@ -24,15 +24,16 @@
 //!
 //! ## The driving loop
 //!
-//! A runtime accepts a connection, asks [`gateway::Gateway::accept`] for a
-//! [`exchange::Connection`], then loops: feed what happened with `handle_*`,
+//! A runtime accepts a connection, asks [`exchange::Connection::accept`]
+//! for the connection's state machine, then loops: feed what happened with `handle_*`,
 //! do what `poll_*` says, sleep until the next readiness or
 //! [`exchange::Connection::poll_timeout`]. The loop below is complete except
 //! for the I/O itself, which is what a runtime supplies.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use chatgate_core::exchange::{Connection, Event};
+//! use chatgate_core::exchange::{AdmitRequest, Connection, Event, Settlement};
+//! use chatgate_core::gateway::Gateway;
 //! use chatgate_core::time::Instant;
 //!
 //! /// What a runtime provides (sockets, pool, ledger file, clock).
@@ -48,15 +49,14 @@
 //!     /// Writes an access log line (its fields from the ledger record).
 //!     fn log_access(&mut self, fields: &[u8]);
 //!     /// The shared limiter (Redis), when limits are shared.
-//!     fn shared_admit(&mut self, key: &str, limits: chatgate_core::limits::Limits, tokens: u64)
-//!         -> chatgate_core::exchange::SharedAdmission;
-//!     fn shared_settle(&mut self, key: &str, limits: chatgate_core::limits::Limits, reserved: u64, used: u64);
+//!     fn shared_admit(&mut self, ask: &AdmitRequest) -> chatgate_core::exchange::SharedAdmission;
+//!     fn shared_settle(&mut self, settlement: &Settlement) -> Result<(), String>;
 //!     /// Waits for client bytes, provider bytes, or the deadline.
 //!     fn wait(&mut self, read_client: bool, read_upstream: bool, deadline: Option<Instant>) -> Happened;
 //! }
 //! enum Happened { Client(Vec<u8>), ClientEof, Upstream(Vec<u8>), UpstreamEof, Timeout }
 //!
-//! fn drive(conn: &mut Connection, io: &mut impl Io) {
+//! fn drive(gateway: &Gateway, conn: &mut Connection, io: &mut impl Io) {
 //!     loop {
 //!         // 1. Events, in order: the ledger line before the bytes it guards.
 //!         while let Some(event) = conn.poll_event() {
@@ -75,12 +75,13 @@
 //!                     io.log_access(&fields);
 //!                     conn.handle_ledger_written(io.now(), appended);
 //!                 }
-//!                 Event::Admit { key, limits, tokens } => {
-//!                     let verdict = io.shared_admit(&key, limits, tokens);
+//!                 Event::Admit(ask) => {
+//!                     let verdict = io.shared_admit(&ask);
 //!                     conn.handle_admission(io.now(), verdict);
 //!                 }
-//!                 Event::Settle { key, limits, reserved, used } => {
-//!                     io.shared_settle(&key, limits, reserved, used)
+//!                 Event::Settle(settlement) => {
+//!                     let outcome = io.shared_settle(&settlement);
+//!                     settlement.finish(gateway, io.now(), outcome);
 //!                 }
 //!                 Event::CloseClient => return,
 //!             }
@@ -137,6 +138,7 @@ pub mod metrics;
 pub mod pool;
 pub mod report;
 pub mod resp;
+mod routes;
 pub mod sim;
 pub mod sse;
 pub mod stream;

@@ -788,6 +788,35 @@ fn smuggling_and_malformed_requests_close_the_connection() {
     assert_eq!(one(&pair).status, 431);
 }
 
+/// A provider that keeps a finished stream open with `: keep-alive`
+/// comments after its usage chunk: the client has its whole answer, so the
+/// stream ends with `[DONE]` 2 s after the usage chunk (not after the
+/// 30-second tail timeout), metered complete and without an error; the
+/// provider connection is closed, not pooled.
+#[test]
+fn keep_alive_comments_after_the_usage_chunk_end_the_stream_within_2_s() {
+    let mut pair = Pair::with_defaults();
+    send(&mut pair, &stream_body(""));
+    let whole = sse_data(&one(&pair).body);
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"keepalive_after_usage"}"#),
+    );
+    pair.advance(Duration::from_millis(1900));
+    assert!(pair.ledger.is_empty(), "not over before 2 s");
+    assert!(String::from_utf8_lossy(&pair.received).contains(": keep-alive"));
+    pair.advance(Duration::from_millis(200));
+    let r = one(&pair);
+    assert_eq!(sse_data(&r.body), whole, "the same events, then [DONE]");
+    let rec = &pair.ledger[0];
+    assert!(rec.complete);
+    assert_eq!(rec.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(rec.error, None);
+    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+    assert_eq!(pair.upstream_closed, 1);
+}
+
 #[test]
 fn timeouts_on_the_client_side() {
     // Slowloris: a head that never completes gets 408 and the connection closes.

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use chatgate_core::exchange::{Event, UpstreamFailure};
-use chatgate_core::gateway::{Accept, Gateway};
+use chatgate_core::exchange::{Accept, Connection, Event, UpstreamFailure};
+use chatgate_core::gateway::Gateway;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
 use crate::gate::Gate;
@@ -69,7 +69,7 @@ type ConnectFuture<'a, T> =
 pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R::Tcp) {
     let rt = &shared.rt;
     rt.set_nodelay(&client);
-    let mut conn = match shared.gateway.accept(now()) {
+    let mut conn = match Connection::accept(&shared.gateway, now()) {
         Accept::Serve(c) => c,
         Accept::Refuse(bytes) => {
             let write = async { client.write_all(&bytes).await.is_ok() };
@@ -128,41 +128,24 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                     crate::logging::access(&record);
                     conn.handle_ledger_written(now(), ok);
                 }
-                Event::Admit {
-                    key,
-                    limits,
-                    tokens,
-                } => {
+                Event::Admit(ask) => {
                     let shared = Arc::clone(&shared);
                     admitting = Some(Box::pin(async move {
                         match &shared.shared_limits {
-                            Some(l) => l.admit(&key, limits, tokens).await,
+                            Some(l) => l.admit(&ask.key, ask.limits, ask.tokens).await,
                             None => Err("no shared limiter configured".into()),
                         }
                     }));
                     g_admit.reset();
                 }
-                Event::Settle {
-                    key,
-                    limits,
-                    reserved,
-                    used,
-                } => {
+                Event::Settle(settlement) => {
                     let shared = Arc::clone(&shared);
                     rt.spawn(async move {
-                        let remote = match &shared.shared_limits {
-                            Some(l) => l.settle(&key, limits, reserved, used).await,
+                        let outcome = match &shared.shared_limits {
+                            Some(l) => l.settle(&settlement).await,
                             None => Err("no shared limiter configured".into()),
                         };
-                        if let Err(e) = remote {
-                            // Settled here instead: this instance's limits
-                            // stay right; the shared bucket refills in time.
-                            tracing::warn!(error = e.as_str(), "shared settlement failed");
-                            shared
-                                .gateway
-                                .limiter()
-                                .settle(&key, limits, reserved, used, now());
-                        }
+                        settlement.finish(&shared.gateway, now(), outcome);
                     });
                 }
                 Event::CloseClient => {

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chatgate_core::auth::KeyTable;
-use chatgate_core::exchange::SharedAdmission;
+use chatgate_core::exchange::{Settlement, SharedAdmission};
 use chatgate_core::gateway::UpstreamTarget;
 use chatgate_core::limits::{
     Limits, REDIS_SCRIPT, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
@@ -85,16 +85,12 @@ impl<R: Runtime> SharedLimiter<R> {
     }
 
     /// Replaces a reservation by the tokens used.
-    pub async fn settle(
-        &self,
-        key: &str,
-        limits: Limits,
-        reserved: u64,
-        used: u64,
-    ) -> Result<(), String> {
-        self.call(ScriptOp::Settle { reserved, used }, key, limits)
-            .await
-            .map(drop)
+    pub async fn settle(&self, s: &Settlement) -> Result<(), String> {
+        let op = ScriptOp::Settle {
+            reserved: s.reserved,
+            used: s.used,
+        };
+        self.call(op, &s.key, s.limits).await.map(drop)
     }
 
     async fn call(&self, op: ScriptOp, key: &str, limits: Limits) -> Result<ScriptOutcome, String> {

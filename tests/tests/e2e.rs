@@ -16,6 +16,7 @@ cases!(
     rate_limits_with_retry_after,
     provider_errors_become_502,
     provider_without_done,
+    keep_alive_comments_after_usage_end_the_stream,
     provider_reset_mid_stream,
     client_disconnects_abort_the_provider,
     tool_call_round_trip,
@@ -403,6 +404,65 @@ fn provider_without_done(bin: &str) {
             .contains("[DONE]")
     );
     assert!(gw.ledger_len(1)[0].complete);
+}
+
+/// A provider that keeps sending `: keep-alive` comments after the usage
+/// chunk and never `[DONE]`: the client already has its whole answer and
+/// usage, so the stream ends with `[DONE]` within 2 s of the usage chunk,
+/// metered complete, not after the 30-second `--stream-tail-timeout`. A
+/// provider that sent `finish_reason` but no usage yet keeps the longer
+/// tail (here 4 s), in case the usage chunk is still coming.
+fn keep_alive_comments_after_usage_end_the_stream(bin: &str) {
+    let (sim, gw) = pair(bin);
+    let whole = gw.chat(&stream_body(""));
+    let started = std::time::Instant::now();
+    let r = gw.chat(&stream_body(r#""x_sim":{"fault":"keepalive_after_usage"}"#));
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "the stream stayed open {took:?} after its usage chunk"
+    );
+    let events = r.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(events.iter().filter(|e| *e == "[DONE]").count(), 1);
+    assert_eq!(
+        events.len(),
+        whole.events().len(),
+        "every event, then [DONE]"
+    );
+    assert!(events[events.len() - 2].contains(r#""usage":{"prompt_tokens""#));
+    let recs = gw.ledger_len(2);
+    assert!(recs[1].complete);
+    assert_eq!(recs[1].finish_reason.as_deref(), Some("stop"));
+    assert_eq!(recs[1].error, None);
+    assert_eq!(
+        (recs[1].prompt_tokens, recs[1].completion_tokens),
+        (recs[0].prompt_tokens, recs[0].completion_tokens)
+    );
+    assert_eq!(sim.settled(1)["outcome"], "aborted");
+
+    // finish_reason without usage, then comments: the whole tail applies.
+    let gw = Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec!["--stream-tail-timeout".into(), "4s".into()],
+            ..GwOptions::default()
+        },
+    );
+    let started = std::time::Instant::now();
+    let r = gw.chat(&stream_body(
+        r#""x_sim":{"fault":"heartbeat_after_finish"}"#,
+    ));
+    let took = started.elapsed();
+    assert!(
+        took >= std::time::Duration::from_secs(4),
+        "cut after {took:?}, before the tail timeout"
+    );
+    assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
+    let rec = &gw.ledger_len(1)[0];
+    assert!(rec.complete);
+    assert_eq!(rec.error.as_deref(), Some("upstream_tail_timeout"));
 }
 
 fn provider_reset_mid_stream(bin: &str) {

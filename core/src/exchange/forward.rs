@@ -1,0 +1,345 @@
+//! The provider's answer, to the client: a non-streamed body whole, a
+//! stream event by event as its events complete, and how a stream ends.
+
+use std::time::Duration;
+
+use super::Connection;
+use super::respond::{client_body, common_headers, limit_headers, provider_error_message};
+use super::timers::Timer;
+use super::upstream::{AfterStream, UpState};
+use crate::error::{ApiError, UpstreamFault};
+use crate::http::HttpError;
+use crate::http::body::BodyDecoder;
+use crate::http::write::{self, header, header_u64};
+use crate::stream::{DONE_EVENT, EventKind};
+use crate::time::Instant;
+use crate::usage::parse_completion;
+
+/// Stop reading the provider while this much is waiting for the client.
+pub(super) const CLIENT_BACKLOG_HIGH: usize = 1 << 20;
+
+/// After `finish_reason` and the usage chunk — the last event the
+/// specification allows before `[DONE]` — a provider that sends only
+/// comments (keep-alives) gets this long to end the stream; the client
+/// already has its whole answer. (A provider that sent `finish_reason` but
+/// no usage yet keeps the whole `stream_tail` timeout.)
+const USAGE_TAIL: Duration = Duration::from_secs(2);
+
+/// How a stream ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum StreamEnd {
+    /// `[DONE]`, or the body ended.
+    Ended,
+    /// `finish_reason` and usage arrived, then only comments for
+    /// [`USAGE_TAIL`]: over, and complete.
+    AfterUsage,
+    /// `finish_reason` arrived and the provider did not end in time.
+    Tail,
+    /// The provider failed; the partial event is dropped.
+    Failed(UpstreamFault, &'static str),
+    /// The drain timeout passed while streaming.
+    Shutdown,
+}
+
+impl Connection {
+    /// Bytes of the provider's response body.
+    pub(super) fn upstream_body(&mut self, now: Instant, data: &[u8]) {
+        let up = self.up.as_mut().expect("upstream in progress");
+        if up.state == UpState::Streaming {
+            return self.stream_data(now, data);
+        }
+        let decoder = up.decoder.as_mut().expect("set with the head");
+        match decoder.decode(data, &mut up.body) {
+            Ok(used) => {
+                up.trailing_garbage |= used < data.len();
+                if decoder.is_done() {
+                    self.upstream_body_complete(now);
+                }
+            }
+            Err(HttpError::BodyTooLarge) if up.state == UpState::ErrorBody => {
+                up.trailing_garbage = true;
+                self.upstream_body_complete(now);
+            }
+            Err(e) => {
+                let msg = format!("The provider's response body is invalid ({e}).");
+                self.upstream_error_response(now, ApiError::upstream(UpstreamFault::Invalid, msg));
+            }
+        }
+    }
+
+    /// A whole non-streamed body (or error body) arrived.
+    pub(super) fn upstream_body_complete(&mut self, now: Instant) {
+        let up = self.up.as_mut().expect("upstream in progress");
+        let head = up.head.as_ref().expect("body follows head");
+        if up.state == UpState::ErrorBody {
+            let mut e = ApiError::upstream(
+                UpstreamFault::Rejected,
+                provider_error_message(head.status, &up.body),
+            );
+            e.retry_after = head.retry_after_secs().map(|s| s.max(1));
+            return self.upstream_error_response(now, e);
+        }
+        let summary = match parse_completion(&up.body) {
+            Ok(s) => s,
+            Err(_) => {
+                let e = ApiError::upstream(
+                    UpstreamFault::Invalid,
+                    "The provider's answer is not a JSON object.",
+                );
+                return self.upstream_error_response(now, e);
+            }
+        };
+        let content_type = head
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "application/json".into());
+        // Back to the pool only when nothing of this exchange is left on the
+        // connection: a provider that said `close`, or sent more than its
+        // body, would hand those bytes to the next request (maybe another
+        // client's) as the start of its answer.
+        let reusable = head.keep_alive && !up.trailing_garbage;
+        let up = if reusable {
+            self.release_upstream()
+        } else {
+            self.close_upstream()
+        };
+        let close = self.closing_after_this();
+        let req = self.req.as_mut().expect("request in progress");
+        req.first_byte.get_or_insert(now);
+        let mut out = Vec::with_capacity(512 + up.body.len());
+        write::status_line(&mut out, 200);
+        common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
+        header(&mut out, "Content-Type", &content_type);
+        header_u64(&mut out, "Content-Length", up.body.len() as u64);
+        if let Some(s) = &req.limit_status {
+            limit_headers(&mut out, s);
+        }
+        write::end_head(&mut out);
+        out.extend_from_slice(&up.body);
+        let mut rec = self.record(now, 200);
+        rec.complete = true;
+        rec.finish_reason = summary.finish_reason;
+        let usage = summary.usage.unwrap_or_default();
+        self.meter(&mut rec, &usage);
+        self.settle(now, summary.usage);
+        self.emit_ledger(now, rec, out);
+        self.end_response(close);
+    }
+
+    /// Bytes of a streamed body.
+    fn stream_data(&mut self, now: Instant, data: &[u8]) {
+        let up = self.up.as_mut().expect("upstream in progress");
+        if up.done_forwarded {
+            // Data after [DONE] is ignored (the stream already ended).
+            return;
+        }
+        let decoder = up.decoder.as_mut().expect("set with the head");
+        up.body.reserve(data.len());
+        let used = match decoder.decode(data, &mut up.body) {
+            Ok(used) => used,
+            Err(_) => {
+                // What was decoded before the error is valid: complete
+                // events in it still go out, the partial one is dropped.
+                let why = "the provider's stream framing is invalid";
+                return self
+                    .forward_events(now, Some(StreamEnd::Failed(UpstreamFault::Invalid, why)));
+            }
+        };
+        up.trailing_garbage |= used < data.len();
+        let end = up
+            .decoder
+            .as_ref()
+            .is_some_and(BodyDecoder::is_done)
+            .then_some(StreamEnd::Ended);
+        self.forward_events(now, end);
+    }
+
+    /// Frames complete events out of the decoded body, forwards them in one
+    /// client write, and ends the stream when `[DONE]` arrived or `end` says
+    /// the body is over.
+    fn forward_events(&mut self, now: Instant, mut end: Option<StreamEnd>) {
+        let tail = self.gw.config().timeouts.stream_tail;
+        let up = self.up.as_mut().expect("upstream in progress");
+        let too_large = || {
+            StreamEnd::Failed(
+                UpstreamFault::EventTooLarge,
+                "a provider event is larger than the limit",
+            )
+        };
+        let mut batch: Option<std::ops::Range<usize>> = None;
+        loop {
+            let next = match up.framer.next_event(&up.body) {
+                Ok(Some(r)) => Some(r),
+                Ok(None) if end == Some(StreamEnd::Ended) => {
+                    up.framer.finish().unwrap_or_else(|_| {
+                        end = Some(too_large());
+                        None
+                    })
+                }
+                Ok(None) => None,
+                Err(_) => {
+                    end = Some(too_large());
+                    None
+                }
+            };
+            let Some(r) = next else { break };
+            let kind = up.tracker.observe(&up.body[r.clone()]);
+            let committed = self.req.as_ref().expect("request in progress").committed;
+            if !committed && batch.is_none() && kind == EventKind::Error {
+                // An error before anything was sent: a normal JSON error.
+                let msg = format!(
+                    "The provider reported an error before streaming: {}",
+                    up.tracker.error().unwrap_or("unknown error")
+                );
+                let e = ApiError::upstream(UpstreamFault::ErrorEvent, msg);
+                return self.upstream_error_response(now, e);
+            }
+            batch = Some(batch.map_or(r.clone(), |b| b.start..r.end));
+            if up.tracker.is_complete() {
+                if !self.timers.is_set(Timer::StreamTail) {
+                    self.timers.set(Timer::StreamTail, now + tail);
+                }
+                // Each data event from the usage chunk on starts the short
+                // tail; comments do not.
+                if kind == EventKind::Data && up.tracker.usage().is_some() {
+                    self.timers.set(Timer::UsageTail, now + USAGE_TAIL);
+                }
+            }
+            if kind == EventKind::Done {
+                up.done_forwarded = true;
+                end = Some(StreamEnd::Ended);
+                break;
+            }
+        }
+        let committed = self.req.as_ref().expect("request").committed;
+        if end.is_some() && batch.is_none() && !committed {
+            // Nothing was sent yet, so however the stream ended this is
+            // still a normal JSON error (specification, errors, rule 1).
+            let e = match end {
+                Some(StreamEnd::Failed(fault, why)) => ApiError::upstream(
+                    fault,
+                    format!("The provider failed before streaming: {why}."),
+                ),
+                _ => ApiError::upstream(
+                    UpstreamFault::Invalid,
+                    "The provider ended the stream without any event.",
+                ),
+            };
+            return self.upstream_error_response(now, e);
+        }
+        // Frame straight into the client's output (or, when the stream ends
+        // here, into the bytes held for the ledger): no intermediate copy.
+        let mut bytes = match end {
+            Some(_) => std::mem::take(&mut self.held),
+            None => self.take_client_out(),
+        };
+        if !committed && batch.is_some() {
+            self.stream_head(now, &mut bytes);
+        }
+        let up = self.up.as_mut().expect("upstream in progress");
+        let chunked = !self.req.as_ref().expect("request").http10;
+        if let Some(r) = batch {
+            client_body(&mut bytes, &up.body[r], chunked);
+        }
+        let n = up.framer.complete_prefix();
+        up.body.drain(..n);
+        up.framer.consume(n);
+        match end {
+            Some(end) => self.end_stream(now, end, bytes),
+            None => self.put_client_out(now, bytes),
+        }
+    }
+
+    /// The client's response head for a stream: written once, with the first
+    /// event.
+    fn stream_head(&mut self, now: Instant, out: &mut Vec<u8>) {
+        let close = self.closing_after_this();
+        let unix = self.gw.wall().unix_secs(now);
+        let up = self.up.as_ref().expect("upstream in progress");
+        let req = self.req.as_mut().expect("request in progress");
+        req.committed = true;
+        req.first_byte = Some(now);
+        if req.chat.as_ref().is_some_and(|c| c.stream) {
+            self.gw.metrics().stream_open(1);
+        }
+        let ct = up
+            .head
+            .as_ref()
+            .and_then(|h| h.content_type.as_deref())
+            .unwrap_or("text/event-stream");
+        write::status_line(out, 200);
+        common_headers(out, &req.id, unix, close || req.http10);
+        header(out, "Content-Type", ct);
+        header(out, "Cache-Control", "no-cache");
+        if !req.http10 {
+            header(out, "Transfer-Encoding", "chunked");
+        }
+        if let Some(s) = &req.limit_status {
+            limit_headers(out, s);
+        }
+        write::end_head(out);
+    }
+
+    /// The stream ended (`end`) without new bytes: forward what the body
+    /// still completes, or end it here.
+    pub(super) fn finish_stream(&mut self, now: Instant, end: StreamEnd) {
+        if matches!(end, StreamEnd::Ended) {
+            return self.forward_events(now, Some(end));
+        }
+        let req = self.req.as_ref().expect("request in progress");
+        if !req.committed {
+            let (fault, why) = match end {
+                StreamEnd::Failed(f, w) => (f, w),
+                _ => (UpstreamFault::TailTimeout, "the provider stopped"),
+            };
+            let msg = format!("The provider failed before streaming: {why}.");
+            return self.upstream_error_response(now, ApiError::upstream(fault, msg));
+        }
+        self.end_stream(now, end, Vec::new());
+    }
+
+    /// Ends a committed (or just committing) stream: `[DONE]` if the provider
+    /// did not send it, the last chunk, the ledger line first.
+    pub(super) fn end_stream(&mut self, now: Instant, end: StreamEnd, mut bytes: Vec<u8>) {
+        let next = self
+            .up
+            .as_ref()
+            .map_or(AfterStream::Close, |u| u.after_stream(&end));
+        let up = match next {
+            AfterStream::Release => self.release_upstream(),
+            AfterStream::Close => self.close_upstream(),
+            // No event yet: the connection stays with the runtime, which
+            // keeps reading it.
+            AfterStream::ReadLeftover => self.keep_for_leftover(now),
+        };
+        // A stream without a single event was answered with an error
+        // instead (see `forward_events`): the head went out.
+        debug_assert!(self.req.as_ref().is_some_and(|r| r.committed));
+        let chunked = !self.req.as_ref().expect("request").http10;
+        if !up.tracker.is_done() {
+            client_body(&mut bytes, DONE_EVENT, chunked);
+        }
+        if chunked {
+            write::last_chunk(&mut bytes);
+        }
+        let mut rec = self.record(now, 200);
+        rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
+        rec.complete = up.tracker.is_complete();
+        let fault = match end {
+            StreamEnd::Failed(fault, _) => Some(fault.as_str()),
+            StreamEnd::Tail => Some(UpstreamFault::TailTimeout.as_str()),
+            StreamEnd::Shutdown => Some("shutdown"),
+            StreamEnd::Ended if up.tracker.error().is_some() => {
+                Some(UpstreamFault::ErrorEvent.as_str())
+            }
+            StreamEnd::Ended | StreamEnd::AfterUsage => None,
+        };
+        rec.error = fault.map(str::to_owned);
+        let usage = up.tracker.usage().unwrap_or_default();
+        self.meter(&mut rec, &usage);
+        self.settle(now, up.tracker.usage());
+        self.emit_ledger(now, rec, bytes);
+        let close = self.closing_after_this() || !chunked;
+        self.end_response(close);
+    }
+}

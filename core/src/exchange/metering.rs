@@ -1,0 +1,150 @@
+//! Metering: the ledger record of a metered request (handed to the runtime
+//! with the bytes it guards), the metrics of every request, and the access
+//! line of requests that are not metered.
+
+use std::time::Duration;
+
+use super::Connection;
+use crate::catalog::Price;
+use crate::error::UpstreamFault;
+use crate::ledger::{LedgerRecord, STATUS_CLIENT_CLOSED};
+use crate::metrics::{Finished, Metered};
+use crate::time::Instant;
+use crate::usage::Usage;
+
+use super::Event;
+
+impl Connection {
+    /// Metered: an authenticated chat completion request.
+    pub(super) fn is_metered(&self) -> bool {
+        self.req.as_ref().is_some_and(|r| r.is_metered())
+    }
+
+    /// The current request's record, as far as it is known at `now`.
+    pub(super) fn record(&self, now: Instant, status: u16) -> LedgerRecord {
+        let req = self.req.as_ref().expect("a record is for a request");
+        let key = req.key.as_ref().map_or("", |k| k.name.as_str());
+        let mut rec = LedgerRecord::new(self.gw.wall().unix_ms(now), &req.id, key);
+        if let Some(chat) = &req.chat {
+            rec.model = chat.model.clone();
+            rec.stream = chat.stream;
+        } else if let Some((model, stream)) = &req.peeked {
+            rec.model = model.clone();
+            rec.stream = *stream;
+        }
+        rec.status = status;
+        rec.upstream_status = req.upstream_status;
+        rec.duration_ms = (now - req.started).as_millis() as u64;
+        rec.ttfb_ms = req.first_byte.map(|t| (t - req.started).as_millis() as u64);
+        rec
+    }
+
+    fn price(&self) -> Price {
+        let req = self.req.as_ref().expect("request");
+        req.chat
+            .as_ref()
+            .and_then(|c| self.gw.config().catalog.get(&c.model))
+            .map_or(Price::DEFAULT, |m| m.price)
+    }
+
+    /// Tokens and cost into the record.
+    pub(super) fn meter(&self, rec: &mut LedgerRecord, usage: &Usage) {
+        rec.meter(usage, &self.price());
+    }
+
+    /// Hands the record to the runtime and holds `held` (the response's
+    /// last bytes) until it says the line was appended.
+    pub(super) fn emit_ledger(&mut self, now: Instant, rec: LedgerRecord, held: Vec<u8>) {
+        self.observe_metered(now, &rec);
+        self.events.push_back(Event::Ledger(Box::new(rec)));
+        self.held = held;
+        self.awaiting_ledger = true;
+    }
+
+    /// An authenticated request abandoned before the provider was asked is
+    /// still metered.
+    pub(super) fn record_abandoned(&mut self, now: Instant) {
+        if self.is_metered() {
+            let mut rec = self.record(now, STATUS_CLIENT_CLOSED);
+            rec.client_disconnected = true;
+            self.access_log(now, STATUS_CLIENT_CLOSED, None);
+            self.emit_ledger(now, rec, Vec::new());
+        }
+    }
+
+    /// Metrics of a metered (ledger) request.
+    fn observe_metered(&self, now: Instant, rec: &LedgerRecord) {
+        let m = self.gw.metrics();
+        let req = self.req.as_ref().expect("a record is for a request");
+        m.finished(Finished {
+            key: &rec.key,
+            status: rec.status,
+            stream: rec.stream,
+            total: now - req.started,
+            // Without a streamed head, the first byte left with the rest.
+            ttfb: Some(req.first_byte.unwrap_or(now) - req.started),
+            provider: req.up_started.map_or(Duration::ZERO, |s| now - s),
+        });
+        m.metered(
+            &rec.key,
+            Metered {
+                prompt: rec.prompt_tokens,
+                completion: rec.completion_tokens,
+                reasoning: rec.reasoning_tokens,
+                cached: rec.cached_tokens,
+                cost_nano_usd: rec.cost_nano_usd,
+            },
+        );
+        if let Some(fault) = rec
+            .error
+            .as_deref()
+            .and_then(|e| UpstreamFault::ALL.into_iter().find(|f| f.as_str() == e))
+        {
+            m.upstream_error(fault);
+        }
+        if rec.stream && req.committed {
+            m.stream_open(-1);
+            if !rec.complete {
+                m.incomplete_stream();
+            }
+        }
+        if rec.client_disconnected {
+            m.client_disconnect();
+        }
+    }
+
+    /// The access line of a request that is not metered. A metered one's
+    /// line is written by the runtime from its ledger record
+    /// ([`LedgerRecord::access_fields`]), after the ledger append.
+    pub(super) fn access_log(&self, now: Instant, status: u16, error: Option<&str>) {
+        if self.is_metered() {
+            return;
+        }
+        let req = self.req.as_ref();
+        self.gw.metrics().finished(Finished {
+            key: req
+                .and_then(|r| r.key.as_ref())
+                .map_or("", |k| k.name.as_str()),
+            status,
+            stream: false,
+            total: req.map_or(Duration::ZERO, |r| now - r.started),
+            ttfb: req.map(|r| now - r.started),
+            provider: Duration::ZERO,
+        });
+        let Some(req) = req else {
+            tracing::info!(target: "chatgate::access", status, error = error.unwrap_or(""), "request rejected before parsing");
+            return;
+        };
+        tracing::info!(
+            target: "chatgate::access",
+            request_id = req.id.as_str(),
+            key = req.key.as_ref().map_or("-", |k| k.name.as_str()),
+            method = req.method.as_str(),
+            path = req.path.as_str(),
+            status,
+            error = error.unwrap_or(""),
+            duration_ms = (now - req.started).as_millis() as u64,
+            "request"
+        );
+    }
+}

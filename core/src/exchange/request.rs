@@ -1,0 +1,394 @@
+//! Client HTTP: request heads and bodies, routing, authentication, the
+//! model list, and the client's own inputs (bytes, EOF, bytes written).
+
+use std::sync::Arc;
+
+use super::respond::{common_headers, http_error, limit_headers};
+use super::timers::Timer;
+use super::{Connection, Phase};
+use crate::auth::{AuthFailure, KeyEntry, KeyTable};
+use crate::error::ApiError;
+use crate::http::body::BodyDecoder;
+use crate::http::request::{Method, RequestHead, leading_empty_lines, parse_request_head};
+use crate::http::write::{self, header, header_u64};
+use crate::http::{Framing, HttpLimits};
+use crate::limits::{LimitStatus, Limits};
+use crate::routes::{CHAT_PATH, Route, route};
+use crate::time::Instant;
+use crate::validate::ChatRequest;
+
+/// The key a request authenticated with.
+#[derive(Debug)]
+pub(super) struct KeyRef {
+    pub(super) name: String,
+    pub(super) limits: Limits,
+}
+
+/// The request being served.
+#[derive(Debug)]
+pub(super) struct Request {
+    pub(super) id: String,
+    pub(super) started: Instant,
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) keep_alive: bool,
+    pub(super) http10: bool,
+    pub(super) key: Option<KeyRef>,
+    pub(super) body: Vec<u8>,
+    pub(super) decoder: Option<BodyDecoder>,
+    pub(super) chat: Option<ChatRequest>,
+    /// `model` and `stream` read from a body that failed validation.
+    pub(super) peeked: Option<(String, bool)>,
+    pub(super) reserved: u64,
+    pub(super) limit_status: Option<LimitStatus>,
+    pub(super) upstream_request: Vec<u8>,
+    pub(super) attempts: u8,
+    pub(super) committed: bool,
+    pub(super) first_byte: Option<Instant>,
+    pub(super) upstream_status: Option<u16>,
+    /// When the provider was first asked (for the overhead metric).
+    pub(super) up_started: Option<Instant>,
+    /// Admitted by the shared limiter (so settled there too).
+    pub(super) shared: bool,
+}
+
+impl Request {
+    fn new(id: String, started: Instant, head: &RequestHead) -> Request {
+        Request {
+            id,
+            started,
+            method: head.method,
+            path: head.path.clone(),
+            keep_alive: head.keep_alive,
+            http10: head.http10,
+            key: None,
+            body: Vec::new(),
+            decoder: None,
+            chat: None,
+            peeked: None,
+            reserved: 0,
+            limit_status: None,
+            upstream_request: Vec::new(),
+            attempts: 0,
+            committed: false,
+            first_byte: None,
+            up_started: None,
+            shared: false,
+            upstream_status: None,
+        }
+    }
+
+    /// Metered: an authenticated chat completion request.
+    pub(super) fn is_metered(&self) -> bool {
+        self.key.is_some() && self.path == CHAT_PATH && self.method == Method::Post
+    }
+}
+
+impl Connection {
+    /// Bytes arrived from the client.
+    pub fn handle_client_data(&mut self, now: Instant, data: &[u8]) {
+        if self.phase == Phase::Closed || data.is_empty() {
+            return;
+        }
+        self.compact_client_input();
+        self.cin.extend_from_slice(data);
+        self.process_client(now);
+        self.after(now);
+    }
+
+    /// The client closed its side or the connection broke: abort whatever is
+    /// in progress (the provider request included) and close.
+    pub fn handle_client_eof(&mut self, now: Instant) {
+        if self.close_emitted {
+            return;
+        }
+        if self.phase == Phase::Upstream {
+            self.client_gone(now);
+        } else if matches!(self.phase, Phase::Body | Phase::Admitting) {
+            // An authenticated request abandoned before the provider was
+            // asked is still metered.
+            self.record_abandoned(now);
+        }
+        self.close();
+        self.cout.clear();
+        self.cout_pos = 0;
+        self.held.clear();
+        self.timers.stop(Timer::ClientSend);
+        self.after(now);
+    }
+
+    /// `n` bytes of [`Connection::poll_client_transmit`] were written.
+    pub fn handle_client_written(&mut self, now: Instant, n: usize) {
+        self.cout_pos = (self.cout_pos + n).min(self.cout.len());
+        if self.cout_pos == self.cout.len() {
+            self.cout.clear();
+            self.cout_pos = 0;
+            self.timers.stop(Timer::ClientSend);
+        } else if n > 0 {
+            let send = self.gw.config().timeouts.client_send;
+            self.timers.set(Timer::ClientSend, now + send);
+        }
+        self.after(now);
+    }
+
+    /// Drops the consumed part of the client input once it is at least as
+    /// long as what is still unread. Pipelined writes that end a byte into
+    /// the next request never leave the buffer fully consumed, so waiting
+    /// for that would let it grow by a request per request; moving only
+    /// when the consumed part dominates keeps the copying O(bytes read).
+    /// No parser keeps offsets into the buffer: the head scanner and the
+    /// body decoder work on `cin[cin_pos..]`, which this does not change.
+    fn compact_client_input(&mut self) {
+        let unread = self.cin.len() - self.cin_pos;
+        if unread == 0 {
+            self.cin.clear();
+            self.cin_pos = 0;
+        } else if self.cin_pos >= unread {
+            self.cin.drain(..self.cin_pos);
+            self.cin_pos = 0;
+        }
+    }
+
+    /// Reads requests from the client input as far as it goes.
+    pub(super) fn process_client(&mut self, now: Instant) {
+        loop {
+            let progressed = match self.phase {
+                Phase::Head => self.read_head(now),
+                Phase::Body => self.read_body(now),
+                _ => false,
+            };
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn http_limits(&self) -> HttpLimits {
+        self.gw.config().http
+    }
+
+    /// Returns true when a request started (more input may be processed).
+    fn read_head(&mut self, now: Instant) -> bool {
+        if self.head_started.is_none() {
+            self.cin_pos += leading_empty_lines(&self.cin[self.cin_pos..]);
+            if self.cin_pos == self.cin.len() {
+                return false;
+            }
+            self.head_started = Some(now);
+            self.scanner.reset();
+            self.timers.stop(Timer::ClientIdle);
+            let header = self.gw.config().timeouts.client_header;
+            self.timers.set(Timer::ClientHead, now + header);
+        }
+        let limits = self.http_limits();
+        let head = match self
+            .scanner
+            .scan(&self.cin[self.cin_pos..], limits.max_head)
+        {
+            Ok(None) => return false,
+            Ok(Some(len)) => {
+                parse_request_head(&self.cin[self.cin_pos..self.cin_pos + len], &limits)
+            }
+            Err(e) => Err(e),
+        };
+        match head {
+            Ok(head) => {
+                self.cin_pos += head.head_len;
+                self.timers.stop(Timer::ClientHead);
+                self.start_request(now, head);
+                true
+            }
+            Err(e) => {
+                self.respond_error(now, http_error(&e, &limits), true);
+                false
+            }
+        }
+    }
+
+    /// A whole head arrived: route, authenticate, then answer the model
+    /// list or start reading a chat request's body.
+    fn start_request(&mut self, now: Instant, head: RequestHead) {
+        let started = self.head_started.unwrap_or(now);
+        let id = self.gw.next_request_id();
+        self.req = Some(Box::new(Request::new(id, started, &head)));
+        let has_body = head.framing != Framing::Empty;
+        let route = match route(head.method, &head.path) {
+            Ok(r) => r,
+            Err(e) => return self.respond_error(now, e, has_body),
+        };
+        let key = match self.authenticate(now, head.authorization.as_deref()) {
+            Ok(key) => key,
+            Err(e) => return self.respond_error(now, e, has_body),
+        };
+        let req = self.req.as_mut().expect("request just created");
+        if route == Route::Models {
+            let status = self.gw.limiter().status(&key.name, key.limits, now);
+            req.limit_status = Some(status);
+            req.key = Some(key);
+            return self.respond_models(now, has_body);
+        }
+        req.key = Some(key);
+        let limits = self.http_limits();
+        if let Framing::Length(n) = head.framing {
+            if n > limits.max_body {
+                return self.respond_error(now, ApiError::request_too_large(limits.max_body), true);
+            }
+        }
+        let json = head.content_type.as_deref().is_none_or(|ct| {
+            ct.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+        });
+        if !json {
+            return self.respond_error(now, ApiError::unsupported_content_type(), has_body);
+        }
+        if head.expect_continue && has_body {
+            if let Some(e) = self.refuse_before_upload(now) {
+                return self.respond_error(now, e, true);
+            }
+            self.push_client(now, b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let req = self.req.as_mut().expect("request just created");
+        req.decoder = Some(BodyDecoder::new(head.framing, limits));
+        self.phase = Phase::Body;
+        let body = self.gw.config().timeouts.client_body;
+        self.timers.set(Timer::ClientBody, now + body);
+    }
+
+    /// The key an `Authorization` value names, valid at `now`.
+    fn authenticate(
+        &mut self,
+        now: Instant,
+        authorization: Option<&str>,
+    ) -> Result<KeyRef, ApiError> {
+        let keys = self.gw.keys();
+        let entry: &KeyEntry = match self.cached_key(&keys, authorization) {
+            Some(i) => &keys.entries()[i],
+            None => match keys.authenticate(authorization) {
+                Ok(e) => {
+                    let i = keys
+                        .entries()
+                        .iter()
+                        .position(|k| k.sha256 == e.sha256)
+                        .unwrap_or(0);
+                    let value = authorization.unwrap_or_default().to_owned();
+                    self.auth_cache = Some((value, Arc::clone(&keys), i));
+                    e
+                }
+                Err(f) => return Err(ApiError::invalid_api_key(f == AuthFailure::Missing)),
+            },
+        };
+        if !entry.valid_at(self.gw.wall().unix_secs(now)) {
+            // A rotated key whose grace period ended.
+            self.auth_cache = None;
+            return Err(ApiError::invalid_api_key(false));
+        }
+        Ok(KeyRef {
+            name: entry.name.clone(),
+            limits: entry.limits,
+        })
+    }
+
+    /// The key index when `authorization` is the value that last
+    /// authenticated on this connection against the same key table. The
+    /// comparison is constant-time: a balancer may carry several users'
+    /// requests on one connection, and a timing difference must not tell
+    /// one of them how much of another's key they guessed.
+    fn cached_key(&self, keys: &Arc<KeyTable>, authorization: Option<&str>) -> Option<usize> {
+        use subtle::ConstantTimeEq;
+        let (value, table, i) = self.auth_cache.as_ref()?;
+        let presented = authorization?.as_bytes();
+        let same = Arc::ptr_eq(table, keys)
+            && value.len() == presented.len()
+            && bool::from(value.as_bytes().ct_eq(presented));
+        same.then_some(*i)
+    }
+
+    /// Returns true when the body completed (more input may be processed).
+    fn read_body(&mut self, now: Instant) -> bool {
+        let limits = self.http_limits();
+        let req = self.req.as_mut().expect("a body belongs to a request");
+        let decoder = req
+            .decoder
+            .as_mut()
+            .expect("set when the body phase starts");
+        let input = &self.cin[self.cin_pos..];
+        match decoder.decode(input, &mut req.body) {
+            Ok(used) => {
+                self.cin_pos += used;
+                if used > 0 {
+                    let body = self.gw.config().timeouts.client_body;
+                    self.timers.set(Timer::ClientBody, now + body);
+                }
+            }
+            Err(e) => {
+                self.respond_error(now, http_error(&e, &limits), true);
+                return false;
+            }
+        }
+        if !decoder.is_done() {
+            return false;
+        }
+        req.decoder = None;
+        self.timers.stop(Timer::ClientBody);
+        self.chat_request(now);
+        true
+    }
+
+    /// `GET /v1/models`.
+    fn respond_models(&mut self, now: Instant, has_body: bool) {
+        let gw = Arc::clone(&self.gw);
+        let close = has_body || self.closing_after_this();
+        let req = self.req.as_ref().expect("models request");
+        let list = gw.config().catalog.list_body();
+        let mut out = Vec::with_capacity(512 + list.len());
+        write::status_line(&mut out, 200);
+        common_headers(&mut out, &req.id, gw.wall().unix_secs(now), close);
+        header(&mut out, "Content-Type", "application/json");
+        header_u64(&mut out, "Content-Length", list.len() as u64);
+        if let Some(s) = &req.limit_status {
+            limit_headers(&mut out, s);
+        }
+        write::end_head(&mut out);
+        if req.method != Method::Head {
+            out.extend_from_slice(list);
+        }
+        self.access_log(now, 200, None);
+        self.push_client(now, &out);
+        self.end_response(close);
+    }
+
+    /// Takes the client output buffer to append to in place; give it back
+    /// with [`Connection::put_client_out`].
+    pub(super) fn take_client_out(&mut self) -> Vec<u8> {
+        if self.cout_pos == self.cout.len() {
+            self.cout.clear();
+            self.cout_pos = 0;
+        }
+        std::mem::take(&mut self.cout)
+    }
+
+    /// Gives the output buffer back; the send deadline starts when bytes
+    /// are waiting and none was running.
+    pub(super) fn put_client_out(&mut self, now: Instant, out: Vec<u8>) {
+        self.cout = out;
+        if self.cout_pos < self.cout.len() && !self.timers.is_set(Timer::ClientSend) {
+            let send = self.gw.config().timeouts.client_send;
+            self.timers.set(Timer::ClientSend, now + send);
+        }
+    }
+
+    /// Queues bytes for the client.
+    pub(super) fn push_client(&mut self, now: Instant, bytes: &[u8]) {
+        if bytes.is_empty() || self.phase == Phase::Closed && self.close_emitted {
+            return;
+        }
+        if self.cout_pos == self.cout.len() {
+            self.cout.clear();
+            self.cout_pos = 0;
+            let send = self.gw.config().timeouts.client_send;
+            self.timers.set(Timer::ClientSend, now + send);
+        }
+        self.cout.extend_from_slice(bytes);
+    }
+}

@@ -1,0 +1,173 @@
+//! What the gateway writes to clients itself: error responses (metered
+//! when the request is), the headers every response carries, body framing,
+//! and the wording of HTTP and provider errors.
+
+use super::Connection;
+use crate::error::{ApiError, UpstreamFault};
+use crate::gateway::Gateway;
+use crate::http::request::Method;
+use crate::http::write::{self, header, header_u64};
+use crate::http::{HttpError, HttpLimits};
+use crate::limits::{LimitStatus, push_reset};
+use crate::time::{Instant, push_http_date};
+
+impl Connection {
+    /// Answers the current request (or a request that never parsed) with an
+    /// error; `close` when the connection cannot carry another request.
+    pub(super) fn respond_error(&mut self, now: Instant, err: ApiError, close: bool) {
+        let close = close || self.closing_after_this();
+        let unix = self.gw.wall().unix_secs(now);
+        let mut out = Vec::with_capacity(512);
+        let id = match &self.req {
+            Some(r) => r.id.clone(),
+            None => self.gw.next_request_id(),
+        };
+        let status = self.req.as_ref().and_then(|r| {
+            r.limit_status.or_else(|| {
+                let key = r.key.as_ref()?;
+                Some(self.gw.limiter().status(&key.name, key.limits, now))
+            })
+        });
+        let head_only = self.req.as_ref().is_some_and(|r| r.method == Method::Head);
+        write_error(&mut out, &err, &id, status.as_ref(), close, unix, head_only);
+        self.access_log(now, err.status, Some(err.code));
+        if self.is_metered() {
+            let mut rec = self.record(now, err.status);
+            rec.error = Some(err.fault.map_or(err.code, UpstreamFault::as_str).to_owned());
+            self.settle(now, None);
+            self.emit_ledger(now, rec, out);
+        } else {
+            self.push_client(now, &out);
+        }
+        self.end_response(close);
+    }
+}
+
+/// The 503 for a connection refused at accept.
+pub(super) fn refusal(gw: &Gateway, now: Instant, why: &str) -> Vec<u8> {
+    let err = ApiError::overloaded(why);
+    let id = gw.next_request_id();
+    let mut out = Vec::new();
+    write_error(
+        &mut out,
+        &err,
+        &id,
+        None,
+        true,
+        gw.wall().unix_secs(now),
+        false,
+    );
+    out
+}
+
+/// Appends body bytes for the client: one chunk, or raw for HTTP/1.0.
+pub(super) fn client_body(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    if chunked {
+        write::chunk(out, data);
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+/// `Date`, `X-Request-Id`, and `Connection: close` when it closes.
+pub(super) fn common_headers(out: &mut Vec<u8>, request_id: &str, unix_secs: u64, close: bool) {
+    out.extend_from_slice(b"Date: ");
+    push_http_date(out, unix_secs);
+    out.extend_from_slice(b"\r\n");
+    header(out, "X-Request-Id", request_id);
+    if close {
+        header(out, "Connection", "close");
+    }
+}
+
+/// The OpenAI-style `x-ratelimit-*` headers.
+pub(super) fn limit_headers(out: &mut Vec<u8>, s: &LimitStatus) {
+    header_u64(out, "x-ratelimit-limit-requests", s.limit_requests);
+    header_u64(out, "x-ratelimit-limit-tokens", s.limit_tokens);
+    header_u64(out, "x-ratelimit-remaining-requests", s.remaining_requests);
+    header_u64(out, "x-ratelimit-remaining-tokens", s.remaining_tokens);
+    out.extend_from_slice(b"x-ratelimit-reset-requests: ");
+    push_reset(out, s.reset_requests_ms);
+    out.extend_from_slice(b"\r\nx-ratelimit-reset-tokens: ");
+    push_reset(out, s.reset_tokens_ms);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a complete error response (without its body for a HEAD request).
+fn write_error(
+    out: &mut Vec<u8>,
+    err: &ApiError,
+    request_id: &str,
+    limits: Option<&LimitStatus>,
+    close: bool,
+    unix_secs: u64,
+    head_only: bool,
+) {
+    let body = err.body();
+    write::status_line(out, err.status);
+    common_headers(out, request_id, unix_secs, close);
+    header(out, "Content-Type", "application/json");
+    header_u64(out, "Content-Length", body.len() as u64);
+    if let Some(s) = err.retry_after {
+        header_u64(out, "Retry-After", s);
+    }
+    if let Some(allow) = err.allow {
+        header(out, "Allow", allow);
+    }
+    if let Some(s) = limits {
+        limit_headers(out, s);
+    }
+    write::end_head(out);
+    if !head_only {
+        out.extend_from_slice(&body);
+    }
+}
+
+/// The client-facing error for a request the HTTP codec refused.
+pub(super) fn http_error(e: &HttpError, limits: &HttpLimits) -> ApiError {
+    match e {
+        HttpError::HeadTooLarge => ApiError::headers_too_large(format!(
+            "The request header block is larger than {} bytes.",
+            limits.max_head
+        )),
+        HttpError::TooManyHeaders => ApiError::headers_too_large(format!(
+            "The request has more than {} header fields.",
+            limits.max_headers
+        )),
+        HttpError::BodyTooLarge => ApiError::request_too_large(limits.max_body),
+        HttpError::UnsupportedVersion => ApiError::version_not_supported(),
+        HttpError::UnsupportedExpectation => ApiError::expectation_failed(),
+        other => ApiError::malformed(format!("Malformed HTTP request: {other}.")),
+    }
+}
+
+/// "provider returned HTTP 400: <its message>" from an error body.
+pub(super) fn provider_error_message(status: u16, body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct E {
+        error: Option<serde_json::Value>,
+        message: Option<String>,
+    }
+    let detail = serde_json::from_slice::<E>(body).ok().and_then(|e| {
+        match e.error {
+            Some(serde_json::Value::Object(o)) => {
+                o.get("message").and_then(|m| m.as_str()).map(str::to_owned)
+            }
+            Some(serde_json::Value::String(s)) => Some(s),
+            _ => None,
+        }
+        .or(e.message)
+    });
+    let detail = detail.unwrap_or_else(|| {
+        String::from_utf8_lossy(&body[..body.len().min(200)])
+            .chars()
+            .filter(|c| !c.is_control())
+            .collect()
+    });
+    let detail: String = detail.chars().take(500).collect();
+    if detail.trim().is_empty() {
+        format!("The provider returned HTTP {status}.")
+    } else {
+        format!("The provider returned HTTP {status}: {detail}")
+    }
+}
