@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chatgate_core::auth::KeyTable;
+use chatgate_core::config::{GatewayConfig, UpstreamTarget};
 use chatgate_core::exchange::{Accept, Connection, Event, UpstreamFailure};
-use chatgate_core::gateway::{Gateway, GatewayConfig, UpstreamTarget};
+use chatgate_core::gateway::Gateway;
 use chatgate_core::limits::Limits;
 use chatgate_core::time::{Instant, WallClock};
 

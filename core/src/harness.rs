@@ -23,8 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::{KeyTable, entry_toml, key_hash_hex, mint_key};
+use crate::config::{GatewayConfig, UpstreamTarget};
 use crate::exchange::{Accept, AdmitRequest, Connection, Event, UpstreamFailure};
-use crate::gateway::{Gateway, GatewayConfig, UpstreamTarget};
+use crate::gateway::Gateway;
 use crate::http::body::BodyDecoder;
 use crate::http::response::parse_response_head;
 use crate::http::{HeadScanner, HttpError, HttpLimits};

@@ -1198,7 +1198,7 @@ fn shutdown_closes_idle_and_finishes_busy_connections() {
 
 #[test]
 fn provider_key_is_sent_and_required() {
-    use chatgate_core::gateway::Secret;
+    use chatgate_core::config::Secret;
     let sim = SimOptions {
         api_key: Some("provider-secret".into()),
         ..SimOptions::default()
@@ -1224,7 +1224,7 @@ fn provider_key_is_sent_and_required() {
 
 fn shared(fail_closed: bool, rpm: u64) -> Pair {
     Pair::new(
-        |c| c.shared_limits = Some(chatgate_core::gateway::SharedLimits { fail_closed }),
+        |c| c.shared_limits = Some(chatgate_core::config::SharedLimits { fail_closed }),
         SimOptions::default(),
         Limits {
             requests_per_minute: rpm,

@@ -22,8 +22,9 @@ use std::time::Duration;
 use chatgate_core::auth::{
     KeyEntry, KeyTable, entry_toml, is_valid_name, key_hash_hex, key_sha256, mint_key,
 };
+use chatgate_core::config::{GatewayConfig, UpstreamTarget};
 use chatgate_core::config::{SERVE_SETTINGS, ServeConfig, Sources, env_name, flag_name};
-use chatgate_core::gateway::{Gateway, GatewayConfig, UpstreamTarget};
+use chatgate_core::gateway::Gateway;
 use chatgate_core::limits::Limits;
 use chatgate_core::sim::{Fault, SimOptions, SimServer};
 use chatgate_core::time::{WallClock, rfc3339_ms};
@@ -484,7 +485,7 @@ fn usage(m: &ArgMatches) -> ExitCode {
             Err(e) => fail(format!("cannot read the ledger from PostgreSQL: {e}")),
         };
     }
-    match crate::usage::report(path, by, filter, format) {
+    match crate::report::report(path, by, filter, format) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS

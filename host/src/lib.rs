@@ -35,4 +35,4 @@ pub mod serve;
 pub mod sim;
 pub mod tls;
 pub mod upstream;
-pub mod usage;
+pub mod report;

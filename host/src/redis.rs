@@ -9,13 +9,16 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chatgate_core::auth::KeyTable;
+use chatgate_core::config::RedisUrl;
+use chatgate_core::config::UpstreamTarget;
 use chatgate_core::exchange::{Settlement, SharedAdmission};
-use chatgate_core::gateway::UpstreamTarget;
 use chatgate_core::limits::{
     Limits, REDIS_SCRIPT, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
     shared_limits_error,
 };
-use chatgate_core::resp::{RedisUrl, Reply, RespLimits, encode_command, parse_reply};
+use chatgate_core::redis_protocol::{
+    RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply,
+};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::runtime::Runtime;
@@ -135,13 +138,13 @@ impl<R: Runtime> SharedLimiter<R> {
                 }
                 None => roundtrip(s, &[b"AUTH", password.as_bytes()]).await?,
             };
-            if let Reply::Error(e) = reply {
+            if let RedisReply::Error(e) = reply {
                 return Err(format!("redis AUTH failed: {e}"));
             }
         }
         if self.url.db != 0 {
             let db = self.url.db.to_string();
-            if let Reply::Error(e) = roundtrip(s, &[b"SELECT", db.as_bytes()]).await? {
+            if let RedisReply::Error(e) = roundtrip(s, &[b"SELECT", db.as_bytes()]).await? {
                 return Err(format!("redis SELECT {db} failed: {e}"));
             }
         }
@@ -163,13 +166,13 @@ impl<R: Runtime> SharedLimiter<R> {
             None => self.load(s).await?,
         };
         let mut reply = evalsha(s, &sha, &redis_key, &args).await?;
-        if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
+        if matches!(&reply, RedisReply::Error(e) if e.starts_with("NOSCRIPT")) {
             // The server lost its scripts (restart, SCRIPT FLUSH).
             let sha = self.load(s).await?;
             reply = evalsha(s, &sha, &redis_key, &args).await?;
         }
         let ints = match &reply {
-            Reply::Error(e) => return Err(format!("redis script error: {e}")),
+            RedisReply::Error(e) => return Err(format!("redis script error: {e}")),
             r => r.integers(),
         };
         ints.as_deref()
@@ -179,7 +182,7 @@ impl<R: Runtime> SharedLimiter<R> {
 
     async fn load(&self, s: &mut UpstreamStream<R::Tcp>) -> Result<Vec<u8>, String> {
         match roundtrip(s, &[b"SCRIPT", b"LOAD", REDIS_SCRIPT.as_bytes()]).await? {
-            Reply::Bulk(Some(sha)) => {
+            RedisReply::Bulk(Some(sha)) => {
                 *self.sha.lock().unwrap_or_else(|e| e.into_inner()) = Some(sha.clone());
                 Ok(sha)
             }
@@ -193,7 +196,7 @@ async fn evalsha<T>(
     sha: &[u8],
     key: &str,
     args: &[String],
-) -> Result<Reply, String>
+) -> Result<RedisReply, String>
 where
     UpstreamStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
@@ -202,12 +205,12 @@ where
     roundtrip(s, &cmd).await
 }
 
-async fn roundtrip<T>(s: &mut UpstreamStream<T>, args: &[&[u8]]) -> Result<Reply, String>
+async fn roundtrip<T>(s: &mut UpstreamStream<T>, args: &[&[u8]]) -> Result<RedisReply, String>
 where
     UpstreamStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
     let mut out = Vec::with_capacity(256);
-    encode_command(&mut out, args);
+    encode_redis_command(&mut out, args);
     s.write_all(&out)
         .await
         .map_err(|e| format!("redis write: {e}"))?;
@@ -215,7 +218,7 @@ where
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 1024];
     loop {
-        match parse_reply(&buf, &RespLimits::default()) {
+        match parse_redis_reply(&buf, &RedisReplyLimits::default()) {
             Ok(Some((r, _))) => return Ok(r),
             Ok(None) => {}
             Err(e) => return Err(e.to_string()),

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use chatgate_core::config::UpstreamTarget;
 use chatgate_core::exchange::UpstreamFailure;
-use chatgate_core::gateway::UpstreamTarget;
 use chatgate_core::pool::Pool;
 use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;

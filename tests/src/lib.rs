@@ -965,14 +965,18 @@ impl RedisClient {
     }
 
     /// Sends one command and reads its reply.
-    pub fn cmd(&mut self, args: &[&[u8]]) -> chatgate_core::resp::Reply {
-        use chatgate_core::resp::{RespLimits, encode_command, parse_reply};
+    pub fn cmd(&mut self, args: &[&[u8]]) -> chatgate_core::redis_protocol::RedisReply {
+        use chatgate_core::redis_protocol::{
+            RedisReplyLimits, encode_redis_command, parse_redis_reply,
+        };
         let mut out = Vec::new();
-        encode_command(&mut out, args);
+        encode_redis_command(&mut out, args);
         self.stream.write_all(&out).expect("send to redis");
         let mut b = [0u8; 4096];
         loop {
-            if let Some((r, used)) = parse_reply(&self.buf, &RespLimits::default()).expect("RESP") {
+            if let Some((r, used)) =
+                parse_redis_reply(&self.buf, &RedisReplyLimits::default()).expect("RESP")
+            {
                 self.buf.drain(..used);
                 return r;
             }
@@ -1129,7 +1133,8 @@ impl RedisServer {
         assert!(
             matches!(
                 c.cmd(&[b"PING"]),
-                chatgate_core::resp::Reply::Simple(_) | chatgate_core::resp::Reply::Error(_)
+                chatgate_core::redis_protocol::RedisReply::Simple(_)
+                    | chatgate_core::redis_protocol::RedisReply::Error(_)
             ),
             "redis-server does not answer"
         );

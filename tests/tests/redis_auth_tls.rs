@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use chatgate_core::resp::Reply;
+use chatgate_core::redis_protocol::RedisReply;
 use chatgate_tests::*;
 
 cases!(
@@ -132,15 +132,15 @@ fn password_and_acl_user_share_limits(bin: &str) {
     let mut c = RedisClient::connect(redis.addr);
     assert!(matches!(
         c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]),
-        Reply::Error(e) if e.starts_with("NOAUTH")
+        RedisReply::Error(e) if e.starts_with("NOAUTH")
     ));
     assert_eq!(
         c.cmd(&[b"AUTH", USER.as_bytes(), USER_PASSWORD.as_bytes()]),
-        Reply::Simple("OK".into())
+        RedisReply::Simple("OK".into())
     );
     assert_eq!(
         c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]),
-        Reply::Integer(1)
+        RedisReply::Integer(1)
     );
 }
 
@@ -219,7 +219,7 @@ fn rediss_shares_limits_and_verifies_the_certificate(bin: &str) {
     c.cmd(&[b"AUTH", PASSWORD.as_bytes()]);
     assert_eq!(
         c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]),
-        Reply::Integer(1)
+        RedisReply::Integer(1)
     );
     // A certificate from a CA the gateway does not trust (only the
     // system's web roots, or another test CA): the fallback, and the log

@@ -11,24 +11,24 @@ use chatgate_core::limits::{
     Limits, REDIS_SCRIPT, RateLimiter, SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome,
     decode_script_reply, script_args,
 };
-use chatgate_core::resp::Reply;
+use chatgate_core::redis_protocol::RedisReply;
 use chatgate_core::time::Instant;
 use chatgate_tests::{Noise, RedisClient, RedisServer};
 
 fn load(c: &mut RedisClient) -> Vec<u8> {
     match c.cmd(&[b"SCRIPT", b"LOAD", REDIS_SCRIPT.as_bytes()]) {
-        Reply::Bulk(Some(sha)) => sha,
+        RedisReply::Bulk(Some(sha)) => sha,
         other => panic!("SCRIPT LOAD: {other:?}"),
     }
 }
 
-fn eval(c: &mut RedisClient, sha: &[u8], key: &str, args: &[String]) -> Reply {
+fn eval(c: &mut RedisClient, sha: &[u8], key: &str, args: &[String]) -> RedisReply {
     let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"1", key.as_bytes()];
     cmd.extend(args.iter().map(|a| a.as_bytes()));
     c.cmd(&cmd)
 }
 
-fn outcome(r: &Reply) -> ScriptOutcome {
+fn outcome(r: &RedisReply) -> ScriptOutcome {
     let v = r
         .integers()
         .unwrap_or_else(|| panic!("script reply: {r:?}"));
@@ -150,7 +150,7 @@ fn noscript_is_recovered_and_idle_keys_expire() {
     };
     let args = script_args(ScriptOp::Admit { tokens: 10 }, limits, None);
     match eval(&mut c, &sha, "idle", &args) {
-        Reply::Error(e) => assert!(e.starts_with("NOSCRIPT"), "{e}"),
+        RedisReply::Error(e) => assert!(e.starts_with("NOSCRIPT"), "{e}"),
         other => panic!("expected NOSCRIPT, got {other:?}"),
     }
     // The fallback: load again (same digest), retry.
@@ -169,11 +169,14 @@ fn noscript_is_recovered_and_idle_keys_expire() {
     }
     // The key expires once both buckets would be full again, plus a minute.
     match c.cmd(&[b"PTTL", b"idle"]) {
-        Reply::Integer(ms) => assert!((60_000..=125_000).contains(&ms), "{ms}"),
+        RedisReply::Integer(ms) => assert!((60_000..=125_000).contains(&ms), "{ms}"),
         other => panic!("{other:?}"),
     }
     // An unknown operation is a script error, not a crash.
     let mut bad = args.clone();
     bad[0] = "refund".into();
-    assert!(matches!(eval(&mut c, &sha, "idle", &bad), Reply::Error(_)));
+    assert!(matches!(
+        eval(&mut c, &sha, "idle", &bad),
+        RedisReply::Error(_)
+    ));
 }

@@ -1,4 +1,4 @@
-//! `usage`: a report from the ledger, read as a stream (memory stays flat
+//! The `usage` command: a report from the ledger, read as a stream (memory stays flat
 //! whatever the ledger's size); the grouping and sums are
 //! `chatgate_core::report`.
 

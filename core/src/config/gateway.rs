@@ -1,0 +1,97 @@
+//! The gateway's configuration: its provider, timeouts, limits on what
+//! clients and the provider may send, the catalogue, and whether rate
+//! limits are shared.
+
+use std::time::Duration;
+
+use super::UpstreamTarget;
+use crate::catalog::Catalog;
+use crate::http::HttpLimits;
+use crate::limits::Limits;
+
+/// Every timeout the gateway applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Idle keep-alive connection, waiting for a request's first byte.
+    pub client_idle: Duration,
+    /// From a request's first byte to the end of its head (slowloris).
+    pub client_header: Duration,
+    /// Longest pause while receiving a request body.
+    pub client_body: Duration,
+    /// Longest time a client may leave sent data unread.
+    pub client_send: Duration,
+    /// Connecting to the provider (TCP and TLS).
+    pub upstream_connect: Duration,
+    /// From sending the request to the provider's response head.
+    pub upstream_first_byte: Duration,
+    /// Longest pause in the provider's response body or stream.
+    pub upstream_idle: Duration,
+    /// After `finish_reason`, how long the provider may take to end the stream.
+    pub stream_tail: Duration,
+    /// On shutdown, how long in-flight requests may take to finish.
+    pub drain: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            client_idle: Duration::from_secs(75),
+            client_header: Duration::from_secs(15),
+            client_body: Duration::from_secs(60),
+            client_send: Duration::from_secs(60),
+            upstream_connect: Duration::from_secs(10),
+            upstream_first_byte: Duration::from_secs(600),
+            upstream_idle: Duration::from_secs(300),
+            stream_tail: Duration::from_secs(30),
+            drain: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The gateway's configuration (everything but keys).
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The provider.
+    pub upstream: UpstreamTarget,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    /// Limits on client requests (head 64 KiB, 64 headers, body 2 MiB).
+    pub http: HttpLimits,
+    /// Largest SSE event accepted from the provider.
+    pub max_sse_event: usize,
+    /// Largest non-streamed response accepted from the provider.
+    pub max_upstream_body: u64,
+    /// Limits of keys that set none.
+    pub default_limits: Limits,
+    /// Most open client connections; more get 503.
+    pub max_connections: usize,
+    /// The models.
+    pub catalog: Catalog,
+    /// Limits shared through a remote store (Redis), if configured.
+    pub shared_limits: Option<SharedLimits>,
+}
+
+/// Rate limits decided by a store shared by several gateway instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedLimits {
+    /// When the store cannot be reached: refuse with 503 (`true`), or fall
+    /// back to this process's own limiter, logged and counted (`false`).
+    pub fail_closed: bool,
+}
+
+impl GatewayConfig {
+    /// Defaults around an upstream.
+    pub fn new(upstream: UpstreamTarget) -> Self {
+        GatewayConfig {
+            upstream,
+            timeouts: Timeouts::default(),
+            http: HttpLimits::default(),
+            max_sse_event: 1 << 20,
+            max_upstream_body: 64 << 20,
+            default_limits: Limits::default(),
+            max_connections: 10_000,
+            catalog: Catalog::default(),
+            shared_limits: None,
+        }
+    }
+}

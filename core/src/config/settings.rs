@@ -1,0 +1,340 @@
+//! One table gives every setting its flag, environment variable,
+//! config-file key and default; [`Resolver`] finds each one's value with
+//! the precedence flag > environment > file > default.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::ConfigError;
+use crate::catalog::DEFAULT_OWNER;
+
+/// The environment variable holding the provider's API key (never a flag,
+/// never in a file: argv is world-readable and files get committed).
+pub const UPSTREAM_KEY_ENV: &str = "CHATGATE_UPSTREAM_API_KEY";
+
+/// One setting of `serve` (and `demo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Name in the config file; the flag is `--` + this with `-` for `_`,
+    /// the environment variable `CHATGATE_` + this in upper case.
+    pub key: &'static str,
+    /// Placeholder for the value in help output.
+    pub value: &'static str,
+    /// Default, if any.
+    pub default: Option<&'static str>,
+    /// One line of help.
+    pub help: &'static str,
+}
+
+const fn s(
+    key: &'static str,
+    value: &'static str,
+    default: Option<&'static str>,
+    help: &'static str,
+) -> Setting {
+    Setting {
+        key,
+        value,
+        default,
+        help,
+    }
+}
+
+/// Every setting of `serve`.
+pub const SERVE_SETTINGS: &[Setting] = &[
+    s(
+        "listen",
+        "ADDR",
+        Some("127.0.0.1:8080"),
+        "Address to listen on",
+    ),
+    s(
+        "admin_listen",
+        "ADDR",
+        None,
+        "Address of the admin listener (/metrics, /healthz, /readyz); off unless set, never the public port",
+    ),
+    s(
+        "ledger_postgres",
+        "URL",
+        None,
+        "Also ship every ledger line to this PostgreSQL (postgres://user:password@host:port/db); the local ledger is the spool",
+    ),
+    s(
+        "redis",
+        "URL",
+        None,
+        "Share rate limits with other instances through this Redis (redis:// or rediss://); off unless set",
+    ),
+    s(
+        "redis_fallback",
+        "MODE",
+        Some("fail-open"),
+        "When Redis is unreachable: fail-open (this instance's own limits, logged and counted) or fail-closed (503)",
+    ),
+    s(
+        "redis_timeout",
+        "DURATION",
+        Some("1s"),
+        "Longest wait for a Redis answer before the fallback applies",
+    ),
+    s(
+        "upstream",
+        "URL",
+        None,
+        "Provider base URL including its version prefix, e.g. https://api.provider.example/v1",
+    ),
+    s(
+        "upstream_ca",
+        "PEM",
+        None,
+        "Extra CA certificate(s) to trust for an https upstream and a rediss:// Redis (PEM file)",
+    ),
+    s(
+        "keys",
+        "FILE",
+        None,
+        "Client keys file (TOML, written by `keys new`)",
+    ),
+    s(
+        "ledger",
+        "FILE",
+        Some("chatgate-ledger.jsonl"),
+        "Usage ledger (JSON lines, appended)",
+    ),
+    s(
+        "log_level",
+        "LEVEL",
+        Some("info"),
+        "Log level: error, warn, info, debug, trace",
+    ),
+    s(
+        "log_format",
+        "FORMAT",
+        Some("text"),
+        "Log format: text or json",
+    ),
+    s(
+        "max_connections",
+        "N",
+        Some("10000"),
+        "Most open client connections; more get 503",
+    ),
+    s(
+        "default_rpm",
+        "N",
+        Some("60"),
+        "Requests per minute for keys that set none",
+    ),
+    s(
+        "default_tpm",
+        "N",
+        Some("100000"),
+        "Tokens per minute for keys that set none",
+    ),
+    s(
+        "client_idle_timeout",
+        "DURATION",
+        Some("75s"),
+        "Idle keep-alive connection lifetime",
+    ),
+    s(
+        "client_header_timeout",
+        "DURATION",
+        Some("15s"),
+        "Time allowed to send a request head",
+    ),
+    s(
+        "client_body_timeout",
+        "DURATION",
+        Some("60s"),
+        "Longest pause while sending a request body",
+    ),
+    s(
+        "client_send_timeout",
+        "DURATION",
+        Some("60s"),
+        "Longest time a client may leave response bytes unread",
+    ),
+    s(
+        "upstream_connect_timeout",
+        "DURATION",
+        Some("10s"),
+        "Connecting to the provider (TCP and TLS)",
+    ),
+    s(
+        "upstream_first_byte_timeout",
+        "DURATION",
+        Some("600s"),
+        "Waiting for the provider's response head",
+    ),
+    s(
+        "upstream_idle_timeout",
+        "DURATION",
+        Some("300s"),
+        "Longest pause in the provider's response",
+    ),
+    s(
+        "stream_tail_timeout",
+        "DURATION",
+        Some("30s"),
+        "After finish_reason, time for the provider to end the stream",
+    ),
+    s(
+        "drain_timeout",
+        "DURATION",
+        Some("30s"),
+        "On SIGTERM/SIGINT, time for in-flight requests to finish",
+    ),
+    s(
+        "pool_max_idle",
+        "N",
+        Some("256"),
+        "Idle provider connections kept for reuse",
+    ),
+    s(
+        "pool_idle_timeout",
+        "DURATION",
+        Some("30s"),
+        "How long an idle provider connection is kept",
+    ),
+    s(
+        "max_sse_event",
+        "BYTES",
+        Some("1048576"),
+        "Largest server-sent event accepted from the provider",
+    ),
+    s(
+        "max_upstream_body",
+        "BYTES",
+        Some("67108864"),
+        "Largest non-streamed answer accepted from the provider",
+    ),
+    s(
+        "owned_by",
+        "LABEL",
+        Some(DEFAULT_OWNER),
+        "owned_by label of the default model",
+    ),
+];
+
+/// `--flag-name` of a setting.
+pub fn flag_name(key: &str) -> String {
+    key.replace('_', "-")
+}
+
+/// `CHATGATE_ENV_NAME` of a setting.
+pub fn env_name(key: &str) -> String {
+    format!("CHATGATE_{}", key.to_ascii_uppercase())
+}
+
+/// Where a resolved value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A command-line flag.
+    Flag,
+    /// An environment variable.
+    Env,
+    /// The config file.
+    File,
+    /// The built-in default.
+    Default,
+}
+
+/// The inputs of resolution.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// Flags given, by setting key.
+    pub flags: HashMap<String, String>,
+    /// The process environment (only `CHATGATE_*` matters).
+    pub env: HashMap<String, String>,
+    /// The config file's text, if one was given.
+    pub file: Option<String>,
+}
+
+/// Every setting's value from the flags, the environment and the file.
+pub(super) struct Resolver {
+    pub(super) flags: HashMap<String, String>,
+    pub(super) env: HashMap<String, String>,
+    pub(super) file: toml::Table,
+}
+
+impl Resolver {
+    pub(super) fn get(&self, key: &str) -> Option<(String, Source)> {
+        if let Some(v) = self.flags.get(key) {
+            return Some((v.clone(), Source::Flag));
+        }
+        if let Some(v) = self.env.get(&env_name(key)) {
+            return Some((v.clone(), Source::Env));
+        }
+        if let Some(v) = self.file.get(key) {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            return Some((text, Source::File));
+        }
+        let setting = SERVE_SETTINGS.iter().find(|s| s.key == key)?;
+        setting.default.map(|d| (d.to_owned(), Source::Default))
+    }
+
+    pub(super) fn required(&self, key: &str, what_to_do: &str) -> Result<String, ConfigError> {
+        self.get(key).map(|(v, _)| v).ok_or_else(|| {
+            ConfigError(format!(
+                "no {key} configured: {what_to_do} (--{} or {} or '{key}' in the config file)",
+                flag_name(key),
+                env_name(key)
+            ))
+        })
+    }
+
+    pub(super) fn string(&self, key: &str) -> String {
+        self.get(key).map(|(v, _)| v).unwrap_or_default()
+    }
+
+    pub(super) fn parse<T: std::str::FromStr>(&self, key: &str) -> Result<T, ConfigError> {
+        let (v, src) = self
+            .get(key)
+            .ok_or_else(|| ConfigError(format!("{key} is not set")))?;
+        v.trim()
+            .parse()
+            .map_err(|_| bad(key, &v, src, "a whole number"))
+    }
+
+    pub(super) fn duration(&self, key: &str) -> Result<Duration, ConfigError> {
+        let (v, src) = self
+            .get(key)
+            .ok_or_else(|| ConfigError(format!("{key} is not set")))?;
+        parse_duration(&v)
+            .ok_or_else(|| bad(key, &v, src, "a duration such as 500ms, 30s, 10m or 1h"))
+    }
+}
+
+pub(super) fn bad(key: &str, value: &str, src: Source, expected: &str) -> ConfigError {
+    let from = match src {
+        Source::Flag => format!("--{}", flag_name(key)),
+        Source::Env => env_name(key),
+        Source::File => format!("'{key}' in the config file"),
+        Source::Default => "the default".to_owned(),
+    };
+    ConfigError(format!(
+        "{from} = '{value}' is not valid: expected {expected}"
+    ))
+}
+
+/// `500ms`, `30s`, `10m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60)?),
+        "h" => Duration::from_secs(n.checked_mul(3600)?),
+        _ => return None,
+    })
+}
