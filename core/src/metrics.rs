@@ -278,11 +278,156 @@ impl Metrics {
     /// gateway.
     pub fn render(&self, open_connections: usize) -> String {
         let mut out = String::with_capacity(8192);
-        let map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        self.render_per_key(&mut out);
+        for (histogram, name, help) in [
+            (
+                &self.total,
+                "chatgate_request_duration_seconds",
+                "Time from the first byte of a request to the end of its response.",
+            ),
+            (
+                &self.ttfb,
+                "chatgate_time_to_first_byte_seconds",
+                "Time from the first byte of a request to the first byte of its response.",
+            ),
+            (
+                &self.overhead,
+                "chatgate_overhead_seconds",
+                "Time a request spent in the gateway, excluding the wait on the provider.",
+            ),
+            (
+                &self.ledger_write,
+                "chatgate_ledger_write_seconds",
+                "Time to append one ledger line.",
+            ),
+        ] {
+            histogram.render(&mut out, name, help);
+        }
         header(
             &mut out,
+            "chatgate_upstream_errors_total",
+            COUNTER,
+            "Provider failures by kind (the ledger's error field).",
+        );
+        for (f, n) in UpstreamFault::ALL.iter().zip(&self.upstream_errors) {
+            let kind = f.as_str().trim_start_matches("upstream_");
+            let _ = writeln!(
+                out,
+                "chatgate_upstream_errors_total{{kind=\"{kind}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        for (name, kind, help, value) in self.scalars(open_connections) {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        out
+    }
+
+    /// Every unlabelled figure: name, type, help, value.
+    fn scalars(&self, open_connections: usize) -> Vec<Scalar> {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as i64;
+        vec![
+            (
+                "chatgate_open_connections",
+                GAUGE,
+                "Open client connections.",
+                open_connections as i64,
+            ),
+            (
+                "chatgate_open_streams",
+                GAUGE,
+                "Streamed responses in progress.",
+                self.streams_open.load(Ordering::Relaxed),
+            ),
+            (
+                "chatgate_upstream_connections_opened_total",
+                COUNTER,
+                "Provider connections opened.",
+                get(&self.pool_opened),
+            ),
+            (
+                "chatgate_upstream_connections_reused_total",
+                COUNTER,
+                "Requests sent on a pooled (kept-alive) provider connection.",
+                get(&self.pool_reused),
+            ),
+            (
+                "chatgate_upstream_pool_idle",
+                GAUGE,
+                "Idle provider connections in the pool.",
+                get(&self.pool_idle),
+            ),
+            (
+                "chatgate_incomplete_streams_total",
+                COUNTER,
+                "Streams that ended without finish_reason.",
+                get(&self.incomplete_streams),
+            ),
+            (
+                "chatgate_client_disconnects_total",
+                COUNTER,
+                "Clients that left before their response was complete.",
+                get(&self.client_disconnects),
+            ),
+            (
+                "chatgate_ledger_errors_total",
+                COUNTER,
+                "Ledger appends that failed.",
+                get(&self.ledger_errors),
+            ),
+            (
+                "chatgate_keys",
+                GAUGE,
+                "Client keys in force.",
+                get(&self.keys_loaded),
+            ),
+            (
+                "chatgate_key_reloads_total",
+                COUNTER,
+                "Keys-file reloads applied.",
+                get(&self.key_reloads),
+            ),
+            (
+                "chatgate_key_reload_errors_total",
+                COUNTER,
+                "Keys-file reloads refused (the previous keys stayed in force).",
+                get(&self.key_reload_errors),
+            ),
+            (
+                "chatgate_ledger_postgres_rows_total",
+                COUNTER,
+                "Ledger rows shipped to PostgreSQL (with --ledger-postgres).",
+                get(&self.ledger_shipped),
+            ),
+            (
+                "chatgate_ledger_postgres_errors_total",
+                COUNTER,
+                "Failed attempts to reach or write PostgreSQL (lines wait in the local ledger).",
+                get(&self.ledger_ship_errors),
+            ),
+            (
+                "chatgate_ledger_postgres_backlog_bytes",
+                GAUGE,
+                "Bytes of the local ledger not yet shipped to PostgreSQL.",
+                get(&self.ledger_backlog_bytes),
+            ),
+            (
+                "chatgate_shared_limits_unavailable_total",
+                COUNTER,
+                "Admissions the shared limiter (Redis) could not decide (the fallback applied).",
+                get(&self.shared_limits_unavailable),
+            ),
+        ]
+    }
+
+    /// The families labelled by key.
+    fn render_per_key(&self, out: &mut String) {
+        let map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        header(
+            out,
             "chatgate_requests_total",
-            "counter",
+            COUNTER,
             "Requests answered, by key, status and whether streamed (key \"\" when unauthenticated).",
         );
         for (key, k) in map.iter() {
@@ -294,74 +439,17 @@ impl Metrics {
                 );
             }
         }
-        self.total.render(
-            &mut out,
-            "chatgate_request_duration_seconds",
-            "Time from the first byte of a request to the end of its response.",
-        );
-        self.ttfb.render(
-            &mut out,
-            "chatgate_time_to_first_byte_seconds",
-            "Time from the first byte of a request to the first byte of its response.",
-        );
-        self.overhead.render(
-            &mut out,
-            "chatgate_overhead_seconds",
-            "Time a request spent in the gateway, excluding the wait on the provider.",
-        );
         header(
-            &mut out,
-            "chatgate_upstream_errors_total",
-            "counter",
-            "Provider failures by kind (the ledger's error field).",
-        );
-        for (f, n) in UpstreamFault::ALL.iter().zip(&self.upstream_errors) {
-            let kind = f.as_str().trim_start_matches("upstream_");
-            let _ = writeln!(
-                out,
-                "chatgate_upstream_errors_total{{kind=\"{kind}\"}} {}",
-                n.load(Ordering::Relaxed)
-            );
-        }
-        gauge(
-            &mut out,
-            "chatgate_open_connections",
-            "Open client connections.",
-            open_connections as i64,
-        );
-        gauge(
-            &mut out,
-            "chatgate_open_streams",
-            "Streamed responses in progress.",
-            self.streams_open.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "chatgate_upstream_connections_opened_total",
-            "Provider connections opened.",
-            self.pool_opened.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "chatgate_upstream_connections_reused_total",
-            "Requests sent on a pooled (kept-alive) provider connection.",
-            self.pool_reused.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "chatgate_upstream_pool_idle",
-            "Idle provider connections in the pool.",
-            self.pool_idle.load(Ordering::Relaxed) as i64,
-        );
-        let names = ["prompt", "completion", "reasoning", "cached"];
-        header(
-            &mut out,
+            out,
             "chatgate_tokens_total",
-            "counter",
+            COUNTER,
             "Tokens metered, by key and kind (completion includes reasoning).",
         );
         for (key, k) in map.iter() {
-            for (kind, n) in names.iter().zip(k.tokens) {
+            for (kind, n) in ["prompt", "completion", "reasoning", "cached"]
+                .iter()
+                .zip(k.tokens)
+            {
                 let _ = writeln!(
                     out,
                     "chatgate_tokens_total{{key=\"{}\",kind=\"{kind}\"}} {n}",
@@ -370,9 +458,9 @@ impl Metrics {
             }
         }
         header(
-            &mut out,
+            out,
             "chatgate_cost_usd_total",
-            "counter",
+            COUNTER,
             "Cost metered, by key, in US dollars (exact to the nano-dollar).",
         );
         for (key, k) in map.iter() {
@@ -385,9 +473,9 @@ impl Metrics {
             );
         }
         header(
-            &mut out,
+            out,
             "chatgate_rate_limited_total",
-            "counter",
+            COUNTER,
             "Requests refused by a key's rate limit, by key and limit.",
         );
         for (key, k) in map.iter() {
@@ -399,73 +487,6 @@ impl Metrics {
                 );
             }
         }
-        drop(map);
-        counter(
-            &mut out,
-            "chatgate_incomplete_streams_total",
-            "Streams that ended without finish_reason.",
-            self.incomplete_streams.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "chatgate_client_disconnects_total",
-            "Clients that left before their response was complete.",
-            self.client_disconnects.load(Ordering::Relaxed),
-        );
-        self.ledger_write.render(
-            &mut out,
-            "chatgate_ledger_write_seconds",
-            "Time to append one ledger line.",
-        );
-        counter(
-            &mut out,
-            "chatgate_ledger_errors_total",
-            "Ledger appends that failed.",
-            self.ledger_errors.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "chatgate_keys",
-            "Client keys in force.",
-            self.keys_loaded.load(Ordering::Relaxed) as i64,
-        );
-        counter(
-            &mut out,
-            "chatgate_key_reloads_total",
-            "Keys-file reloads applied.",
-            self.key_reloads.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "chatgate_key_reload_errors_total",
-            "Keys-file reloads refused (the previous keys stayed in force).",
-            self.key_reload_errors.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "chatgate_ledger_postgres_rows_total",
-            "Ledger rows shipped to PostgreSQL (with --ledger-postgres).",
-            self.ledger_shipped.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "chatgate_ledger_postgres_errors_total",
-            "Failed attempts to reach or write PostgreSQL (lines wait in the local ledger).",
-            self.ledger_ship_errors.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "chatgate_ledger_postgres_backlog_bytes",
-            "Bytes of the local ledger not yet shipped to PostgreSQL.",
-            self.ledger_backlog_bytes.load(Ordering::Relaxed) as i64,
-        );
-        counter(
-            &mut out,
-            "chatgate_shared_limits_unavailable_total",
-            "Admissions the shared limiter (Redis) could not decide (the fallback applied).",
-            self.shared_limits_unavailable.load(Ordering::Relaxed),
-        );
-        out
     }
 }
 
@@ -481,15 +502,11 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn counter(out: &mut String, name: &str, help: &str, v: u64) {
-    header(out, name, "counter", help);
-    let _ = writeln!(out, "{name} {v}");
-}
+/// An unlabelled figure: name, type, help, value.
+type Scalar = (&'static str, &'static str, &'static str, i64);
 
-fn gauge(out: &mut String, name: &str, help: &str, v: i64) {
-    header(out, name, "gauge", help);
-    let _ = writeln!(out, "{name} {v}");
-}
+const COUNTER: &str = "counter";
+const GAUGE: &str = "gauge";
 
 /// A label value: backslash, double quote and newline escaped.
 fn escape(v: &str) -> String {
