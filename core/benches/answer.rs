@@ -7,10 +7,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate_core::sim::{SimConnection, SimOptions, SimServer};
 use chatgate_core::stream::StreamTracker;
 use chatgate_core::time::{Instant, WallClock};
 use chatgate_core::usage::parse_completion;
+use chatgate_sim::{SimConnection, SimOptions, SimServer};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// A non-streamed request: about 700 bytes of answer with its usage.

@@ -18,8 +18,6 @@
 //! | [`gateway`] | what connections share: config, keys, limiter, request ids |
 //! | [`config`] | every setting: flag, environment variable, file key, default, and their resolution |
 //! | [`pool`] | the upstream keep-alive pool's policy |
-//! | [`sim`] | the simulated reasoning provider (a server state machine) |
-//! | [`harness`] | client ↔ exchange ↔ simulator in memory, on a virtual clock |
 //! | [`time`] | monotonic [`time::Instant`] passed in, wall-clock formatting |
 //!
 //! ## The driving loop
@@ -130,7 +128,6 @@ pub mod config;
 pub mod error;
 pub mod exchange;
 pub mod gateway;
-pub mod harness;
 pub mod http;
 pub mod ledger;
 pub mod limits;
@@ -139,7 +136,6 @@ pub mod pool;
 pub mod redis_protocol;
 pub mod report;
 mod routes;
-pub mod sim;
 pub mod sse;
 pub mod stream;
 pub mod time;

@@ -26,8 +26,8 @@ use chatgate_core::config::{GatewayConfig, UpstreamTarget};
 use chatgate_core::config::{SERVE_SETTINGS, ServeConfig, Sources, env_name, flag_name};
 use chatgate_core::gateway::Gateway;
 use chatgate_core::limits::Limits;
-use chatgate_core::sim::{Fault, SimOptions, SimServer};
 use chatgate_core::time::{WallClock, rfc3339_ms};
+use chatgate_sim::{Fault, SimOptions, SimServer};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::driver::Shared;

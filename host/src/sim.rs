@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use chatgate_core::sim::{SimAction, SimConnection, SimServer};
+use chatgate_sim::{SimAction, SimConnection, SimServer};
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 
 use crate::gate::Gate;

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use chatgate_core::harness::parse_response;
 use chatgate_core::ledger::LedgerRecord;
+use chatgate_testkit::parse_response;
 use serde_json::Value;
 
-pub use chatgate_core::harness::sse_data;
+pub use chatgate_testkit::sse_data;
 
 /// Generates one `#[test]` per runtime for each case: `cases!(a, b)` makes
 /// `smol::a`, `tokio::a`, `smol::b`, `tokio::b`, each calling the case
@@ -442,7 +442,7 @@ pub fn mint(bin: &str, dir: &Path, name: &str, rpm: Option<u64>, tpm: Option<u64
 }
 
 /// A response as a client sees it.
-pub use chatgate_core::harness::ClientResponse as Response;
+pub use chatgate_testkit::ClientResponse as Response;
 
 /// What the tests read from responses beyond status, headers and body.
 pub trait ResponseExt {

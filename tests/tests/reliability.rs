@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use chatgate_core::harness::parse_response;
+use chatgate_testkit::parse_response;
 use chatgate_tests::*;
 
 cases!(

@@ -1,5 +1,5 @@
 //! Configuration: every setting of `serve` and how it is resolved
-//! (precedence flag > environment > file > default, in [`settings`]), and
+//! (precedence flag > environment > file > default, in `settings.rs`), and
 //! the configuration types the rest of core reads — the gateway's
 //! ([`GatewayConfig`], [`Timeouts`], [`SharedLimits`]), the provider's
 //! ([`UpstreamTarget`], [`Secret`]) and the shared limiter's ([`RedisUrl`]).

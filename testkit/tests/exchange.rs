@@ -4,15 +4,15 @@
 use std::time::Duration;
 
 use chatgate_core::exchange::UpstreamFailure;
-use chatgate_core::harness::{
-    ClientResponse, Pair, ProviderScript, UpstreamReads, parse_responses, sse_data,
-};
 use chatgate_core::http::body::BodyDecoder;
 use chatgate_core::http::response::parse_response_head;
 use chatgate_core::http::{HeadScanner, HttpLimits};
 use chatgate_core::ledger::LedgerRecord;
 use chatgate_core::limits::Limits;
-use chatgate_core::sim::{Outcome, SimOptions};
+use chatgate_sim::{Outcome, SimOptions};
+use chatgate_testkit::{
+    ClientResponse, Pair, ProviderScript, UpstreamReads, parse_responses, sse_data,
+};
 use serde_json::{Value, json};
 
 const MODEL: &str = "reasoning-model-k3";
