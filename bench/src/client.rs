@@ -11,10 +11,10 @@ use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use chatgate_core::http::body::BodyDecoder;
-use chatgate_core::http::response::parse_response_head;
+use chatgate_core::SseFramer;
+use chatgate_core::http::BodyDecoder;
+use chatgate_core::http::parse_response_head;
 use chatgate_core::http::{HeadScanner, HttpLimits};
-use chatgate_core::sse::SseFramer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -29,7 +29,7 @@ use procs::{
 };
 
 const NONSTREAM: &str = r#"{"model":"reasoning-model-k3","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},{"role":"user","content":"What is the capital of France, and why is it the capital?"}],"max_tokens":512,"x_sim":{"reasoning_tokens":20,"answer_tokens":10}}"#;
-/// 60 reasoning + 37 answer deltas, finish, usage, [DONE]: 100 events.
+/// 60 reasoning + 37 answer deltas, finish, usage, `[DONE]`: 100 events.
 const STREAM: &str = r#"{"model":"reasoning-model-k3","stream":true,"messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},{"role":"user","content":"What is the capital of France, and why is it the capital?"}],"x_sim":{"reasoning_tokens":60,"answer_tokens":37}}"#;
 /// The same, timed: first token after 100 ms, then one every 5 ms.
 const TIMED: &str = r#"{"model":"reasoning-model-k3","stream":true,"messages":[{"role":"user","content":"Explain the tides."}],"x_sim":{"reasoning_tokens":60,"answer_tokens":37,"ttft_ms":100,"token_ms":5}}"#;

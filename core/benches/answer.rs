@@ -7,9 +7,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate_core::stream::StreamTracker;
-use chatgate_core::time::{Instant, WallClock};
-use chatgate_core::usage::parse_completion;
+use chatgate_core::StreamTracker;
+use chatgate_core::parse_completion;
+use chatgate_core::{Instant, WallClock};
 use chatgate_sim::{SimConnection, SimOptions, SimServer};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 

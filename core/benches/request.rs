@@ -5,12 +5,12 @@
 
 use std::hint::black_box;
 
-use chatgate_core::auth::{KeyTable, entry_toml, key_hash_hex, mint_key};
-use chatgate_core::catalog::Catalog;
-use chatgate_core::http::request::parse_request_head;
+use chatgate_core::Catalog;
+use chatgate_core::Limits;
+use chatgate_core::http::parse_request_head;
 use chatgate_core::http::{HeadScanner, HttpLimits};
-use chatgate_core::limits::Limits;
-use chatgate_core::validate::validate_chat_request;
+use chatgate_core::validate_chat_request;
+use chatgate_core::{KeyTable, entry_toml, key_hash_hex, mint_key};
 use chatgate_sim::SimOptions;
 use chatgate_testkit::{Pair, parse_responses};
 use criterion::{Criterion, criterion_group, criterion_main};

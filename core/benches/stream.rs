@@ -10,8 +10,8 @@
 
 use std::hint::black_box;
 
-use chatgate_core::sse::SseFramer;
-use chatgate_core::stream::StreamTracker;
+use chatgate_core::SseFramer;
+use chatgate_core::StreamTracker;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 

@@ -18,12 +18,12 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chatgate_core::auth::KeyTable;
-use chatgate_core::config::{GatewayConfig, UpstreamTarget};
-use chatgate_core::exchange::{Accept, Connection, Event, UpstreamFailure};
-use chatgate_core::gateway::Gateway;
-use chatgate_core::limits::Limits;
-use chatgate_core::time::{Instant, WallClock};
+use chatgate_core::Gateway;
+use chatgate_core::KeyTable;
+use chatgate_core::Limits;
+use chatgate_core::{Accept, Connection, Event, UpstreamFailure};
+use chatgate_core::{GatewayConfig, UpstreamTarget};
+use chatgate_core::{Instant, WallClock};
 
 /// What the reader threads report.
 enum Input {

@@ -5,8 +5,8 @@
 
 use crate::gateway::Gateway;
 use crate::http::HttpLimits;
-use crate::http::request::{Method, parse_request_head};
 use crate::http::write::{self, header, header_u64};
+use crate::http::{Method, parse_request_head};
 
 /// What `/readyz` checks, gathered by the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -44,12 +44,6 @@ impl KeyEntry {
     pub fn valid_at(&self, unix_secs: u64) -> bool {
         self.expires_unix.is_none_or(|e| unix_secs < e)
     }
-
-    /// The first 8 hexadecimal characters of its hash: enough to tell keys
-    /// apart in a listing, nothing to attack.
-    pub fn hash_prefix(&self) -> String {
-        hex(&self.sha256)[..8].to_owned()
-    }
 }
 
 impl std::fmt::Debug for KeyEntry {

@@ -5,41 +5,38 @@
 //! (one per executor, or plain blocking code) move bytes, keep time and
 //! append files; every decision is made here.
 //!
-//! | module | what it holds |
-//! |---|---|
-//! | [`http`] | HTTP/1.1 codecs for both sides: strict request heads (smuggling shapes rejected), response heads, chunked/length/close bodies, writers |
-//! | [`validate`] | chat request validation and the rewrite for the provider (raw JSON splicing: unknown parameters keep their exact text and order) |
-//! | [`sse`] | the SSE framer: complete events as byte ranges of the caller's buffer |
-//! | [`stream`] | the stream tracker: `[DONE]`, `finish_reason`, last `usage`, error events |
-//! | [`usage`], [`catalog`], [`ledger`] | token usage, prices in integer nano-dollars, the ledger line |
-//! | [`limits`] | per-key requests/tokens per minute (continuous token buckets, integer math) |
-//! | [`auth`] | the keys file, SHA-256 bearer authentication, key minting |
-//! | [`exchange`] | one client connection from first byte to close, driving all of the above |
-//! | [`gateway`] | what connections share: config, keys, limiter, request ids |
-//! | [`config`] | every setting: flag, environment variable, file key, default, and their resolution |
-//! | [`pool`] | the upstream keep-alive pool's policy |
-//! | [`time`] | monotonic [`time::Instant`] passed in, wall-clock formatting |
+//! The crate root is the whole public API, grouped by layer below; each
+//! layer uses only the layers above it, and the modules are private (the
+//! HTTP codecs and the usage report keep a namespace of their own:
+//! [`http`] and [`report`]). Where each concern lives, for contributors:
+//! `docs/architecture.md`.
+//!
+//! | layer | modules | what they hold |
+//! |---|---|---|
+//! | foundations | `time`, `error`, `url`, `routes` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (CONTRACT's error body) and [`UpstreamFault`]; the one URL reader; the API's paths |
+//! | codecs | [`http`], `sse`, `redis_protocol` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]) |
+//! | rules | `validate`, `usage`, `stream`, `catalog`, `limits`, `auth`, `ledger`, `pool`, [`report`] | request validation and the rewrite for the provider; the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); keys; the ledger line; the pool's policy; usage reports |
+//! | shared state | `config`, `metrics`, `gateway` | every setting and configuration type; the process's metrics; what connections share ([`Gateway`]) |
+//! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers |
 //!
 //! ## The driving loop
 //!
-//! A runtime accepts a connection, asks [`exchange::Connection::accept`]
-//! for the connection's state machine, then loops: feed what happened with `handle_*`,
+//! A runtime accepts a connection, asks [`Connection::accept`] for the
+//! connection's state machine, then loops: feed what happened with `handle_*`,
 //! do what `poll_*` says, sleep until the next readiness or
-//! [`exchange::Connection::poll_timeout`]. The loop below is complete except
+//! [`Connection::poll_timeout`]. The loop below is complete except
 //! for the I/O itself, which is what a runtime supplies.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use chatgate_core::exchange::{AdmitRequest, Connection, Event, Settlement};
-//! use chatgate_core::gateway::Gateway;
-//! use chatgate_core::time::Instant;
+//! use chatgate_core::{AdmitRequest, Connection, Event, Gateway, Instant, Settlement};
 //!
 //! /// What a runtime provides (sockets, pool, ledger file, clock).
 //! trait Io {
 //!     fn now(&self) -> Instant;
 //!     fn write_client(&mut self, bytes: &[u8]) -> usize;
 //!     fn write_upstream(&mut self, bytes: &[u8]) -> usize;
-//!     fn connect_upstream(&mut self, fresh: bool) -> Result<bool, chatgate_core::exchange::UpstreamFailure>;
+//!     fn connect_upstream(&mut self, fresh: bool) -> Result<bool, chatgate_core::UpstreamFailure>;
 //!     fn release_upstream(&mut self);
 //!     fn close_upstream(&mut self);
 //!     /// Whether the line was appended.
@@ -47,7 +44,7 @@
 //!     /// Writes an access log line (its fields from the ledger record).
 //!     fn log_access(&mut self, fields: &[u8]);
 //!     /// The shared limiter (Redis), when limits are shared.
-//!     fn shared_admit(&mut self, ask: &AdmitRequest) -> chatgate_core::exchange::SharedAdmission;
+//!     fn shared_admit(&mut self, ask: &AdmitRequest) -> chatgate_core::SharedAdmission;
 //!     fn shared_settle(&mut self, settlement: &Settlement) -> Result<(), String>;
 //!     /// Waits for client bytes, provider bytes, or the deadline.
 //!     fn wait(&mut self, read_client: bool, read_upstream: bool, deadline: Option<Instant>) -> Happened;
@@ -121,24 +118,69 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod auth;
-pub mod catalog;
-pub mod config;
-pub mod error;
-pub mod exchange;
-pub mod gateway;
-pub mod http;
-pub mod ledger;
-pub mod limits;
-pub mod metrics;
-pub mod pool;
-pub mod redis_protocol;
-pub mod report;
+// Foundations.
+mod error;
 mod routes;
-pub mod sse;
-pub mod stream;
-pub mod time;
+mod time;
 mod url;
-pub mod usage;
-pub mod validate;
+
+pub use error::{ApiError, ErrorType, UpstreamFault};
+pub use time::{Instant, WallClock, parse_rfc3339, rfc3339_ms};
+
+// Codecs.
+pub mod http;
+mod redis_protocol;
+mod sse;
+
+pub use redis_protocol::{
+    RedisProtocolError, RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply,
+};
+pub use sse::{SseError, SseFramer};
+
+// Rules.
+mod auth;
+mod catalog;
+mod ledger;
+mod limits;
+mod pool;
+pub mod report;
+mod stream;
+mod usage;
+mod validate;
+
+pub use auth::{
+    AuthFailure, KEY_PREFIX, KeyEntry, KeyTable, KeysError, RawKey, entry_toml, is_valid_name,
+    key_hash_hex, key_sha256, mint_key, parse_keys_file, render_keys_file,
+};
+pub use catalog::{Catalog, Model, Price};
+pub use ledger::LedgerRecord;
+pub use limits::{
+    Admission, LimitKind, LimitStatus, Limits, REDIS_SCRIPT, RateLimiter, Rejection,
+    SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
+    shared_limits_error,
+};
+pub use pool::Pool;
+pub use stream::{EventKind, StreamTracker};
+pub use usage::{CompletionSummary, NotJson, Usage, parse_completion};
+pub use validate::{ChatRequest, validate_chat_request};
+
+// Shared state.
+mod config;
+mod gateway;
+mod metrics;
+
+pub use config::{
+    ConfigError, GatewayConfig, RedisUrl, SERVE_SETTINGS, Secret, ServeConfig, Setting,
+    SharedLimits, Sources, Timeouts, UpstreamTarget, env_name, flag_name, parse_duration,
+};
+pub use gateway::Gateway;
+pub use metrics::Metrics;
+
+// The exchange.
+mod admin;
+mod exchange;
+
+pub use admin::{AdminRoute, Readiness, admin_response, admin_route};
+pub use exchange::{
+    Accept, AdmitRequest, Connection, Event, Settlement, SharedAdmission, UpstreamFailure,
+};

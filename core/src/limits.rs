@@ -390,7 +390,7 @@ impl RateLimiter {
 
 /// The same limiter as one atomic Redis script (Lua), for limits shared by
 /// several gateway instances: integer arithmetic identical to
-/// [`TokenBucket`], time from the Redis server, idle keys expiring.
+/// `TokenBucket`, time from the Redis server, idle keys expiring.
 pub const REDIS_SCRIPT: &str = include_str!("limits.lua");
 
 /// The largest per-minute limit (requests or tokens) the Redis script

@@ -42,11 +42,6 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-
     fn render(&self, out: &mut String, name: &str, help: &str) {
         header(out, name, "histogram", help);
         let mut cumulative = 0;

@@ -1,7 +1,7 @@
 //! The public API's paths, and which methods each allows.
 
 use crate::error::ApiError;
-use crate::http::request::Method;
+use crate::http::Method;
 
 /// The path of the chat endpoint.
 pub const CHAT_PATH: &str = "/v1/chat/completions";

@@ -45,7 +45,7 @@ impl std::error::Error for SseError {}
 /// The driving pattern:
 ///
 /// ```
-/// use chatgate_core::sse::SseFramer;
+/// use chatgate_core::SseFramer;
 /// let mut buf = Vec::new();
 /// let mut framer = SseFramer::new(1 << 20);
 /// let mut events = Vec::new();

@@ -3,7 +3,7 @@
 //! past the end of the body; output never exceeds `max_body`.
 #![no_main]
 
-use chatgate_core::http::chunked::ChunkedDecoder;
+use chatgate_core::http::ChunkedDecoder;
 use chatgate_core::http::{HttpError, HttpLimits};
 use chatgate_fuzz::{bytewise, split};
 use libfuzzer_sys::fuzz_target;

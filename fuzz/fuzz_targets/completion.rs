@@ -4,7 +4,7 @@
 //! `finish_reason` (the first string one among the choices).
 #![no_main]
 
-use chatgate_core::usage::parse_completion;
+use chatgate_core::parse_completion;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

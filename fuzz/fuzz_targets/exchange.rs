@@ -16,10 +16,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use chatgate_core::exchange::UpstreamFailure;
+use chatgate_core::UpstreamFailure;
 use chatgate_testkit::{Pair, parse_response, parse_responses};
 use chatgate_core::http::HttpError;
-use chatgate_core::limits::Limits;
+use chatgate_core::Limits;
 use chatgate_sim::{Outcome, SimOptions};
 use chatgate_fuzz::Reader;
 use libfuzzer_sys::fuzz_target;

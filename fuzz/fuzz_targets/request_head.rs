@@ -3,7 +3,7 @@
 //! Transfer-Encoding); failures are typed and map to a 4xx/5xx status.
 #![no_main]
 
-use chatgate_core::http::request::{header_value, leading_empty_lines, parse_request_head};
+use chatgate_core::http::{header_value, leading_empty_lines, parse_request_head};
 use chatgate_core::http::{Framing, HeadScanner, HttpError, HttpLimits};
 use chatgate_fuzz::{bytewise, split};
 use libfuzzer_sys::fuzz_target;

@@ -4,7 +4,7 @@
 //! input's pieces as a command parses back to the same bulk strings.
 #![no_main]
 
-use chatgate_core::redis_protocol::{RedisReplyLimits, RedisReply, encode_redis_command, parse_redis_reply};
+use chatgate_core::{RedisReplyLimits, RedisReply, encode_redis_command, parse_redis_reply};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,9 +3,9 @@
 //! decodes the same split or whole, a head is consistent with its framing.
 #![no_main]
 
-use chatgate_core::http::body::BodyDecoder;
-use chatgate_core::http::request::header_value;
-use chatgate_core::http::response::parse_response_head;
+use chatgate_core::http::BodyDecoder;
+use chatgate_core::http::header_value;
+use chatgate_core::http::parse_response_head;
 use chatgate_core::http::{Framing, HeadScanner, HttpError, HttpLimits};
 use chatgate_fuzz::split;
 use libfuzzer_sys::fuzz_target;

@@ -2,8 +2,8 @@
 //! byte lost or added; every range inside the buffer and contiguous.
 #![no_main]
 
-use chatgate_core::sse::{SseError, SseFramer};
-use chatgate_core::stream::StreamTracker;
+use chatgate_core::{SseError, SseFramer};
+use chatgate_core::StreamTracker;
 use chatgate_fuzz::{bytewise, split};
 use libfuzzer_sys::fuzz_target;
 

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use chatgate_core::catalog::Catalog;
-use chatgate_core::validate::validate_chat_request;
+use chatgate_core::Catalog;
+use chatgate_core::validate_chat_request;
 use libfuzzer_sys::fuzz_target;
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate_core::admin::{AdminRoute, Readiness, admin_response, admin_route};
 use chatgate_core::http::HeadScanner;
+use chatgate_core::{AdminRoute, Readiness, admin_response, admin_route};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::driver::{Shared, linger_close};

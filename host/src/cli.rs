@@ -19,14 +19,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate_core::auth::{
+use chatgate_core::Gateway;
+use chatgate_core::Limits;
+use chatgate_core::{GatewayConfig, UpstreamTarget};
+use chatgate_core::{
     KeyEntry, KeyTable, entry_toml, is_valid_name, key_hash_hex, key_sha256, mint_key,
 };
-use chatgate_core::config::{GatewayConfig, UpstreamTarget};
-use chatgate_core::config::{SERVE_SETTINGS, ServeConfig, Sources, env_name, flag_name};
-use chatgate_core::gateway::Gateway;
-use chatgate_core::limits::Limits;
-use chatgate_core::time::{WallClock, rfc3339_ms};
+use chatgate_core::{SERVE_SETTINGS, ServeConfig, Sources, env_name, flag_name};
+use chatgate_core::{WallClock, rfc3339_ms};
 use chatgate_sim::{Fault, SimOptions, SimServer};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
@@ -431,7 +431,7 @@ fn keys_rotate(m: &ArgMatches) -> ExitCode {
     let path = m.get_one::<String>("keys").expect("required");
     let name = m.get_one::<String>("name").expect("required");
     let grace = m.get_one::<String>("grace").expect("defaulted");
-    let Some(grace) = chatgate_core::config::parse_duration(grace) else {
+    let Some(grace) = chatgate_core::parse_duration(grace) else {
         return fail(format!(
             "--grace '{grace}' is not a duration like 30m or 24h"
         ));
@@ -459,11 +459,9 @@ fn usage(m: &ArgMatches) -> ExitCode {
     let time = |flag: &str| -> Result<Option<u64>, String> {
         match m.get_one::<String>(flag) {
             None => Ok(None),
-            Some(t) => chatgate_core::time::parse_rfc3339(t)
-                .map(Some)
-                .ok_or_else(|| {
-                    format!("--{flag} '{t}' is not a time like 2026-11-22 or 2026-11-22T10:00:00Z")
-                }),
+            Some(t) => chatgate_core::parse_rfc3339(t).map(Some).ok_or_else(|| {
+                format!("--{flag} '{t}' is not a time like 2026-11-22 or 2026-11-22T10:00:00Z")
+            }),
         }
     };
     let filter = match (time("since"), time("until")) {

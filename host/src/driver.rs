@@ -1,5 +1,5 @@
 //! The connection loop: one task per client connection, obeying the core's
-//! [`chatgate_core::exchange::Connection`] and moving bytes between client, provider and ledger.
+//! [`chatgate_core::Connection`] and moving bytes between client, provider and ledger.
 //!
 //! Each turn: carry out the core's events in order, then wait for whichever
 //! comes first — a pending write completes, bytes arrive from either side,
@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use chatgate_core::exchange::{Accept, Connection, Event, UpstreamFailure};
-use chatgate_core::gateway::Gateway;
+use chatgate_core::Gateway;
+use chatgate_core::{Accept, Connection, Event, UpstreamFailure};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
 use crate::gate::Gate;
@@ -49,7 +49,7 @@ pub struct Shared<R: Runtime> {
 
 enum Wake {
     Drain,
-    Admitted(chatgate_core::exchange::SharedAdmission),
+    Admitted(chatgate_core::SharedAdmission),
     Connected(Result<bool, UpstreamFailure>),
     UpWritten(io::Result<usize>),
     UpFlushed(io::Result<()>),
@@ -59,8 +59,7 @@ enum Wake {
     Timeout,
 }
 
-type AdmitFuture<'a> =
-    Pin<Box<dyn Future<Output = chatgate_core::exchange::SharedAdmission> + Send + 'a>>;
+type AdmitFuture<'a> = Pin<Box<dyn Future<Output = chatgate_core::SharedAdmission> + Send + 'a>>;
 
 type ConnectFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<(UpstreamStream<T>, bool), UpstreamFailure>> + Send + 'a>>;

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use chatgate_core::auth::{KeyTable, RawKey, parse_keys_file, render_keys_file};
-use chatgate_core::limits::Limits;
-use chatgate_core::time::rfc3339_ms;
+use chatgate_core::Limits;
+use chatgate_core::rfc3339_ms;
+use chatgate_core::{KeyTable, RawKey, parse_keys_file, render_keys_file};
 
 use crate::driver::Shared;
 use crate::runtime::Runtime;
@@ -158,7 +158,7 @@ pub fn list(path: &str, now_unix: u64) -> Result<String, String> {
     for k in &raw {
         let expires = match &k.expires {
             None => "never".to_owned(),
-            Some(e) => match chatgate_core::time::parse_rfc3339(e) {
+            Some(e) => match chatgate_core::parse_rfc3339(e) {
                 Some(t) if t <= now_unix => format!("{e} (expired)"),
                 _ => e.clone(),
             },
@@ -230,7 +230,7 @@ pub fn rotate(
         k.name != name
             || k.expires
                 .as_deref()
-                .and_then(chatgate_core::time::parse_rfc3339)
+                .and_then(chatgate_core::parse_rfc3339)
                 .is_none_or(|t| t > now_unix)
     });
     let current = raw
@@ -239,7 +239,7 @@ pub fn rotate(
         .unwrap_or(current);
     let mut fresh = raw[current].clone();
     raw[current].expires = Some(expires.clone());
-    fresh.sha256 = chatgate_core::auth::key_hash_hex(new_key);
+    fresh.sha256 = chatgate_core::key_hash_hex(new_key);
     fresh.created = Some(rfc3339_ms(now_unix_ms));
     fresh.expires = None;
     raw.push(fresh);

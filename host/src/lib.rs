@@ -1,38 +1,37 @@
 //! # chatgate-host
 //!
 //! Everything a chatgate runtime does that does not depend on which runtime
-//! it is, written once against the small [`runtime::Runtime`] trait (an
-//! executor, TCP, timers and signals):
+//! it is, written once against the small [`Runtime`] trait (an executor,
+//! TCP, timers and signals). A runtime crate implements [`Runtime`] and
+//! calls [`main`]; that is the whole public API.
 //!
-//! - [`driver`]: the per-connection loop that obeys `chatgate-core`'s
-//!   `Connection` — the only place bytes move between client, provider and
-//!   ledger;
-//! - [`upstream`] and [`tls`]: resolving, connecting, rustls over any
-//!   futures-io stream, the keep-alive pool;
-//! - [`gate`]: per-source wakers, so the loop polls only what woke;
-//! - [`ledger`]: the append-only ledger file;
-//! - [`logging`]: stderr logs, with a cheap formatter for the per-request lines;
-//! - [`serve`] and [`sim`]: accept loops and the shutdown sequence;
-//! - [`cli`]: the command line of every binary (`serve`, `keys new`, `demo`,
-//!   `sim`).
-//!
-//! A runtime crate implements [`runtime::Runtime`] and calls [`cli::main`].
+//! | part | modules | what they do |
+//! |---|---|---|
+//! | the runtime's side | `runtime`, `gate` | the [`Runtime`] trait, the clock and alarm that follow core's deadlines, the per-thread read buffer; per-source wakers, so a loop polls only what woke |
+//! | serving | `serve`, `driver`, `admin`, `sim` | accept loops and the shutdown sequence; the per-connection loop that obeys core's `Connection` — the only place bytes move between client, provider and ledger; the admin listener; the simulator's server |
+//! | the provider | `upstream`, `tls` | resolving, connecting, rustls over any futures-io stream, the keep-alive pool |
+//! | records | `ledger`, `pgledger`, `logging`, `report` | the append-only ledger file; shipping it to PostgreSQL; stderr logs with batched access lines; the `usage` report command |
+//! | shared state | `keys`, `redis` | the keys file's live reload and the `keys` commands; the shared rate limiter over Redis |
+//! | the command line | `cli` | every binary's commands (`serve`, `keys`, `usage`, `demo`, `sim`) |
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod cli;
-pub mod driver;
-pub mod gate;
-pub mod keys;
-pub mod ledger;
-pub mod logging;
-pub mod pgledger;
-pub mod redis;
-pub mod report;
-pub mod runtime;
-pub mod serve;
-pub mod sim;
-pub mod tls;
-pub mod upstream;
+mod admin;
+mod cli;
+mod driver;
+mod gate;
+mod keys;
+mod ledger;
+mod logging;
+mod pgledger;
+mod redis;
+mod report;
+mod runtime;
+mod serve;
+mod sim;
+mod tls;
+mod upstream;
+
+pub use cli::{EXIT_CONFIG, main};
+pub use runtime::Runtime;

@@ -26,7 +26,7 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
-use chatgate_core::ledger::LedgerRecord;
+use chatgate_core::LedgerRecord;
 use std::time::Duration;
 
 use tracing::field::{Field, Visit};
@@ -254,7 +254,7 @@ fn with_second<T>(secs: u64, f: impl FnOnce(&str) -> T) -> T {
     SECOND.with(|cell| {
         let mut cached = cell.borrow_mut();
         if cached.0 != secs {
-            let stamp = chatgate_core::time::rfc3339_ms(secs * 1000);
+            let stamp = chatgate_core::rfc3339_ms(secs * 1000);
             cached.1 = stamp[..19].to_owned();
             cached.0 = secs;
         }

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use chatgate_core::gateway::Gateway;
-use chatgate_core::ledger::LedgerRecord;
+use chatgate_core::Gateway;
+use chatgate_core::LedgerRecord;
 
 use crate::ledger::FileId;
 

@@ -8,17 +8,15 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chatgate_core::auth::KeyTable;
-use chatgate_core::config::RedisUrl;
-use chatgate_core::config::UpstreamTarget;
-use chatgate_core::exchange::{Settlement, SharedAdmission};
-use chatgate_core::limits::{
+use chatgate_core::KeyTable;
+use chatgate_core::RedisUrl;
+use chatgate_core::UpstreamTarget;
+use chatgate_core::{
     Limits, REDIS_SCRIPT, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
     shared_limits_error,
 };
-use chatgate_core::redis_protocol::{
-    RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply,
-};
+use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply};
+use chatgate_core::{Settlement, SharedAdmission};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::runtime::Runtime;
@@ -29,7 +27,7 @@ pub const KEY_PREFIX: &str = "chatgate:limits:";
 
 /// Why `keys` cannot be shared through Redis, if they cannot: a key whose
 /// limits are above what the script computes exactly
-/// ([`chatgate_core::limits::SHARED_MAX_PER_MINUTE`]), named with its limit.
+/// ([`chatgate_core::SHARED_MAX_PER_MINUTE`]), named with its limit.
 pub fn check_keys(keys: &KeyTable) -> Result<(), String> {
     for k in keys.entries() {
         if let Some(e) = shared_limits_error(k.limits) {

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
-use chatgate_core::time::Instant;
+use chatgate_core::Instant;
 use futures_lite::{AsyncRead, AsyncWrite};
 
 /// The runtime's part: an executor, a reactor for TCP, timers and signals.

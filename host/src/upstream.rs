@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use chatgate_core::config::UpstreamTarget;
-use chatgate_core::exchange::UpstreamFailure;
-use chatgate_core::pool::Pool;
+use chatgate_core::Pool;
+use chatgate_core::UpstreamFailure;
+use chatgate_core::UpstreamTarget;
 use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use async_executor::Executor;
 use async_io::{Async, Timer};
-use chatgate_host::runtime::Runtime;
+use chatgate_host::Runtime;
 use futures_lite::{StreamExt, future};
 
 /// The smol runtime: one shared executor run by a thread per core.
@@ -115,7 +115,7 @@ impl Runtime for Smol {
 }
 
 fn main() -> ExitCode {
-    chatgate_host::cli::main(Smol::new(), "chatgate-smol")
+    chatgate_host::main(Smol::new(), "chatgate-smol")
 }
 
 /// mimalloc: per-thread free lists make the dozen or so small allocations

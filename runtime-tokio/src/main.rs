@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use chatgate_host::runtime::Runtime;
+use chatgate_host::Runtime;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
@@ -108,13 +108,13 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("chatgate: cannot start the tokio runtime: {e}");
-            return ExitCode::from(chatgate_host::cli::EXIT_CONFIG);
+            return ExitCode::from(chatgate_host::EXIT_CONFIG);
         }
     };
     let rt = Tokio {
         handle: runtime.handle().clone(),
     };
-    chatgate_host::cli::main(rt, "chatgate-tokio")
+    chatgate_host::main(rt, "chatgate-tokio")
 }
 
 /// mimalloc: per-thread free lists make the dozen or so small allocations

@@ -847,8 +847,8 @@ pub(crate) fn plan_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chatgate_core::sse::SseFramer;
-    use chatgate_core::stream::{EventKind, StreamTracker};
+    use chatgate_core::SseFramer;
+    use chatgate_core::{EventKind, StreamTracker};
 
     fn events_of(plan: &Plan) -> Vec<Vec<u8>> {
         plan.pieces

@@ -9,11 +9,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Piece, Plan, PlanFraming, SimOptions, plan_chat, plan_error};
-use chatgate_core::http::body::BodyDecoder;
-use chatgate_core::http::request::{Method, header_value, parse_request_head};
+use chatgate_core::http::BodyDecoder;
 use chatgate_core::http::write::{self, header, header_u64};
 use chatgate_core::http::{Framing, HeadScanner, HttpLimits};
-use chatgate_core::time::{Instant, WallClock};
+use chatgate_core::http::{Method, header_value, parse_request_head};
+use chatgate_core::{Instant, WallClock};
 
 /// Entries kept in the journal (oldest dropped first).
 const JOURNAL_CAP: usize = 2000;
@@ -310,7 +310,7 @@ impl SimConnection {
 
     fn read_head(&mut self, now: Instant) -> bool {
         let limits = HttpLimits::default();
-        let start = chatgate_core::http::request::leading_empty_lines(&self.cin);
+        let start = chatgate_core::http::leading_empty_lines(&self.cin);
         if start > 0 {
             // The scanner's position counts from the buffer's start.
             self.cin.drain(..start);
@@ -578,11 +578,11 @@ impl Drop for SimConnection {
 }
 
 /// The last `usage` object in what was sent, if any.
-fn last_usage(sent: &[u8]) -> Option<chatgate_core::usage::Usage> {
+fn last_usage(sent: &[u8]) -> Option<chatgate_core::Usage> {
     let at = memchr::memmem::rfind(sent, b"\"usage\":{")?;
     let rest = &sent[at + b"\"usage\":".len()..];
     serde_json::Deserializer::from_slice(rest)
-        .into_iter::<chatgate_core::usage::Usage>()
+        .into_iter::<chatgate_core::Usage>()
         .next()?
         .ok()
 }

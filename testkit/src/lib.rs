@@ -22,16 +22,16 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate_core::auth::{KeyTable, entry_toml, key_hash_hex, mint_key};
-use chatgate_core::config::{GatewayConfig, UpstreamTarget};
-use chatgate_core::exchange::{Accept, AdmitRequest, Connection, Event, UpstreamFailure};
-use chatgate_core::gateway::Gateway;
-use chatgate_core::http::body::BodyDecoder;
-use chatgate_core::http::response::parse_response_head;
+use chatgate_core::Gateway;
+use chatgate_core::LedgerRecord;
+use chatgate_core::Limits;
+use chatgate_core::http::BodyDecoder;
+use chatgate_core::http::parse_response_head;
 use chatgate_core::http::{HeadScanner, HttpError, HttpLimits};
-use chatgate_core::ledger::LedgerRecord;
-use chatgate_core::limits::Limits;
-use chatgate_core::time::{Instant, WallClock};
+use chatgate_core::{Accept, AdmitRequest, Connection, Event, UpstreamFailure};
+use chatgate_core::{GatewayConfig, UpstreamTarget};
+use chatgate_core::{Instant, WallClock};
+use chatgate_core::{KeyTable, entry_toml, key_hash_hex, mint_key};
 use chatgate_sim::{SimAction, SimConnection, SimOptions, SimServer};
 
 /// Unix time at [`Instant::ZERO`] in the pair: 2026-11-22T00:00:00Z.
@@ -105,7 +105,7 @@ pub struct Pair {
     pub client_stops_reading: bool,
     /// The shared limiter's store (with shared limits configured): a
     /// limiter of its own, standing in for Redis.
-    pub shared: chatgate_core::limits::RateLimiter,
+    pub shared: chatgate_core::RateLimiter,
     /// The shared limiter is unreachable.
     pub shared_down: bool,
     /// Settlements sent to the shared limiter.
@@ -191,7 +191,7 @@ impl Pair {
             upstream_reused: 0,
             connect_failures: VecDeque::new(),
             client_stops_reading: false,
-            shared: chatgate_core::limits::RateLimiter::new(),
+            shared: chatgate_core::RateLimiter::new(),
             shared_down: false,
             shared_settled: 0,
             connect_delay: None,
@@ -669,7 +669,7 @@ pub fn parse_responses(mut bytes: &[u8]) -> Result<Vec<ClientResponse>, HttpErro
 
 /// The `data:` payloads of an SSE body, in order.
 pub fn sse_data(body: &[u8]) -> Vec<String> {
-    let mut framer = chatgate_core::sse::SseFramer::new(usize::MAX);
+    let mut framer = chatgate_core::SseFramer::new(usize::MAX);
     let mut out = Vec::new();
     let mut push = |ev: &[u8]| {
         let data: Vec<&str> = std::str::from_utf8(ev)

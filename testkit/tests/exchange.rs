@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use chatgate_core::exchange::UpstreamFailure;
-use chatgate_core::http::body::BodyDecoder;
-use chatgate_core::http::response::parse_response_head;
+use chatgate_core::LedgerRecord;
+use chatgate_core::Limits;
+use chatgate_core::UpstreamFailure;
+use chatgate_core::http::BodyDecoder;
+use chatgate_core::http::parse_response_head;
 use chatgate_core::http::{HeadScanner, HttpLimits};
-use chatgate_core::ledger::LedgerRecord;
-use chatgate_core::limits::Limits;
 use chatgate_sim::{Outcome, SimOptions};
 use chatgate_testkit::{
     ClientResponse, Pair, ProviderScript, UpstreamReads, parse_responses, sse_data,
@@ -392,7 +392,7 @@ fn a_keep_alive_connection_can_change_keys() {
     pair.client_send(models(&wrong).as_bytes());
     pair.client_send(models(&key).as_bytes());
     pair.gateway
-        .replace_keys(chatgate_core::auth::KeyTable::default());
+        .replace_keys(chatgate_core::KeyTable::default());
     pair.client_send(models(&key).as_bytes());
     let statuses: Vec<u16> = responses(&pair).iter().map(|r| r.status).collect();
     assert_eq!(statuses, [200, 200, 401, 200, 401]);
@@ -1198,7 +1198,7 @@ fn shutdown_closes_idle_and_finishes_busy_connections() {
 
 #[test]
 fn provider_key_is_sent_and_required() {
-    use chatgate_core::config::Secret;
+    use chatgate_core::Secret;
     let sim = SimOptions {
         api_key: Some("provider-secret".into()),
         ..SimOptions::default()
@@ -1224,7 +1224,7 @@ fn provider_key_is_sent_and_required() {
 
 fn shared(fail_closed: bool, rpm: u64) -> Pair {
     Pair::new(
-        |c| c.shared_limits = Some(chatgate_core::config::SharedLimits { fail_closed }),
+        |c| c.shared_limits = Some(chatgate_core::SharedLimits { fail_closed }),
         SimOptions::default(),
         Limits {
             requests_per_minute: rpm,
@@ -1244,7 +1244,7 @@ fn shared_limits_admit_and_settle_through_the_store() {
     // Both admissions were settled in the store with what was metered; the
     // process's own limiter was not used.
     assert_eq!(pair.shared_settled, 2);
-    let now = chatgate_core::time::Instant::ZERO;
+    let now = chatgate_core::Instant::ZERO;
     let limits = Limits {
         requests_per_minute: 2,
         tokens_per_minute: 1_000_000,
@@ -1576,7 +1576,7 @@ fn a_stream_that_ends_without_any_event_is_a_502() {
 }
 
 fn two_keys(pair: &Pair) -> (String, String) {
-    use chatgate_core::auth::{KeyTable, entry_toml, key_hash_hex, mint_key};
+    use chatgate_core::{KeyTable, entry_toml, key_hash_hex, mint_key};
     let other = mint_key(&[9; 32]);
     let mut toml = String::new();
     for (name, key) in [("test-key", &pair.key), ("other-key", &other)] {
@@ -1599,7 +1599,7 @@ fn client_disconnect_while_admitting_gives_the_reservation_back() {
         requests_per_minute: 100,
         tokens_per_minute: 1_000_000,
     };
-    let now = chatgate_core::time::Instant::ZERO;
+    let now = chatgate_core::Instant::ZERO;
     // The first request of a connection.
     let mut pair = shared(false, 100);
     pair.admit_delay = Some(Duration::from_secs(1));
@@ -1772,11 +1772,10 @@ fn a_stream_without_usage_is_complete_and_metered_as_zero() {
         (0, 0, 0, 0)
     );
     // Nothing was metered, so the whole reservation went back.
-    let status = pair.gateway.limiter().status(
-        "test-key",
-        Limits::default(),
-        chatgate_core::time::Instant::ZERO,
-    );
+    let status =
+        pair.gateway
+            .limiter()
+            .status("test-key", Limits::default(), chatgate_core::Instant::ZERO);
     assert_eq!(status.remaining_tokens, Limits::default().tokens_per_minute);
 }
 

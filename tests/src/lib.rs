@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use chatgate_core::ledger::LedgerRecord;
+use chatgate_core::LedgerRecord;
 use chatgate_testkit::parse_response;
 use serde_json::Value;
 
@@ -965,10 +965,8 @@ impl RedisClient {
     }
 
     /// Sends one command and reads its reply.
-    pub fn cmd(&mut self, args: &[&[u8]]) -> chatgate_core::redis_protocol::RedisReply {
-        use chatgate_core::redis_protocol::{
-            RedisReplyLimits, encode_redis_command, parse_redis_reply,
-        };
+    pub fn cmd(&mut self, args: &[&[u8]]) -> chatgate_core::RedisReply {
+        use chatgate_core::{RedisReplyLimits, encode_redis_command, parse_redis_reply};
         let mut out = Vec::new();
         encode_redis_command(&mut out, args);
         self.stream.write_all(&out).expect("send to redis");
@@ -1133,8 +1131,7 @@ impl RedisServer {
         assert!(
             matches!(
                 c.cmd(&[b"PING"]),
-                chatgate_core::redis_protocol::RedisReply::Simple(_)
-                    | chatgate_core::redis_protocol::RedisReply::Error(_)
+                chatgate_core::RedisReply::Simple(_) | chatgate_core::RedisReply::Error(_)
             ),
             "redis-server does not answer"
         );

@@ -1,6 +1,6 @@
 //! The documentation says what the binaries do.
 
-use chatgate_core::config::{SERVE_SETTINGS, env_name, flag_name};
+use chatgate_core::{SERVE_SETTINGS, env_name, flag_name};
 
 fn readme() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
@@ -43,7 +43,7 @@ fn readme_names_both_commands() {
 #[test]
 fn readme_explains_every_ledger_error_kind() {
     let readme = readme();
-    for kind in chatgate_core::error::UpstreamFault::ALL {
+    for kind in chatgate_core::UpstreamFault::ALL {
         let row = format!("| `{}` |", kind.as_str());
         assert!(readme.contains(&row), "README has no row for {row}");
     }

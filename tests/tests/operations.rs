@@ -151,8 +151,7 @@ fn metrics_are_exact(bin: &str) {
         ),
         "0"
     );
-    let sum =
-        |f: fn(&chatgate_core::ledger::LedgerRecord) -> u64| -> u64 { ledger.iter().map(f).sum() };
+    let sum = |f: fn(&chatgate_core::LedgerRecord) -> u64| -> u64 { ledger.iter().map(f).sum() };
     for (kind, total) in [
         ("prompt", sum(|r| r.prompt_tokens)),
         ("completion", sum(|r| r.completion_tokens)),
@@ -446,7 +445,7 @@ fn usage_report_totals_equal_the_ledger(bin: &str) {
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let total = &v["total"];
-    let sum = |key: Option<&str>, f: fn(&chatgate_core::ledger::LedgerRecord) -> u64| -> u64 {
+    let sum = |key: Option<&str>, f: fn(&chatgate_core::LedgerRecord) -> u64| -> u64 {
         ledger
             .iter()
             .filter(|r| key.is_none_or(|k| r.key == k))

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chatgate_core::config::parse_duration;
+use chatgate_core::parse_duration;
 use chatgate_tests::*;
 use serde_json::Value;
 

@@ -261,7 +261,7 @@ fn pg_ids(pg: &PgServer) -> std::collections::BTreeMap<String, i64> {
 
 /// The records of every local ledger file in `dir` (the live one and the
 /// rotated ones).
-fn local_records(dir: &std::path::Path) -> Vec<chatgate_core::ledger::LedgerRecord> {
+fn local_records(dir: &std::path::Path) -> Vec<chatgate_core::LedgerRecord> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
@@ -279,7 +279,7 @@ fn local_records(dir: &std::path::Path) -> Vec<chatgate_core::ledger::LedgerReco
             std::fs::read_to_string(p)
                 .unwrap()
                 .lines()
-                .map(|l| chatgate_core::ledger::LedgerRecord::from_line(l.as_bytes()).unwrap())
+                .map(|l| chatgate_core::LedgerRecord::from_line(l.as_bytes()).unwrap())
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -287,10 +287,7 @@ fn local_records(dir: &std::path::Path) -> Vec<chatgate_core::ledger::LedgerReco
 
 /// Waits until PostgreSQL holds exactly the local records' request ids,
 /// each once, and stays so.
-fn pg_matches_local(
-    pg: &PgServer,
-    dir: &std::path::Path,
-) -> Vec<chatgate_core::ledger::LedgerRecord> {
+fn pg_matches_local(pg: &PgServer, dir: &std::path::Path) -> Vec<chatgate_core::LedgerRecord> {
     let local = local_records(dir);
     let want: std::collections::BTreeSet<String> =
         local.iter().map(|r| r.request_id.clone()).collect();

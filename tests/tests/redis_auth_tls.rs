@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use chatgate_core::redis_protocol::RedisReply;
+use chatgate_core::RedisReply;
 use chatgate_tests::*;
 
 cases!(
@@ -272,7 +272,7 @@ fn rediss_shares_limits_and_verifies_the_certificate(bin: &str) {
 /// refused and the previous keys stay in force. Without `--redis` the same
 /// limits are fine (the in-process limiter is exact).
 fn limits_above_the_exact_range_are_refused(bin: &str) {
-    use chatgate_core::limits::SHARED_MAX_PER_MINUTE;
+    use chatgate_core::SHARED_MAX_PER_MINUTE;
     let max = SHARED_MAX_PER_MINUTE.to_string();
     let over = (SHARED_MAX_PER_MINUTE + 1).to_string();
     let sim = Sim::start(bin, &[], &[]);

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use chatgate_core::limits::{
+use chatgate_core::Instant;
+use chatgate_core::RedisReply;
+use chatgate_core::{
     Limits, REDIS_SCRIPT, RateLimiter, SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome,
     decode_script_reply, script_args,
 };
-use chatgate_core::redis_protocol::RedisReply;
-use chatgate_core::time::Instant;
 use chatgate_tests::{Noise, RedisClient, RedisServer};
 
 fn load(c: &mut RedisClient) -> Vec<u8> {

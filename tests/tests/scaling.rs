@@ -148,7 +148,7 @@ fn token_limit_holds_across_instances_as_in_one_process() {
     let check = |what: &str,
                  answers: &[Answer],
                  elapsed: Duration,
-                 ledgers: Vec<chatgate_core::ledger::LedgerRecord>| {
+                 ledgers: Vec<chatgate_core::LedgerRecord>| {
         let admitted = answers.iter().filter(|(_, s, _)| *s == 200).count() as u64;
         assert_eq!(answers.len(), ledgers.len());
         // Each admitted request used exactly what it reserved.
@@ -290,7 +290,7 @@ fn redis_down_falls_back_and_recovers() {
     // And the keys live in Redis again.
     let mut c = RedisClient::connect(_redis.addr);
     match c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]) {
-        chatgate_core::redis_protocol::RedisReply::Integer(n) => assert_eq!(n, 1),
+        chatgate_core::RedisReply::Integer(n) => assert_eq!(n, 1),
         other => panic!("{other:?}"),
     }
 }

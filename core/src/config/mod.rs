@@ -83,7 +83,7 @@ struct FileModel {
 
 impl ServeConfig {
     /// Resolves every setting; the provider key comes from
-    /// [`UPSTREAM_KEY_ENV`] in `sources.env`.
+    /// `CHATGATE_UPSTREAM_API_KEY` in `sources.env`.
     pub fn resolve(sources: Sources) -> Result<ServeConfig, ConfigError> {
         let mut file: toml::Table = match &sources.file {
             Some(text) => toml::from_str(text)

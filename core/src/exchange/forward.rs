@@ -8,8 +8,8 @@ use super::respond::{client_body, common_headers, limit_headers, provider_error_
 use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
 use crate::error::{ApiError, UpstreamFault};
+use crate::http::BodyDecoder;
 use crate::http::HttpError;
-use crate::http::body::BodyDecoder;
 use crate::http::write::{self, header, header_u64};
 use crate::stream::{DONE_EVENT, EventKind};
 use crate::time::Instant;

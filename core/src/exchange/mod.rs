@@ -316,11 +316,6 @@ impl Connection {
         self.cin.capacity()
     }
 
-    /// The connection is finished; drop it.
-    pub fn is_closed(&self) -> bool {
-        self.close_emitted
-    }
-
     // ------------------------------------------------------------------
     // Inputs that concern the whole connection (the client's and the
     // provider's own are in `request.rs` and `upstream.rs`)

@@ -5,7 +5,7 @@
 use super::Connection;
 use crate::error::{ApiError, UpstreamFault};
 use crate::gateway::Gateway;
-use crate::http::request::Method;
+use crate::http::Method;
 use crate::http::write::{self, header, header_u64};
 use crate::http::{HttpError, HttpLimits};
 use crate::limits::{LimitStatus, push_reset};
@@ -141,7 +141,7 @@ pub(super) fn http_error(e: &HttpError, limits: &HttpLimits) -> ApiError {
     }
 }
 
-/// "provider returned HTTP 400: <its message>" from an error body.
+/// `The provider returned HTTP 400: its message` from an error body.
 pub(super) fn provider_error_message(status: u16, body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct E {

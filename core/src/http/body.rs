@@ -44,12 +44,6 @@ impl BodyDecoder {
         }
     }
 
-    /// True when the body's end is marked in the stream itself, so the
-    /// connection can carry another message afterwards.
-    pub fn is_self_delimited(&self) -> bool {
-        !matches!(self.kind, Kind::UntilClose { .. })
-    }
-
     /// Decodes from `input`, appending body bytes to `out`; returns how many
     /// input bytes belonged to the body.
     pub fn decode(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, HttpError> {

@@ -1,26 +1,32 @@
 //! HTTP/1.1 on both sides of the gateway, without I/O.
 //!
-//! - [`request`]: the server side, parsing what clients send (heads, then
-//!   bodies by `Content-Length` or `chunked`), strict about every framing
-//!   shape that could smuggle a second request.
-//! - [`response`]: the client side, parsing what the provider answers.
-//! - [`chunked`] and [`body`]: body decoders shared by both sides.
+//! - [`parse_request_head`]: the server side, parsing what clients send
+//!   (heads, then bodies by `Content-Length` or `chunked`), strict about
+//!   every framing shape that could smuggle a second request.
+//! - [`parse_response_head`]: the client side, parsing what the provider
+//!   answers.
+//! - [`ChunkedDecoder`] and [`BodyDecoder`]: body decoders shared by both
+//!   sides.
 //! - [`mod@write`]: serializers for request and response heads and chunk frames.
 //!
 //! Every parser resumes where it stopped, so feeding a message one byte at a
 //! time costs O(bytes), and every buffer that grows has a cap with a typed
 //! error ([`HttpError`]) that knows the HTTP status it maps to.
 
-pub mod body;
-pub mod chunked;
+mod body;
+mod chunked;
 #[cfg(test)]
 mod feeding;
 mod head;
-pub mod request;
-pub mod response;
+mod request;
+mod response;
 pub mod write;
 
+pub use body::BodyDecoder;
+pub use chunked::ChunkedDecoder;
 pub use head::HeadScanner;
+pub use request::{Method, RequestHead, header_value, leading_empty_lines, parse_request_head};
+pub use response::{ResponseHead, parse_response_head};
 
 /// Limits applied while parsing HTTP messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -93,7 +93,7 @@ fn main() {
 }
 
 fn ledger_throughput(bin: &str, sim: &Sim, records: usize) {
-    use chatgate_core::ledger::LedgerRecord;
+    use chatgate_core::LedgerRecord;
     use std::io::Write as _;
     let pg = PgServer::start();
     let dir = tempfile::tempdir().unwrap();

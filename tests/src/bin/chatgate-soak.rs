@@ -280,8 +280,7 @@ fn main() {
         let r = request(sim.addr, "GET", "/_sim/stats", None, None);
         r.json()
     };
-    let sum =
-        |f: fn(&chatgate_core::ledger::LedgerRecord) -> u64| ledger.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&chatgate_core::LedgerRecord) -> u64| ledger.iter().map(f).sum::<u64>();
     let (lp, lc, lr) = (
         sum(|r| r.prompt_tokens),
         sum(|r| r.completion_tokens),

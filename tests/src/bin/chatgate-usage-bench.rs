@@ -20,7 +20,7 @@ use std::io::{BufWriter, Write};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use chatgate_core::ledger::LedgerRecord;
+use chatgate_core::LedgerRecord;
 use chatgate_tests::{Noise, bin_path};
 
 /// Column sums, computed while writing.
