@@ -1,10 +1,11 @@
 //! The connection loop: one task per client connection, obeying the core's
 //! [`chatgate_core::Connection`] and moving bytes between client, provider and ledger.
 //!
-//! Each turn: carry out the core's events in order, then wait for whichever
-//! comes first — a pending write completes, bytes arrive from either side,
-//! the provider connection is ready, the core's deadline passes, or the
-//! gateway starts draining — and feed it back. The client's read side is
+//! Each turn has four named steps ([`Task`]): carry out the core's events
+//! in order, arm the alarm for its next deadline, wait for whichever comes
+//! first — a pending write completes, bytes arrive from either side, the
+//! provider connection is ready, the deadline passes, or the gateway starts
+//! draining (shutting down) — and feed it back. The client's read side is
 //! polled whenever the core wants it (which is always while a response is in
 //! progress), so a client that leaves is noticed at once and the provider
 //! request is dropped with it.
@@ -13,7 +14,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use chatgate_core::Gateway;
@@ -25,10 +26,10 @@ use crate::ledger::Ledger;
 use crate::runtime::{Alarm, Runtime, SCRATCH_LEN, now, with_scratch};
 use crate::upstream::{Connector, UpstreamStream};
 
-/// How long a closing connection is drained of unread client bytes, so the
-/// last response is not destroyed by a reset.
+/// How long a closing connection keeps reading (and dropping) what the
+/// client still sends, so the last response is not destroyed by a reset.
 const LINGER: Duration = Duration::from_secs(2);
-/// Most bytes drained while lingering.
+/// Most bytes read and dropped while lingering.
 const LINGER_BYTES: usize = 256 * 1024;
 
 /// What every connection task shares.
@@ -47,6 +48,7 @@ pub struct Shared<R: Runtime> {
     pub draining: event_listener::Event,
 }
 
+/// What woke a connection's task.
 enum Wake {
     Drain,
     Admitted(chatgate_core::SharedAdmission),
@@ -65,81 +67,137 @@ type ConnectFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<(UpstreamStream<T>, bool), UpstreamFailure>> + Send + 'a>>;
 
 /// Serves one client connection until it closes.
-pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R::Tcp) {
+pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, client: R::Tcp) {
     let rt = &shared.rt;
     rt.set_nodelay(&client);
-    let mut conn = match Connection::accept(&shared.gateway, now()) {
+    let conn = match Connection::accept(&shared.gateway, now()) {
         Accept::Serve(c) => c,
-        Accept::Refuse(bytes) => {
-            let write = async { client.write_all(&bytes).await.is_ok() };
-            let _ = future::or(write, async {
-                rt.timer(std::time::Instant::now() + Duration::from_secs(1))
-                    .await;
-                false
-            })
-            .await;
-            linger_close(rt, client).await;
-            return;
-        }
+        Accept::Refuse(bytes) => return refuse(rt, client, &bytes).await,
     };
-    let mut drain = shared.draining.listen();
-    let mut drain_seen = shared.gateway.is_draining();
-    if drain_seen {
-        conn.handle_shutdown(now());
+    let mut task = Task::new(&shared, conn, client);
+    while task.carry_out_events() {
+        task.arm_alarm();
+        let wake = task.wait().await;
+        task.feed(wake);
     }
-    let mut upstream: Option<UpstreamStream<R::Tcp>> = None;
-    let mut connecting: Option<ConnectFuture<'_, R::Tcp>> = None;
-    let mut admitting: Option<AdmitFuture<'_>> = None;
-    let mut g_admit = Gate::default();
-    let mut up_dirty = false;
-    let mut alarm = Alarm::<R>::default();
-    // One gate per source: each is polled again only when it woke or changed.
-    let (mut g_drain, mut g_connect, mut g_timer) =
-        (Gate::default(), Gate::default(), Gate::default());
-    let (mut g_up_read, mut g_up_write) = (Gate::default(), Gate::default());
-    let (mut g_client_read, mut g_client_write) = (Gate::default(), Gate::default());
-    // A read shorter than the buffer emptied the socket: the next read
-    // waits for readiness first (see `Runtime::poll_readable`).
-    let (mut client_drained, mut up_drained) = (false, false);
+    let Task { conn, client, .. } = task;
+    drop(conn);
+    linger_close(rt, client).await;
+}
 
-    loop {
-        while let Some(event) = conn.poll_event() {
+/// Writes the 503 of a refused connection (for at most a second) and closes.
+async fn refuse<R: Runtime>(rt: &R, mut client: R::Tcp, bytes: &[u8]) {
+    let write = async { client.write_all(bytes).await.is_ok() };
+    let _ = future::or(write, async {
+        rt.timer(std::time::Instant::now() + Duration::from_secs(1))
+            .await;
+        false
+    })
+    .await;
+    linger_close(rt, client).await;
+}
+
+/// One connection's task: the core's state machine, the sockets and
+/// futures it asked for, and one [`Gate`] per source of wake-ups (each is
+/// polled again only when it woke or changed).
+struct Task<'s, R: Runtime> {
+    shared: &'s Arc<Shared<R>>,
+    conn: Box<Connection>,
+    client: R::Tcp,
+    upstream: Option<UpstreamStream<R::Tcp>>,
+    connecting: Option<ConnectFuture<'s, R::Tcp>>,
+    admitting: Option<AdmitFuture<'s>>,
+    /// Bytes written to the provider and not flushed yet.
+    up_dirty: bool,
+    alarm: Alarm<R>,
+    drain: event_listener::EventListener,
+    drain_seen: bool,
+    /// A read shorter than the buffer emptied the socket: the next read
+    /// waits for readiness first (see `Runtime::poll_readable`).
+    client_emptied: bool,
+    upstream_emptied: bool,
+    g_drain: Gate,
+    g_admit: Gate,
+    g_connect: Gate,
+    g_timer: Gate,
+    g_up_read: Gate,
+    g_up_write: Gate,
+    g_client_read: Gate,
+    g_client_write: Gate,
+}
+
+impl<'s, R: Runtime> Task<'s, R> {
+    fn new(shared: &'s Arc<Shared<R>>, mut conn: Box<Connection>, client: R::Tcp) -> Self {
+        let drain = shared.draining.listen();
+        let drain_seen = shared.gateway.is_draining();
+        if drain_seen {
+            conn.handle_shutdown(now());
+        }
+        Task {
+            shared,
+            conn,
+            client,
+            upstream: None,
+            connecting: None,
+            admitting: None,
+            up_dirty: false,
+            alarm: Alarm::default(),
+            drain,
+            drain_seen,
+            client_emptied: false,
+            upstream_emptied: false,
+            g_drain: Gate::default(),
+            g_admit: Gate::default(),
+            g_connect: Gate::default(),
+            g_timer: Gate::default(),
+            g_up_read: Gate::default(),
+            g_up_write: Gate::default(),
+            g_client_read: Gate::default(),
+            g_client_write: Gate::default(),
+        }
+    }
+
+    /// Step 1: does what the core asked, in order. False once it asked to
+    /// close the client connection.
+    fn carry_out_events(&mut self) -> bool {
+        let shared = self.shared;
+        while let Some(event) = self.conn.poll_event() {
             match event {
                 Event::ConnectUpstream { fresh } => {
-                    connecting = Some(Box::pin(shared.connector.connect(fresh)));
-                    g_connect.reset();
+                    self.connecting = Some(Box::pin(shared.connector.connect(fresh)));
+                    self.g_connect.reset();
                 }
                 Event::ReleaseUpstream => {
-                    if let Some(s) = upstream.take() {
+                    if let Some(s) = self.upstream.take() {
                         shared.connector.release(s);
                     }
-                    up_dirty = false;
+                    self.up_dirty = false;
                 }
                 Event::CloseUpstream => {
-                    upstream = None;
-                    connecting = None;
-                    up_dirty = false;
+                    self.upstream = None;
+                    self.connecting = None;
+                    self.up_dirty = false;
                 }
                 Event::Ledger(record) => {
                     let started = std::time::Instant::now();
                     let ok = shared.ledger.append(&record.to_line());
                     shared.gateway.metrics().ledger_write(started.elapsed(), ok);
                     crate::logging::access(&record);
-                    conn.handle_ledger_written(now(), ok);
+                    self.conn.handle_ledger_written(now(), ok);
                 }
                 Event::Admit(ask) => {
-                    let shared = Arc::clone(&shared);
-                    admitting = Some(Box::pin(async move {
+                    let shared = Arc::clone(shared);
+                    self.admitting = Some(Box::pin(async move {
                         match &shared.shared_limits {
                             Some(l) => l.admit(&ask.key, ask.limits, ask.tokens).await,
                             None => Err("no shared limiter configured".into()),
                         }
                     }));
-                    g_admit.reset();
+                    self.g_admit.reset();
                 }
                 Event::Settle(settlement) => {
-                    let shared = Arc::clone(&shared);
-                    rt.spawn(async move {
+                    let shared = Arc::clone(shared);
+                    shared.rt.clone().spawn(async move {
                         let outcome = match &shared.shared_limits {
                             Some(l) => l.settle(&settlement).await,
                             None => Err("no shared limiter configured".into()),
@@ -147,162 +205,182 @@ pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, mut client: R:
                         settlement.finish(&shared.gateway, now(), outcome);
                     });
                 }
-                Event::CloseClient => {
-                    drop(conn);
-                    linger_close(rt, client).await;
-                    return;
-                }
+                Event::CloseClient => return false,
             }
         }
+        true
+    }
 
-        if alarm.set(rt, conn.poll_timeout()) {
-            g_timer.reset();
+    /// Step 2: the timer follows the core's next deadline.
+    fn arm_alarm(&mut self) {
+        if self.alarm.set(&self.shared.rt, self.conn.poll_timeout()) {
+            self.g_timer.reset();
         }
-        let want_client = conn.wants_client_read();
-        let want_up = conn.wants_upstream_read();
+    }
 
-        let wake = future::poll_fn(|cx| {
-            if !drain_seen
-                && g_drain
-                    .poll(cx, |cx| Pin::new(&mut drain).poll(cx))
-                    .is_ready()
-            {
-                return Poll::Ready(Wake::Drain);
+    /// Step 3: waits for the first of the sources to be ready.
+    async fn wait(&mut self) -> Wake {
+        let want_client = self.conn.wants_client_read();
+        let want_up = self.conn.wants_upstream_read();
+        future::poll_fn(|cx| self.poll_wake(cx, want_client, want_up)).await
+    }
+
+    /// Polls each source whose gate lets it through, in a fixed order:
+    /// drain, admission, connect, writes, reads, the timer.
+    fn poll_wake(&mut self, cx: &mut Context<'_>, want_client: bool, want_up: bool) -> Poll<Wake> {
+        let rt = &self.shared.rt;
+        if !self.drain_seen
+            && self
+                .g_drain
+                .poll(cx, |cx| Pin::new(&mut self.drain).poll(cx))
+                .is_ready()
+        {
+            return Poll::Ready(Wake::Drain);
+        }
+        if let Some(a) = self.admitting.as_mut() {
+            if let Poll::Ready(v) = self.g_admit.poll(cx, |cx| a.as_mut().poll(cx)) {
+                return Poll::Ready(Wake::Admitted(v));
             }
-            if let Some(a) = admitting.as_mut() {
-                if let Poll::Ready(v) = g_admit.poll(cx, |cx| a.as_mut().poll(cx)) {
-                    return Poll::Ready(Wake::Admitted(v));
-                }
+        }
+        if let Some(c) = self.connecting.as_mut() {
+            if let Poll::Ready(r) = self.g_connect.poll(cx, |cx| c.as_mut().poll(cx)) {
+                let upstream = &mut self.upstream;
+                return Poll::Ready(Wake::Connected(r.map(|(s, reused)| {
+                    *upstream = Some(s);
+                    reused
+                })));
             }
-            if let Some(c) = connecting.as_mut() {
-                if let Poll::Ready(r) = g_connect.poll(cx, |cx| c.as_mut().poll(cx)) {
-                    return Poll::Ready(Wake::Connected(r.map(|(s, reused)| {
-                        upstream = Some(s);
-                        reused
-                    })));
-                }
-            }
-            if let Some(up) = upstream.as_mut() {
-                if let Some(tx) = conn.poll_upstream_transmit() {
-                    if let Poll::Ready(r) =
-                        g_up_write.poll(cx, |cx| Pin::new(&mut *up).poll_write(cx, tx))
-                    {
-                        return Poll::Ready(Wake::UpWritten(r));
-                    }
-                } else if up_dirty {
-                    if let Poll::Ready(r) =
-                        g_up_write.poll(cx, |cx| Pin::new(&mut *up).poll_flush(cx))
-                    {
-                        return Poll::Ready(Wake::UpFlushed(r));
-                    }
-                }
-            }
-            if let Some(tx) = conn.poll_client_transmit() {
-                if let Poll::Ready(r) =
-                    g_client_write.poll(cx, |cx| Pin::new(&mut client).poll_write(cx, tx))
+        }
+        if let Some(up) = self.upstream.as_mut() {
+            if let Some(tx) = self.conn.poll_upstream_transmit() {
+                if let Poll::Ready(r) = self
+                    .g_up_write
+                    .poll(cx, |cx| Pin::new(&mut *up).poll_write(cx, tx))
                 {
-                    return Poll::Ready(Wake::ClientWritten(r));
+                    return Poll::Ready(Wake::UpWritten(r));
+                }
+            } else if self.up_dirty {
+                if let Poll::Ready(r) = self
+                    .g_up_write
+                    .poll(cx, |cx| Pin::new(&mut *up).poll_flush(cx))
+                {
+                    return Poll::Ready(Wake::UpFlushed(r));
                 }
             }
-            if want_up {
-                if let Some(up) = upstream.as_mut() {
-                    if let Poll::Ready(r) = with_scratch(|buf| {
-                        g_up_read.poll(cx, |cx| {
-                            if up_drained {
-                                if let Some(tcp) = up.plain() {
-                                    std::task::ready!(rt.poll_readable(tcp, cx))?;
-                                }
-                                up_drained = false;
-                            }
-                            Pin::new(up).poll_read(cx, buf)
-                        })
-                    }) {
-                        return Poll::Ready(Wake::UpRead(r));
-                    }
-                }
+        }
+        if let Some(tx) = self.conn.poll_client_transmit() {
+            let client = &mut self.client;
+            if let Poll::Ready(r) = self
+                .g_client_write
+                .poll(cx, |cx| Pin::new(client).poll_write(cx, tx))
+            {
+                return Poll::Ready(Wake::ClientWritten(r));
             }
-            if want_client {
+        }
+        if want_up {
+            if let Some(up) = self.upstream.as_mut() {
+                let emptied = &mut self.upstream_emptied;
                 if let Poll::Ready(r) = with_scratch(|buf| {
-                    g_client_read.poll(cx, |cx| {
-                        if client_drained {
-                            std::task::ready!(rt.poll_readable(&client, cx))?;
-                            client_drained = false;
+                    self.g_up_read.poll(cx, |cx| {
+                        if *emptied {
+                            if let Some(tcp) = up.plain() {
+                                std::task::ready!(rt.poll_readable(tcp, cx))?;
+                            }
+                            *emptied = false;
                         }
-                        Pin::new(&mut client).poll_read(cx, buf)
+                        Pin::new(up).poll_read(cx, buf)
                     })
                 }) {
-                    return Poll::Ready(Wake::ClientRead(r));
+                    return Poll::Ready(Wake::UpRead(r));
                 }
             }
-            let fired = g_timer.poll(cx, |cx| {
-                if alarm.poll(cx) {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            });
-            if fired.is_ready() {
-                return Poll::Ready(Wake::Timeout);
+        }
+        if want_client {
+            let (client, emptied) = (&mut self.client, &mut self.client_emptied);
+            if let Poll::Ready(r) = with_scratch(|buf| {
+                self.g_client_read.poll(cx, |cx| {
+                    if *emptied {
+                        std::task::ready!(rt.poll_readable(client, cx))?;
+                        *emptied = false;
+                    }
+                    Pin::new(client).poll_read(cx, buf)
+                })
+            }) {
+                return Poll::Ready(Wake::ClientRead(r));
             }
-            Poll::Pending
-        })
-        .await;
+        }
+        let alarm = &mut self.alarm;
+        let fired = self.g_timer.poll(cx, |cx| {
+            if alarm.poll(cx) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        if fired.is_ready() {
+            return Poll::Ready(Wake::Timeout);
+        }
+        Poll::Pending
+    }
 
+    /// Step 4: feeds what happened to the core.
+    fn feed(&mut self, wake: Wake) {
         let t = now();
+        let conn = &mut self.conn;
         match wake {
             Wake::Drain => {
-                drain_seen = true;
+                self.drain_seen = true;
                 conn.handle_shutdown(t);
             }
             Wake::Admitted(v) => {
-                admitting = None;
+                self.admitting = None;
                 conn.handle_admission(t, v);
             }
             Wake::Connected(Ok(reused)) => {
-                connecting = None;
+                self.connecting = None;
                 // Fresh or pooled, nothing comes before the request is sent
                 // (a pooled connection's last answer was read to its end).
-                up_drained = true;
-                g_up_read.reset();
-                g_up_write.reset();
+                self.upstream_emptied = true;
+                self.g_up_read.reset();
+                self.g_up_write.reset();
                 conn.handle_upstream_connected(t, reused);
             }
             Wake::Connected(Err(failure)) => {
-                connecting = None;
+                self.connecting = None;
                 conn.handle_upstream_failure(t, failure);
             }
             Wake::UpWritten(Ok(n)) if n > 0 => {
-                up_dirty = true;
+                self.up_dirty = true;
                 conn.handle_upstream_written(t, n);
             }
-            Wake::UpFlushed(Ok(())) => up_dirty = false,
+            Wake::UpFlushed(Ok(())) => self.up_dirty = false,
             Wake::UpWritten(r) => {
-                upstream = None;
+                self.upstream = None;
                 conn.handle_upstream_failure(t, broken(r.err()));
             }
             Wake::UpFlushed(Err(e)) => {
-                upstream = None;
+                self.upstream = None;
                 conn.handle_upstream_failure(t, broken(Some(e)));
             }
             Wake::ClientWritten(Ok(n)) if n > 0 => conn.handle_client_written(t, n),
             Wake::ClientWritten(_) => conn.handle_client_eof(t),
             Wake::UpRead(Ok(0)) => {
-                upstream = None;
+                self.upstream = None;
                 conn.handle_upstream_eof(t);
             }
             // The bytes are still in this thread's scratch buffer: nothing
             // has yielded since the read.
             Wake::UpRead(Ok(n)) => {
-                up_drained = n < SCRATCH_LEN;
+                self.upstream_emptied = n < SCRATCH_LEN;
                 with_scratch(|buf| conn.handle_upstream_data(t, &buf[..n]));
             }
             Wake::UpRead(Err(e)) => {
-                upstream = None;
+                self.upstream = None;
                 conn.handle_upstream_failure(t, broken(Some(e)));
             }
             Wake::ClientRead(Ok(0)) | Wake::ClientRead(Err(_)) => conn.handle_client_eof(t),
             Wake::ClientRead(Ok(n)) => {
-                client_drained = n < SCRATCH_LEN;
+                self.client_emptied = n < SCRATCH_LEN;
                 with_scratch(|buf| conn.handle_client_data(t, &buf[..n]));
             }
             Wake::Timeout => conn.handle_timeout(t),
@@ -321,7 +399,7 @@ fn broken(e: Option<io::Error>) -> UpstreamFailure {
 /// the client still sends for a moment, so a client that had more bytes in
 /// flight sees the response instead of a reset.
 pub async fn linger_close<R: Runtime>(rt: &R, mut stream: R::Tcp) {
-    let drain = async {
+    let discard = async {
         let _ = stream.flush().await;
         rt.shutdown_write(&stream);
         let mut buf = [0u8; 4096];
@@ -333,7 +411,7 @@ pub async fn linger_close<R: Runtime>(rt: &R, mut stream: R::Tcp) {
             }
         }
     };
-    future::or(drain, async {
+    future::or(discard, async {
         rt.timer(std::time::Instant::now() + LINGER).await;
     })
     .await;

@@ -574,7 +574,7 @@ mod tests {
     }
 
     /// Ships until nothing is left; the request ids, in order.
-    fn drain(spool: &mut Spool) -> Vec<String> {
+    fn ship_all(spool: &mut Spool) -> Vec<String> {
         let state = ShipperState::default();
         let mut got = Vec::new();
         let mut sink = |r: &[LedgerRecord]| -> Result<(), String> {
@@ -628,7 +628,7 @@ mod tests {
         for id in ["a1", "a2"] {
             assert!(ledger.append(&line(id)));
         }
-        assert_eq!(drain(&mut spool), ids(&["a1", "a2"]));
+        assert_eq!(ship_all(&mut spool), ids(&["a1", "a2"]));
         assert!(ledger.append(&line("a3")));
         std::fs::rename(&path, dir.path().join("ledger-1.jsonl")).unwrap();
         // After the move and before the signal: still the moved file.
@@ -641,7 +641,7 @@ mod tests {
         }
         spool.watch();
         assert_eq!(
-            drain(&mut spool),
+            ship_all(&mut spool),
             ids(&["a3", "a4", "b0", "b1", "b2", "b3", "b4"])
         );
         assert_eq!(spool.files.len(), 1);
@@ -656,13 +656,13 @@ mod tests {
         std::fs::rename(&path, dir.path().join("ledger-1.jsonl")).unwrap();
         std::fs::File::create(&path).unwrap();
         spool.watch();
-        assert_eq!(drain(&mut spool), ids(&["a1"]));
+        assert_eq!(ship_all(&mut spool), ids(&["a1"]));
         assert_eq!(spool.files.len(), 2, "the moved file is not finished yet");
         assert!(ledger.append(&line("a2")));
-        assert_eq!(drain(&mut spool), ids(&["a2"]));
+        assert_eq!(ship_all(&mut spool), ids(&["a2"]));
         ledger.reopen().unwrap();
         assert!(ledger.append(&line("b1")));
-        assert_eq!(drain(&mut spool), ids(&["b1"]));
+        assert_eq!(ship_all(&mut spool), ids(&["b1"]));
         assert_eq!(spool.files.len(), 1);
     }
 
@@ -671,7 +671,7 @@ mod tests {
         let (dir, path, ledger) = setup();
         let mut spool = Spool::recover(&path);
         assert!(ledger.append(&line("a1")));
-        assert_eq!(drain(&mut spool), ids(&["a1"]));
+        assert_eq!(ship_all(&mut spool), ids(&["a1"]));
         drop(spool);
         // Rotated while nothing shipped (the gateway down, or PostgreSQL).
         assert!(ledger.append(&line("a2")));
@@ -679,12 +679,12 @@ mod tests {
         ledger.reopen().unwrap();
         assert!(ledger.append(&line("b1")));
         let mut spool = Spool::recover(&path);
-        assert_eq!(drain(&mut spool), ids(&["a2", "b1"]));
+        assert_eq!(ship_all(&mut spool), ids(&["a2", "b1"]));
         // The checkpoint names only the live file now.
         let text = std::fs::read_to_string(checkpoint_path(&path)).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
         // Another restart ships nothing again.
-        assert!(drain(&mut Spool::recover(&path)).is_empty());
+        assert!(ship_all(&mut Spool::recover(&path)).is_empty());
     }
 
     #[test]
@@ -694,14 +694,14 @@ mod tests {
         let first = line("a1").len();
         assert!(ledger.append(&line("a2")));
         std::fs::write(checkpoint_path(&path), format!("{first}\n")).unwrap();
-        assert_eq!(drain(&mut Spool::recover(&path)), ids(&["a2"]));
+        assert_eq!(ship_all(&mut Spool::recover(&path)), ids(&["a2"]));
         std::fs::remove_file(checkpoint_path(&path)).unwrap();
-        assert_eq!(drain(&mut Spool::recover(&path)), ids(&["a1", "a2"]));
+        assert_eq!(ship_all(&mut Spool::recover(&path)), ids(&["a1", "a2"]));
         // A checkpoint past the file's end is not this file's: from 0.
         let text = std::fs::read_to_string(checkpoint_path(&path)).unwrap();
         let (id, _) = text.trim().rsplit_once(' ').unwrap();
         std::fs::write(checkpoint_path(&path), format!("{id} 999999\n")).unwrap();
-        assert_eq!(drain(&mut Spool::recover(&path)), ids(&["a1", "a2"]));
+        assert_eq!(ship_all(&mut Spool::recover(&path)), ids(&["a1", "a2"]));
     }
 
     #[test]
@@ -713,7 +713,7 @@ mod tests {
         let mut failing = |_: &[LedgerRecord]| -> Result<(), String> { Err("down".into()) };
         assert!(spool.ship_once(&mut failing, &state).is_err());
         assert_eq!(spool.backlog(), line("a1").len() as u64);
-        assert_eq!(drain(&mut spool), ids(&["a1"]));
+        assert_eq!(ship_all(&mut spool), ids(&["a1"]));
         assert_eq!(spool.backlog(), 0);
     }
 }
