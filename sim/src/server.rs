@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Piece, Plan, PlanFraming, SimOptions, plan_chat, plan_error};
+use crate::SimOptions;
+use crate::plan::{Piece, Plan, PlanFraming, plan_chat, plan_error};
 use chatgate_core::http::BodyDecoder;
 use chatgate_core::http::write::{self, header, header_u64};
 use chatgate_core::http::{Framing, HeadScanner, HttpLimits};

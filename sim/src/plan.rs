@@ -1,0 +1,579 @@
+//! The planned response to one request: status, framing, and the pieces
+//! the server sends when they are due.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::ask::{Ask, parse_ask};
+use crate::script::{Script, script};
+use crate::{Fault, SimOptions};
+
+/// One planned piece of a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// Bytes of the body (chunk framing is added when sending).
+    Event(Vec<u8>),
+    /// Raw bytes on the wire, no framing (garbage, broken chunks).
+    Raw(Vec<u8>),
+    /// Reset the connection.
+    Reset,
+    /// Stop sending; keep the connection open.
+    Stall,
+    /// A comment, repeated forever.
+    Heartbeat(&'static [u8]),
+}
+
+/// The whole planned response to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub retry_after: Option<u64>,
+    /// Send a head at all (`false` for garbage and stalls before headers).
+    pub send_head: bool,
+    pub framing: PlanFraming,
+    pub pieces: Vec<Piece>,
+    pub ttft: Duration,
+    pub interval: Duration,
+    /// Non-zero: each event of a stream goes out in two writes this far
+    /// apart (`split_ms`).
+    pub split: Duration,
+    /// Summary for the journal.
+    pub stream: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlanFraming {
+    Length,
+    Chunked,
+    Close,
+}
+
+/// Error body in the OpenAI shape.
+fn error_body(message: &str, kind: &str, code: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "error": {"message": message, "type": kind, "param": null, "code": code}
+    }))
+    .unwrap_or_default()
+}
+
+/// When a response's pieces are due.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    ttft: Duration,
+    interval: Duration,
+    split: Duration,
+}
+
+/// The identity and usage an answer carries, whichever shape it takes.
+struct Answer<'a> {
+    ask: &'a Ask,
+    script: Script,
+    id: String,
+    created: u64,
+}
+
+impl Answer<'_> {
+    /// The usage object after `completion` tokens, `reasoning` of them
+    /// reasoning.
+    fn usage_at(&self, completion: u64, reasoning: u64) -> String {
+        let p = self.ask.prompt_tokens;
+        let cached = if p >= 128 { p / 128 * 64 } else { 0 };
+        format!(
+            "{{\"prompt_tokens\":{p},\"completion_tokens\":{completion},\"total_tokens\":{t},\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}},\"completion_tokens_details\":{{\"reasoning_tokens\":{reasoning}}},\"cache_read_input_tokens\":{cached},\"cache_created_input_tokens\":0}}",
+            t = p + completion,
+        )
+    }
+
+    /// The final usage object.
+    fn usage(&self) -> String {
+        let s = &self.script;
+        self.usage_at(s.completion_tokens, s.reasoning.len() as u64)
+    }
+}
+
+/// Plans the response to a chat completion request: the request is read,
+/// its fault chosen, and then either a response without an answer (a
+/// rejection, garbage, silence), a whole completion, or a stream.
+pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) -> Plan {
+    let ask = match parse_ask(body) {
+        Ok(a) => a,
+        Err(msg) => return plan_error(400, &msg, None, "invalid_request_error", "invalid_request"),
+    };
+    let fault = match chosen_fault(&ask, opts) {
+        Ok(f) => f,
+        Err(msg) => {
+            return plan_error(
+                400,
+                &msg,
+                None,
+                "invalid_request_error",
+                "invalid_sim_option",
+            );
+        }
+    };
+    let ms = |k: &str, d: Duration| {
+        ask.params
+            .get(k)
+            .and_then(|v| v.parse().ok())
+            .map_or(d, Duration::from_millis)
+    };
+    let timing = Timing {
+        ttft: ms("ttft_ms", opts.ttft),
+        interval: ms("token_ms", opts.token_interval),
+        split: ms("split_ms", Duration::ZERO),
+    };
+    if let Some(plan) = plan_without_answer(&ask, fault.as_ref(), timing) {
+        return plan;
+    }
+    let answer = Answer {
+        ask: &ask,
+        script: script(&ask, opts),
+        id: format!("chatcmpl-{:016x}{:08x}", ask.seed, seq),
+        created,
+    };
+    if !ask.stream || fault == Some(Fault::JsonForStream) {
+        return plan_completion(&answer, timing);
+    }
+    plan_stream(&answer, fault, timing)
+}
+
+/// The request's own fault (`x_sim` or marker), else the server's.
+fn chosen_fault(ask: &Ask, opts: &SimOptions) -> Result<Option<Fault>, String> {
+    let param = |k: &str| ask.params.get(k).cloned();
+    match ask.params.get("fault") {
+        Some(name) => Fault::parse(name, &param).map(Some),
+        None => Ok(opts.fault.clone()),
+    }
+}
+
+/// The faults that answer without an answer: a rejection, bytes that are
+/// not HTTP, silence.
+fn plan_without_answer(ask: &Ask, fault: Option<&Fault>, timing: Timing) -> Option<Plan> {
+    let raw = |pieces| Plan {
+        status: 0,
+        content_type: "",
+        retry_after: None,
+        send_head: false,
+        framing: PlanFraming::Close,
+        pieces,
+        ttft: timing.ttft,
+        interval: timing.interval,
+        split: Duration::ZERO,
+        stream: ask.stream,
+    };
+    match fault? {
+        Fault::Reject {
+            status,
+            message,
+            retry_after,
+        } => {
+            let (kind, code) = match status {
+                429 => ("rate_limit_error", "rate_limit_exceeded"),
+                400..=499 => ("invalid_request_error", "invalid_request"),
+                _ => ("server_error", "server_error"),
+            };
+            Some(plan_error(*status, message, *retry_after, kind, code))
+        }
+        Fault::Garbage => Some(raw(vec![Piece::Raw(
+            b"SSH-2.0-definitely-not-http\r\n\x00\x01garbage\r\n\r\n".to_vec(),
+        )])),
+        Fault::StallHeaders => Some(raw(vec![Piece::Stall])),
+        _ => None,
+    }
+}
+
+/// A whole `chat.completion` body, sent when every token would have been
+/// generated.
+fn plan_completion(answer: &Answer<'_>, timing: Timing) -> Plan {
+    let (ask, s) = (answer.ask, &answer.script);
+    let reasoning: String = s.reasoning.concat();
+    let content: String = s.answer.concat();
+    let mut message = format!(
+        "{{\"role\":\"assistant\",\"content\":{},\"reasoning_content\":{}",
+        if s.tool_call.is_some() {
+            "null".to_owned()
+        } else {
+            json_str(&content)
+        },
+        json_str(&reasoning)
+    );
+    if let Some((call_id, name, args)) = &s.tool_call {
+        message.push_str(&format!(
+            ",\"tool_calls\":[{{\"id\":{},\"type\":\"function\",\"function\":{{\"name\":{},\"arguments\":{}}}}}]",
+            json_str(call_id),
+            json_str(name),
+            json_str(args)
+        ));
+    }
+    message.push('}');
+    let body = format!(
+        "{{\"id\":\"{id}\",\"object\":\"chat.completion\",\"created\":{created},\"model\":{},\"system_fingerprint\":\"fp_sim\",\"choices\":[{{\"index\":0,\"message\":{message},\"logprobs\":null,\"finish_reason\":\"{}\"}}],\"usage\":{usage}}}",
+        json_str(&ask.model),
+        s.finish,
+        id = answer.id,
+        created = answer.created,
+        usage = answer.usage(),
+    )
+    .into_bytes();
+    let tokens = s.completion_tokens.min(u64::from(u32::MAX)) as u32;
+    Plan {
+        status: 200,
+        content_type: "application/json",
+        retry_after: None,
+        send_head: true,
+        framing: PlanFraming::Length,
+        pieces: vec![Piece::Event(body)],
+        ttft: timing.ttft + timing.interval * tokens,
+        interval: Duration::ZERO,
+        split: Duration::ZERO,
+        stream: ask.stream,
+    }
+}
+
+/// A stream: its events, then what the fault does to them, then `[DONE]`
+/// when the stream ends normally.
+fn plan_stream(answer: &Answer<'_>, fault: Option<Fault>, timing: Timing) -> Plan {
+    let ask = answer.ask;
+    let (mut events, before_finish) = stream_events(answer);
+    if ask.include_usage && fault != Some(Fault::NoUsage) {
+        events.push(
+            format!("{}],\"usage\":{}}}\n\n", chunk_head(answer), answer.usage()).into_bytes(),
+        );
+    }
+    let mut pieces: Vec<Piece> = events.into_iter().map(Piece::Event).collect();
+    let mut framing = if ask.params.get("framing").map(String::as_str) == Some("close") {
+        PlanFraming::Close
+    } else {
+        PlanFraming::Chunked
+    };
+    let done = apply_stream_fault(&mut pieces, &mut framing, fault.as_ref(), before_finish);
+    if done {
+        pieces.push(Piece::Event(b"data: [DONE]\n\n".to_vec()));
+        if fault == Some(Fault::DataAfterDone) {
+            pieces.push(Piece::Event(
+                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"late\"}}]}\n\n"
+                    .to_vec(),
+            ));
+            pieces.push(Piece::Event(b"data: [DONE]\n\n".to_vec()));
+        }
+    }
+    Plan {
+        status: 200,
+        content_type: "text/event-stream; charset=utf-8",
+        retry_after: None,
+        send_head: true,
+        framing,
+        pieces,
+        ttft: timing.ttft,
+        interval: timing.interval,
+        split: timing.split,
+        stream: true,
+    }
+}
+
+/// `data: {…"choices":[`, the start every chunk of the stream shares.
+fn chunk_head(answer: &Answer<'_>) -> String {
+    format!(
+        "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"system_fingerprint\":\"fp_sim\",\"choices\":[",
+        answer.id,
+        answer.created,
+        json_str(&answer.ask.model)
+    )
+}
+
+/// Reasoning deltas, answer deltas (or a tool call), and the finish chunk;
+/// also the index of the finish chunk.
+fn stream_events(answer: &Answer<'_>) -> (Vec<Vec<u8>>, usize) {
+    let (ask, s) = (answer.ask, &answer.script);
+    let head = chunk_head(answer);
+    // Some providers report cumulative usage on every chunk instead of null.
+    let usage_every = ask.include_usage
+        && ask
+            .params
+            .get("usage_every")
+            .is_some_and(|v| v == "true" || v == "1");
+    let n_reasoning = s.reasoning.len() as u64;
+    let sent = std::cell::Cell::new(0u64);
+    let chunk = |delta: String, finish: Option<&str>| -> Vec<u8> {
+        let finish = finish.map_or_else(|| "null".to_owned(), json_str);
+        sent.set((sent.get() + 1).min(s.completion_tokens));
+        let tail = if usage_every {
+            let done = sent.get();
+            format!(
+                "],\"usage\":{}}}\n\n",
+                answer.usage_at(done, done.min(n_reasoning))
+            )
+        } else if ask.include_usage {
+            "],\"usage\":null}\n\n".to_owned()
+        } else {
+            "]}\n\n".to_owned()
+        };
+        format!("{head}{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}{tail}").into_bytes()
+    };
+    let mut events: Vec<Vec<u8>> = Vec::new();
+    for (i, word) in s.reasoning.iter().enumerate() {
+        let delta = if i == 0 {
+            format!(
+                "{{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":{}}}",
+                json_str(word)
+            )
+        } else {
+            format!("{{\"reasoning_content\":{}}}", json_str(word))
+        };
+        events.push(chunk(delta, None));
+    }
+    let role_sent = !s.reasoning.is_empty();
+    for (i, word) in s.answer.iter().enumerate() {
+        let delta = if i == 0 && !role_sent {
+            format!("{{\"role\":\"assistant\",\"content\":{}}}", json_str(word))
+        } else {
+            format!("{{\"content\":{}}}", json_str(word))
+        };
+        events.push(chunk(delta, None));
+    }
+    if let Some((call_id, name, args)) = &s.tool_call {
+        let role = if role_sent {
+            ""
+        } else {
+            "\"role\":\"assistant\",\"content\":null,"
+        };
+        events.push(chunk(
+            format!(
+                "{{{role}\"tool_calls\":[{{\"index\":0,\"id\":{},\"type\":\"function\",\"function\":{{\"name\":{},\"arguments\":\"\"}}}}]}}",
+                json_str(call_id),
+                json_str(name)
+            ),
+            None,
+        ));
+        let chars: Vec<char> = args.chars().collect();
+        for piece in chars.chunks(8) {
+            let piece: String = piece.iter().collect();
+            events.push(chunk(
+                format!(
+                    "{{\"tool_calls\":[{{\"index\":0,\"function\":{{\"arguments\":{}}}}}]}}",
+                    json_str(&piece)
+                ),
+                None,
+            ));
+        }
+    }
+    let before_finish = events.len();
+    events.push(chunk("{}".to_owned(), Some(s.finish)));
+    (events, before_finish)
+}
+
+/// What a stream fault does to the pieces; false when the stream does not
+/// end with `[DONE]`.
+fn apply_stream_fault(
+    pieces: &mut Vec<Piece>,
+    framing: &mut PlanFraming,
+    fault: Option<&Fault>,
+    before_finish: usize,
+) -> bool {
+    let at = |after: u32, len: usize| (after as usize).min(len);
+    match fault {
+        Some(Fault::Reset { after }) => {
+            pieces.truncate(at(*after, pieces.len()));
+            pieces.push(Piece::Reset);
+        }
+        Some(Fault::Stall { after }) => {
+            pieces.truncate(at(*after, pieces.len()));
+            pieces.push(Piece::Stall);
+        }
+        Some(Fault::BadChunk { after }) => {
+            pieces.truncate(at(*after, pieces.len()));
+            pieces.push(Piece::Raw(b"zz-not-a-chunk-size\r\n".to_vec()));
+            pieces.push(Piece::Reset);
+            *framing = PlanFraming::Chunked;
+        }
+        Some(Fault::HugeEvent { after, bytes }) => {
+            let mut big = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
+            big.resize(big.len() + bytes, b'x');
+            big.extend_from_slice(b"\"}}]}\n\n");
+            pieces.insert(at(*after, pieces.len()), Piece::Event(big));
+            return true;
+        }
+        Some(Fault::OmitDone) => {}
+        Some(Fault::ErrorEvent { after }) => {
+            pieces.truncate(at(*after, pieces.len()));
+            pieces.push(Piece::Event(event(&serde_json::json!({"error": {
+                "message": "simulated provider error mid-stream", "type": "server_error", "code": "server_error"}}))));
+        }
+        Some(Fault::HeartbeatAfterFinish) => {
+            pieces.truncate(before_finish + 1);
+            pieces.push(Piece::Heartbeat(b": heartbeat\n\n"));
+        }
+        Some(Fault::KeepaliveAfterUsage) => pieces.push(Piece::Heartbeat(b": keep-alive\n\n")),
+        Some(Fault::CloseAfterHeaders) => {
+            pieces.clear();
+            pieces.push(Piece::Reset);
+        }
+        _ => return true,
+    }
+    false
+}
+
+/// A JSON string literal.
+fn json_str(s: &str) -> String {
+    // Serializing a str cannot fail.
+    serde_json::to_string(s).expect("string serializes")
+}
+
+fn event(v: &Value) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    // A Value always serializes.
+    serde_json::to_writer(&mut out, v).expect("chunk serializes");
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+pub(crate) fn plan_error(
+    status: u16,
+    message: &str,
+    retry_after: Option<u64>,
+    kind: &str,
+    code: &str,
+) -> Plan {
+    Plan {
+        status,
+        content_type: "application/json",
+        retry_after,
+        send_head: true,
+        framing: PlanFraming::Length,
+        pieces: vec![Piece::Event(error_body(message, kind, code))],
+        ttft: Duration::ZERO,
+        interval: Duration::ZERO,
+        split: Duration::ZERO,
+        stream: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chatgate_core::SseFramer;
+    use chatgate_core::{EventKind, StreamTracker};
+
+    fn events_of(plan: &Plan) -> Vec<Vec<u8>> {
+        plan.pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Event(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn track(plan: &Plan) -> (Vec<EventKind>, StreamTracker, String, String) {
+        let all: Vec<u8> = events_of(plan).concat();
+        let mut f = SseFramer::new(1 << 22);
+        let mut t = StreamTracker::new();
+        let mut kinds = Vec::new();
+        let mut reasoning = String::new();
+        let mut content = String::new();
+        while let Some(r) = f.next_event(&all).unwrap() {
+            let ev = &all[r];
+            kinds.push(t.observe(ev));
+            if let Some(json) = ev.strip_prefix(b"data: ") {
+                if let Ok(v) = serde_json::from_slice::<Value>(json) {
+                    if let Some(d) = v["choices"].get(0).map(|c| &c["delta"]) {
+                        reasoning.push_str(d["reasoning_content"].as_str().unwrap_or(""));
+                        content.push_str(d["content"].as_str().unwrap_or(""));
+                    }
+                }
+            }
+        }
+        (kinds, t, reasoning, content)
+    }
+
+    const ASK: &str = r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"What is two plus two?"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+
+    #[test]
+    fn stream_shape_follows_the_spec() {
+        let plan = plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1);
+        assert_eq!(
+            plan,
+            plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1),
+            "deterministic"
+        );
+        let evs = events_of(&plan);
+        let first: Value = serde_json::from_slice(&evs[0][6..]).unwrap();
+        assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+        assert!(first["choices"][0]["delta"]["reasoning_content"].is_string());
+        let (kinds, t, reasoning, content) = track(&plan);
+        assert_eq!(kinds.last(), Some(&EventKind::Done));
+        assert_eq!(t.finish_reason(), Some("stop"));
+        assert!(
+            content.starts_with("You said: What is two plus two?"),
+            "{content}"
+        );
+        assert!(!reasoning.is_empty());
+        let u = t.usage().unwrap();
+        assert_eq!(
+            u.completion_tokens,
+            u.reasoning_tokens + content.split_whitespace().count() as u64
+        );
+        // The usage chunk is the event before [DONE] and has empty choices.
+        let usage_chunk: Value = serde_json::from_slice(&evs[evs.len() - 2][6..]).unwrap();
+        assert_eq!(usage_chunk["choices"], serde_json::json!([]));
+        let finish_chunk: Value = serde_json::from_slice(&evs[evs.len() - 3][6..]).unwrap();
+        assert_eq!(finish_chunk["choices"][0]["delta"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn length_with_empty_content() {
+        let body = ASK.replace("\"stream\":true", "\"stream\":true,\"max_tokens\":5");
+        let (_, t, reasoning, content) =
+            track(&plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1));
+        assert_eq!(t.finish_reason(), Some("length"));
+        assert_eq!(content, "");
+        assert_eq!(reasoning.split_whitespace().count(), 5);
+        assert_eq!(t.usage().unwrap().completion_tokens, 5);
+    }
+
+    #[test]
+    fn tool_round_trip() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"weather in Paris"}],
+            "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}"#;
+        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1);
+        let v: Value = serde_json::from_slice(&events_of(&plan)[0]).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+        let call = &v["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "get_weather");
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args["city"], "weather in Paris");
+        let body2 = r#"{"model":"m","messages":[{"role":"user","content":"weather in Paris"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"c","content":"sunny 21C"}],
+            "tools":[{"type":"function","function":{"name":"get_weather"}}]}"#;
+        let plan = plan_chat(body2.as_bytes(), &SimOptions::default(), 0, 1);
+        let v: Value = serde_json::from_slice(&events_of(&plan)[0]).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert!(
+            v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("The tool returned: sunny 21C")
+        );
+    }
+
+    #[test]
+    fn faults_from_marker_and_param() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi [[sim:fault=reject,status=429]]"}]}"#;
+        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1);
+        assert_eq!((plan.status, plan.retry_after), (429, Some(2)));
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x_sim":{"fault":"reset","after":3}}"#;
+        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1);
+        assert_eq!(plan.pieces.len(), 4);
+        assert_eq!(plan.pieces[3], Piece::Reset);
+        let body =
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"x_sim":{"fault":"nope"}}"#;
+        assert_eq!(
+            plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1).status,
+            400
+        );
+    }
+}
