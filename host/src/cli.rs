@@ -206,6 +206,69 @@ fn env_map() -> HashMap<String, String> {
 }
 
 fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
+    match start_serving(rt, m, bin) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+/// `serve`: resolves the configuration, loads the keys, opens the ledger,
+/// the provider connector, the listeners and the shared limiter, then
+/// serves until a signal; `Err` is a start-up problem, in one line.
+fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCode, String> {
+    let cfg = resolve_serve_config(m)?;
+    init_logging(&cfg.log_level, cfg.log_json);
+    let keys = load_keys(&cfg, bin)?;
+    let summary = cfg.summary(keys.len());
+    let ledger = Ledger::open(&cfg.ledger_path)?;
+    let connector = Connector::new(
+        rt.clone(),
+        cfg.gateway.upstream.clone(),
+        cfg.upstream_ca.as_deref(),
+        cfg.pool_max_idle,
+        cfg.pool_idle_timeout,
+    )?;
+    let listener = bind(&cfg.listen)?;
+    let admin = match cfg.admin_listen.as_deref().map(bind) {
+        None => None,
+        Some(Ok(l)) => Some(l),
+        Some(Err(e)) => return Err(format!("admin listener: {e}")),
+    };
+    let keys_src = KeysSource {
+        path: cfg.keys_path.clone(),
+        defaults: cfg.gateway.default_limits,
+    };
+    let shared_limits = match cfg.redis.clone() {
+        None => None,
+        Some(url) => Some(crate::redis::SharedLimiter::new(
+            rt.clone(),
+            url,
+            cfg.upstream_ca.as_deref(),
+            cfg.redis_timeout,
+        )?),
+    };
+    let bound = Bound {
+        listener,
+        admin,
+        keys_src: Some(keys_src),
+        ledger_postgres: cfg
+            .ledger_postgres
+            .clone()
+            .map(|url| (url, cfg.ledger_path.clone())),
+    };
+    Ok(run_bound(
+        rt,
+        bound,
+        (cfg.gateway, shared_limits),
+        keys,
+        connector,
+        ledger,
+        &summary,
+    ))
+}
+
+/// Flags, `CHATGATE_*` variables and the config file, resolved.
+fn resolve_serve_config(m: &ArgMatches) -> Result<ServeConfig, String> {
     let env = env_map();
     let flags: HashMap<String, String> = SERVE_SETTINGS
         .iter()
@@ -219,98 +282,33 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
         .cloned()
         .or_else(|| env.get("CHATGATE_CONFIG").cloned());
     let file = match &config_path {
-        Some(p) => match std::fs::read_to_string(p) {
-            Ok(t) => Some(t),
-            Err(e) => return fail(format!("cannot read the config file '{p}': {e}")),
-        },
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read the config file '{p}': {e}"))?,
+        ),
         None => None,
     };
-    let cfg = match ServeConfig::resolve(Sources { flags, env, file }) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    init_logging(&cfg.log_level, cfg.log_json);
-    let keys_text = match std::fs::read_to_string(&cfg.keys_path) {
-        Ok(t) => t,
-        Err(e) => {
-            return fail(format!(
-                "cannot read the keys file '{}': {e}; create it with `{bin} keys new --keys {} --name NAME`",
-                cfg.keys_path, cfg.keys_path
-            ));
-        }
-    };
-    let keys = match KeyTable::parse_toml(&keys_text, cfg.gateway.default_limits) {
-        Ok(k) => k,
-        Err(e) => return fail(format!("{} ({})", e, cfg.keys_path)),
-    };
+    ServeConfig::resolve(Sources { flags, env, file }).map_err(|e| e.to_string())
+}
+
+/// The keys file: readable, valid, not empty (and within what the shared
+/// limiter computes exactly, with Redis).
+fn load_keys(cfg: &ServeConfig, bin: &str) -> Result<KeyTable, String> {
+    let path = &cfg.keys_path;
+    let new = format!("`{bin} keys new --keys {path} --name NAME`");
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the keys file '{path}': {e}; create it with {new}"))?;
+    let keys = KeyTable::parse_toml(&text, cfg.gateway.default_limits)
+        .map_err(|e| format!("{e} ({path})"))?;
     if keys.is_empty() {
-        return fail(format!(
-            "the keys file '{}' has no keys; create one with `{bin} keys new --keys {} --name NAME`",
-            cfg.keys_path, cfg.keys_path
+        return Err(format!(
+            "the keys file '{path}' has no keys; create one with {new}"
         ));
     }
     if cfg.redis.is_some() {
-        if let Err(e) = crate::redis::check_keys(&keys) {
-            return fail(format!("{e} ({})", cfg.keys_path));
-        }
+        crate::redis::check_keys(&keys).map_err(|e| format!("{e} ({path})"))?;
     }
-    let summary = cfg.summary(keys.len());
-    let ledger = match Ledger::open(&cfg.ledger_path) {
-        Ok(l) => l,
-        Err(e) => return fail(e),
-    };
-    let connector = match Connector::new(
-        rt.clone(),
-        cfg.gateway.upstream.clone(),
-        cfg.upstream_ca.as_deref(),
-        cfg.pool_max_idle,
-        cfg.pool_idle_timeout,
-    ) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    let listener = match bind(&cfg.listen) {
-        Ok(l) => l,
-        Err(e) => return fail(e),
-    };
-    let admin = match cfg.admin_listen.as_deref().map(bind) {
-        None => None,
-        Some(Ok(l)) => Some(l),
-        Some(Err(e)) => return fail(format!("admin listener: {e}")),
-    };
-    let keys_src = KeysSource {
-        path: cfg.keys_path.clone(),
-        defaults: cfg.gateway.default_limits,
-    };
-    let shared_limits = match cfg.redis.clone() {
-        None => None,
-        Some(url) => match crate::redis::SharedLimiter::new(
-            rt.clone(),
-            url,
-            cfg.upstream_ca.as_deref(),
-            cfg.redis_timeout,
-        ) {
-            Ok(l) => Some(l),
-            Err(e) => return fail(e),
-        },
-    };
-    run_bound(
-        rt,
-        Bound {
-            listener,
-            admin,
-            keys_src: Some(keys_src),
-            ledger_postgres: cfg
-                .ledger_postgres
-                .clone()
-                .map(|url| (url, cfg.ledger_path.clone())),
-        },
-        (cfg.gateway, shared_limits),
-        keys,
-        connector,
-        ledger,
-        &summary,
-    )
+    Ok(keys)
 }
 
 /// The sockets a gateway serves, and where its keys reload from.
@@ -544,78 +542,45 @@ fn append_private(path: &str, bytes: &[u8]) -> std::io::Result<()> {
 
 fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
     init_logging("info", false);
+    match start_demo(rt, m) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+/// `demo`: the simulator on an ephemeral port, a throwaway key and ledger,
+/// and the gateway in front of them.
+fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
     let listen = m
         .get_one::<String>("listen")
         .cloned()
         .or_else(|| std::env::var("CHATGATE_LISTEN").ok())
         .unwrap_or_else(|| "127.0.0.1:8080".into());
-    let sim_listener = match bind("127.0.0.1:0") {
-        Ok(l) => l,
-        Err(e) => return fail(e),
-    };
-    let sim_addr = match sim_listener.local_addr() {
-        Ok(a) => a,
-        Err(e) => return fail(e),
-    };
-    let wall = WallClock::new(unix_ms_at_start());
-    let sim = SimServer::new(
-        SimOptions {
-            ttft: Duration::from_millis(300),
-            token_interval: Duration::from_millis(20),
-            ..SimOptions::default()
-        },
-        wall,
-    );
-    let sim_listener = match rt.listener(sim_listener) {
-        Ok(l) => l,
-        Err(e) => return fail(e),
-    };
-    // The demo's simulator lives as long as the process: the gateway's
-    // drain decides when that ends.
-    rt.spawn(run_sim(
-        rt.clone(),
-        sim_listener,
-        sim,
-        std::future::pending(),
-    ));
-
+    let sim_addr = start_demo_sim(&rt)?;
     let key = mint_key(&random_32());
-    let keys = match KeyTable::new(vec![KeyEntry {
+    let keys = KeyTable::new(vec![KeyEntry {
         name: "demo".into(),
         sha256: key_sha256(&key),
         limits: Limits::default(),
         created: None,
         expires: None,
         expires_unix: None,
-    }]) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
+    }])
+    .map_err(|e| e.to_string())?;
     let ledger_path =
         std::env::temp_dir().join(format!("chatgate-demo-{}.jsonl", std::process::id()));
     let ledger_path = ledger_path.to_string_lossy().into_owned();
-    let ledger = match Ledger::open(&ledger_path) {
-        Ok(l) => l,
-        Err(e) => return fail(e),
-    };
-    let upstream = match UpstreamTarget::parse(&format!("http://{sim_addr}/v1")) {
-        Ok(u) => u,
-        Err(e) => return fail(e),
-    };
-    let connector = match Connector::new(
+    let ledger = Ledger::open(&ledger_path)?;
+    let upstream = UpstreamTarget::parse(&format!("http://{sim_addr}/v1"))?;
+    let connector = Connector::new(
         rt.clone(),
         upstream.clone(),
         None,
         64,
         Duration::from_secs(30),
-    ) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    let listener = match bind(&listen) {
-        Ok(l) => l,
-        Err(e) => return fail(format!("{e} (choose another address with --listen)")),
-    };
+    )?;
+    let listener =
+        bind(&listen).map_err(|e| format!("{e} (choose another address with --listen)"))?;
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -637,7 +602,7 @@ fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         keys_src: None,
         ledger_postgres: None,
     };
-    run_bound(
+    Ok(run_bound(
         rt,
         bound,
         (GatewayConfig::new(upstream), None),
@@ -645,7 +610,26 @@ fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         connector,
         ledger,
         &summary,
-    )
+    ))
+}
+
+/// The demo's simulator, on an ephemeral port, for as long as the process
+/// lives (the gateway's drain decides when that ends).
+fn start_demo_sim<R: Runtime>(rt: &R) -> Result<std::net::SocketAddr, String> {
+    let listener = bind("127.0.0.1:0")?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let wall = WallClock::new(unix_ms_at_start());
+    let sim = SimServer::new(
+        SimOptions {
+            ttft: Duration::from_millis(300),
+            token_interval: Duration::from_millis(20),
+            ..SimOptions::default()
+        },
+        wall,
+    );
+    let listener = rt.listener(listener).map_err(|e| e.to_string())?;
+    rt.spawn(run_sim(rt.clone(), listener, sim, std::future::pending()));
+    Ok(addr)
 }
 
 fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {

@@ -101,47 +101,20 @@ impl ServeConfig {
             env: sources.env,
             file,
         };
-        let upstream_url = r.required("upstream", "say where the provider is")?;
-        let mut upstream = UpstreamTarget::parse(&upstream_url).map_err(ConfigError)?;
-        upstream.api_key = r
-            .env
-            .get(UPSTREAM_KEY_ENV)
-            .filter(|k| !k.is_empty())
-            .map(Secret::new);
+        let upstream = upstream(&r)?;
         let keys_path = r.required("keys", "create one with `keys new --keys FILE --name NAME`")?;
-        let log_format = r.string("log_format");
-        if log_format != "text" && log_format != "json" {
-            return Err(bad(
-                "log_format",
-                &log_format,
-                r.get("log_format").map_or(Source::Default, |g| g.1),
-                "text or json",
-            ));
-        }
-        let log_level = r.string("log_level");
-        if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-            return Err(bad(
-                "log_level",
-                &log_level,
-                r.get("log_level").map_or(Source::Default, |g| g.1),
-                "error, warn, info, debug or trace",
-            ));
-        }
+        let log_format = one_of(&r, "log_format", &["text", "json"], "text or json")?;
+        let log_level = one_of(
+            &r,
+            "log_level",
+            &["error", "warn", "info", "debug", "trace"],
+            "error, warn, info, debug or trace",
+        )?;
         let default_limits = Limits {
             requests_per_minute: positive(&r, "default_rpm")?,
             tokens_per_minute: positive(&r, "default_tpm")?,
         };
-        let timeouts = Timeouts {
-            client_idle: r.duration("client_idle_timeout")?,
-            client_header: r.duration("client_header_timeout")?,
-            client_body: r.duration("client_body_timeout")?,
-            client_send: r.duration("client_send_timeout")?,
-            upstream_connect: r.duration("upstream_connect_timeout")?,
-            upstream_first_byte: r.duration("upstream_first_byte_timeout")?,
-            upstream_idle: r.duration("upstream_idle_timeout")?,
-            stream_tail: r.duration("stream_tail_timeout")?,
-            drain: r.duration("drain_timeout")?,
-        };
+        let timeouts = timeouts(&r)?;
         let catalog = catalog(models, &r.string("owned_by"))?;
         let mut gateway = GatewayConfig::new(upstream);
         gateway.timeouts = timeouts;
@@ -150,44 +123,18 @@ impl ServeConfig {
         gateway.max_sse_event = positive(&r, "max_sse_event")? as usize;
         gateway.max_upstream_body = positive(&r, "max_upstream_body")?;
         gateway.catalog = catalog;
-        let redis = match r.get("redis") {
-            None => None,
-            Some((url, src)) => {
-                Some(RedisUrl::parse(&url).map_err(|e| bad("redis", "…", src, &e.to_lowercase()))?)
-            }
-        };
-        let fallback = r.string("redis_fallback");
-        let fail_closed = match fallback.as_str() {
-            "fail-open" => false,
-            "fail-closed" => true,
-            other => {
-                let src = r.get("redis_fallback").map_or(Source::Default, |(_, s)| s);
-                return Err(bad(
-                    "redis_fallback",
-                    other,
-                    src,
-                    "fail-open or fail-closed",
-                ));
-            }
-        };
+        let redis = redis(&r)?;
+        let fallback = one_of(
+            &r,
+            "redis_fallback",
+            &["fail-open", "fail-closed"],
+            "fail-open or fail-closed",
+        )?;
         if redis.is_some() {
-            gateway.shared_limits = Some(SharedLimits { fail_closed });
-            // The Redis script's doubles are exact only up to this bound.
-            let max = crate::limits::SHARED_MAX_PER_MINUTE;
-            for (key, n) in [
-                ("default_rpm", default_limits.requests_per_minute),
-                ("default_tpm", default_limits.tokens_per_minute),
-            ] {
-                if n > max {
-                    let src = r.get(key).map_or(Source::Default, |(_, s)| s);
-                    return Err(bad(
-                        key,
-                        &n.to_string(),
-                        src,
-                        &format!("at most {max} with --redis (the shared limiter's exact range)"),
-                    ));
-                }
-            }
+            gateway.shared_limits = Some(SharedLimits {
+                fail_closed: fallback == "fail-closed",
+            });
+            within_shared_range(&r, default_limits)?;
         }
         Ok(ServeConfig {
             listen: r.string("listen"),
@@ -257,6 +204,78 @@ impl ServeConfig {
             g.max_connections,
         )
     }
+}
+
+/// A setting that must be one of `choices`.
+fn one_of(
+    r: &Resolver,
+    key: &str,
+    choices: &[&str],
+    expected: &str,
+) -> Result<String, ConfigError> {
+    let value = r.string(key);
+    if choices.contains(&value.as_str()) {
+        return Ok(value);
+    }
+    let src = r.get(key).map_or(Source::Default, |(_, s)| s);
+    Err(bad(key, &value, src, expected))
+}
+
+/// The provider: its base URL, and its key from the environment.
+fn upstream(r: &Resolver) -> Result<UpstreamTarget, ConfigError> {
+    let url = r.required("upstream", "say where the provider is")?;
+    let mut upstream = UpstreamTarget::parse(&url).map_err(ConfigError)?;
+    upstream.api_key = r
+        .env
+        .get(UPSTREAM_KEY_ENV)
+        .filter(|k| !k.is_empty())
+        .map(Secret::new);
+    Ok(upstream)
+}
+
+fn timeouts(r: &Resolver) -> Result<Timeouts, ConfigError> {
+    Ok(Timeouts {
+        client_idle: r.duration("client_idle_timeout")?,
+        client_header: r.duration("client_header_timeout")?,
+        client_body: r.duration("client_body_timeout")?,
+        client_send: r.duration("client_send_timeout")?,
+        upstream_connect: r.duration("upstream_connect_timeout")?,
+        upstream_first_byte: r.duration("upstream_first_byte_timeout")?,
+        upstream_idle: r.duration("upstream_idle_timeout")?,
+        stream_tail: r.duration("stream_tail_timeout")?,
+        drain: r.duration("drain_timeout")?,
+    })
+}
+
+/// The shared limiter's Redis, if configured.
+fn redis(r: &Resolver) -> Result<Option<RedisUrl>, ConfigError> {
+    match r.get("redis") {
+        None => Ok(None),
+        Some((url, src)) => RedisUrl::parse(&url)
+            .map(Some)
+            .map_err(|e| bad("redis", "…", src, &e.to_lowercase())),
+    }
+}
+
+/// With Redis, the default limits must be within what the shared limiter's
+/// script computes exactly (its doubles).
+fn within_shared_range(r: &Resolver, defaults: Limits) -> Result<(), ConfigError> {
+    let max = crate::limits::SHARED_MAX_PER_MINUTE;
+    for (key, n) in [
+        ("default_rpm", defaults.requests_per_minute),
+        ("default_tpm", defaults.tokens_per_minute),
+    ] {
+        if n > max {
+            let src = r.get(key).map_or(Source::Default, |(_, s)| s);
+            return Err(bad(
+                key,
+                &n.to_string(),
+                src,
+                &format!("at most {max} with --redis (the shared limiter's exact range)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn positive(r: &Resolver, key: &str) -> Result<u64, ConfigError> {
