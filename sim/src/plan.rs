@@ -58,6 +58,24 @@ fn error_body(message: &str, kind: &str, code: &str) -> Vec<u8> {
     .unwrap_or_default()
 }
 
+impl Plan {
+    /// A JSON body with `Content-Length`, sent whole at `ttft`.
+    pub(crate) fn json(status: u16, body: Vec<u8>, ttft: Duration) -> Plan {
+        Plan {
+            status,
+            content_type: "application/json",
+            retry_after: None,
+            send_head: true,
+            framing: PlanFraming::Length,
+            pieces: vec![Piece::Event(body)],
+            ttft,
+            interval: Duration::ZERO,
+            split: Duration::ZERO,
+            stream: false,
+        }
+    }
+}
+
 /// When a response's pieces are due.
 #[derive(Debug, Clone, Copy)]
 struct Timing {
@@ -219,16 +237,8 @@ fn plan_completion(answer: &Answer<'_>, timing: Timing) -> Plan {
     .into_bytes();
     let tokens = s.completion_tokens.min(u64::from(u32::MAX)) as u32;
     Plan {
-        status: 200,
-        content_type: "application/json",
-        retry_after: None,
-        send_head: true,
-        framing: PlanFraming::Length,
-        pieces: vec![Piece::Event(body)],
-        ttft: timing.ttft + timing.interval * tokens,
-        interval: Duration::ZERO,
-        split: Duration::ZERO,
         stream: ask.stream,
+        ..Plan::json(200, body, timing.ttft + timing.interval * tokens)
     }
 }
 
@@ -437,16 +447,8 @@ pub(crate) fn plan_error(
     code: &str,
 ) -> Plan {
     Plan {
-        status,
-        content_type: "application/json",
         retry_after,
-        send_head: true,
-        framing: PlanFraming::Length,
-        pieces: vec![Piece::Event(error_body(message, kind, code))],
-        ttft: Duration::ZERO,
-        interval: Duration::ZERO,
-        split: Duration::ZERO,
-        stream: false,
+        ..Plan::json(status, error_body(message, kind, code), Duration::ZERO)
     }
 }
 

@@ -598,18 +598,7 @@ fn due(a: &Active, i: usize) -> Instant {
 }
 
 fn json_plan(body: Vec<u8>) -> Plan {
-    Plan {
-        status: 200,
-        content_type: "application/json",
-        retry_after: None,
-        send_head: true,
-        framing: PlanFraming::Length,
-        pieces: vec![Piece::Event(body)],
-        ttft: Duration::ZERO,
-        interval: Duration::ZERO,
-        split: Duration::ZERO,
-        stream: false,
-    }
+    Plan::json(200, body, Duration::ZERO)
 }
 
 fn head_bytes(plan: &Plan, length: Option<usize>, keep_alive: bool) -> Vec<u8> {
