@@ -131,6 +131,7 @@ pub mod exchange;
 pub mod gateway;
 pub mod harness;
 pub mod http;
+mod json;
 pub mod ledger;
 pub mod limits;
 pub mod metrics;
