@@ -6,8 +6,8 @@
 //! it reports an error. Skipping is iterative (an explicit stack), so no
 //! input, however deep, recurses.
 //!
-//! Its callers need two strictnesses, each a method (or a [`Keys`] mode)
-//! with its contract written on it:
+//! Its callers need three strictnesses, each a method (or a [`Keys`]
+//! mode) with its contract written on it:
 //!
 //! - **Read**: what serde_json accepts when it reads a value into a typed
 //!   target: a string read as a `&str` must be valid UTF-8 with its `\u`
@@ -20,8 +20,11 @@
 //!   provider's parser would still refuse there — nesting deeper than
 //!   [`MAX_DEPTH`], a `\u` escape of a lone surrogate — is noted as a
 //!   [`Hazard`], and invalid UTF-8 by where it starts, without stopping.
+//! - **Shape**: strings and brackets only, for an answer whose other
+//!   values are forwarded unread ([`Cursor::skip_shape`],
+//!   [`Cursor::members_shape`], [`Cursor::elements_shape`]).
 //!
-//! A read that fails returns [`Stop`]; the cursor then
+//! A read that fails returns [`Stop`]; for the first two, the cursor then
 //! holds the error as serde_json words it, at the line and column
 //! serde_json reports ([`Cursor::error`]): the request validator answers
 //! with that text.
@@ -171,6 +174,7 @@ pub(crate) struct Cursor<'a> {
     error: Option<SyntaxError>,
 }
 
+mod shape;
 mod strings;
 mod values;
 
@@ -188,6 +192,18 @@ impl<'a> Cursor<'a> {
             bad_utf8: None,
             error: None,
         }
+    }
+
+    /// `read` of all of `s`, with nothing but whitespace after it (what
+    /// `serde_json::from_slice` requires).
+    pub(crate) fn whole<T>(
+        s: &'a [u8],
+        read: impl FnOnce(&mut Self) -> Result<T, Stop>,
+    ) -> Result<T, Stop> {
+        let mut c = Cursor::new(s);
+        let value = read(&mut c)?;
+        c.end()?;
+        Ok(value)
     }
 
     /// The whole text.
@@ -237,6 +253,17 @@ impl<'a> Cursor<'a> {
     pub(crate) fn peek(&mut self) -> Option<u8> {
         self.ws();
         self.s.get(self.i).copied()
+    }
+
+    /// Steps over `b` after whitespace, or stops (no error code).
+    #[inline(always)]
+    pub(crate) fn eat(&mut self, b: u8) -> Result<(), Stop> {
+        if self.peek() == Some(b) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(Stop)
+        }
     }
 
     /// Only whitespace remains (serde_json's end of input), else `trailing

@@ -296,7 +296,27 @@ pub(crate) fn plain_string(s: &[u8], mut j: usize) -> Result<usize, usize> {
     long_plain_string(s, j)
 }
 
-/// Rounds of eight bytes the scan reads before it calls `memchr` (whose
+/// The first `"` or `\` from `j`: eight bytes at a time for a while
+/// (most strings are short), then with `memchr`.
+#[inline(always)]
+pub(super) fn quote_or_backslash(s: &[u8], mut j: usize) -> Option<usize> {
+    for _ in 0..ROUNDS {
+        let Some(w) = word(s, j) else {
+            return memchr::memchr2(b'"', b'\\', s.get(j..)?).map(|n| j + n);
+        };
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        let m = ((quote.wrapping_sub(ONES) & !quote) | (backslash.wrapping_sub(ONES) & !backslash))
+            & HIGH;
+        if m != 0 {
+            return Some(j + (m.trailing_zeros() / 8) as usize);
+        }
+        j += 8;
+    }
+    memchr::memchr2(b'"', b'\\', &s[j..]).map(|n| j + n)
+}
+
+/// Rounds of eight bytes the scans read before they call `memchr` (whose
 /// setup costs as much as about 40 bytes read so).
 const ROUNDS: usize = 5;
 

@@ -74,6 +74,13 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The number at the cursor: its text (see [`Cursor::number`]).
+    pub(crate) fn number_text(&mut self) -> Result<&'a [u8], Stop> {
+        let start = self.i;
+        self.number()?;
+        Ok(&self.s[start..self.i])
+    }
+
     /// A member name and its colon at `i`, by `keys`; `first` for the
     /// first member (serde_json words a missing one differently after a
     /// comma). Leaves the cursor at the value, after whitespace.
