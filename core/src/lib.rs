@@ -14,7 +14,7 @@
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (CONTRACT's error body) and [`UpstreamFault`]; the one URL reader |
-//! | codecs | [`http`], `sse`, `redis_protocol` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]) |
+//! | codecs | [`http`], `json`, `sse`, `redis_protocol` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]) |
 //! | rules | `routes`, `validate`, `usage`, `stream`, `catalog`, `limits`, `auth`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); keys; the ledger line; the pool's policy; usage reports |
 //! | shared state | `config`, `metrics`, `gateway` | every setting and configuration type; the process's metrics; what connections share ([`Gateway`]) |
 //! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers |
@@ -128,6 +128,7 @@ pub use time::{Instant, WallClock, parse_rfc3339, rfc3339_ms};
 
 // Codecs.
 pub mod http;
+mod json;
 mod redis_protocol;
 mod sse;
 

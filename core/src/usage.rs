@@ -1,9 +1,9 @@
 //! Token usage as providers report it, and what a non-streamed answer says.
 
-use std::borrow::Cow;
-
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
+
+use crate::json::{Cursor, Keys, Stop};
 
 /// A provider's `usage` object, flattened. Missing or `null` counts are 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -115,7 +115,7 @@ pub struct CompletionSummary {
 /// [`Probe::read`] accepts and refuses exactly what `serde_json::from_slice`
 /// does for a `#[derive(Deserialize)]` struct with the `#[serde(default)]`
 /// members `choices: Option<Vec<{ finish_reason: Option<String> }>>`,
-/// `usage` (read as [`Json::usage`] does) and `error: Option<&RawValue>`:
+/// `usage` (read as [`usage_value`] does) and `error: Option<&RawValue>`:
 /// a repeated member is refused, member names are compared unescaped, and
 /// an array is read by position as serde reads a struct from one.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -131,628 +131,272 @@ pub(crate) struct Probe<'a> {
 impl<'a> Probe<'a> {
     /// Reads a chunk; `None` when it is not JSON of that shape.
     pub(crate) fn read(text: &'a [u8]) -> Option<Probe<'a>> {
-        Json::whole(text, Json::probe).ok()
+        Cursor::whole(text, probe).ok()
     }
 }
 
-/// The text is not what serde_json accepts where it was read.
-#[derive(Debug)]
-struct Bad;
+// The readers below take the cursor before a value and leave it after the
+// value. Each accepts and refuses exactly what serde_json does for the same
+// read, which differs with the target type: a member name or a string read
+// into a `&str` must be valid UTF-8 ([`Cursor::str`]), a skipped one need
+// not ([`Cursor::skip`]); a number read as a number must be in range, a
+// skipped one need not.
 
-/// A strict cursor over JSON text, for the few values the gateway reads:
-/// each method accepts and refuses exactly what serde_json does for the
-/// same read (which differs with the target type: a member name or a string
-/// read into a `&str` must be valid UTF-8, an ignored one need not; a number
-/// read as a number must be in range, an ignored one need not), and leaves
-/// the cursor after the value.
-struct Json<'a> {
-    s: &'a [u8],
-    i: usize,
+/// The next byte after whitespace, which must be there.
+fn next(c: &mut Cursor<'_>) -> Result<u8, Stop> {
+    c.peek().ok_or(Stop)
 }
 
-impl<'a> Json<'a> {
-    /// `read` of all of `s`, with nothing but whitespace after it (what
-    /// `serde_json::from_slice` requires).
-    fn whole<T>(s: &'a [u8], read: impl FnOnce(&mut Self) -> Result<T, Bad>) -> Result<T, Bad> {
-        let mut j = Json { s, i: 0 };
-        let value = read(&mut j)?;
-        j.ws();
-        if j.i == s.len() { Ok(value) } else { Err(Bad) }
+/// A string as an owned `String` (see [`Cursor::str`]).
+fn string(c: &mut Cursor<'_>) -> Result<String, Stop> {
+    if next(c)? != b'"' {
+        return Err(Stop);
     }
+    String::from_utf8(c.str()?.into_owned()).map_err(|_| Stop)
+}
 
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
-            self.i += 1;
+/// A number read as one (serde_json's `deserialize_any`), as a token
+/// count: `Some` for a non-negative integer, or an integral float below
+/// 1e18; `None` for any other number. A number serde_json cannot represent
+/// (`1e400`) is refused.
+fn number(c: &mut Cursor<'_>) -> Result<Option<u64>, Stop> {
+    let text = c.number_text()?;
+    let plain = text.iter().try_fold(0u64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return None;
         }
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    });
+    match plain {
+        Some(n) => Ok(Some(n)),
+        None => odd_number(text),
     }
+}
 
-    /// The next byte after whitespace, not consumed.
-    fn peek(&mut self) -> Result<u8, Bad> {
-        self.ws();
-        self.s.get(self.i).copied().ok_or(Bad)
+/// [`number`] for a negative, fractional, exponent or beyond-`u64` number:
+/// serde_json reads its text.
+#[cold]
+fn odd_number(text: &[u8]) -> Result<Option<u64>, Stop> {
+    let n: serde_json::Number = serde_json::from_slice(text).map_err(|_| Stop)?;
+    Ok(match (n.as_u64(), n.as_f64()) {
+        (Some(n), _) => Some(n),
+        (None, Some(f)) if n.is_f64() => {
+            (f >= 0.0 && f.fract() == 0.0 && f < 1e18).then_some(f as u64)
+        }
+        _ => None,
+    })
+}
+
+/// Any value read as serde_json reads one into a visitor that keeps
+/// nothing of it: numbers read (see [`number`]), strings and member names
+/// read as `&str`s, array elements and member values skipped.
+fn read_any(c: &mut Cursor<'_>) -> Result<(), Stop> {
+    match next(c)? {
+        b'{' => c.members(Keys::Read, |c, _| c.skip()),
+        b'[' => c.skip(),
+        b'"' => c.str().map(drop),
+        b'-' | b'0'..=b'9' => number(c).map(drop),
+        b'n' => c.literal(b"null"),
+        b't' => c.literal(b"true"),
+        b'f' => c.literal(b"false"),
+        _ => Err(Stop),
     }
+}
 
-    fn literal(&mut self, word: &[u8]) -> Result<(), Bad> {
-        if !self.s[self.i..].starts_with(word) {
-            return Err(Bad);
-        }
-        self.i += word.len();
-        Ok(())
+/// A token count: `Some` for a count (see [`number`]; null reads as 0),
+/// `None` for any other value.
+fn token_count(c: &mut Cursor<'_>) -> Result<Option<u64>, Stop> {
+    match next(c)? {
+        b'-' | b'0'..=b'9' => number(c),
+        b'n' => c.literal(b"null").map(|()| Some(0)),
+        _ => read_any(c).map(|()| None),
     }
+}
 
-    /// Skips a string at `"` as serde_json ignores one: control characters
-    /// and malformed escapes are refused, the contents are not checked as
-    /// UTF-8 and `\u` escapes are not checked for pairing.
-    fn skip_str(&mut self) -> Result<(), Bad> {
-        self.i += 1;
-        loop {
-            let end = plain(self.s, self.i).0.ok_or(Bad)?;
-            self.i = end + 1;
-            match self.s[end] {
-                b'"' => return Ok(()),
-                b'\\' => match self.s.get(self.i) {
-                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
-                    Some(b'u') => {
-                        let hex = self.s.get(self.i + 1..self.i + 5).ok_or(Bad)?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return Err(Bad);
-                        }
-                        self.i += 5;
-                    }
-                    _ => return Err(Bad),
-                },
-                _ => return Err(Bad),
-            }
-        }
+/// The count named `name` in a `*_details` object: `Ok(None)` when absent,
+/// null, or the value is not an object; `Err(())` when present but not a
+/// count. When the name repeats, the last one counts.
+fn details(c: &mut Cursor<'_>, name: &[u8]) -> Result<Result<Option<u64>, ()>, Stop> {
+    if next(c)? != b'{' {
+        read_any(c)?;
+        return Ok(Ok(None));
     }
-
-    /// A string at `"` read as serde_json reads one into a `&str` (a member
-    /// name, a string value): also refused when it is not valid UTF-8 or
-    /// has an unpaired surrogate escape. Returns the text, borrowed unless
-    /// it has escapes.
-    fn str(&mut self) -> Result<Cow<'a, [u8]>, Bad> {
-        let start = self.i + 1;
-        let (end, non_ascii) = plain(self.s, start);
-        let end = end.ok_or(Bad)?;
-        match self.s[end] {
-            b'"' => {}
-            b'\\' => return self.escaped_str(),
-            _ => return Err(Bad),
-        }
-        let text = &self.s[start..end];
-        if non_ascii {
-            std::str::from_utf8(text).map_err(|_| Bad)?;
-        }
-        self.i = end + 1;
-        Ok(Cow::Borrowed(text))
-    }
-
-    /// [`Json::str`] for a member name, inlined for the usual plain ASCII
-    /// one.
-    #[inline]
-    fn name(&mut self) -> Result<Cow<'a, [u8]>, Bad> {
-        let start = self.i + 1;
-        if let (Some(end), false) = plain(self.s, start) {
-            if self.s[end] == b'"' {
-                self.i = end + 1;
-                return Ok(Cow::Borrowed(&self.s[start..end]));
-            }
-        }
-        self.str()
-    }
-
-    /// [`Json::str`] for a string with escapes: serde_json decodes it.
-    #[cold]
-    fn escaped_str(&mut self) -> Result<Cow<'a, [u8]>, Bad> {
-        let start = self.i;
-        self.skip_str()?;
-        let text: String = serde_json::from_slice(&self.s[start..self.i]).map_err(|_| Bad)?;
-        Ok(Cow::Owned(text.into_bytes()))
-    }
-
-    /// A string at `"` as an owned `String` (see [`Json::str`]).
-    fn string(&mut self) -> Result<String, Bad> {
-        match self.str()? {
-            // Checked by `str`: cannot fail.
-            Cow::Borrowed(text) => String::from_utf8(text.to_vec()).map_err(|_| Bad),
-            Cow::Owned(text) => String::from_utf8(text).map_err(|_| Bad),
-        }
-    }
-
-    /// Skips a number as serde_json ignores one: only its grammar is
-    /// checked.
-    fn skip_number(&mut self) -> Result<(), Bad> {
-        let (s, mut i) = (self.s, self.i);
-        let digits = |i: &mut usize| {
-            let from = *i;
-            while let Some(b'0'..=b'9') = s.get(*i) {
-                *i += 1;
-            }
-            *i > from
-        };
-        if s[i] == b'-' {
-            i += 1;
-        }
-        match s.get(i) {
-            Some(b'0') => {
-                i += 1;
-                if let Some(b'0'..=b'9') = s.get(i) {
-                    return Err(Bad);
-                }
-            }
-            Some(b'1'..=b'9') => {
-                digits(&mut i);
-            }
-            _ => return Err(Bad),
-        }
-        if s.get(i) == Some(&b'.') {
-            i += 1;
-            if !digits(&mut i) {
-                return Err(Bad);
-            }
-        }
-        if let Some(b'e' | b'E') = s.get(i) {
-            i += 1;
-            if let Some(b'+' | b'-') = s.get(i) {
-                i += 1;
-            }
-            if !digits(&mut i) {
-                return Err(Bad);
-            }
-        }
-        self.i = i;
-        Ok(())
-    }
-
-    /// A number read as one (serde_json's `deserialize_any`), as a token
-    /// count: `Some` for a non-negative integer, or an integral float below
-    /// 1e18; `None` for any other number. A number serde_json cannot
-    /// represent (`1e400`) is refused.
-    fn number(&mut self) -> Result<Option<u64>, Bad> {
-        let start = self.i;
-        let mut i = start;
-        let mut n = 0u64;
-        while let Some(&d @ b'0'..=b'9') = self.s.get(i) {
-            match n
-                .checked_mul(10)
-                .and_then(|n| n.checked_add(u64::from(d - b'0')))
-            {
-                Some(m) => n = m,
-                None => return self.odd_number(),
-            }
-            i += 1;
-        }
-        if i == start || matches!(self.s.get(i), Some(b'.' | b'e' | b'E')) {
-            return self.odd_number();
-        }
-        if self.s[start] == b'0' && i > start + 1 {
-            // A leading zero.
-            return Err(Bad);
-        }
-        self.i = i;
-        Ok(Some(n))
-    }
-
-    /// [`Json::number`] for a negative, fractional, exponent or
-    /// beyond-`u64` number: serde_json reads it. Whatever follows the
-    /// number's characters cannot continue it, so reading them on their own
-    /// accepts what reading them in place does.
-    #[cold]
-    fn odd_number(&mut self) -> Result<Option<u64>, Bad> {
-        let rest = &self.s[self.i..];
-        let len = rest
-            .iter()
-            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
-            .unwrap_or(rest.len());
-        let n: serde_json::Number = serde_json::from_slice(&rest[..len]).map_err(|_| Bad)?;
-        self.i += len;
-        Ok(match (n.as_u64(), n.as_f64()) {
-            (Some(n), _) => Some(n),
-            (None, Some(f)) if n.is_f64() => {
-                (f >= 0.0 && f.fract() == 0.0 && f < 1e18).then_some(f as u64)
-            }
-            _ => None,
-        })
-    }
-
-    /// Skips one value as serde_json ignores one (`IgnoredAny`): structure,
-    /// literals, number grammar and escapes checked (see
-    /// [`Json::skip_str`]); nesting as deep as it goes.
-    fn skip(&mut self) -> Result<(), Bad> {
-        let mut open = Nesting::default();
-        loop {
-            match self.peek()? {
-                b'"' => self.skip_str()?,
-                b'-' | b'0'..=b'9' => self.skip_number()?,
-                b'n' => self.literal(b"null")?,
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                c @ (b'{' | b'[') => {
-                    self.i += 1;
-                    // `}` and `]` follow `{` and `[` by two.
-                    if self.peek()? != c + 2 {
-                        open.push(c == b'{');
-                        if c == b'{' {
-                            self.skip_name()?;
-                        }
-                        continue;
-                    }
-                    self.i += 1;
-                }
-                _ => return Err(Bad),
-            }
-            // After a value: closing brackets, then a comma or the end.
-            loop {
-                let Some(object) = open.top() else {
-                    return Ok(());
-                };
-                match self.peek()? {
-                    b',' => {
-                        self.i += 1;
-                        if object {
-                            self.skip_name()?;
-                        }
-                        break;
-                    }
-                    b'}' if object => open.pop(),
-                    b']' if !object => open.pop(),
-                    _ => return Err(Bad),
-                }
-                self.i += 1;
-            }
-        }
-    }
-
-    /// A skipped member's name and colon.
-    fn skip_name(&mut self) -> Result<(), Bad> {
-        if self.peek()? != b'"' {
-            return Err(Bad);
-        }
-        self.skip_str()?;
-        if self.peek()? != b':' {
-            return Err(Bad);
-        }
-        self.i += 1;
-        Ok(())
-    }
-
-    /// An object at `{` read member by member: names read as `&str`s
-    /// (compared unescaped), `read(cursor, name)` reads each value.
-    fn members(
-        &mut self,
-        mut read: impl FnMut(&mut Self, &[u8]) -> Result<(), Bad>,
-    ) -> Result<(), Bad> {
-        self.i += 1;
-        if self.peek()? == b'}' {
-            self.i += 1;
-            return Ok(());
-        }
-        loop {
-            if self.peek()? != b'"' {
-                return Err(Bad);
-            }
-            let name = self.name()?;
-            if self.peek()? != b':' {
-                return Err(Bad);
-            }
-            self.i += 1;
-            read(self, &name)?;
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(Bad),
-            }
-        }
-    }
-
-    /// Any value read as serde_json reads one into a visitor that keeps
-    /// nothing of it: numbers read (see [`Json::number`]), strings and
-    /// member names read as `&str`s, array elements and member values
-    /// skipped.
-    fn any(&mut self) -> Result<(), Bad> {
-        match self.peek()? {
-            b'{' => self.members(|j, _| j.skip()),
-            b'[' => self.skip(),
-            b'"' => self.str().map(drop),
-            b'-' | b'0'..=b'9' => self.number().map(drop),
-            b'n' => self.literal(b"null"),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            _ => Err(Bad),
-        }
-    }
-
-    /// A token count: `Some` for a count (see [`Json::number`]; null reads
-    /// as 0), `None` for any other value.
-    fn count(&mut self) -> Result<Option<u64>, Bad> {
-        match self.peek()? {
-            b'-' | b'0'..=b'9' => self.number(),
-            b'n' => self.literal(b"null").map(|()| Some(0)),
-            _ => self.any().map(|()| None),
-        }
-    }
-
-    /// The count named `name` in a `*_details` object: `Ok(None)` when
-    /// absent, null, or the value is not an object; `Err(())` when present
-    /// but not a count. When the name repeats, the last one counts.
-    fn details(&mut self, name: &[u8]) -> Result<Result<Option<u64>, ()>, Bad> {
-        if self.peek()? != b'{' {
-            self.any()?;
-            return Ok(Ok(None));
-        }
-        let mut found = Ok(None);
-        self.members(|j, key| {
-            if key == name {
-                found = j.count()?.map(Some).ok_or(());
-                Ok(())
-            } else {
-                j.skip()
-            }
-        })?;
-        Ok(found)
-    }
-
-    /// `usage`, never failing the read around it unless its text is not
-    /// JSON: anything but an object of valid counts (null, a string, a
-    /// negative number…) reads as absent. Unknown members are skipped; when
-    /// a member repeats, the last one counts, but one that is not a count
-    /// makes the whole object absent.
-    fn usage(&mut self) -> Result<Option<Usage>, Bad> {
-        if self.peek()? != b'{' {
-            self.any()?;
-            return Ok(None);
-        }
-        let mut u = Usage::default();
-        let mut ok = true;
-        self.members(|j, name| {
-            let slot = match name {
-                b"prompt_tokens" => &mut u.prompt_tokens,
-                b"completion_tokens" => &mut u.completion_tokens,
-                b"total_tokens" => &mut u.total_tokens,
-                b"cache_read_input_tokens" => &mut u.cache_read_input_tokens,
-                b"cache_created_input_tokens" => &mut u.cache_created_input_tokens,
-                b"completion_tokens_details" | b"prompt_tokens_details" => {
-                    let (slot, count) = if name[0] == b'c' {
-                        (&mut u.reasoning_tokens, &b"reasoning_tokens"[..])
-                    } else {
-                        (&mut u.cached_tokens, &b"cached_tokens"[..])
-                    };
-                    match j.details(count)? {
-                        Ok(Some(n)) => *slot = n,
-                        Ok(None) => {}
-                        Err(()) => ok = false,
-                    }
-                    return Ok(());
-                }
-                _ => return j.skip(),
-            };
-            match j.count()? {
-                Some(n) => *slot = n,
-                None => ok = false,
-            }
+    let mut found = Ok(None);
+    c.members(Keys::Read, |c, key| {
+        if *c.name(key) == *name {
+            found = token_count(c)?.map(Some).ok_or(());
             Ok(())
-        })?;
-        Ok(ok.then_some(u))
-    }
-
-    /// A string or null (`Option<String>`).
-    fn string_or_null(&mut self) -> Result<Option<String>, Bad> {
-        match self.peek()? {
-            b'n' => self.literal(b"null").map(|()| None),
-            b'"' => self.string().map(Some),
-            _ => Err(Bad),
+        } else {
+            c.skip()
         }
-    }
+    })?;
+    Ok(found)
+}
 
-    /// Any value but null, as its text (`Option<&RawValue>`: skipped, then
-    /// checked as UTF-8 as a whole).
-    fn raw_or_null(&mut self) -> Result<Option<&'a str>, Bad> {
-        if self.peek()? == b'n' {
-            return self.literal(b"null").map(|()| None);
-        }
-        let start = self.i;
-        self.skip()?;
-        let s: &'a [u8] = self.s;
-        std::str::from_utf8(&s[start..self.i])
-            .map(Some)
-            .map_err(|_| Bad)
+/// `usage`, never failing the read around it unless its text is not JSON:
+/// anything but an object of valid counts (null, a string, a negative
+/// number…) reads as absent. Unknown members are skipped; when a member
+/// repeats, the last one counts, but one that is not a count makes the
+/// whole object absent.
+fn usage_value(c: &mut Cursor<'_>) -> Result<Option<Usage>, Stop> {
+    if next(c)? != b'{' {
+        read_any(c)?;
+        return Ok(None);
     }
-
-    /// One choice, an object (or an array, read by position): its
-    /// `finish_reason`, a string or null.
-    fn choice(&mut self) -> Result<Option<String>, Bad> {
-        match self.peek()? {
-            b'{' => {
-                let (mut reason, mut seen) = (None, false);
-                self.members(|j, name| {
-                    if name != b"finish_reason" {
-                        return j.skip();
-                    }
-                    if std::mem::replace(&mut seen, true) {
-                        return Err(Bad);
-                    }
-                    reason = j.string_or_null()?;
-                    Ok(())
-                })?;
-                Ok(reason)
-            }
-            b'[' => {
-                self.i += 1;
-                let mut reason = None;
-                if self.peek()? != b']' {
-                    reason = self.string_or_null()?;
-                    if self.peek()? != b']' {
-                        return Err(Bad);
-                    }
+    let mut u = Usage::default();
+    let mut ok = true;
+    c.members(Keys::Read, |c, key| {
+        let name = c.name(key);
+        let slot = match &*name {
+            b"prompt_tokens" => &mut u.prompt_tokens,
+            b"completion_tokens" => &mut u.completion_tokens,
+            b"total_tokens" => &mut u.total_tokens,
+            b"cache_read_input_tokens" => &mut u.cache_read_input_tokens,
+            b"cache_created_input_tokens" => &mut u.cache_created_input_tokens,
+            b"completion_tokens_details" | b"prompt_tokens_details" => {
+                let (slot, count) = if name[0] == b'c' {
+                    (&mut u.reasoning_tokens, &b"reasoning_tokens"[..])
+                } else {
+                    (&mut u.cached_tokens, &b"cached_tokens"[..])
+                };
+                match details(c, count)? {
+                    Ok(Some(n)) => *slot = n,
+                    Ok(None) => {}
+                    Err(()) => ok = false,
                 }
-                self.i += 1;
-                Ok(reason)
+                return Ok(());
             }
-            _ => Err(Bad),
+            _ => return c.skip(),
+        };
+        match token_count(c)? {
+            Some(n) => *slot = n,
+            None => ok = false,
         }
-    }
+        Ok(())
+    })?;
+    Ok(ok.then_some(u))
+}
 
-    /// `choices`, null or an array of choices: the first `finish_reason`.
-    fn choices(&mut self) -> Result<Option<String>, Bad> {
-        match self.peek()? {
-            b'n' => return self.literal(b"null").map(|()| None),
-            b'[' => self.i += 1,
-            _ => return Err(Bad),
-        }
-        let mut first = None;
-        if self.peek()? == b']' {
-            self.i += 1;
-            return Ok(None);
-        }
-        loop {
-            let reason = self.choice()?;
-            first = first.or(reason);
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Ok(first);
+/// A string or null (`Option<String>`).
+fn string_or_null(c: &mut Cursor<'_>) -> Result<Option<String>, Stop> {
+    match next(c)? {
+        b'n' => c.literal(b"null").map(|()| None),
+        b'"' => string(c).map(Some),
+        _ => Err(Stop),
+    }
+}
+
+/// Any value but null, as its text (`Option<&RawValue>`: skipped, then
+/// checked as UTF-8 as a whole).
+fn raw_or_null<'a>(c: &mut Cursor<'a>) -> Result<Option<&'a str>, Stop> {
+    if next(c)? == b'n' {
+        return c.literal(b"null").map(|()| None);
+    }
+    let start = c.at();
+    c.skip()?;
+    let text: &'a [u8] = c.text();
+    std::str::from_utf8(&text[start..c.at()])
+        .map(Some)
+        .map_err(|_| Stop)
+}
+
+/// One choice, an object (or an array, read by position): its
+/// `finish_reason`, a string or null.
+fn choice(c: &mut Cursor<'_>) -> Result<Option<String>, Stop> {
+    match next(c)? {
+        b'{' => {
+            let (mut reason, mut seen) = (None, false);
+            c.members(Keys::Read, |c, key| {
+                if *c.name(key) != *b"finish_reason" {
+                    return c.skip();
                 }
-                _ => return Err(Bad),
-            }
-        }
-    }
-
-    /// A chunk: see [`Probe`].
-    fn probe(&mut self) -> Result<Probe<'a>, Bad> {
-        let mut p = Probe::default();
-        match self.peek()? {
-            b'{' => {
-                let mut seen = [false; 3];
-                self.members(|j, name| {
-                    let member = match name {
-                        b"choices" => 0,
-                        b"usage" => 1,
-                        b"error" => 2,
-                        _ => return j.skip(),
-                    };
-                    if std::mem::replace(&mut seen[member], true) {
-                        return Err(Bad);
-                    }
-                    match member {
-                        0 => p.finish_reason = j.choices()?,
-                        1 => p.usage = j.usage()?,
-                        _ => p.error = j.raw_or_null()?,
-                    }
-                    Ok(())
-                })?;
-            }
-            b'[' => {
-                self.i += 1;
-                if self.peek()? == b']' {
-                    self.i += 1;
-                    return Ok(p);
+                if std::mem::replace(&mut seen, true) {
+                    return Err(Stop);
                 }
-                for member in 0..3 {
-                    match member {
-                        0 => p.finish_reason = self.choices()?,
-                        1 => p.usage = self.usage()?,
-                        _ => p.error = self.raw_or_null()?,
-                    }
-                    match self.peek()? {
-                        b']' => {
-                            self.i += 1;
-                            return Ok(p);
-                        }
-                        b',' if member < 2 => self.i += 1,
-                        _ => return Err(Bad),
-                    }
-                }
-                return Err(Bad);
+                reason = string_or_null(c)?;
+                Ok(())
+            })?;
+            Ok(reason)
+        }
+        b'[' => {
+            c.eat(b'[')?;
+            let mut reason = None;
+            if next(c)? != b']' {
+                reason = string_or_null(c)?;
             }
-            _ => return Err(Bad),
+            c.eat(b']')?;
+            Ok(reason)
         }
-        Ok(p)
+        _ => Err(Stop),
     }
 }
 
-/// Eight copies of a byte, one per byte of a `u64`.
-const fn splat(b: u8) -> u64 {
-    u64::from_ne_bytes([b; 8])
+/// `choices`, null or an array of choices: the first `finish_reason`.
+fn choices(c: &mut Cursor<'_>) -> Result<Option<String>, Stop> {
+    match next(c)? {
+        b'n' => return c.literal(b"null").map(|()| None),
+        b'[' => {}
+        _ => return Err(Stop),
+    }
+    let mut first = None;
+    c.elements(|c| {
+        let reason = choice(c)?;
+        first = first.take().or(reason);
+        Ok(())
+    })?;
+    Ok(first)
 }
 
-/// The eight bytes at `i`, if there are as many.
-fn word(s: &[u8], i: usize) -> Option<u64> {
-    let bytes = s.get(i..i + 8)?;
-    Some(u64::from_le_bytes(bytes.try_into().unwrap_or_default()))
-}
-
-/// The high bit of each byte of `x` that is `"`, `\` or below 0x20. Exact
-/// for the lowest flagged byte, the only one callers look at (a flagged
-/// byte can flag a higher one by its borrow).
-#[inline]
-fn specials(x: u64) -> u64 {
-    let zero = |v: u64| v.wrapping_sub(splat(1)) & !v;
-    let quote = zero(x ^ splat(b'"'));
-    let backslash = zero(x ^ splat(b'\\'));
-    let control = x.wrapping_sub(splat(0x20)) & !x;
-    (quote | backslash | control) & splat(0x80)
-}
-
-/// From `i` inside a string's contents: where the first `"`, `\` or
-/// control character is (`None`: nowhere before the end), and whether a
-/// non-ASCII byte comes before it. Eight bytes at a time.
-#[inline]
-fn plain(s: &[u8], mut i: usize) -> (Option<usize>, bool) {
-    let mut high = 0;
-    while let Some(x) = word(s, i) {
-        let stop = specials(x);
-        if stop != 0 {
-            let at = stop.trailing_zeros() / 8;
-            high |= x & splat(0x80) & ((1u64 << (8 * at)) - 1);
-            return (Some(i + at as usize), high != 0);
+/// A chunk: see [`Probe`].
+fn probe<'a>(c: &mut Cursor<'a>) -> Result<Probe<'a>, Stop> {
+    let mut p = Probe::default();
+    match next(c)? {
+        b'{' => {
+            let mut seen = [false; 3];
+            c.members(Keys::Read, |c, key| {
+                let member = match &*c.name(key) {
+                    b"choices" => 0,
+                    b"usage" => 1,
+                    b"error" => 2,
+                    _ => return c.skip(),
+                };
+                if std::mem::replace(&mut seen[member], true) {
+                    return Err(Stop);
+                }
+                match member {
+                    0 => p.finish_reason = choices(c)?,
+                    1 => p.usage = usage_value(c)?,
+                    _ => p.error = raw_or_null(c)?,
+                }
+                Ok(())
+            })?;
         }
-        high |= x & splat(0x80);
-        i += 8;
-    }
-    while let Some(&b) = s.get(i) {
-        if b == b'"' || b == b'\\' || b < 0x20 {
-            return (Some(i), high != 0);
+        b'[' => {
+            c.eat(b'[')?;
+            if next(c)? == b']' {
+                c.eat(b']')?;
+                return Ok(p);
+            }
+            for member in 0..3 {
+                match member {
+                    0 => p.finish_reason = choices(c)?,
+                    1 => p.usage = usage_value(c)?,
+                    _ => p.error = raw_or_null(c)?,
+                }
+                match next(c)? {
+                    b']' => {
+                        c.eat(b']')?;
+                        return Ok(p);
+                    }
+                    b',' if member < 2 => c.eat(b',')?,
+                    _ => return Err(Stop),
+                }
+            }
+            return Err(Stop);
         }
-        high |= u64::from(b & 0x80);
-        i += 1;
+        _ => return Err(Stop),
     }
-    (None, high != 0)
-}
-
-/// The containers [`Json::skip`] is inside (`true` for an object), without
-/// allocating unless they nest deeper than 64.
-#[derive(Default)]
-struct Nesting {
-    bits: u64,
-    depth: usize,
-    spill: Vec<u64>,
-}
-
-impl Nesting {
-    fn push(&mut self, object: bool) {
-        if self.depth > 0 && self.depth % 64 == 0 {
-            self.spill.push(self.bits);
-            self.bits = 0;
-        }
-        self.bits = (self.bits << 1) | u64::from(object);
-        self.depth += 1;
-    }
-
-    fn top(&self) -> Option<bool> {
-        (self.depth > 0).then_some(self.bits & 1 == 1)
-    }
-
-    fn pop(&mut self) {
-        self.bits >>= 1;
-        self.depth -= 1;
-        if self.depth > 0 && self.depth % 64 == 0 {
-            self.bits = self.spill.pop().unwrap_or(0);
-        }
-    }
+    Ok(p)
 }
 
 /// A provider's answer that is not a JSON object.
@@ -769,187 +413,43 @@ impl std::error::Error for NotJson {}
 
 /// Reads usage and finish reason from a non-streamed answer.
 ///
-/// One structural pass over the body: it must be a JSON object whose
-/// strings, nesting and members are well formed (anything else is the
-/// provider answering garbage); `choices[].finish_reason` and the top-level
-/// `usage` are found by their depth and only their values are parsed. The
-/// body itself is forwarded as it is, so its other values are not checked
-/// further than their shape.
+/// One pass over the body by its shape (the JSON cursor's `skip_shape`): it must
+/// be a JSON object whose strings, nesting and members are well formed
+/// (anything else is the provider answering garbage);
+/// `choices[].finish_reason` and the top-level `usage` are found by their
+/// depth and only their values are parsed. The body itself is forwarded as
+/// it is, so its other values are not checked further than their shape.
 pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, NotJson> {
-    let mut w = Walk { s: body, i: 0 };
+    let mut c = Cursor::new(body);
     let mut usage = None;
     let mut finish = None;
-    w.members(|w, key| match key {
-        b"choices" if w.peek()? == b'[' => w.elements(|w| {
-            if w.peek()? != b'{' {
-                return w.skip();
+    c.members_shape(|c, key| match c.raw_name(key) {
+        b"choices" if c.peek() == Some(b'[') => c.elements_shape(|c| {
+            if c.peek() != Some(b'{') {
+                return c.skip_shape().map(drop);
             }
-            w.members(|w, key| {
-                let span = w.skip_span()?;
-                if key == b"finish_reason" && finish.is_none() && body[span.0] == b'"' {
+            c.members_shape(|c, key| {
+                let span = c.skip_shape()?;
+                if c.raw_name(key) == b"finish_reason" && finish.is_none() && body[span.0] == b'"' {
                     finish = Some(span);
                 }
-                Some(())
+                Ok(())
             })
         }),
         b"usage" => {
-            usage = Some(w.skip_span()?);
-            Some(())
+            usage = Some(c.skip_shape()?);
+            Ok(())
         }
-        _ => w.skip(),
+        _ => c.skip_shape().map(drop),
     })
-    .ok_or(NotJson)?;
-    w.ws();
-    if w.i != body.len() {
+    .map_err(|Stop| NotJson)?;
+    if c.peek().is_some() {
         return Err(NotJson);
     }
     Ok(CompletionSummary {
-        usage: usage.and_then(|(a, b)| Json::whole(&body[a..b], Json::usage).ok()?),
-        finish_reason: finish.and_then(|(a, b)| Json::whole(&body[a..b], Json::string).ok()),
+        usage: usage.and_then(|(a, b)| Cursor::whole(&body[a..b], usage_value).ok()?),
+        finish_reason: finish.and_then(|(a, b)| Cursor::whole(&body[a..b], string).ok()),
     })
-}
-
-/// A cursor over JSON text that checks and skips structure; every method
-/// returns `None` on text that is not well formed where it looks.
-struct Walk<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Walk<'_> {
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
-            self.i += 1;
-        }
-    }
-
-    fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.s.get(self.i).copied()
-    }
-
-    fn eat(&mut self, b: u8) -> Option<()> {
-        (self.peek()? == b).then(|| self.i += 1)
-    }
-
-    /// A string; returns its raw contents (escapes as written).
-    fn string(&mut self) -> Option<(usize, usize)> {
-        self.eat(b'"')?;
-        let start = self.i;
-        loop {
-            let off = memchr::memchr2(b'"', b'\\', &self.s[self.i..])?;
-            self.i += off;
-            if self.s[self.i] == b'"' {
-                self.i += 1;
-                return Some((start, self.i - 1));
-            }
-            if self.i + 1 >= self.s.len() {
-                return None;
-            }
-            self.i += 2;
-        }
-    }
-
-    /// Skips a value, returning its span.
-    fn skip_span(&mut self) -> Option<(usize, usize)> {
-        self.ws();
-        let start = self.i;
-        self.skip()?;
-        Some((start, self.i))
-    }
-
-    /// Skips any value, checking the nesting and the strings in it.
-    fn skip(&mut self) -> Option<()> {
-        match self.peek()? {
-            b'"' => self.string().map(drop),
-            b'{' | b'[' => {
-                // Open containers as a bit stack (1 = object): 128 levels,
-                // deeper is refused.
-                let (mut stack, mut depth) = (0u128, 0u32);
-                loop {
-                    let off = self.s[self.i..]
-                        .iter()
-                        .position(|b| matches!(b, b'"' | b'{' | b'}' | b'[' | b']'))?;
-                    self.i += off;
-                    match self.s[self.i] {
-                        b'"' => {
-                            self.string()?;
-                        }
-                        open @ (b'{' | b'[') => {
-                            if depth == 128 {
-                                return None;
-                            }
-                            stack = (stack << 1) | u128::from(open == b'{');
-                            depth += 1;
-                            self.i += 1;
-                        }
-                        close => {
-                            if depth == 0 || (stack & 1 == 1) != (close == b'}') {
-                                return None;
-                            }
-                            stack >>= 1;
-                            depth -= 1;
-                            self.i += 1;
-                            if depth == 0 {
-                                return Some(());
-                            }
-                        }
-                    }
-                }
-            }
-            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
-                let off = self.s[self.i..]
-                    .iter()
-                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
-                self.i += off.unwrap_or(self.s.len() - self.i);
-                Some(())
-            }
-            _ => None,
-        }
-    }
-
-    /// Visits an object's members: `f(walk, key)` must consume the value.
-    fn members(&mut self, mut f: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.i += 1;
-            return Some(());
-        }
-        loop {
-            let (a, b) = self.string()?;
-            self.eat(b':')?;
-            let key = self.s;
-            f(self, &key[a..b])?;
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// Visits an array's elements: `f(walk)` must consume each.
-    fn elements(&mut self, mut f: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
-        if self.peek()? == b']' {
-            self.i += 1;
-            return Some(());
-        }
-        loop {
-            f(self)?;
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1359,7 +859,7 @@ mod tests {
     }
 
     fn read_usage(text: &[u8]) -> Option<Option<Usage>> {
-        Json::whole(text, Json::usage).ok()
+        Cursor::whole(text, usage_value).ok()
     }
 
     fn read_probe(text: &[u8]) -> Option<(Option<String>, Option<Usage>, Option<String>)> {
@@ -1836,31 +1336,11 @@ mod tests {
             proptest::prop_assert_eq!(read_probe(&text), reference::probe(&text), "{}", shown);
             if text.first() == Some(&b'"') {
                 proptest::prop_assert_eq!(
-                    Json::whole(&text, Json::string).ok(),
+                    Cursor::whole(&text, string).ok(),
                     serde_json::from_slice::<String>(&text).ok(),
                     "{}", shown
                 );
             }
-        }
-
-        #[test]
-        fn the_word_scan_agrees_with_a_byte_scan(
-            text in proptest::collection::vec(
-                prop_oneof![
-                    12 => Just(b'a'),
-                    1 => proptest::sample::select(&b"\"\\\x00\x01\x1f\x20\x21\x5b\x5d\x7f\x80\xc3\xa9\xff"[..]),
-                ],
-                0..40,
-            ),
-            from in 0usize..8,
-        ) {
-            let from = from.min(text.len());
-            let stop = text[from..]
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-                .map(|at| from + at);
-            let high = text[from..stop.unwrap_or(text.len())].iter().any(|b| *b >= 0x80);
-            proptest::prop_assert_eq!(plain(&text, from), (stop, high));
         }
 
         #[test]

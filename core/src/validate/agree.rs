@@ -1,11 +1,15 @@
-//! The fast path agrees with the reference: whenever it answers, its
-//! answer is the reference's (the request, the rewritten body), and what it
-//! leaves alone the reference decides. Bodies are generated as text, so
-//! key order, duplicates, whitespace, escapes and broken grammar all occur.
+//! The validator agrees with the oracle (the serde_json implementation it
+//! replaced, [`super::reference`]): for every body, the same verdict — the
+//! same request and rewritten body, or the same error, message included.
+//! Bodies are generated as text, so key order, duplicates, whitespace,
+//! escapes and broken grammar all occur.
 
 use proptest::prelude::*;
 
-use super::{Param, check_max_tokens, fast, number_in, validate_chat_request, validate_reference};
+use super::body::{plain_count, plainly_within};
+use super::params::{check_max_tokens, number_in};
+use super::reference::{self, validate_reference};
+use super::{Param, peek_model_and_stream, validate_chat_request};
 use crate::catalog::{Catalog, Model};
 
 fn catalogs() -> [Catalog; 2] {
@@ -17,30 +21,27 @@ fn catalogs() -> [Catalog; 2] {
     [Catalog::default(), mapped]
 }
 
-/// Checks `body` against the reference with both catalogues; true when the
-/// fast path answered.
+/// Checks `body` against the oracle with both catalogues; true when it is
+/// accepted.
 fn agrees(body: &[u8]) -> bool {
-    let mut answered = false;
+    let mut accepted = false;
     for catalog in catalogs() {
-        let reference = validate_reference(body, &catalog);
-        if let Some(chat) = fast::validate(body, &catalog) {
-            assert_eq!(
-                Ok(&chat),
-                reference.as_ref(),
-                "{}",
-                String::from_utf8_lossy(body)
-            );
-            answered = true;
-        }
-        assert_eq!(validate_chat_request(body, &catalog), reference);
+        let got = validate_chat_request(body, &catalog);
+        assert_eq!(
+            got,
+            validate_reference(body, &catalog),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+        accepted |= got.is_ok();
     }
-    answered
+    accepted
 }
 
 const SMALL: &str = r#"{"model":"reasoning-model-k3","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},{"role":"user","content":"What is the capital of France, and why is it the capital?"}],"max_tokens":512,"x_sim":{"reasoning_tokens":20,"answer_tokens":10}}"#;
 
 #[test]
-fn usual_requests_take_the_fast_path() {
+fn usual_requests_are_accepted() {
     let long = "Lorem ipsum dolor sit amet, \u{e9}\u{4e2d}\u{6587} \u{1f600}. ".repeat(40);
     let bodies = [
         SMALL.to_owned(),
@@ -64,7 +65,7 @@ fn usual_requests_take_the_fast_path() {
             .to_owned(),
     ];
     for body in &bodies {
-        assert!(agrees(body.as_bytes()), "left to the reference: {body}");
+        assert!(agrees(body.as_bytes()), "refused: {body}");
     }
     for (number, max) in [
         ("1.99999999999999", b'2'),
@@ -73,7 +74,7 @@ fn usual_requests_take_the_fast_path() {
         ("0", b'1'),
         ("null", b'1'),
     ] {
-        assert!(fast::plainly_within(number.as_bytes(), max), "{number}");
+        assert!(plainly_within(number.as_bytes(), max), "{number}");
     }
     for (number, max) in [
         ("1.999999999999999", b'2'),
@@ -84,20 +85,18 @@ fn usual_requests_take_the_fast_path() {
         ("1.5", b'1'),
         ("10", b'2'),
     ] {
-        assert!(!fast::plainly_within(number.as_bytes(), max), "{number}");
+        assert!(!plainly_within(number.as_bytes(), max), "{number}");
     }
 }
 
 #[test]
-fn refusals_and_rare_shapes_are_left_to_the_reference() {
+fn refusals_and_rare_shapes_agree() {
     for body in [
         "",
         "{}",
         "[1]",
         "\u{feff}{}",
         r#"{"model":"reasoning-model-k3","model":"x","messages":[{"role":"user","content":"x"}]}"#,
-        r#"{"mod\u0065l":"reasoning-model-k3","messages":[{"role":"user","content":"x"}]}"#,
-        r#"{"model":"reasoning-model-k3","messages":[{"role":"us\u0065r","content":"x"}]}"#,
         r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"\ud800"}]}"#,
         r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"x","content":"y"}]}"#,
         r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"x"}],}"#,
@@ -108,7 +107,14 @@ fn refusals_and_rare_shapes_are_left_to_the_reference() {
         r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"x"}],"n":-}"#,
         r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"x"}],"n":tru}"#,
     ] {
-        assert!(!agrees(body.as_bytes()), "answered: {body}");
+        assert!(!agrees(body.as_bytes()), "accepted: {body}");
+    }
+    // Escapes in a key and in a role: accepted as their unescaped selves.
+    for body in [
+        r#"{"mod\u0065l":"reasoning-model-k3","messages":[{"role":"user","content":"x"}]}"#,
+        r#"{"model":"reasoning-model-k3","messages":[{"role":"us\u0065r","content":"x"}]}"#,
+    ] {
+        assert!(agrees(body.as_bytes()), "refused: {body}");
     }
     // Not UTF-8, inside a string and outside.
     assert!(!agrees(
@@ -127,6 +133,28 @@ fn refusals_and_rare_shapes_are_left_to_the_reference() {
     };
     assert!(agrees(nest(127).as_bytes()));
     assert!(!agrees(nest(128).as_bytes()));
+}
+
+/// Every prefix of a request holding every rule's parameters, and every
+/// copy with one byte removed: cut off anywhere, the same error.
+#[test]
+fn every_prefix_and_every_cut_agree() {
+    let body = r#"{"model":"reasoning-model-k3","messages":[{"role":"system","content":"s"},
+        {"role":"user","content":[{"type":"text","text":"look \u00e9"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"low"}}]},
+        {"role":"assistant","content":null,"reasoning_content":"r","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c","content":"42"}],
+      "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+      "tool_choice":{"type":"function","function":{"name":"f"}},"stop":["a"],
+      "stream":true,"stream_options":{"include_usage":false},"temperature":0.5,"top_p":1,
+      "max_tokens":5,"x":[1,-2.5e3,true,null,{"\ud83d\ude00":"\/"}]}"#
+        .as_bytes();
+    assert!(agrees(body));
+    for n in 0..body.len() {
+        agrees(&body[..n]);
+        let mut cut = body.to_vec();
+        cut.remove(n);
+        agrees(&cut);
+    }
 }
 
 fn ws() -> impl Strategy<Value = &'static str> + Clone {
@@ -622,20 +650,21 @@ fn any_body() -> impl Strategy<Value = Vec<u8>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
-    /// Requests the reference accepts are answered by the fast path, the
-    /// same way (the few shapes it leaves alone aside).
+    /// Requests the oracle accepts are accepted, the same way.
     #[test]
     fn accepted_requests_agree(body in good_body(false)) {
-        let answered = agrees(body.as_bytes());
+        prop_assert!(agrees(body.as_bytes()), "refused: {}", body);
         prop_assert!(validate_reference(body.as_bytes(), &Catalog::default()).is_ok(), "{}", body);
-        // Escapes the fast path leaves alone: in a key, in an image URL.
-        let rare = body.contains("\\u0075sage") || body.contains("==\\n");
-        prop_assert!(answered || rare, "left to the reference: {}", body);
     }
 
     #[test]
     fn any_request_agrees(body in any_body()) {
         agrees(&body);
+        prop_assert_eq!(
+            peek_model_and_stream(&body),
+            reference::peek_model_and_stream(&body),
+            "{}", String::from_utf8_lossy(&body)
+        );
     }
 
     /// The shortcuts for numbers answer as the reference's checks.
@@ -644,13 +673,13 @@ proptest! {
         number in "-?[0-3](\\.[0-9]{1,20})?([eE][-+]?[0-9])?|[1-9][0-9]{0,20}|0|null",
     ) {
         for (max, param) in [(b'2', "temperature"), (b'1', "top_p")] {
-            if fast::plainly_within(number.as_bytes(), max) {
+            if plainly_within(number.as_bytes(), max) {
                 let max = f64::from(max - b'0');
-                prop_assert!(number_in(&number, Param::root(param), 0.0, max).is_ok(), "{}", number);
+                prop_assert!(number_in(number.as_bytes(), Param::root(param), 0.0, max).is_ok(), "{}", number);
             }
         }
-        if let Some(n) = fast::plain_count(number.as_bytes()) {
-            prop_assert_eq!(check_max_tokens(Some(&number), None), Ok(Some(n)));
+        if let Some(n) = plain_count(number.as_bytes()) {
+            prop_assert_eq!(check_max_tokens(Some(number.as_bytes()), None), Ok(Some(n)));
         }
     }
 }
