@@ -18,9 +18,14 @@ CREATE TABLE IF NOT EXISTS chatgate_ledger (
     complete            boolean NOT NULL,
     client_disconnected boolean NOT NULL,
     upstream_status     smallint,
+    endpoint            text,
+    attempts            integer NOT NULL DEFAULT 0,
     error               text,
     duration_ms         bigint NOT NULL,
     ttfb_ms             bigint
 );
+-- Tables made before the endpoint pool get its two columns.
+ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS endpoint text;
+ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS chatgate_ledger_key_ts ON chatgate_ledger (key, ts);
 CREATE INDEX IF NOT EXISTS chatgate_ledger_ts ON chatgate_ledger (ts);

@@ -79,13 +79,12 @@ fn main() {
     );
     let _ = std::io::stdout().flush();
     for client in listener.incoming().flatten() {
-        let (gateway, upstream, ledger, clock) = (
+        let (gateway, ledger, clock) = (
             Arc::clone(&gateway),
-            upstream.clone(),
             Arc::clone(&ledger),
             Arc::clone(&clock),
         );
-        std::thread::spawn(move || serve(client, &gateway, &upstream, &ledger, &clock));
+        std::thread::spawn(move || serve(client, &gateway, &ledger, &clock));
     }
 }
 
@@ -117,13 +116,7 @@ fn spawn_reader(
     });
 }
 
-fn serve(
-    client: TcpStream,
-    gateway: &Arc<Gateway>,
-    target: &UpstreamTarget,
-    ledger: &Mutex<std::fs::File>,
-    clock: &Clock,
-) {
+fn serve(client: TcpStream, gateway: &Arc<Gateway>, ledger: &Mutex<std::fs::File>, clock: &Clock) {
     let _ = client.set_nodelay(true);
     let mut client_w = client.try_clone().expect("clone socket");
     let mut conn = match Connection::accept(gateway, clock.now()) {
@@ -142,9 +135,10 @@ fn serve(
     loop {
         while let Some(event) = conn.poll_event() {
             match event {
-                Event::ConnectUpstream { .. } => {
+                Event::ConnectUpstream { endpoint, .. } => {
                     // No pool here: every request gets a fresh connection.
                     generation += 1;
+                    let target = &endpoint.config().target;
                     match connect(target, gateway.config().timeouts.upstream_connect) {
                         Ok(s) => {
                             let g = generation;

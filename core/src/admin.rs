@@ -1,12 +1,14 @@
 //! The admin listener's answers: `/metrics` (Prometheus text), `/healthz`
-//! (the process answers) and `/readyz` (it can serve: keys loaded, ledger
-//! writable, provider reachable). Pure: the runtime reads a request head,
+//! (the process answers), `/readyz` (it can serve: keys loaded, ledger
+//! writable, a provider endpoint not ejected and reachable) and
+//! `/upstreams` (each provider endpoint's state, as JSON). Pure: the runtime reads a request head,
 //! gathers a [`Readiness`] when asked, and writes the bytes returned here.
 
 use crate::gateway::Gateway;
 use crate::http::HttpLimits;
 use crate::http::write::{self, header, header_u64};
 use crate::http::{Method, parse_request_head};
+use crate::time::Instant;
 
 /// What `/readyz` checks, gathered by the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,8 +17,9 @@ pub struct Readiness {
     pub keys: usize,
     /// The ledger's last append succeeded and its file exists.
     pub ledger_writable: bool,
-    /// The provider answered recently, or a connection to it just opened;
-    /// otherwise why not.
+    /// A provider endpoint is not ejected, and the provider answered
+    /// recently or a connection to such an endpoint just opened; otherwise
+    /// why not.
     pub upstream: Result<(), String>,
 }
 
@@ -36,6 +39,8 @@ pub enum AdminRoute {
     Health,
     /// `GET /readyz` (the runtime gathers a [`Readiness`]).
     Ready,
+    /// `GET /upstreams`.
+    Upstreams,
     /// Anything else: answered at once.
     Other,
 }
@@ -54,19 +59,29 @@ pub fn admin_route(head: &[u8]) -> (AdminRoute, bool) {
         "/metrics" => AdminRoute::Metrics,
         "/healthz" => AdminRoute::Health,
         "/readyz" => AdminRoute::Ready,
+        "/upstreams" => AdminRoute::Upstreams,
         _ => AdminRoute::Other,
     };
     (route, head_only)
 }
 
-/// The whole response (with `Connection: close`) to a routed request.
+/// The whole response (with `Connection: close`) to a routed request at
+/// `now`.
 pub fn admin_response(
     route: AdminRoute,
     head_only: bool,
     gw: &Gateway,
     ready: Option<&Readiness>,
+    now: Instant,
 ) -> Vec<u8> {
     match route {
+        AdminRoute::Upstreams => {
+            let status = gw.endpoints().status(now, gw.wall());
+            let mut body =
+                serde_json::to_vec(&serde_json::json!({ "upstreams": status })).unwrap_or_default();
+            body.push(b'\n');
+            respond(200, "application/json", &body, head_only)
+        }
         AdminRoute::Metrics => respond(
             200,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -118,7 +133,7 @@ pub fn admin_response(
         AdminRoute::Other => respond(
             404,
             "text/plain; charset=utf-8",
-            b"not found: the admin listener serves /metrics, /healthz and /readyz\n",
+            b"not found: the admin listener serves /metrics, /healthz, /readyz and /upstreams\n",
             head_only,
         ),
     }
@@ -150,6 +165,10 @@ mod tests {
         assert_eq!(
             admin_route(b"HEAD /readyz HTTP/1.1\r\nHost: a\r\n\r\n"),
             (AdminRoute::Ready, true)
+        );
+        assert_eq!(
+            admin_route(b"GET /upstreams HTTP/1.1\r\nHost: a\r\n\r\n"),
+            (AdminRoute::Upstreams, false)
         );
         assert_eq!(
             admin_route(b"POST /healthz HTTP/1.1\r\nHost: a\r\n\r\n").0,

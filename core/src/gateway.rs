@@ -2,7 +2,8 @@
 //! rate limits, request ids, and the count of open connections.
 
 use crate::auth::KeyTable;
-use crate::config::{GatewayConfig, UpstreamTarget};
+use crate::config::GatewayConfig;
+use crate::endpoints::EndpointSet;
 use crate::limits::RateLimiter;
 use crate::metrics::Metrics;
 use crate::time::WallClock;
@@ -42,13 +43,13 @@ pub struct Gateway {
     ids: RequestIds,
     open: AtomicUsize,
     draining: AtomicBool,
-    upstream_prefix: Vec<u8>,
+    endpoints: RwLock<Arc<EndpointSet>>,
     metrics: Metrics,
 }
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Not the upstream prefix: it holds the provider's key.
+        // Not the endpoints: their request prefixes hold the providers' keys.
         f.debug_struct("Gateway")
             .field("config", &self.config)
             .field("keys", &self.keys().len())
@@ -67,7 +68,7 @@ impl Gateway {
         wall: WallClock,
         random: u64,
     ) -> Arc<Gateway> {
-        let upstream_prefix = upstream_prefix(&config.upstream);
+        let endpoints = EndpointSet::new(config.upstreams.clone(), None);
         let metrics = Metrics::default();
         metrics.keys_loaded(keys.len());
         Arc::new(Gateway {
@@ -81,7 +82,7 @@ impl Gateway {
             },
             open: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
-            upstream_prefix,
+            endpoints: RwLock::new(Arc::new(endpoints)),
             metrics,
         })
     }
@@ -112,7 +113,9 @@ impl Gateway {
 
     /// The Prometheus text exposition of the metrics.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render(self.open_connections())
+        let mut text = self.metrics.render(self.open_connections());
+        self.endpoints().render_metrics(&mut text);
+        text
     }
 
     /// The shared rate limiter.
@@ -162,30 +165,21 @@ impl Gateway {
         self.draining.load(Ordering::Acquire)
     }
 
-    /// The fixed start of every upstream request head (request line, Host,
-    /// Authorization, Content-Type, User-Agent).
-    pub(crate) fn upstream_prefix(&self) -> &[u8] {
-        &self.upstream_prefix
+    /// The provider endpoints in force.
+    pub fn endpoints(&self) -> Arc<EndpointSet> {
+        self.endpoints
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
-}
 
-fn upstream_prefix(t: &UpstreamTarget) -> Vec<u8> {
-    use crate::http::write::header;
-    let mut p = Vec::with_capacity(256);
-    p.extend_from_slice(b"POST ");
-    p.extend_from_slice(t.base_path.as_bytes());
-    p.extend_from_slice(b"/chat/completions HTTP/1.1\r\n");
-    header(&mut p, "Host", &t.host_header());
-    if let Some(key) = &t.api_key {
-        header(&mut p, "Authorization", &format!("Bearer {}", key.expose()));
+    /// Replaces the pool (a reload; build `next` with the set in force as
+    /// its previous, so unchanged endpoints keep their health): new
+    /// requests choose among it, requests in flight keep the endpoint they
+    /// are on.
+    pub fn replace_endpoints(&self, next: EndpointSet) {
+        *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
     }
-    header(&mut p, "Content-Type", "application/json");
-    header(
-        &mut p,
-        "User-Agent",
-        concat!("chatgate/", env!("CARGO_PKG_VERSION")),
-    );
-    p
 }
 
 #[cfg(test)]
@@ -217,7 +211,7 @@ mod tests {
 
     #[test]
     fn the_provider_key_does_not_print() {
-        let mut t = UpstreamTarget::parse("https://h/v1").unwrap();
+        let mut t = crate::config::UpstreamTarget::parse("https://h/v1").unwrap();
         t.api_key = Some(crate::config::Secret::new("sk-provider-secret"));
         let g = Gateway::new(
             GatewayConfig::new(t),
@@ -231,7 +225,7 @@ mod tests {
     #[test]
     fn request_ids_are_unique() {
         let g = Gateway::new(
-            GatewayConfig::new(UpstreamTarget::parse("http://h/v1").unwrap()),
+            GatewayConfig::new(crate::config::UpstreamTarget::parse("http://h/v1").unwrap()),
             KeyTable::default(),
             WallClock::new(0),
             0xABCDEF,

@@ -53,6 +53,14 @@ pub struct LedgerRecord {
     pub client_disconnected: bool,
     /// The provider's status, when it answered.
     pub upstream_status: Option<u16>,
+    /// The provider endpoint that served the request, or the last one
+    /// tried (absent when no endpoint was asked).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Attempts on provider endpoints (several after failover; 0 when the
+    /// request never reached one). Failed attempts are not metered.
+    #[serde(default)]
+    pub attempts: u32,
     /// The error code the client got, if any.
     pub error: Option<String>,
     /// Time from the first byte of the request to the end, milliseconds.
@@ -81,6 +89,8 @@ impl LedgerRecord {
             complete: false,
             client_disconnected: false,
             upstream_status: None,
+            endpoint: None,
+            attempts: 0,
             error: None,
             duration_ms: 0,
             ttfb_ms: None,
@@ -121,6 +131,10 @@ impl LedgerRecord {
         f.flag("complete", self.complete);
         f.flag("client_disconnected", self.client_disconnected);
         f.num("upstream_status", self.upstream_status.map_or(0, u64::from));
+        if let Some(endpoint) = &self.endpoint {
+            f.str("endpoint", endpoint);
+            f.num("attempts", u64::from(self.attempts));
+        }
         f.num("duration_ms", self.duration_ms);
         f.num("ttfb_ms", self.ttfb_ms.unwrap_or(0));
         if let Some(e) = &self.error {
@@ -177,6 +191,10 @@ impl LedgerRecord {
             Some(s) => push_decimal(&mut o, u64::from(s)),
             None => o.extend_from_slice(b"null"),
         }
+        o.extend_from_slice(b",\"endpoint\":");
+        json_opt_str(&mut o, self.endpoint.as_deref());
+        o.extend_from_slice(b",\"attempts\":");
+        push_decimal(&mut o, u64::from(self.attempts));
         o.extend_from_slice(b",\"error\":");
         json_opt_str(&mut o, self.error.as_deref());
         o.extend_from_slice(b",\"duration_ms\":");
@@ -378,6 +396,27 @@ mod tests {
     }
 
     #[test]
+    fn access_fields_name_the_endpoint_and_attempts_when_there_was_one() {
+        let mut r = LedgerRecord::new(1_795_318_440_123, "req_1", "alice");
+        r.endpoint = Some("east".into());
+        r.attempts = 2;
+        let mut text = Vec::new();
+        r.access_fields(&mut text, false);
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains(" upstream_status=0 endpoint=east attempts=2 "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn lines_without_endpoint_fields_still_read() {
+        let old = br#"{"ts":"2026-11-22T03:34:00.123Z","request_id":"req_1","key":"alice","model":"m","stream":false,"status":200,"prompt_tokens":1,"completion_tokens":2,"reasoning_tokens":0,"cached_tokens":0,"cost_usd":0.000031350,"cost_nano_usd":31350,"finish_reason":"stop","complete":true,"client_disconnected":false,"upstream_status":200,"error":null,"duration_ms":5,"ttfb_ms":5}"#;
+        let r = LedgerRecord::from_line(old).unwrap();
+        assert_eq!((r.endpoint, r.attempts), (None, 0));
+    }
+
+    #[test]
     fn usd_is_written_as_format_usd_writes_it() {
         for nanos in [
             0,
@@ -448,6 +487,8 @@ mod tests {
             (true, Some("stop"), Some(200), Some(12), None),
             (false, None, None, None, Some("invalid_value")),
         ] {
+            r.endpoint = up.map(|_| "east-\"1\"".to_owned());
+            r.attempts = u32::from(up.is_some()) * 2;
             r.stream = stream;
             r.finish_reason = fin.map(str::to_owned);
             r.upstream_status = up;

@@ -16,7 +16,7 @@
 //! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (CONTRACT's error body) and [`UpstreamFault`]; the one URL reader |
 //! | codecs | [`http`], `json`, `sse`, `redis_protocol` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]) |
 //! | rules | `routes`, `validate`, `usage`, `stream`, `catalog`, `limits`, `auth`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); keys; the ledger line; the pool's policy; usage reports |
-//! | shared state | `config`, `metrics`, `gateway` | every setting and configuration type; the process's metrics; what connections share ([`Gateway`]) |
+//! | shared state | `config`, `endpoints`, `metrics`, `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what connections share ([`Gateway`]) |
 //! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers |
 //!
 //! ## The driving loop
@@ -29,14 +29,16 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use chatgate_core::{AdmitRequest, Connection, Event, Gateway, Instant, Settlement};
+//! use chatgate_core::{AdmitRequest, Connection, Endpoint, Event, Gateway, Instant, Settlement};
 //!
 //! /// What a runtime provides (sockets, pool, ledger file, clock).
 //! trait Io {
 //!     fn now(&self) -> Instant;
 //!     fn write_client(&mut self, bytes: &[u8]) -> usize;
 //!     fn write_upstream(&mut self, bytes: &[u8]) -> usize;
-//!     fn connect_upstream(&mut self, fresh: bool) -> Result<bool, chatgate_core::UpstreamFailure>;
+//!     /// A connection to this endpoint (from its pool unless `fresh`):
+//!     /// whether it was reused.
+//!     fn connect_upstream(&mut self, endpoint: &Endpoint, fresh: bool) -> Result<bool, chatgate_core::UpstreamFailure>;
 //!     fn release_upstream(&mut self);
 //!     fn close_upstream(&mut self);
 //!     /// Whether the line was appended.
@@ -57,7 +59,7 @@
 //!         while let Some(event) = conn.poll_event() {
 //!             let now = io.now();
 //!             match event {
-//!                 Event::ConnectUpstream { fresh } => match io.connect_upstream(fresh) {
+//!                 Event::ConnectUpstream { endpoint, fresh } => match io.connect_upstream(&endpoint, fresh) {
 //!                     Ok(reused) => conn.handle_upstream_connected(now, reused),
 //!                     Err(failure) => conn.handle_upstream_failure(now, failure),
 //!                 },
@@ -167,13 +169,16 @@ pub use validate::{ChatRequest, validate_chat_request};
 
 // Shared state.
 mod config;
+mod endpoints;
 mod gateway;
 mod metrics;
 
 pub use config::{
-    ConfigError, GatewayConfig, RedisUrl, SERVE_SETTINGS, Secret, ServeConfig, Setting,
-    SharedLimits, Sources, Timeouts, UpstreamTarget, env_name, flag_name, parse_duration,
+    ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, RedisUrl, SERVE_SETTINGS, Secret,
+    ServeConfig, Setting, SharedLimits, Sources, Timeouts, UpstreamTarget, env_name, flag_name,
+    parse_duration, parse_pool,
 };
+pub use endpoints::{Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome};
 pub use gateway::Gateway;
 pub use metrics::Metrics;
 

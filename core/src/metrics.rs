@@ -42,6 +42,31 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// The family with one labelled series (`labels` as `k="v"`), its
+    /// header first when `with_header`.
+    pub(crate) fn render_labelled(
+        &self,
+        out: &mut String,
+        name: &str,
+        help: &str,
+        labels: &str,
+        with_header: bool,
+    ) {
+        if with_header {
+            header(out, name, "histogram", help);
+        }
+        let mut cumulative = 0;
+        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.counts[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+
     fn render(&self, out: &mut String, name: &str, help: &str) {
         header(out, name, "histogram", help);
         let mut cumulative = 0;
@@ -492,7 +517,7 @@ fn per_key<'m>(map: &'m mut BTreeMap<String, PerKey>, key: &str) -> &'m mut PerK
     map.get_mut(key).expect("inserted")
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
@@ -504,7 +529,7 @@ const COUNTER: &str = "counter";
 const GAUGE: &str = "gauge";
 
 /// A label value: backslash, double quote and newline escaped.
-fn escape(v: &str) -> String {
+pub(crate) fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

@@ -41,6 +41,8 @@ mod params;
 #[cfg(test)]
 mod reference;
 mod rewrite;
+
+pub(crate) use rewrite::with_model;
 #[cfg(test)]
 mod tests;
 

@@ -60,10 +60,10 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
             _ => None,
         };
         if route == AdminRoute::Metrics {
-            let (idle, _, _) = shared.connector.stats();
-            shared.gateway.metrics().pool_idle(idle);
+            shared.gateway.metrics().pool_idle(shared.connectors.idle());
         }
-        let out = admin_response(route, head_only, &shared.gateway, ready.as_ref());
+        let now = crate::runtime::now();
+        let out = admin_response(route, head_only, &shared.gateway, ready.as_ref(), now);
         tcp.write_all(&out).await.ok()?;
         tcp.flush().await.ok()
     };
@@ -75,25 +75,36 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
     linger_close(&rt, tcp).await;
 }
 
-/// Keys loaded, ledger writable, provider reachable: answered recently, or
-/// a connection to it opens now (kept in the pool).
+/// Keys loaded, ledger writable, a provider endpoint not ejected and
+/// reachable: the provider answered recently, or a connection to the first
+/// endpoint not ejected opens now (kept in its pool).
 async fn readiness<R: Runtime>(shared: &Shared<R>) -> Readiness {
     let gw = &shared.gateway;
-    let now_ms = gw.wall().unix_ms(crate::runtime::now());
+    let now = crate::runtime::now();
+    let now_ms = gw.wall().unix_ms(now);
     let recent = now_ms.saturating_sub(gw.metrics().last_upstream_contact_ms()) < RECENT_CONTACT_MS;
-    let upstream = if recent {
+    let endpoints = gw.endpoints();
+    let serving = endpoints
+        .endpoints()
+        .iter()
+        .find(|e| endpoints.is_serving(e, now))
+        .cloned();
+    let upstream = if serving.is_none() {
+        Err("every provider endpoint is ejected".to_owned())
+    } else if recent {
         Ok(())
     } else {
         let timeout = gw.config().timeouts.upstream_connect;
         let rt = shared.rt.clone();
         future::or(
             async {
-                let (conn, _) = shared
-                    .connector
-                    .connect(true)
-                    .await
+                let endpoint = serving.expect("checked above");
+                let connector = shared
+                    .connectors
+                    .get(&endpoint)
                     .map_err(|e| e.to_string())?;
-                shared.connector.release(conn);
+                let (conn, _) = connector.connect(true).await.map_err(|e| e.to_string())?;
+                connector.release(conn);
                 Ok(())
             },
             async move {

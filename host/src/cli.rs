@@ -37,7 +37,7 @@ use crate::logging::init_logging;
 use crate::runtime::{Runtime, raise_fd_limit, random_32, random_u64, unix_ms_at_start};
 use crate::serve::{bind, run_gateway};
 use crate::sim::run_sim;
-use crate::upstream::Connector;
+use crate::upstream::Connectors;
 
 /// Exit status for start-up problems (bad settings, missing keys, port in use).
 pub const EXIT_CONFIG: u8 = 2;
@@ -199,12 +199,6 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
     code
 }
 
-fn env_map() -> HashMap<String, String> {
-    std::env::vars()
-        .filter(|(k, _)| k.starts_with("CHATGATE_"))
-        .collect()
-}
-
 fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
     match start_serving(rt, m, bin) {
         Ok(code) => code,
@@ -221,10 +215,15 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
     let keys = load_keys(&cfg, bin)?;
     let summary = cfg.summary(keys.len());
     let ledger = Ledger::open(&cfg.ledger_path)?;
-    let connector = Connector::new(
+    let gateway = Gateway::new(
+        cfg.gateway.clone(),
+        keys,
+        WallClock::new(unix_ms_at_start()),
+        random_u64(),
+    );
+    let connectors = Connectors::new(
         rt.clone(),
-        cfg.gateway.upstream.clone(),
-        cfg.upstream_ca.as_deref(),
+        &gateway.endpoints(),
         cfg.pool_max_idle,
         cfg.pool_idle_timeout,
     )?;
@@ -251,6 +250,11 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
         listener,
         admin,
         keys_src: Some(keys_src),
+        pool_src: config_path(m).map(|path| crate::pool::PoolSource {
+            path,
+            flags: serve_flags(m),
+            env: std::env::vars().collect(),
+        }),
         ledger_postgres: cfg
             .ledger_postgres
             .clone()
@@ -259,29 +263,37 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
     Ok(run_bound(
         rt,
         bound,
-        (cfg.gateway, shared_limits),
-        keys,
-        connector,
+        (gateway, shared_limits),
+        connectors,
         ledger,
         &summary,
     ))
 }
 
-/// Flags, `CHATGATE_*` variables and the config file, resolved.
-fn resolve_serve_config(m: &ArgMatches) -> Result<ServeConfig, String> {
-    let env = env_map();
-    let flags: HashMap<String, String> = SERVE_SETTINGS
+/// The `serve` flags given, by setting key.
+fn serve_flags(m: &ArgMatches) -> HashMap<String, String> {
+    SERVE_SETTINGS
         .iter()
         .filter_map(|s| {
             m.get_one::<String>(s.key)
                 .map(|v| (s.key.to_owned(), v.clone()))
         })
-        .collect();
-    let config_path = m
-        .get_one::<String>("config")
+        .collect()
+}
+
+/// The config file's path (`--config`, or `CHATGATE_CONFIG`).
+fn config_path(m: &ArgMatches) -> Option<String> {
+    m.get_one::<String>("config")
         .cloned()
-        .or_else(|| env.get("CHATGATE_CONFIG").cloned());
-    let file = match &config_path {
+        .or_else(|| std::env::var("CHATGATE_CONFIG").ok())
+}
+
+/// Flags, `CHATGATE_*` variables and the config file, resolved.
+fn resolve_serve_config(m: &ArgMatches) -> Result<ServeConfig, String> {
+    // All of it: `[[upstream]]` tables name the variables their keys are in.
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let flags = serve_flags(m);
+    let file = match &config_path(m) {
         Some(p) => Some(
             std::fs::read_to_string(p)
                 .map_err(|e| format!("cannot read the config file '{p}': {e}"))?,
@@ -316,6 +328,8 @@ struct Bound {
     listener: std::net::TcpListener,
     admin: Option<std::net::TcpListener>,
     keys_src: Option<KeysSource>,
+    /// Where the provider pool reloads from (the config file).
+    pool_src: Option<crate::pool::PoolSource>,
     /// PostgreSQL URL and the local ledger it ships from.
     ledger_postgres: Option<(String, String)>,
 }
@@ -323,9 +337,8 @@ struct Bound {
 fn run_bound<R: Runtime>(
     rt: R,
     bound: Bound,
-    (config, shared_limits): (GatewayConfig, Option<crate::redis::SharedLimiter<R>>),
-    keys: KeyTable,
-    connector: Connector<R>,
+    (gateway, shared_limits): (Arc<Gateway>, Option<crate::redis::SharedLimiter<R>>),
+    connectors: Connectors<R>,
     ledger: Ledger,
     summary: &str,
 ) -> ExitCode {
@@ -333,22 +346,17 @@ fn run_bound<R: Runtime>(
         listener,
         admin,
         keys_src,
+        pool_src,
         ledger_postgres,
     } = bound;
     let addr = match listener.local_addr() {
         Ok(a) => a,
         Err(e) => return fail(format!("cannot read the listening address: {e}")),
     };
-    let gateway = Gateway::new(
-        config,
-        keys,
-        WallClock::new(unix_ms_at_start()),
-        random_u64(),
-    );
     let shared = Arc::new(Shared {
         rt: rt.clone(),
         gateway,
-        connector,
+        connectors,
         ledger,
         shared_limits,
         draining: event_listener::Event::new(),
@@ -367,6 +375,9 @@ fn run_bound<R: Runtime>(
     }
     if let Some(src) = keys_src {
         rt.spawn(crate::keys::watch(Arc::clone(&shared), src));
+    }
+    if let Some(src) = pool_src {
+        rt.spawn(crate::pool::watch(Arc::clone(&shared), src));
     }
     let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!("starting: {summary} open_files={files}");
@@ -572,10 +583,15 @@ fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
     let ledger_path = ledger_path.to_string_lossy().into_owned();
     let ledger = Ledger::open(&ledger_path)?;
     let upstream = UpstreamTarget::parse(&format!("http://{sim_addr}/v1"))?;
-    let connector = Connector::new(
+    let gateway = Gateway::new(
+        GatewayConfig::new(upstream.clone()),
+        keys,
+        WallClock::new(unix_ms_at_start()),
+        random_u64(),
+    );
+    let connectors = Connectors::new(
         rt.clone(),
-        upstream.clone(),
-        None,
+        &gateway.endpoints(),
         64,
         Duration::from_secs(30),
     )?;
@@ -600,14 +616,14 @@ fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
         listener,
         admin: None,
         keys_src: None,
+        pool_src: None,
         ledger_postgres: None,
     };
     Ok(run_bound(
         rt,
         bound,
-        (GatewayConfig::new(upstream), None),
-        keys,
-        connector,
+        (gateway, None),
+        connectors,
         ledger,
         &summary,
     ))

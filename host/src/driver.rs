@@ -24,7 +24,7 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 use crate::gate::Gate;
 use crate::ledger::Ledger;
 use crate::runtime::{Alarm, Runtime, SCRATCH_LEN, now, with_scratch};
-use crate::upstream::{Connector, UpstreamStream};
+use crate::upstream::{Connector, Connectors, UpstreamStream};
 
 /// How long a closing connection keeps reading (and dropping) what the
 /// client still sends, so the last response is not destroyed by a reset.
@@ -38,8 +38,8 @@ pub struct Shared<R: Runtime> {
     pub rt: R,
     /// The gateway state.
     pub gateway: Arc<Gateway>,
-    /// Provider connections.
-    pub connector: Connector<R>,
+    /// Provider connections, a pool per endpoint.
+    pub connectors: Connectors<R>,
     /// The ledger file.
     pub ledger: Ledger,
     /// The shared limiter (Redis), when configured.
@@ -63,8 +63,17 @@ enum Wake {
 
 type AdmitFuture<'a> = Pin<Box<dyn Future<Output = chatgate_core::SharedAdmission> + Send + 'a>>;
 
-type ConnectFuture<'a, T> =
-    Pin<Box<dyn Future<Output = Result<(UpstreamStream<T>, bool), UpstreamFailure>> + Send + 'a>>;
+type ConnectFuture<'a, R> = Pin<
+    Box<
+        dyn Future<
+                Output = Result<
+                    (UpstreamStream<<R as Runtime>::Tcp>, bool, Arc<Connector<R>>),
+                    UpstreamFailure,
+                >,
+            > + Send
+            + 'a,
+    >,
+>;
 
 /// Serves one client connection until it closes.
 pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, client: R::Tcp) {
@@ -105,7 +114,9 @@ struct Task<'s, R: Runtime> {
     conn: Box<Connection>,
     client: R::Tcp,
     upstream: Option<UpstreamStream<R::Tcp>>,
-    connecting: Option<ConnectFuture<'s, R::Tcp>>,
+    /// The endpoint connector `upstream` came from (it goes back there).
+    upstream_from: Option<Arc<Connector<R>>>,
+    connecting: Option<ConnectFuture<'s, R>>,
     admitting: Option<AdmitFuture<'s>>,
     /// Bytes written to the provider and not flushed yet.
     up_dirty: bool,
@@ -138,6 +149,7 @@ impl<'s, R: Runtime> Task<'s, R> {
             conn,
             client,
             upstream: None,
+            upstream_from: None,
             connecting: None,
             admitting: None,
             up_dirty: false,
@@ -163,18 +175,23 @@ impl<'s, R: Runtime> Task<'s, R> {
         let shared = self.shared;
         while let Some(event) = self.conn.poll_event() {
             match event {
-                Event::ConnectUpstream { fresh } => {
-                    self.connecting = Some(Box::pin(shared.connector.connect(fresh)));
+                Event::ConnectUpstream { endpoint, fresh } => {
+                    self.connecting = Some(Box::pin(async move {
+                        let connector = shared.connectors.get(&endpoint)?;
+                        let (s, reused) = connector.connect(fresh).await?;
+                        Ok((s, reused, connector))
+                    }));
                     self.g_connect.reset();
                 }
                 Event::ReleaseUpstream => {
-                    if let Some(s) = self.upstream.take() {
-                        shared.connector.release(s);
+                    if let (Some(s), Some(c)) = (self.upstream.take(), self.upstream_from.take()) {
+                        c.release(s);
                     }
                     self.up_dirty = false;
                 }
                 Event::CloseUpstream => {
                     self.upstream = None;
+                    self.upstream_from = None;
                     self.connecting = None;
                     self.up_dirty = false;
                 }
@@ -244,9 +261,10 @@ impl<'s, R: Runtime> Task<'s, R> {
         }
         if let Some(c) = self.connecting.as_mut() {
             if let Poll::Ready(r) = self.g_connect.poll(cx, |cx| c.as_mut().poll(cx)) {
-                let upstream = &mut self.upstream;
-                return Poll::Ready(Wake::Connected(r.map(|(s, reused)| {
+                let (upstream, from) = (&mut self.upstream, &mut self.upstream_from);
+                return Poll::Ready(Wake::Connected(r.map(|(s, reused, connector)| {
                     *upstream = Some(s);
+                    *from = Some(connector);
                     reused
                 })));
             }

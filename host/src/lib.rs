@@ -11,7 +11,7 @@
 //! | serving | `serve`, `driver`, `admin`, `sim` | accept loops and the shutdown sequence; the per-connection loop that obeys core's `Connection` — the only place bytes move between client, provider and ledger; the admin listener; the simulator's server |
 //! | the provider | `upstream`, `tls` | resolving, connecting, rustls over any futures-io stream, the keep-alive pool |
 //! | records | `ledger`, `pgledger`, `logging`, `report` | the append-only ledger file; shipping it to PostgreSQL; stderr logs with batched access lines; the `usage` report command |
-//! | shared state | `keys`, `redis` | the keys file's live reload and the `keys` commands; the shared rate limiter over Redis |
+//! | shared state | `keys`, `pool`, `redis` | the keys file's live reload and the `keys` commands; the provider pool's live reload from the config file; the shared rate limiter over Redis |
 //! | the command line | `cli` | every binary's commands (`serve`, `keys`, `usage`, `demo`, `sim`) |
 
 #![warn(missing_docs)]
@@ -25,6 +25,7 @@ mod keys;
 mod ledger;
 mod logging;
 mod pgledger;
+mod pool;
 mod redis;
 mod report;
 mod runtime;

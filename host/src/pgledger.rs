@@ -444,7 +444,7 @@ fn connect(url: &str) -> Result<postgres::Client, String> {
     Ok(c)
 }
 
-const COLUMNS: usize = 18;
+const COLUMNS: usize = 20;
 
 fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), String> {
     if records.is_empty() {
@@ -453,7 +453,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
     let mut sql = String::from(
         "INSERT INTO chatgate_ledger (request_id, ts, key, model, stream, status, prompt_tokens, \
          completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd, finish_reason, complete, \
-         client_disconnected, upstream_status, error, duration_ms, ttfb_ms) VALUES ",
+         client_disconnected, upstream_status, endpoint, attempts, error, duration_ms, ttfb_ms) VALUES ",
     );
     for i in 0..records.len() {
         let p = |k: usize| i * COLUMNS + k;
@@ -461,8 +461,8 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
             sql.push(',');
         }
         sql.push_str(&format!(
-            "(${}, ${}::text::timestamptz, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${})",
-            p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15), p(16), p(17), p(18)
+            "(${}, ${}::text::timestamptz, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${})",
+            p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15), p(16), p(17), p(18), p(19), p(20)
         ));
     }
     sql.push_str(" ON CONFLICT (request_id) DO NOTHING");
@@ -474,6 +474,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
         cached: i64,
         cost: i64,
         upstream: Option<i32>,
+        attempts: i32,
         duration: i64,
         ttfb: Option<i64>,
     }
@@ -488,6 +489,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
             cached: num(r.cached_tokens),
             cost: num(r.cost_nano_usd),
             upstream: r.upstream_status.map(i32::from),
+            attempts: i32::try_from(r.attempts).unwrap_or(i32::MAX),
             duration: num(r.duration_ms),
             ttfb: r.ttfb_ms.map(num),
         })
@@ -511,6 +513,8 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
             &r.complete,
             &r.client_disconnected,
             &n.upstream,
+            &r.endpoint,
+            &n.attempts,
             &r.error,
             &n.duration,
             &n.ttfb,

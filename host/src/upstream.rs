@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use chatgate_core::Pool;
-use chatgate_core::UpstreamFailure;
-use chatgate_core::UpstreamTarget;
+use chatgate_core::{Endpoint, EndpointSet, Pool, UpstreamFailure, UpstreamTarget};
 use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
@@ -246,5 +244,89 @@ impl<R: Runtime> Connector<R> {
         let p = self.pool();
         let (reused, opened) = p.stats();
         (p.idle_len(), reused, opened)
+    }
+}
+
+/// One [`Connector`] (and so one keep-alive pool) per provider endpoint,
+/// made when an endpoint first appears and dropped when a reload removes
+/// it (requests still on it keep theirs until they end).
+pub struct Connectors<R: Runtime> {
+    rt: R,
+    max_idle: usize,
+    idle_timeout: Duration,
+    by_id: Mutex<std::collections::HashMap<u64, Arc<Connector<R>>>>,
+}
+
+impl<R: Runtime> Connectors<R> {
+    /// Connectors for `endpoints`; an endpoint whose TLS cannot be set up
+    /// (an unreadable CA file, a host that is no TLS name) is refused.
+    pub fn new(
+        rt: R,
+        endpoints: &EndpointSet,
+        max_idle: usize,
+        idle_timeout: Duration,
+    ) -> Result<Self, String> {
+        let c = Connectors {
+            rt,
+            max_idle,
+            idle_timeout,
+            by_id: Mutex::new(std::collections::HashMap::new()),
+        };
+        c.prepare(endpoints)?;
+        Ok(c)
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Arc<Connector<R>>>> {
+        self.by_id.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes connectors for the endpoints of `set` that have none, and
+    /// drops those of endpoints no longer in it. Nothing changes when one
+    /// of them cannot be made.
+    pub fn prepare(&self, set: &EndpointSet) -> Result<(), String> {
+        let mut fresh = Vec::new();
+        for e in set.endpoints() {
+            if self.map().contains_key(&e.id()) {
+                continue;
+            }
+            let config = e.config();
+            let connector = Connector::new(
+                self.rt.clone(),
+                config.target.clone(),
+                config.ca.as_deref(),
+                self.max_idle,
+                self.idle_timeout,
+            )
+            .map_err(|err| format!("provider endpoint '{}': {err}", config.name))?;
+            fresh.push((e.id(), Arc::new(connector)));
+        }
+        let mut map = self.map();
+        map.extend(fresh);
+        map.retain(|id, _| set.endpoints().iter().any(|e| e.id() == *id));
+        Ok(())
+    }
+
+    /// The connector of `endpoint` (made now if a reload raced ahead).
+    pub fn get(&self, endpoint: &Endpoint) -> Result<Arc<Connector<R>>, UpstreamFailure> {
+        if let Some(c) = self.map().get(&endpoint.id()) {
+            return Ok(Arc::clone(c));
+        }
+        let config = endpoint.config();
+        let c = Connector::new(
+            self.rt.clone(),
+            config.target.clone(),
+            config.ca.as_deref(),
+            self.max_idle,
+            self.idle_timeout,
+        )
+        .map(Arc::new)
+        .map_err(UpstreamFailure::Tls)?;
+        self.map().insert(endpoint.id(), Arc::clone(&c));
+        Ok(c)
+    }
+
+    /// Idle pooled connections over all endpoints.
+    pub fn idle(&self) -> usize {
+        self.map().values().map(|c| c.stats().0).sum()
     }
 }

@@ -393,7 +393,7 @@ impl Pair {
     fn handle_event(&mut self, ev: Event) -> bool {
         let now = self.now;
         match ev {
-            Event::ConnectUpstream { fresh } => match self.connect_delay {
+            Event::ConnectUpstream { fresh, .. } => match self.connect_delay {
                 Some(d) => self.pending_connect = Some((now + d, fresh)),
                 None => self.complete_connect(fresh),
             },

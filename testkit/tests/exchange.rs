@@ -1204,7 +1204,7 @@ fn provider_key_is_sent_and_required() {
         ..SimOptions::default()
     };
     let mut pair = Pair::new(
-        |c| c.upstream.api_key = Some(Secret::new("provider-secret")),
+        |c| c.upstreams[0].target.api_key = Some(Secret::new("provider-secret")),
         sim.clone(),
         Limits::default(),
     );

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::UpstreamTarget;
+use super::{EndpointConfig, UpstreamTarget};
 use crate::catalog::Catalog;
 use crate::http::HttpLimits;
 use crate::limits::Limits;
@@ -22,8 +22,13 @@ pub struct Timeouts {
     pub client_send: Duration,
     /// Connecting to the provider (TCP and TLS).
     pub upstream_connect: Duration,
-    /// From sending the request to the provider's response head.
+    /// From sending the request to the provider's response head; attempts
+    /// on other endpoints start only within it, counted from the first.
     pub upstream_first_byte: Duration,
+    /// One attempt's wait for the first byte for the client (the response
+    /// head; the first event of a stream), when shorter than
+    /// `upstream_first_byte`: then the next endpoint is tried.
+    pub upstream_attempt: Option<Duration>,
     /// Longest pause in the provider's response body or stream.
     pub upstream_idle: Duration,
     /// After `finish_reason`, how long the provider may take to end the stream.
@@ -41,6 +46,7 @@ impl Default for Timeouts {
             client_send: Duration::from_secs(60),
             upstream_connect: Duration::from_secs(10),
             upstream_first_byte: Duration::from_secs(600),
+            upstream_attempt: None,
             upstream_idle: Duration::from_secs(300),
             stream_tail: Duration::from_secs(30),
             drain: Duration::from_secs(30),
@@ -51,8 +57,11 @@ impl Default for Timeouts {
 /// The gateway's configuration (everything but keys).
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
-    /// The provider.
-    pub upstream: UpstreamTarget,
+    /// The provider endpoints (at least one).
+    pub upstreams: Vec<EndpointConfig>,
+    /// Most endpoints tried for one request (0: three, or the number of
+    /// endpoints if fewer).
+    pub upstream_attempts: usize,
     /// Timeouts.
     pub timeouts: Timeouts,
     /// Limits on client requests (head 64 KiB, 64 headers, body 2 MiB).
@@ -80,10 +89,16 @@ pub struct SharedLimits {
 }
 
 impl GatewayConfig {
-    /// Defaults around an upstream.
+    /// Defaults around one upstream (an endpoint named `default`).
     pub fn new(upstream: UpstreamTarget) -> Self {
+        Self::with_endpoints(vec![EndpointConfig::single(upstream, None)])
+    }
+
+    /// Defaults around a pool of endpoints.
+    pub fn with_endpoints(upstreams: Vec<EndpointConfig>) -> Self {
         GatewayConfig {
-            upstream,
+            upstreams,
+            upstream_attempts: 0,
             timeouts: Timeouts::default(),
             http: HttpLimits::default(),
             max_sse_event: 1 << 20,
@@ -92,6 +107,14 @@ impl GatewayConfig {
             max_connections: 10_000,
             catalog: Catalog::default(),
             shared_limits: None,
+        }
+    }
+
+    /// Most endpoints tried for one request.
+    pub fn max_attempts(&self) -> usize {
+        match self.upstream_attempts {
+            0 => self.upstreams.len().clamp(1, 3),
+            n => n,
         }
     }
 }

@@ -26,7 +26,7 @@ use settings::{Resolver, bad};
 pub use settings::{
     SERVE_SETTINGS, Setting, Source, Sources, UPSTREAM_KEY_ENV, env_name, flag_name, parse_duration,
 };
-pub use upstream::{Secret, UpstreamTarget};
+pub use upstream::{DEFAULT_ENDPOINT, EndpointConfig, Secret, UpstreamTarget, parse_pool};
 
 /// The resolved configuration of `serve`.
 #[derive(Debug, Clone)]
@@ -91,6 +91,11 @@ impl ServeConfig {
             None => toml::Table::new(),
         };
         let models = file.remove("model");
+        // `upstream` is a URL, or a list of `[[upstream]]` tables (a pool).
+        let pool = match file.get("upstream") {
+            Some(toml::Value::Array(_)) => file.remove("upstream"),
+            _ => None,
+        };
         for key in file.keys() {
             if !SERVE_SETTINGS.iter().any(|s| s.key == key) {
                 return Err(ConfigError(format!("config file: unknown setting '{key}'")));
@@ -101,7 +106,7 @@ impl ServeConfig {
             env: sources.env,
             file,
         };
-        let upstream = upstream(&r)?;
+        let upstreams = upstreams(&r, pool)?;
         let keys_path = r.required("keys", "create one with `keys new --keys FILE --name NAME`")?;
         let log_format = one_of(&r, "log_format", &["text", "json"], "text or json")?;
         let log_level = one_of(
@@ -116,7 +121,11 @@ impl ServeConfig {
         };
         let timeouts = timeouts(&r)?;
         let catalog = catalog(models, &r.string("owned_by"))?;
-        let mut gateway = GatewayConfig::new(upstream);
+        let mut gateway = GatewayConfig::with_endpoints(upstreams);
+        gateway.upstream_attempts = match r.get("upstream_attempts") {
+            Some(_) => positive(&r, "upstream_attempts")? as usize,
+            None => 0,
+        };
         gateway.timeouts = timeouts;
         gateway.default_limits = default_limits;
         gateway.max_connections = positive(&r, "max_connections")? as usize;
@@ -158,7 +167,7 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={} admin={} shared_limits={} ledger_postgres={} upstream={} provider_key={} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={} admin={} shared_limits={} ledger_postgres={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={}",
             self.listen,
             self.admin_listen.as_deref().unwrap_or("off"),
@@ -179,12 +188,7 @@ impl ServeConfig {
             } else {
                 "off"
             },
-            g.upstream.display_url(),
-            if g.upstream.api_key.is_some() {
-                "set"
-            } else {
-                "none"
-            },
+            endpoints_summary(&g.upstreams),
             keys,
             self.keys_path,
             g.default_limits.requests_per_minute,
@@ -222,15 +226,65 @@ fn one_of(
 }
 
 /// The provider: its base URL, and its key from the environment.
-fn upstream(r: &Resolver) -> Result<UpstreamTarget, ConfigError> {
-    let url = r.required("upstream", "say where the provider is")?;
-    let mut upstream = UpstreamTarget::parse(&url).map_err(ConfigError)?;
-    upstream.api_key = r
-        .env
-        .get(UPSTREAM_KEY_ENV)
-        .filter(|k| !k.is_empty())
-        .map(Secret::new);
-    Ok(upstream)
+/// The provider endpoints: the one `upstream` URL (a flag or variable wins
+/// over the file), or the file's `[[upstream]]` pool.
+fn upstreams(r: &Resolver, pool: Option<toml::Value>) -> Result<Vec<EndpointConfig>, ConfigError> {
+    let ca = r.get("upstream_ca").map(|(v, _)| v);
+    let pool = match pool {
+        Some(tables) if r.get("upstream").is_none() => tables,
+        _ => {
+            let url = r.required("upstream", "say where the provider is")?;
+            let mut upstream = UpstreamTarget::parse(&url).map_err(ConfigError)?;
+            upstream.api_key = r
+                .env
+                .get(UPSTREAM_KEY_ENV)
+                .filter(|k| !k.is_empty())
+                .map(Secret::new);
+            return Ok(vec![EndpointConfig::single(upstream, ca)]);
+        }
+    };
+    let mut pool = parse_pool(&pool, &r.env)?;
+    for endpoint in &mut pool {
+        endpoint.ca = endpoint.ca.take().or_else(|| ca.clone());
+    }
+    Ok(pool)
+}
+
+/// `upstream=URL provider_key=set` for one endpoint, the pool's names,
+/// addresses, weights and whether each has a key otherwise.
+fn endpoints_summary(pool: &[EndpointConfig]) -> String {
+    let key = |e: &EndpointConfig| {
+        if e.target.api_key.is_some() {
+            "set"
+        } else {
+            "none"
+        }
+    };
+    match pool {
+        [one] if one.name == DEFAULT_ENDPOINT => format!(
+            "upstream={} provider_key={}",
+            one.target.display_url(),
+            key(one)
+        ),
+        _ => {
+            let list: Vec<String> = pool
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}={}(weight={},key={}{})",
+                        e.name,
+                        e.target.display_url(),
+                        e.weight,
+                        key(e),
+                        e.model
+                            .as_ref()
+                            .map_or(String::new(), |m| format!(",model={m}"))
+                    )
+                })
+                .collect();
+            format!("upstreams={}", list.join(","))
+        }
+    }
 }
 
 fn timeouts(r: &Resolver) -> Result<Timeouts, ConfigError> {
@@ -241,6 +295,10 @@ fn timeouts(r: &Resolver) -> Result<Timeouts, ConfigError> {
         client_send: r.duration("client_send_timeout")?,
         upstream_connect: r.duration("upstream_connect_timeout")?,
         upstream_first_byte: r.duration("upstream_first_byte_timeout")?,
+        upstream_attempt: match r.get("upstream_attempt_timeout") {
+            Some(_) => Some(r.duration("upstream_attempt_timeout")?),
+            None => None,
+        },
         upstream_idle: r.duration("upstream_idle_timeout")?,
         stream_tail: r.duration("stream_tail_timeout")?,
         drain: r.duration("drain_timeout")?,
@@ -349,7 +407,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.listen, "flag:1");
-        assert_eq!(c.gateway.upstream.host, "env");
+        assert_eq!(c.gateway.upstreams[0].target.host, "env");
         assert_eq!(c.keys_path, "k.toml");
         assert_eq!(c.gateway.default_limits.requests_per_minute, 7);
         assert_eq!(c.gateway.default_limits.tokens_per_minute, 100_000);
@@ -369,7 +427,11 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            c.gateway.upstream.api_key.as_ref().map(Secret::expose),
+            c.gateway.upstreams[0]
+                .target
+                .api_key
+                .as_ref()
+                .map(Secret::expose),
             Some("sk-provider-xyz")
         );
         let summary = c.summary(3);

@@ -82,7 +82,13 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "upstream",
         "URL",
         None,
-        "Provider base URL including its version prefix, e.g. https://api.provider.example/v1",
+        "Provider base URL including its version prefix, e.g. https://api.provider.example/v1 (one endpoint; [[upstream]] tables in the config file give a pool)",
+    ),
+    s(
+        "upstream_attempts",
+        "N",
+        None,
+        "Most provider endpoints tried for a request before the client gets anything (default: 3, or the number of endpoints if fewer)",
     ),
     s(
         "upstream_ca",
@@ -166,7 +172,13 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "upstream_first_byte_timeout",
         "DURATION",
         Some("600s"),
-        "Waiting for the provider's response head",
+        "Waiting for the provider's response head; attempts on other endpoints start only within it",
+    ),
+    s(
+        "upstream_attempt_timeout",
+        "DURATION",
+        None,
+        "One attempt's wait for the provider's first byte for the client (response head; first event of a stream) before the next endpoint is tried (default: the first-byte timeout)",
     ),
     s(
         "upstream_idle_timeout",
@@ -246,7 +258,8 @@ pub enum Source {
 pub struct Sources {
     /// Flags given, by setting key.
     pub flags: HashMap<String, String>,
-    /// The process environment (only `CHATGATE_*` matters).
+    /// The process environment: `CHATGATE_*`, and the variables
+    /// `[[upstream]]` tables name for their keys.
     pub env: HashMap<String, String>,
     /// The config file's text, if one was given.
     pub file: Option<String>,

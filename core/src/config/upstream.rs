@@ -1,6 +1,145 @@
-//! Where the provider is, and its key.
+//! Where the provider is, and its key: the endpoints of the pool, from
+//! `[[upstream]]` tables or the one `--upstream` URL.
 
+use std::collections::HashMap;
+
+use super::ConfigError;
 use crate::url::{Url, UrlError, host_for_url};
+
+/// The name of the one endpoint `--upstream` configures.
+pub const DEFAULT_ENDPOINT: &str = "default";
+
+/// One provider endpoint serving the model: where it is, its key, its share
+/// of the traffic, and the model id it expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// Its name (logs, metrics, the ledger, `GET /upstreams`).
+    pub name: String,
+    /// Where it is (its key in [`UpstreamTarget::api_key`]).
+    pub target: UpstreamTarget,
+    /// Its share of the requests, relative to the others' (at least 1).
+    pub weight: u32,
+    /// The model id this endpoint expects, when it names the model
+    /// differently (the `model` field is rewritten for it only).
+    pub model: Option<String>,
+    /// Extra CA certificates (a PEM file) for its TLS.
+    pub ca: Option<String>,
+}
+
+impl EndpointConfig {
+    /// The one endpoint of a `--upstream` URL.
+    pub fn single(target: UpstreamTarget, ca: Option<String>) -> EndpointConfig {
+        EndpointConfig {
+            name: DEFAULT_ENDPOINT.to_owned(),
+            target,
+            weight: 1,
+            model: None,
+            ca,
+        }
+    }
+}
+
+/// The fields an `[[upstream]]` table may have.
+const FIELDS: [&str; 6] = ["name", "url", "api_key_env", "weight", "model", "ca"];
+
+/// The pool from the config file's `[[upstream]]` tables; `env` holds the
+/// variables their `api_key_env` name. Every refusal is one line naming the
+/// table and the field.
+pub fn parse_pool(
+    tables: &toml::Value,
+    env: &HashMap<String, String>,
+) -> Result<Vec<EndpointConfig>, ConfigError> {
+    let toml::Value::Array(tables) = tables else {
+        return Err(ConfigError(
+            "config file: 'upstream' is a URL or a list of [[upstream]] tables".into(),
+        ));
+    };
+    if tables.is_empty() {
+        return Err(ConfigError(
+            "config file: [[upstream]]: the pool has no endpoint".into(),
+        ));
+    }
+    let mut pool: Vec<EndpointConfig> = Vec::with_capacity(tables.len());
+    for (i, table) in tables.iter().enumerate() {
+        let endpoint = parse_endpoint(i + 1, table, env)?;
+        if pool.iter().any(|e| e.name == endpoint.name) {
+            return Err(ConfigError(format!(
+                "config file: [[upstream]] #{} name: '{}' is the name of an earlier endpoint",
+                i + 1,
+                endpoint.name
+            )));
+        }
+        pool.push(endpoint);
+    }
+    Ok(pool)
+}
+
+fn parse_endpoint(
+    n: usize,
+    table: &toml::Value,
+    env: &HashMap<String, String>,
+) -> Result<EndpointConfig, ConfigError> {
+    let bad = |field: &str, why: String| {
+        ConfigError(format!("config file: [[upstream]] #{n} {field}: {why}"))
+    };
+    let toml::Value::Table(t) = table else {
+        return Err(bad("", "is not a table".into()));
+    };
+    if let Some(field) = t.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(bad(
+            field,
+            format!("unknown field (fields: {})", FIELDS.join(", ")),
+        ));
+    }
+    let string = |field: &str| -> Result<Option<String>, ConfigError> {
+        match t.get(field) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+            Some(_) => Err(bad(field, "must be a non-empty string".into())),
+        }
+    };
+    let name = string("name")?.ok_or_else(|| bad("name", "is missing".into()))?;
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        || name.len() > 64
+    {
+        return Err(bad(
+            "name",
+            format!("'{name}' must be 1 to 64 characters of a-z, A-Z, 0-9, '-', '_' and '.'"),
+        ));
+    }
+    let url = string("url")?.ok_or_else(|| bad("url", "is missing".into()))?;
+    let mut target = UpstreamTarget::parse(&url).map_err(|e| bad("url", e))?;
+    if let Some(var) = string("api_key_env")? {
+        match env.get(&var).filter(|v| !v.is_empty()) {
+            Some(key) => target.api_key = Some(Secret::new(key.clone())),
+            None => {
+                return Err(bad(
+                    "api_key_env",
+                    format!("the environment variable {var} is not set"),
+                ));
+            }
+        }
+    }
+    let weight = match t.get("weight") {
+        None => 1,
+        Some(toml::Value::Integer(w)) if (1..=1_000_000).contains(w) => *w as u32,
+        Some(_) => {
+            return Err(bad(
+                "weight",
+                "must be a whole number from 1 to 1000000".into(),
+            ));
+        }
+    };
+    Ok(EndpointConfig {
+        name,
+        target,
+        weight,
+        model: string("model")?,
+        ca: string("ca")?,
+    })
+}
 
 /// A secret string (the provider's API key): never printed by `Debug`.
 #[derive(Clone, PartialEq, Eq)]
@@ -90,6 +229,120 @@ impl UpstreamTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pool(text: &str, env: &[(&str, &str)]) -> Result<Vec<EndpointConfig>, String> {
+        let file: toml::Table = toml::from_str(text).unwrap();
+        let env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        parse_pool(&file["upstream"], &env).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn pools_from_tables() {
+        let p = pool(
+            r#"
+            [[upstream]]
+            name = "east"
+            url = "https://east.provider.example/v1"
+            api_key_env = "EAST_KEY"
+            weight = 3
+            [[upstream]]
+            name = "local"
+            url = "http://127.0.0.1:9001/v1"
+            model = "k3-local"
+            ca = "/etc/ca.pem"
+            "#,
+            &[("EAST_KEY", "sk-east")],
+        )
+        .unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!((p[0].name.as_str(), p[0].weight), ("east", 3));
+        assert_eq!(
+            p[0].target.api_key.as_ref().map(Secret::expose),
+            Some("sk-east")
+        );
+        assert_eq!((p[1].weight, p[1].model.as_deref()), (1, Some("k3-local")));
+        assert_eq!(
+            (p[1].target.api_key.is_none(), p[1].ca.as_deref()),
+            (true, Some("/etc/ca.pem"))
+        );
+    }
+
+    #[test]
+    fn every_bad_pool_names_its_table_and_field() {
+        let one = |body: &str| format!("[[upstream]]\n{body}");
+        for (text, env, want) in [
+            (
+                "upstream = []".to_owned(),
+                vec![],
+                "[[upstream]]: the pool has no endpoint",
+            ),
+            (
+                one("url = \"http://h/v1\""),
+                vec![],
+                "[[upstream]] #1 name: is missing",
+            ),
+            (
+                one("name = \"a\""),
+                vec![],
+                "[[upstream]] #1 url: is missing",
+            ),
+            (
+                one("name = \"a\"\nurl = \"ftp://h\""),
+                vec![],
+                "[[upstream]] #1 url: upstream URL 'ftp://h' must start with http:// or https://",
+            ),
+            (
+                one("name = \"a\"\nurl = \"http://h/v1\"\napi_key_env = \"NOPE\""),
+                vec![],
+                "[[upstream]] #1 api_key_env: the environment variable NOPE is not set",
+            ),
+            (
+                one("name = \"a\"\nurl = \"http://h/v1\"\napi_key_env = \"EMPTY\""),
+                vec![("EMPTY", "")],
+                "[[upstream]] #1 api_key_env: the environment variable EMPTY is not set",
+            ),
+            (
+                one("name = \"a\"\nurl = \"http://h/v1\"\nweight = 0"),
+                vec![],
+                "[[upstream]] #1 weight: must be a whole number from 1 to 1000000",
+            ),
+            (
+                one("name = \"a\"\nurl = \"http://h/v1\"\nweight = 1.5"),
+                vec![],
+                "[[upstream]] #1 weight: must be a whole number",
+            ),
+            (
+                one("name = \"a b\"\nurl = \"http://h/v1\""),
+                vec![],
+                "[[upstream]] #1 name: 'a b' must be",
+            ),
+            (
+                one("name = \"a\"\nurl = \"http://h/v1\"\nkey = \"sk-x\""),
+                vec![],
+                "[[upstream]] #1 key: unknown field",
+            ),
+            (
+                format!(
+                    "{}\n{}",
+                    one("name = \"a\"\nurl = \"http://h/v1\""),
+                    one("name = \"a\"\nurl = \"http://g/v1\"")
+                ),
+                vec![],
+                "[[upstream]] #2 name: 'a' is the name of an earlier endpoint",
+            ),
+        ] {
+            let e = pool(&text, &env).unwrap_err();
+            assert!(
+                e.starts_with(&format!("config file: {want}")),
+                "{e}\n{text}"
+            );
+            assert!(!e.contains('\n'), "one line: {e}");
+            assert!(!e.contains("sk-x"), "no secret in: {e}");
+        }
+    }
 
     #[test]
     fn parses_upstream_urls() {

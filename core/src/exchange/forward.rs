@@ -7,6 +7,7 @@ use super::Connection;
 use super::respond::{client_body, common_headers, limit_headers, provider_error_message};
 use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
+use crate::endpoints::Outcome;
 use crate::error::{ApiError, UpstreamFault};
 use crate::http::BodyDecoder;
 use crate::http::HttpError;
@@ -98,11 +99,15 @@ impl Connection {
         // body, would hand those bytes to the next request (maybe another
         // client's) as the start of its answer.
         let reusable = head.keep_alive && !up.trailing_garbage;
-        let up = if reusable {
+        let mut up = if reusable {
             self.release_upstream()
         } else {
             self.close_upstream()
         };
+        if let Some(attempt) = up.attempt.take() {
+            attempt.first_byte(now);
+            attempt.finish(Outcome::Answered, now);
+        }
         let close = self.closing_after_this();
         let req = self.req.as_mut().expect("request in progress");
         req.first_byte.get_or_insert(now);
@@ -255,7 +260,11 @@ impl Connection {
     fn stream_head(&mut self, now: Instant, out: &mut Vec<u8>) {
         let close = self.closing_after_this();
         let unix = self.gw.wall().unix_secs(now);
-        let up = self.up.as_ref().expect("upstream in progress");
+        let up = self.up.as_mut().expect("upstream in progress");
+        if let Some(attempt) = up.attempt.take() {
+            attempt.first_byte(now);
+            attempt.finish(Outcome::Answered, now);
+        }
         let req = self.req.as_mut().expect("request in progress");
         req.committed = true;
         req.first_byte = Some(now);

@@ -34,6 +34,8 @@ impl Connection {
         }
         rec.status = status;
         rec.upstream_status = req.upstream_status;
+        rec.endpoint = req.endpoint.as_ref().map(|e| e.name().to_owned());
+        rec.attempts = req.attempts;
         rec.duration_ms = (now - req.started).as_millis() as u64;
         rec.ttfb_ms = req.first_byte.map(|t| (t - req.started).as_millis() as u64);
         rec

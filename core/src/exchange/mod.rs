@@ -35,6 +35,7 @@
 //! | `mod.rs` | the public surface: events, inputs, outputs, and moving from one request to the next |
 //! | `request.rs` | client HTTP: request heads and bodies, routing, authentication, the model list |
 //! | `admission.rs` | rate limits: admitting a request (locally or through the shared limiter) and settling it |
+//! | `failover.rs` | attempts: the endpoint each goes to, the request as it is sent it, and whether a failed one is tried elsewhere |
 //! | `upstream.rs` | the provider connection: connecting, its response head, failures, timeouts, the leftover after `[DONE]` |
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
 //! | `metering.rs` | the ledger record, metrics and access lines |
@@ -42,6 +43,7 @@
 //! | `timers.rs` | every deadline, in one table |
 
 mod admission;
+mod failover;
 mod forward;
 mod metering;
 mod request;
@@ -53,6 +55,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::auth::KeyTable;
+use crate::endpoints::Endpoint;
 use crate::error::{ApiError, UpstreamFault};
 use crate::gateway::Gateway;
 use crate::http::HeadScanner;
@@ -68,10 +71,14 @@ use upstream::{Leftover, UpState, Upstream};
 /// Something the runtime must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// Get a connection to the provider: an idle pooled one, unless `fresh`,
-    /// or a new one. Then call [`Connection::handle_upstream_connected`] (or
-    /// [`Connection::handle_upstream_failure`]).
+    /// Get a connection to this provider endpoint: an idle one from its
+    /// pool, unless `fresh`, or a new one. Then call
+    /// [`Connection::handle_upstream_connected`] (or
+    /// [`Connection::handle_upstream_failure`]). The release or close that
+    /// follows concerns this endpoint's connection.
     ConnectUpstream {
+        /// The endpoint (each has its own pool).
+        endpoint: Arc<Endpoint>,
         /// A pooled connection failed before answering; use a new one.
         fresh: bool,
     },

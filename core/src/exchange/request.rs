@@ -41,8 +41,17 @@ pub(super) struct Request {
     pub(super) peeked: Option<(String, bool)>,
     pub(super) reserved: u64,
     pub(super) limit_status: Option<LimitStatus>,
+    /// The request for the provider: head, then body from `body_at`.
     pub(super) upstream_request: Vec<u8>,
-    pub(super) attempts: u8,
+    pub(super) body_at: usize,
+    /// The body sent carries an endpoint's own model id.
+    pub(super) body_model: bool,
+    /// Retries on a fresh connection after a pooled one turned out dead.
+    pub(super) conn_retries: u8,
+    /// Endpoints tried (by id), the last one, and how many attempts.
+    pub(super) tried: Vec<u64>,
+    pub(super) endpoint: Option<std::sync::Arc<crate::endpoints::Endpoint>>,
+    pub(super) attempts: u32,
     pub(super) committed: bool,
     pub(super) first_byte: Option<Instant>,
     pub(super) upstream_status: Option<u16>,
@@ -69,6 +78,11 @@ impl Request {
             reserved: 0,
             limit_status: None,
             upstream_request: Vec::new(),
+            body_at: 0,
+            body_model: false,
+            conn_retries: 0,
+            tried: Vec::new(),
+            endpoint: None,
             attempts: 0,
             committed: false,
             first_byte: None,

@@ -3,15 +3,14 @@
 //! timeouts, a client that leaves meanwhile, and the leftover framing
 //! read after `[DONE]`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::forward::StreamEnd;
 use super::timers::Timer;
 use super::{Connection, Event, Phase, UpstreamFailure};
+use crate::endpoints::Attempt;
 use crate::error::{ApiError, UpstreamFault};
 use crate::http::BodyDecoder;
-use crate::http::write::{self, header, header_u64};
 use crate::http::{Framing, HeadScanner, HttpLimits};
 use crate::http::{ResponseHead, parse_response_head};
 use crate::ledger::STATUS_CLIENT_CLOSED;
@@ -57,6 +56,11 @@ pub(super) struct Upstream {
     pub(super) trailing_garbage: bool,
     /// `[DONE]` was forwarded: later data is ignored.
     pub(super) done_forwarded: bool,
+    /// The attempt this connection serves, until it has a verdict.
+    pub(super) attempt: Option<Attempt>,
+    /// When the client's first byte is due from this attempt (set once
+    /// connected).
+    first_byte_by: Option<Instant>,
 }
 
 impl Upstream {
@@ -75,6 +79,8 @@ impl Upstream {
             tracker: StreamTracker::new(),
             trailing_garbage: false,
             done_forwarded: false,
+            attempt: None,
+            first_byte_by: None,
         }
     }
 }
@@ -95,12 +101,16 @@ impl Connection {
     /// The provider connection asked for with [`Event::ConnectUpstream`] is
     /// ready; `reused` when it came from the pool.
     pub fn handle_upstream_connected(&mut self, now: Instant, reused: bool) {
-        let first_byte = self.gw.config().timeouts.upstream_first_byte;
+        let t = self.gw.config().timeouts;
+        let wait = t
+            .upstream_attempt
+            .map_or(t.upstream_first_byte, |a| a.min(t.upstream_first_byte));
         if let Some(up) = self.up.as_mut().filter(|u| u.state == UpState::Connecting) {
             self.gw.metrics().upstream_connection(reused);
             up.state = UpState::AwaitingHead;
             up.reused = reused;
-            self.timers.set(Timer::Upstream, now + first_byte);
+            up.first_byte_by = Some(now + wait);
+            self.timers.set(Timer::Upstream, now + wait);
         }
         self.after(now);
     }
@@ -129,8 +139,7 @@ impl Connection {
                 self.upstream_head(now);
             }
             _ => {
-                let idle = self.gw.config().timeouts.upstream_idle;
-                self.timers.set(Timer::Upstream, now + idle);
+                self.arm_upstream_idle(now);
                 self.upstream_body(now, data);
             }
         }
@@ -197,29 +206,9 @@ impl Connection {
         self.after(now);
     }
 
-    /// Builds the provider's request (fixed prefix, per-request fields,
-    /// body) and asks for a connection.
+    /// The request was admitted: its first attempt goes to an endpoint.
     pub(super) fn start_upstream(&mut self, now: Instant) {
-        let gw = Arc::clone(&self.gw);
         let req = self.req.as_mut().expect("request in progress");
-        let chat = req.chat.take().expect("validated");
-        let body = chat.upstream_body(&req.body);
-        let mut out = Vec::with_capacity(gw.upstream_prefix().len() + 128 + body.len());
-        out.extend_from_slice(gw.upstream_prefix());
-        let accept = if chat.stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
-        header(&mut out, "Accept", accept);
-        header_u64(&mut out, "Content-Length", body.len() as u64);
-        header(&mut out, "X-Request-Id", &req.id);
-        write::end_head(&mut out);
-        out.extend_from_slice(body);
-        req.upstream_request = out;
-        req.body = Vec::new();
-        req.chat = Some(chat);
-        req.attempts = 1;
         req.up_started = Some(now);
         self.phase = Phase::Upstream;
         if let Some(cut_at) = self.cut_at {
@@ -228,16 +217,21 @@ impl Connection {
         // The previous stream's connection is not waited for: this request
         // takes another one (from the pool or new).
         self.end_leftover(false, "the next request needs the provider");
-        self.connect_upstream(now, false);
+        let started = self.begin_attempt(now);
+        debug_assert!(started, "a pool has at least one endpoint");
     }
 
-    /// A new provider side, waiting for its connection.
-    fn connect_upstream(&mut self, now: Instant, fresh: bool) {
+    /// A new provider side for `attempt` (or, on a fresh connection after
+    /// a dead pooled one, for the current attempt), waiting for its
+    /// connection.
+    pub(super) fn connect_upstream(&mut self, now: Instant, fresh: bool, attempt: Option<Attempt>) {
         let config = self.gw.config();
-        self.up = Some(Box::new(Upstream::new(config.max_sse_event)));
+        let mut up = Upstream::new(config.max_sse_event);
+        up.attempt = attempt;
+        self.up = Some(Box::new(up));
         let connect = config.timeouts.upstream_connect;
         self.timers.set(Timer::Upstream, now + connect);
-        self.events.push_back(Event::ConnectUpstream { fresh });
+        self.push_connect(fresh);
     }
 
     /// The provider's response head (after any interim ones).
@@ -269,8 +263,6 @@ impl Connection {
         };
         let rest = up.inbuf.split_off(head.head_len);
         up.inbuf = Vec::new();
-        let idle = self.gw.config().timeouts.upstream_idle;
-        self.timers.set(Timer::Upstream, now + idle);
         self.gw
             .metrics()
             .upstream_contact(self.gw.wall().unix_ms(now));
@@ -303,6 +295,14 @@ impl Connection {
         up.framer = SseFramer::new(self.gw.config().max_sse_event);
         up.state = state;
         up.head = Some(head);
+        let idle = now + self.gw.config().timeouts.upstream_idle;
+        let due = match up.first_byte_by {
+            // Nothing went to the client yet: the first event is due by the
+            // attempt's deadline too.
+            Some(by) if state == UpState::Streaming => by.min(idle),
+            _ => idle,
+        };
+        self.timers.set(Timer::Upstream, due);
         if rest.is_empty() {
             // A body that is empty by its framing is already complete.
             if up.decoder.as_ref().is_some_and(BodyDecoder::is_done) {
@@ -316,8 +316,24 @@ impl Connection {
         }
     }
 
-    /// A 502/504 for the current request; closes (or releases) the provider
-    /// connection.
+    /// The provider's next bytes are due within the idle timeout; before
+    /// the client's first byte of a stream, also by the attempt's
+    /// first-byte deadline.
+    fn arm_upstream_idle(&mut self, now: Instant) {
+        let idle = now + self.gw.config().timeouts.upstream_idle;
+        let committed = self.req.as_ref().is_some_and(|r| r.committed);
+        let due = match self.up.as_ref() {
+            Some(u) if u.state == UpState::Streaming && !committed => {
+                u.first_byte_by.map_or(idle, |by| by.min(idle))
+            }
+            _ => idle,
+        };
+        self.timers.set(Timer::Upstream, due);
+    }
+
+    /// The attempt failed before the client got anything: its connection is
+    /// closed (or released, when it is whole), and the request goes to
+    /// another endpoint or gets `err` (502/504).
     pub(super) fn upstream_error_response(&mut self, now: Instant, err: ApiError) {
         let reusable = self.up.as_ref().is_some_and(|u| {
             u.state == UpState::ErrorBody
@@ -325,11 +341,17 @@ impl Connection {
                 && u.head.as_ref().is_some_and(|h| h.keep_alive)
                 && !u.trailing_garbage
         });
-        if reusable {
-            self.release_upstream();
+        let mut up = if reusable {
+            self.release_upstream()
         } else {
-            self.close_upstream();
+            self.close_upstream()
+        };
+        let attempt = up.attempt.take();
+        drop(up);
+        if self.failed_attempt(now, &err, attempt) {
+            return;
         }
+        let err = self.last_error(err);
         self.respond_error(now, err, false);
     }
 
@@ -337,12 +359,14 @@ impl Connection {
     fn upstream_failed_early(&mut self, now: Instant, fault: UpstreamFault, why: String) {
         let up = self.up.as_mut().expect("upstream in progress");
         let req = self.req.as_mut().expect("request in progress");
-        if up.reused && !up.received && up.state == UpState::AwaitingHead && req.attempts < 2 {
+        if up.reused && !up.received && up.state == UpState::AwaitingHead && req.conn_retries < 1 {
             // A pooled connection the provider had closed: retry once on a
-            // new one. Nothing was received, so nothing was processed.
-            req.attempts += 1;
+            // new one to the same endpoint. Nothing was received, so
+            // nothing was processed.
+            req.conn_retries += 1;
+            let attempt = up.attempt.take();
             self.events.push_back(Event::CloseUpstream);
-            self.connect_upstream(now, true);
+            self.connect_upstream(now, true, attempt);
             return;
         }
         let partial = up.state == UpState::AwaitingHead && !up.inbuf.is_empty();

@@ -149,3 +149,25 @@ fn forced_options(out: &mut Vec<u8>, raw: &[u8]) {
     }
     out.push(b'}');
 }
+
+/// `body` (one the validator accepted, or its rewrite) with the value of its
+/// top-level `model` member replaced by `model`: what an endpoint that
+/// names the model differently is sent. Everything else keeps its bytes.
+pub(crate) fn with_model(body: &[u8], model: &str) -> Vec<u8> {
+    let open = body.iter().position(|&b| b == b'{').unwrap_or(0);
+    let mut range = None;
+    each_member(body, open, |c, key, v| {
+        if range.is_none() && c.name(key).as_ref() == b"model" {
+            range = Some(v);
+        }
+    });
+    let Some((a, b)) = range else {
+        return body.to_vec();
+    };
+    let mut out = Vec::with_capacity(body.len() + model.len());
+    out.extend_from_slice(&body[..a]);
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, model);
+    out.extend_from_slice(&body[b..]);
+    out
+}

@@ -1,0 +1,441 @@
+//! The provider endpoints serving the model: which one a request goes to,
+//! what their answers say about their health, and what operators see of
+//! them.
+//!
+//! **Choice.** Among the endpoints a request has not tried yet and whose
+//! health lets a request through, the next one by smooth weighted round
+//! robin (nginx's: over every cycle each endpoint gets exactly its share),
+//! unless it has more than one request in flight per unit of weight than
+//! the least loaded one, which then gets it instead. When no endpoint is
+//! available (all ejected), the one that comes back soonest is tried rather
+//! than failing without an attempt.
+//!
+//! **Health** is passive ([`health`]): consecutive failures eject an
+//! endpoint for a cool-down that grows; one trial request readmits it.
+//!
+//! Every choice is an [`Attempt`], which reports how it ended exactly once
+//! (a dropped attempt reports that it was abandoned), so in-flight counts
+//! and trials never leak.
+
+mod health;
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use health::{Change, FailureKind, Health, Outcome, State};
+
+use crate::config::EndpointConfig;
+use crate::http::write::header;
+use crate::metrics::{Histogram, header as metric_header};
+use crate::time::{Instant, WallClock, rfc3339_ms};
+
+/// Ids of endpoints, unique in a process (a reload's new endpoint gets a
+/// new one; an unchanged endpoint keeps its own, and its health).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One provider endpoint.
+pub struct Endpoint {
+    id: u64,
+    config: EndpointConfig,
+    /// The fixed start of every request head sent to it (request line,
+    /// `Host`, `Authorization`, `Content-Type`, `User-Agent`).
+    prefix: Vec<u8>,
+    health: Mutex<Health>,
+    in_flight: AtomicU64,
+    requests: AtomicU64,
+    failures: [AtomicU64; FailureKind::ALL.len()],
+    ttfb: Histogram,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the prefix: it holds the endpoint's key.
+        f.debug_struct("Endpoint")
+            .field("id", &self.id)
+            .field("name", &self.config.name)
+            .field("url", &self.config.target.display_url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Endpoint {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Endpoint {}
+
+impl Endpoint {
+    fn new(config: EndpointConfig) -> Endpoint {
+        let prefix = request_prefix(&config);
+        Endpoint {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            config,
+            prefix,
+            health: Mutex::new(Health::default()),
+            in_flight: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            failures: Default::default(),
+            ttfb: Histogram::default(),
+        }
+    }
+
+    /// Unique in the process: the runtime keys its connection pools by it.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Its configuration (its key inside, in a `Secret`).
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    fn health(&self) -> MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn load(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+}
+
+/// The endpoints in force, and the round robin's state.
+#[derive(Debug)]
+pub struct EndpointSet {
+    endpoints: Vec<Arc<Endpoint>>,
+    /// Smooth weighted round robin: each endpoint's current weight.
+    current: Mutex<Vec<i64>>,
+}
+
+impl EndpointSet {
+    /// The set for `pool` (at least one endpoint). Endpoints of `previous`
+    /// whose configuration is unchanged are kept as they are: their health,
+    /// counts and the runtime's connections to them carry over.
+    pub fn new(pool: Vec<EndpointConfig>, previous: Option<&EndpointSet>) -> EndpointSet {
+        let endpoints: Vec<Arc<Endpoint>> = pool
+            .into_iter()
+            .map(|config| {
+                previous
+                    .and_then(|p| p.endpoints.iter().find(|e| e.config == config))
+                    .map_or_else(|| Arc::new(Endpoint::new(config)), Arc::clone)
+            })
+            .collect();
+        assert!(!endpoints.is_empty(), "a pool has at least one endpoint");
+        EndpointSet {
+            current: Mutex::new(vec![0; endpoints.len()]),
+            endpoints,
+        }
+    }
+
+    /// The endpoints.
+    pub fn endpoints(&self) -> &[Arc<Endpoint>] {
+        &self.endpoints
+    }
+
+    /// Chooses the endpoint for a request's next attempt at `now`, among
+    /// those it has not tried (`tried`, by id); `None` when it has tried
+    /// them all.
+    pub fn choose(&self, now: Instant, tried: &[u64]) -> Option<Attempt> {
+        let candidates: Vec<usize> = (0..self.endpoints.len())
+            .filter(|&i| !tried.contains(&self.endpoints[i].id))
+            .collect();
+        let first = *candidates.first()?;
+        let index = if self.endpoints.len() == 1 {
+            first
+        } else {
+            let available: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(|&i| self.endpoints[i].health().available(now))
+                .collect();
+            if available.is_empty() {
+                // All ejected (or on trial): the one back soonest.
+                candidates
+                    .iter()
+                    .copied()
+                    .min_by_key(|&i| self.endpoints[i].health().back_at().unwrap_or(now))
+                    .unwrap_or(first)
+            } else {
+                self.pick(&available)
+            }
+        };
+        let endpoint = Arc::clone(&self.endpoints[index]);
+        let trial = {
+            let mut h = endpoint.health();
+            let ejected = matches!(h.state(), State::Ejected { .. });
+            h.sent();
+            ejected
+        };
+        endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
+        endpoint.requests.fetch_add(1, Ordering::Relaxed);
+        Some(Attempt {
+            endpoint,
+            trial,
+            started: now,
+            finished: false,
+        })
+    }
+
+    /// Smooth weighted round robin over `available`, then the in-flight
+    /// check.
+    fn pick(&self, available: &[usize]) -> usize {
+        let weight = |i: usize| i64::from(self.endpoints[i].config.weight.max(1));
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let total: i64 = available.iter().map(|&i| weight(i)).sum();
+        let mut best = available[0];
+        for &i in available {
+            current[i] += weight(i);
+            if current[i] > current[best] {
+                best = i;
+            }
+        }
+        current[best] -= total;
+        drop(current);
+        // Load per unit of weight, compared without division.
+        let load = |i: usize| u128::from(self.endpoints[i].load());
+        let w = |i: usize| weight(i) as u128;
+        let least = available
+            .iter()
+            .copied()
+            .min_by(|&a, &b| (load(a) * w(b)).cmp(&(load(b) * w(a))))
+            .unwrap_or(best);
+        if load(best) * w(least) > (load(least) + 1) * w(best) {
+            least
+        } else {
+            best
+        }
+    }
+
+    /// Whether at least one endpoint is not ejected (for `/readyz`).
+    pub fn any_serving(&self, now: Instant) -> bool {
+        self.endpoints.iter().any(|e| self.is_serving(e, now))
+    }
+
+    /// Whether `e` is not ejected at `now`.
+    pub fn is_serving(&self, e: &Endpoint, now: Instant) -> bool {
+        e.health().back_at().is_none_or(|until| now >= until)
+    }
+
+    /// Each endpoint's state, for `GET /upstreams`.
+    pub fn status(&self, now: Instant, wall: WallClock) -> Vec<EndpointStatus> {
+        self.endpoints
+            .iter()
+            .map(|e| {
+                let h = e.health().clone();
+                let c = &e.config;
+                EndpointStatus {
+                    name: c.name.clone(),
+                    url: c.target.display_url(),
+                    weight: c.weight,
+                    model: c.model.clone(),
+                    state: h.state().as_str(),
+                    ejected_until: h
+                        .back_at()
+                        .filter(|&until| until > now)
+                        .map(|until| rfc3339_ms(wall.unix_ms(until))),
+                    reason: h.reason(),
+                    failures_in_a_row: h.failures(),
+                    in_flight: e.load(),
+                    requests: e.requests.load(Ordering::Relaxed),
+                    failures: FailureKind::ALL
+                        .iter()
+                        .zip(&e.failures)
+                        .map(|(k, n)| (k.as_str(), n.load(Ordering::Relaxed)))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// The per-endpoint metric families, in the Prometheus text format.
+    pub(crate) fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let families: [(&str, &str, &str); 4] = [
+            (
+                "chatgate_upstream_requests_total",
+                "counter",
+                "Attempts sent to each provider endpoint.",
+            ),
+            (
+                "chatgate_upstream_in_flight",
+                "gauge",
+                "Attempts in progress on each provider endpoint.",
+            ),
+            (
+                "chatgate_upstream_state",
+                "gauge",
+                "Each provider endpoint's state (1 for the state it is in).",
+            ),
+            (
+                "chatgate_upstream_failures_total",
+                "counter",
+                "Failed attempts on each provider endpoint, by kind.",
+            ),
+        ];
+        for (name, kind, help) in families {
+            metric_header(out, name, kind, help);
+            for e in &self.endpoints {
+                let ep = crate::metrics::escape(&e.config.name);
+                match name {
+                    "chatgate_upstream_requests_total" => {
+                        let n = e.requests.load(Ordering::Relaxed);
+                        let _ = writeln!(out, "{name}{{endpoint=\"{ep}\"}} {n}");
+                    }
+                    "chatgate_upstream_in_flight" => {
+                        let _ = writeln!(out, "{name}{{endpoint=\"{ep}\"}} {}", e.load());
+                    }
+                    "chatgate_upstream_state" => {
+                        let now_state = e.health().state().as_str();
+                        for s in ["healthy", "ejected", "trial"] {
+                            let v = u8::from(s == now_state);
+                            let _ = writeln!(out, "{name}{{endpoint=\"{ep}\",state=\"{s}\"}} {v}");
+                        }
+                    }
+                    _ => {
+                        for (k, n) in FailureKind::ALL.iter().zip(&e.failures) {
+                            let _ = writeln!(
+                                out,
+                                "{name}{{endpoint=\"{ep}\",kind=\"{}\"}} {}",
+                                k.as_str(),
+                                n.load(Ordering::Relaxed)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        for e in &self.endpoints {
+            let ep = crate::metrics::escape(&e.config.name);
+            e.ttfb.render_labelled(
+                out,
+                "chatgate_upstream_time_to_first_byte_seconds",
+                "Time from sending an attempt to its first byte for the client, by provider endpoint.",
+                &format!("endpoint=\"{ep}\""),
+                std::ptr::eq(e, &self.endpoints[0]),
+            );
+        }
+    }
+}
+
+/// One endpoint as `GET /upstreams` shows it (no key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EndpointStatus {
+    /// Its name.
+    pub name: String,
+    /// Its base URL.
+    pub url: String,
+    /// Its weight.
+    pub weight: u32,
+    /// The model id it is sent, when it differs.
+    pub model: Option<String>,
+    /// `healthy`, `ejected` or `trial`.
+    pub state: &'static str,
+    /// Until when it is ejected (RFC 3339), while it is.
+    pub ejected_until: Option<String>,
+    /// Why it was last ejected: a failure kind, or `retry_after`.
+    pub reason: Option<&'static str>,
+    /// Failures in a row since its last success.
+    pub failures_in_a_row: u32,
+    /// Attempts in progress.
+    pub in_flight: u64,
+    /// Attempts sent.
+    pub requests: u64,
+    /// Failed attempts, by kind.
+    pub failures: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// One attempt of a request on an endpoint: reports how it ended exactly
+/// once ([`Attempt::finish`]; dropped unfinished, it was abandoned).
+#[derive(Debug)]
+pub struct Attempt {
+    endpoint: Arc<Endpoint>,
+    trial: bool,
+    started: Instant,
+    finished: bool,
+}
+
+impl Attempt {
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+
+    /// The client got its first byte from this attempt at `now`.
+    pub(crate) fn first_byte(&self, now: Instant) {
+        self.endpoint.ttfb.observe(now - self.started);
+    }
+
+    /// How the attempt ended, at `now`.
+    pub fn finish(mut self, outcome: Outcome, now: Instant) {
+        self.report(outcome, now);
+    }
+
+    fn report(&mut self, outcome: Outcome, now: Instant) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let e = &self.endpoint;
+        e.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Outcome::Failed(kind) = outcome {
+            let i = FailureKind::ALL
+                .iter()
+                .position(|k| *k == kind)
+                .unwrap_or(0);
+            e.failures[i].fetch_add(1, Ordering::Relaxed);
+        }
+        let change = e.health().report(outcome, self.trial, now);
+        match change {
+            Some(Change::Ejected { until }) => tracing::warn!(
+                endpoint = e.name(),
+                for_ms = (until - now).as_millis() as u64,
+                reason = e.health().reason().unwrap_or(""),
+                "provider endpoint ejected"
+            ),
+            Some(Change::Readmitted) => {
+                tracing::info!(endpoint = e.name(), "provider endpoint readmitted")
+            }
+            None => {}
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        let started = self.started;
+        self.report(Outcome::Abandoned, started);
+    }
+}
+
+/// The fixed start of every request to `e`.
+fn request_prefix(e: &EndpointConfig) -> Vec<u8> {
+    let t = &e.target;
+    let mut p = Vec::with_capacity(256);
+    p.extend_from_slice(b"POST ");
+    p.extend_from_slice(t.base_path.as_bytes());
+    p.extend_from_slice(b"/chat/completions HTTP/1.1\r\n");
+    header(&mut p, "Host", &t.host_header());
+    if let Some(key) = &t.api_key {
+        header(&mut p, "Authorization", &format!("Bearer {}", key.expose()));
+    }
+    header(&mut p, "Content-Type", "application/json");
+    header(
+        &mut p,
+        "User-Agent",
+        concat!("chatgate/", env!("CARGO_PKG_VERSION")),
+    );
+    p
+}
+
+#[cfg(test)]
+mod tests;

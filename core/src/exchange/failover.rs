@@ -1,0 +1,238 @@
+//! Attempts: which provider endpoint a request goes to, the request as that
+//! endpoint is sent it, and whether a failed attempt is tried again on
+//! another endpoint.
+//!
+//! A request is sent again only while the client has received nothing
+//! (the response head waits for the provider's first event), only for a
+//! failure that is the endpoint's rather than the request's (never for a
+//! 4xx other than 408 and 429), at most `--upstream-attempts` times in all,
+//! and only while the first-byte timeout, counted from the first attempt,
+//! has not passed. Failed attempts are not metered; the ledger line names
+//! the endpoint that served (or was tried last) and how many attempts
+//! there were.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::{Connection, Event};
+use crate::endpoints::{Attempt, Endpoint, FailureKind, Outcome};
+use crate::error::{ApiError, UpstreamFault};
+use crate::http::write::{self, header, header_u64};
+use crate::time::Instant;
+use crate::validate::with_model;
+
+impl Connection {
+    /// Starts the request's next attempt on an endpoint it has not tried:
+    /// builds the request as that endpoint is sent it and asks the runtime
+    /// for a connection. False when no endpoint is left.
+    pub(super) fn begin_attempt(&mut self, now: Instant) -> bool {
+        let endpoints = self.gw.endpoints();
+        let req = self.req.as_mut().expect("request in progress");
+        let Some(attempt) = endpoints.choose(now, &req.tried) else {
+            return false;
+        };
+        let endpoint = Arc::clone(attempt.endpoint());
+        req.tried.push(endpoint.id());
+        req.attempts += 1;
+        req.upstream_status = None;
+        req.endpoint = Some(Arc::clone(&endpoint));
+        if req.attempts == 1 {
+            self.first_request(&endpoint);
+        } else {
+            self.next_request(&endpoint);
+        }
+        self.connect_upstream(now, false, Some(attempt));
+        true
+    }
+
+    /// A later attempt's request: the body the previous endpoint was sent,
+    /// with the model id this one expects.
+    fn next_request(&mut self, endpoint: &Endpoint) {
+        let req = self.req.as_mut().expect("request in progress");
+        let chat = req.chat.as_ref().expect("validated");
+        let body = &req.upstream_request[req.body_at..];
+        let model = match endpoint.config().model.as_deref() {
+            Some(m) => Some(Cow::Borrowed(m)),
+            None if req.body_model => Some(Cow::Owned(
+                self.gw
+                    .config()
+                    .catalog
+                    .get(&chat.model)
+                    .and_then(|m| m.upstream_id.clone())
+                    .unwrap_or_else(|| chat.model.clone()),
+            )),
+            None => None,
+        };
+        let body = match &model {
+            Some(m) => Cow::Owned(with_model(body, m)),
+            None => Cow::Borrowed(body),
+        };
+        let (out, body_at) = provider_request(endpoint, &body, chat.stream, &req.id);
+        req.upstream_request = out;
+        req.body_at = body_at;
+        req.body_model = endpoint.config().model.is_some();
+    }
+
+    /// The first attempt's request, from the validated body.
+    fn first_request(&mut self, endpoint: &Endpoint) {
+        let req = self.req.as_mut().expect("request in progress");
+        let chat = req.chat.as_ref().expect("validated");
+        let body = chat.upstream_body(&req.body);
+        let (out, body_at) = match endpoint.config().model.as_deref() {
+            Some(m) => provider_request(endpoint, &with_model(body, m), chat.stream, &req.id),
+            None => provider_request(endpoint, body, chat.stream, &req.id),
+        };
+        req.upstream_request = out;
+        req.body_at = body_at;
+        req.body_model = endpoint.config().model.is_some();
+        req.body = Vec::new();
+    }
+
+    /// An attempt failed before the client got anything (`err` is what the
+    /// client gets if it is the last): its endpoint hears how, and the
+    /// request goes to another endpoint if it may. True when it does.
+    pub(super) fn failed_attempt(
+        &mut self,
+        now: Instant,
+        err: &ApiError,
+        attempt: Option<Attempt>,
+    ) -> bool {
+        let (outcome, retry) = verdict(err, self.req.as_ref().and_then(|r| r.upstream_status));
+        if let Some(attempt) = attempt {
+            attempt.finish(outcome, now);
+        }
+        let config = self.gw.config();
+        let Some(req) = self.req.as_ref() else {
+            return false;
+        };
+        let in_time = req
+            .up_started
+            .is_some_and(|s| now < s + config.timeouts.upstream_first_byte);
+        let cut = self.cut_at.is_some_and(|c| now >= c);
+        if !retry || !in_time || cut || req.attempts as usize >= config.max_attempts() {
+            return false;
+        }
+        let from = req.endpoint.as_ref().map_or("", |e| e.name());
+        tracing::debug!(
+            request_id = req.id.as_str(),
+            endpoint = from,
+            error = err.fault.map_or(err.code, UpstreamFault::as_str),
+            "provider endpoint failed before the first byte; trying another"
+        );
+        self.begin_attempt(now)
+    }
+
+    /// The error for a request whose every attempt failed: the last one's,
+    /// saying how many endpoints were tried when there were several.
+    pub(super) fn last_error(&self, mut err: ApiError) -> ApiError {
+        let attempts = self.req.as_ref().map_or(0, |r| r.attempts);
+        if attempts > 1 {
+            err.message = format!("{} Tried {attempts} provider endpoints.", err.message);
+        }
+        err
+    }
+
+    /// Asks the runtime for a connection to the current attempt's endpoint.
+    pub(super) fn push_connect(&mut self, fresh: bool) {
+        let endpoint = self
+            .req
+            .as_ref()
+            .and_then(|r| r.endpoint.clone())
+            .expect("an attempt has an endpoint");
+        self.events
+            .push_back(Event::ConnectUpstream { endpoint, fresh });
+    }
+}
+
+/// What a failure says about the endpoint, and whether another endpoint may
+/// answer the request instead.
+fn verdict(err: &ApiError, status: Option<u16>) -> (Outcome, bool) {
+    let failed = |kind| (Outcome::Failed(kind), true);
+    match err.fault {
+        Some(UpstreamFault::Rejected) => match status {
+            Some(429) => match err.retry_after {
+                Some(s) => (Outcome::RetryAfter(std::time::Duration::from_secs(s)), true),
+                None => failed(FailureKind::Status429),
+            },
+            Some(408) | Some(500..) => failed(FailureKind::Status5xx),
+            // The provider refused the request: another would too.
+            _ => (Outcome::Answered, false),
+        },
+        Some(UpstreamFault::Dns | UpstreamFault::Connect | UpstreamFault::Tls) => {
+            failed(FailureKind::Connect)
+        }
+        Some(UpstreamFault::Timeout | UpstreamFault::Stalled | UpstreamFault::TailTimeout) => {
+            failed(FailureKind::Timeout)
+        }
+        Some(UpstreamFault::Reset) => failed(FailureKind::Reset),
+        Some(UpstreamFault::Invalid | UpstreamFault::EventTooLarge | UpstreamFault::ErrorEvent) => {
+            failed(FailureKind::Invalid)
+        }
+        None => (Outcome::Abandoned, false),
+    }
+}
+
+/// The request as `endpoint` is sent it: its fixed prefix, the
+/// per-request headers, the body; and where the body starts.
+fn provider_request(endpoint: &Endpoint, body: &[u8], stream: bool, id: &str) -> (Vec<u8>, usize) {
+    let prefix = endpoint.prefix();
+    let mut out = Vec::with_capacity(prefix.len() + 128 + body.len());
+    out.extend_from_slice(prefix);
+    let accept = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    header(&mut out, "Accept", accept);
+    header_u64(&mut out, "Content-Length", body.len() as u64);
+    header(&mut out, "X-Request-Id", id);
+    write::end_head(&mut out);
+    let body_at = out.len();
+    out.extend_from_slice(body);
+    (out, body_at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_endpoints_failures_are_tried_again() {
+        let rejected = |status: u16, retry_after: Option<u64>| {
+            let mut e = ApiError::upstream(UpstreamFault::Rejected, "x");
+            e.retry_after = retry_after;
+            verdict(&e, Some(status))
+        };
+        assert_eq!(rejected(400, None), (Outcome::Answered, false));
+        assert_eq!(rejected(404, None), (Outcome::Answered, false));
+        assert_eq!(rejected(413, None), (Outcome::Answered, false));
+        assert_eq!(
+            rejected(408, None),
+            (Outcome::Failed(FailureKind::Status5xx), true)
+        );
+        assert_eq!(
+            rejected(503, Some(4)),
+            (Outcome::Failed(FailureKind::Status5xx), true)
+        );
+        assert_eq!(
+            rejected(429, None),
+            (Outcome::Failed(FailureKind::Status429), true)
+        );
+        assert_eq!(
+            rejected(429, Some(7)),
+            (Outcome::RetryAfter(std::time::Duration::from_secs(7)), true)
+        );
+        assert_eq!(
+            verdict(&ApiError::upstream_timeout("x"), None),
+            (Outcome::Failed(FailureKind::Timeout), true)
+        );
+        assert_eq!(
+            verdict(&ApiError::upstream(UpstreamFault::Tls, "x"), None),
+            (Outcome::Failed(FailureKind::Connect), true)
+        );
+        assert_eq!(
+            verdict(&ApiError::overloaded("x"), None),
+            (Outcome::Abandoned, false)
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! The provider pool's live reload: the config file is watched (checked
+//! every second: modification time, size, inode) and re-read on SIGHUP;
+//! a changed pool of `[[upstream]]` endpoints is applied without dropping
+//! anything in flight.
+//!
+//! The file is resolved again exactly as at start (flags and environment
+//! still win over it), and only the pool is applied; other settings take
+//! effect at the next start. Endpoints whose configuration is unchanged
+//! keep their health and their pooled connections; requests in flight
+//! finish on the endpoint they are on. A file that does not resolve, or an
+//! endpoint whose TLS cannot be set up, is reported at error level and the
+//! pool in force stays.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chatgate_core::{EndpointSet, ServeConfig, Sources};
+
+use crate::driver::Shared;
+use crate::runtime::Runtime;
+
+/// How often the watcher looks at the SIGHUP flag; the file is checked
+/// every fourth look.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Where a running gateway's pool reloads from: the config file, resolved
+/// with the flags and environment it started with.
+#[derive(Debug, Clone)]
+pub struct PoolSource {
+    /// The config file.
+    pub path: String,
+    /// The `serve` flags given, by setting key.
+    pub flags: HashMap<String, String>,
+    /// The environment (`CHATGATE_*`, and the variables endpoints' keys
+    /// come from), read again at each reload.
+    pub env: HashMap<String, String>,
+}
+
+fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
+/// Watches the config file (and SIGHUP) for the life of the process.
+pub async fn watch<R: Runtime>(shared: Arc<Shared<R>>, mut src: PoolSource) {
+    let hangup = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
+        tracing::warn!(error = %e, "SIGHUP will not reload the provider pool");
+    }
+    let mut last = stamp(&src.path);
+    let mut tick = 0u32;
+    loop {
+        shared.rt.timer(std::time::Instant::now() + TICK).await;
+        tick = tick.wrapping_add(1);
+        let hup = hangup.swap(false, Ordering::Relaxed);
+        if !hup && tick % 4 != 0 {
+            continue;
+        }
+        let now = stamp(&src.path);
+        if !hup && now == last {
+            continue;
+        }
+        last = now;
+        let why = if hup { "SIGHUP" } else { "the file changed" };
+        src.env = std::env::vars().collect();
+        match reload(&shared, &src) {
+            Ok(Some(names)) => {
+                tracing::info!(endpoints = names.as_str(), "provider pool reloaded ({why})")
+            }
+            Ok(None) => tracing::info!(
+                "config file reread ({why}): the provider pool is unchanged; other settings apply at the next start"
+            ),
+            Err(e) => tracing::error!(
+                "provider pool reload refused ({why}): {e}; the pool in force stays"
+            ),
+        }
+    }
+}
+
+/// Applies the file's pool; `Ok(None)` when it did not change, else the
+/// new pool's endpoint names.
+fn reload<R: Runtime>(shared: &Shared<R>, src: &PoolSource) -> Result<Option<String>, String> {
+    let file = std::fs::read_to_string(&src.path)
+        .map_err(|e| format!("cannot read the config file '{}': {e}", src.path))?;
+    let sources = Sources {
+        flags: src.flags.clone(),
+        env: src.env.clone(),
+        file: Some(file),
+    };
+    let cfg = ServeConfig::resolve(sources).map_err(|e| e.to_string())?;
+    let gateway = &shared.gateway;
+    let current = gateway.endpoints();
+    let unchanged = current.endpoints().len() == cfg.gateway.upstreams.len()
+        && current
+            .endpoints()
+            .iter()
+            .zip(&cfg.gateway.upstreams)
+            .all(|(e, c)| e.config() == c);
+    if unchanged {
+        return Ok(None);
+    }
+    let next = EndpointSet::new(cfg.gateway.upstreams, Some(&current));
+    shared.connectors.prepare(&next)?;
+    let names: Vec<&str> = next.endpoints().iter().map(|e| e.name()).collect();
+    let names = names.join(",");
+    gateway.replace_endpoints(next);
+    Ok(Some(names))
+}
