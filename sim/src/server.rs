@@ -66,6 +66,9 @@ pub struct JournalEntry {
 #[derive(Debug)]
 pub struct SimServer {
     options: SimOptions,
+    /// The fault for requests that choose none, as set at runtime
+    /// (`POST /_sim/fault`); the options' fault at start.
+    fault: Mutex<Option<crate::Fault>>,
     wall: WallClock,
     seq: AtomicU64,
     connections: AtomicU64,
@@ -99,9 +102,56 @@ pub struct SimTotals {
 }
 
 impl SimServer {
+    fn fault_slot(&self) -> std::sync::MutexGuard<'_, Option<crate::Fault>> {
+        self.fault.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The options with the fault in force now.
+    fn options_now(&self) -> SimOptions {
+        SimOptions {
+            fault: self.fault_slot().clone(),
+            ..self.options.clone()
+        }
+    }
+
+    /// `POST /_sim/fault` with `{"fault": NAME, …its parameters}`: the fault
+    /// for every request that does not choose its own, until
+    /// `DELETE /_sim/fault`.
+    fn set_fault(&self, body: &[u8]) -> Plan {
+        let bad = |msg: String| {
+            plan_error(
+                400,
+                &msg,
+                None,
+                "invalid_request_error",
+                "invalid_sim_option",
+            )
+        };
+        let Ok(serde_json::Value::Object(o)) = serde_json::from_slice(body) else {
+            return bad("the body must be a JSON object with a 'fault'".into());
+        };
+        let get = |k: &str| {
+            o.get(k).map(|v| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        };
+        let Some(name) = get("fault") else {
+            return bad("'fault' is missing".into());
+        };
+        match crate::Fault::parse(&name, &get) {
+            Ok(f) => {
+                *self.fault_slot() = Some(f);
+                json_plan(format!("{{\"fault\":{}}}", serde_json::Value::String(name)).into_bytes())
+            }
+            Err(msg) => bad(msg),
+        }
+    }
+
     /// A simulator with these defaults.
     pub fn new(options: SimOptions, wall: WallClock) -> Arc<SimServer> {
         Arc::new(SimServer {
+            fault: Mutex::new(options.fault.clone()),
             options,
             wall,
             seq: AtomicU64::new(1),
@@ -385,7 +435,13 @@ impl SimConnection {
                 plan_error(401, "Incorrect API key provided.", None, "invalid_request_error", "invalid_api_key")
             }
             (Method::Post, "/v1/chat/completions") => {
-                plan_chat(&p.body, &self.server.options, self.server.wall.unix_secs(now), seq)
+                let options = self.server.options_now();
+                plan_chat(&p.body, &options, self.server.wall.unix_secs(now), seq)
+            }
+            (Method::Post, "/_sim/fault") => self.server.set_fault(&p.body),
+            (Method::Delete, "/_sim/fault") => {
+                *self.server.fault_slot() = None;
+                json_plan(b"{\"fault\":null}".to_vec())
             }
             (Method::Get, "/v1/models") => json_plan(
                 br#"{"object":"list","data":[{"id":"reasoning-model-k3","object":"model","created":0,"owned_by":"sim"}]}"#.to_vec(),
@@ -640,6 +696,35 @@ mod tests {
         let out = c.poll_transmit().map(<[u8]>::to_vec).unwrap_or_default();
         c.handle_written(out.len());
         out
+    }
+
+    #[test]
+    fn a_fault_set_at_runtime_applies_until_cleared() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let ask = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let status = |raw: &[u8]| {
+            let mut c = SimConnection::new(Arc::clone(&server));
+            c.handle_data(at(0), raw);
+            let out = drain(&mut c);
+            String::from_utf8_lossy(&out[9..12]).into_owned()
+        };
+        let control = |method: &str, body: &str| {
+            format!(
+                "{method} /_sim/fault HTTP/1.1\r\nHost: sim\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        };
+        assert_eq!(status(&request(ask)), "200");
+        assert_eq!(
+            status(&control("POST", r#"{"fault":"reject","status":503}"#)),
+            "200"
+        );
+        assert_eq!(status(&request(ask)), "503");
+        assert_eq!(status(&control("POST", r#"{"fault":"nope"}"#)), "400");
+        assert_eq!(status(&request(ask)), "503", "a bad fault changes nothing");
+        assert_eq!(status(&control("DELETE", "")), "200");
+        assert_eq!(status(&request(ask)), "200");
     }
 
     #[test]

@@ -270,6 +270,21 @@ impl Sim {
         serde_json::from_slice::<Vec<Value>>(&r.body).expect("journal JSON")
     }
 
+    /// Sets the fault for every request that chooses none
+    /// (`POST /_sim/fault`), e.g. `{"fault":"reject","status":503}`.
+    pub fn set_fault(&self, fault: &str) {
+        let r = request(self.addr, "POST", "/_sim/fault", None, Some(fault));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+
+    /// Clears the fault set with [`Sim::set_fault`].
+    pub fn clear_fault(&self) {
+        assert_eq!(
+            request(self.addr, "DELETE", "/_sim/fault", None, None).status,
+            200
+        );
+    }
+
     /// Waits until the journal entry `i` has left `in_progress`.
     pub fn settled(&self, i: usize) -> Value {
         let deadline = Instant::now() + PATIENCE;
@@ -356,17 +371,17 @@ impl Gw {
         key: String,
     ) -> Gw {
         let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-        let mut args: Vec<String> = vec![
-            "serve".into(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--upstream".into(),
-            upstream.into(),
+        let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
+        // An empty upstream: the pool comes from a config file in `opts`.
+        if !upstream.is_empty() {
+            args.extend(["--upstream".into(), upstream.into()]);
+        }
+        args.extend([
             "--keys".into(),
             p("keys.toml"),
             "--ledger".into(),
             p("ledger.jsonl"),
-        ];
+        ]);
         args.extend(opts.args.iter().cloned());
         let mut proc = Proc::spawn(bin, &args, &opts.env, &dir.path().join("gateway.stderr"));
         let addr = address_from(&proc.line());
