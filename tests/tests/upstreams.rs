@@ -178,7 +178,7 @@ fn weights_are_respected_and_each_endpoint_gets_its_key_and_model(bin: &str) {
 }
 
 fn an_endpoint_killed_under_load_fails_no_request_that_had_no_byte(bin: &str) {
-    let mut pool = Pool::start(bin, &[("a", 1, None), ("b", 1, None), ("c", 1, None)], &[]);
+    let pool = Pool::start(bin, &[("a", 1, None), ("b", 1, None), ("c", 1, None)], &[]);
     let stop = Arc::new(AtomicBool::new(false));
     let threads: Vec<_> = (0..6)
         .map(|t| {
