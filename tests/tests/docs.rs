@@ -151,3 +151,41 @@ fn operations_guide_matches_the_binaries() {
     assert!(flags >= 17, "{flags} flags checked");
     assert!(gw.alive());
 }
+
+/// The pools the README and OPERATIONS.md show resolve as they say: every
+/// table an endpoint, keys from the variables they name.
+#[test]
+fn documented_pools_resolve() {
+    for file in ["README.md", "OPERATIONS.md"] {
+        let path = format!("{}/../{file}", env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(path).expect("the document");
+        let block = doc
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap_or(""))
+            .find(|b| b.contains("[[upstream]]"))
+            .unwrap_or_else(|| panic!("{file} shows no pool"));
+        let names: Vec<String> = block
+            .lines()
+            .filter_map(|l| l.strip_prefix("api_key_env = \""))
+            .map(|l| l.split('"').next().unwrap_or("").to_owned())
+            .collect();
+        let env = names
+            .iter()
+            .map(|n| (n.clone(), format!("secret-of-{n}")))
+            .collect();
+        let cfg = chatgate_core::ServeConfig::resolve(chatgate_core::Sources {
+            flags: Default::default(),
+            env,
+            file: Some(block.to_owned()),
+        })
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let pool = &cfg.gateway.upstreams;
+        assert_eq!(pool.len(), names.len(), "{file}");
+        for (e, var) in pool.iter().zip(&names) {
+            let key = e.target.api_key.as_ref().map(|k| k.expose().to_owned());
+            assert_eq!(key, Some(format!("secret-of-{var}")), "{file}: {}", e.name);
+        }
+        assert!(pool.iter().any(|e| e.model.is_some()), "{file}");
+    }
+}
