@@ -37,6 +37,8 @@
 #   --only LIST       binaries: smol,tokio                  [default: both]
 #   --workloads LIST  nonstream,stream                      [default: both]
 #   --fair-sched Y|N  valgrind's --fair-sched                [default: yes]
+#   --endpoints N     a pool of N [[upstream]] endpoints, all the one
+#                     simulator (the pool's own cost)        [default: 1, --upstream]
 #   --no-build        use the binaries already built
 #   --out-dir DIR     where the profiles, logs and ledgers go [default: a new
 #                     /tmp/chatgate-callgrind.XXXXXX, kept; its path is printed]
@@ -69,6 +71,7 @@ only="smol,tokio"
 workloads="nonstream,stream"
 build=1
 fair_sched=yes
+endpoints=1
 out_dir=""
 nice_level="${NICE:-10}"
 
@@ -81,6 +84,7 @@ while [ $# -gt 0 ]; do
         --only) only="$2"; shift 2 ;;
         --workloads) workloads="$2"; shift 2 ;;
         --fair-sched) fair_sched="$2"; shift 2 ;;
+        --endpoints) endpoints="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
         --out-dir) out_dir="$2"; shift 2 ;;
         -h | --help) usage; exit 0 ;;
@@ -88,7 +92,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 case "$fair_sched" in yes | no) ;; *) echo "callgrind.sh: --fair-sched takes yes or no" >&2; exit 2 ;; esac
-for v in "$requests" "$warmup" "$conns"; do
+for v in "$requests" "$warmup" "$conns" "$endpoints"; do
     [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "callgrind.sh: counts must be positive integers" >&2; exit 2; }
 done
 
@@ -264,6 +268,14 @@ sim_pid=$!
 pids+=("$sim_pid")
 sim_addr="$(listening_address "$work/sim.stdout" "$sim_pid" sim)"
 upstream="http://$sim_addr/v1"
+if [ "$endpoints" -gt 1 ]; then
+    for i in $(seq 1 "$endpoints"); do
+        printf '[[upstream]]\nname = "e%s"\nurl = "%s"\n' "$i" "$upstream"
+    done >"$work/pool.toml"
+    upstream_args=(--config "$work/pool.toml")
+else
+    upstream_args=(--upstream "$upstream")
+fi
 
 keys="$work/keys.toml"
 rm -f "$keys"
@@ -282,7 +294,7 @@ measure() {
     rm -f "$out" "$ledger"
     CHATGATE_UPSTREAM_API_KEY=sk-sim-not-a-secret nice -n "$nice_level" \
         valgrind --tool=callgrind --fair-sched="$fair_sched" --callgrind-out-file="$out" --log-file="$work/valgrind.$tag.log" \
-        "$bin_dir/chatgate-$bin" serve --listen 127.0.0.1:0 --upstream "$upstream" \
+        "$bin_dir/chatgate-$bin" serve --listen 127.0.0.1:0 "${upstream_args[@]}" \
         --keys "$keys" --ledger "$ledger" \
         >"$work/gateway.$tag.stdout" 2>"$work/gateway.$tag.stderr" </dev/null &
     local pid=$!
@@ -337,6 +349,7 @@ done
 
 echo
 echo "user-space instructions per request (callgrind Ir, chatgate $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "endpoints: $endpoints"
 echo "warm-up W=$warmup, measured N=$requests, $conns connections, --fair-sched=$fair_sched; per request = (Ir(W+N) - Ir(W)) / N"
 echo
 echo "| binary | workload | Ir(W) | Ir(W+N) | per request | naive Ir(W+N)/(W+N) |"

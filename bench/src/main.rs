@@ -14,6 +14,7 @@
 //! on a shared, noisy machine.
 
 mod client;
+mod pool;
 mod procs;
 
 use std::fmt::Write as _;
@@ -55,10 +56,10 @@ struct Target {
 fn main() {
     let opts = parse_args();
     let fd_limit = procs::raise_fd_limit();
-    let needs_wrk = opts
-        .only
-        .as_deref()
-        .is_none_or(|o| o.split(',').any(|w| w == "nonstream" || w == "stream"));
+    let needs_wrk = opts.only.as_deref().is_none_or(|o| {
+        o.split(',')
+            .any(|w| matches!(w, "nonstream" | "stream" | "pool"))
+    });
     let tools = Tools::find(&opts.bin_dir, needs_wrk);
     let dir = std::env::temp_dir().join(format!("chatgate-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("work directory");
@@ -437,6 +438,19 @@ fn main() {
         }
     }
 
+    if want("pool") {
+        let setup = pool::Setup {
+            tools: &tools,
+            dir: &dir,
+            sim: sim_addr,
+            key: &key,
+            lua: &lua,
+            body: &nonstream,
+            secs,
+        };
+        pool::report(&mut report, &setup);
+    }
+
     drop((smol, tokio, nginx));
     println!("{report}");
     if let Some(out) = &opts.out {
@@ -486,7 +500,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,pool]"
                 );
                 std::process::exit(0);
             }

@@ -1,0 +1,200 @@
+//! The endpoint pool's cost: CPU per request with three endpoints against
+//! one (the same simulator behind each, the same run, runs interleaved),
+//! and the failover delay — how much later a request's first byte comes
+//! when its first endpoint fails (refuses the connection, or answers 503)
+//! and the next one serves it.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::procs::{Child, cpu_ticks, free_port, ticks_per_second};
+use crate::{NONSTREAM, Tools, args, gateway, ms, wrk};
+
+/// Rounds of the failover measurement (a fresh gateway each: its first
+/// request goes to the pool's first endpoint).
+const ROUNDS: usize = 15;
+
+/// What the run already has: tools, its directory, the simulator, the key,
+/// wrk's script and the non-streamed body file, seconds per measurement.
+pub struct Setup<'a> {
+    pub tools: &'a Tools,
+    pub dir: &'a Path,
+    pub sim: SocketAddr,
+    pub key: &'a str,
+    pub lua: &'a Path,
+    pub body: &'a Path,
+    pub secs: u64,
+}
+
+/// Appends the pool's tables to `report`.
+pub fn report(report: &mut String, s: &Setup<'_>) {
+    let Setup {
+        tools,
+        dir,
+        sim,
+        key,
+        lua,
+        body,
+        secs,
+    } = *s;
+    let upstream = format!("http://{sim}/v1");
+    let three = write_pool(dir, "three", &[&upstream, &upstream, &upstream]);
+    let _ = writeln!(
+        report,
+        "\n### The endpoint pool: non-streamed, 8 connections, {secs} s each (two rounds, interleaved)\n"
+    );
+    let _ = writeln!(
+        report,
+        "| binary | CPU per request, 1 endpoint | CPU per request, 3 endpoints | 3 / 1 |"
+    );
+    let _ = writeln!(report, "|---|---|---|---|");
+    for (name, bin) in [
+        ("chatgate-smol", &tools.smol),
+        ("chatgate-tokio", &tools.tokio),
+    ] {
+        let mut one = gateway(bin, dir, &upstream, &format!("pool-one-{name}"));
+        let mut pooled = pooled_gateway(bin, dir, &three, &format!("pool-three-{name}"));
+        let targets = [
+            (one.listening_address(), one.pid()),
+            (pooled.listening_address(), pooled.pid()),
+        ];
+        let mut per = [Vec::new(), Vec::new()];
+        for (addr, _) in targets {
+            wrk(&tools.wrk, addr, lua, body, key, 8, 1);
+        }
+        for _ in 0..2 {
+            for (i, (addr, pid)) in targets.iter().enumerate() {
+                let before = cpu_ticks(&[*pid]);
+                let r = wrk(&tools.wrk, *addr, lua, body, key, 8, secs);
+                let cpu = cpu_ticks(&[*pid]) - before;
+                per[i]
+                    .push(cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests.max(1) as f64);
+            }
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let (a, b) = (mean(&per[0]), mean(&per[1]));
+        let _ = writeln!(report, "| {name} | {a:.1} µs | {b:.1} µs | {:.2} |", b / a);
+    }
+
+    // A second simulator answering 503 to everything.
+    let mut failing = Child::spawn(
+        &tools.smol,
+        &args(&[
+            "sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--fault",
+            "reject",
+            "--fault-status",
+            "503",
+        ]),
+        &[],
+        &dir.join("sim-503.log"),
+    );
+    let failing = format!("http://{}/v1", failing.listening_address());
+    let refused = format!("http://127.0.0.1:{}/v1", free_port());
+    let _ = writeln!(
+        report,
+        "\n### Failover delay: a fresh gateway's first non-streamed request, median of {ROUNDS}\n"
+    );
+    let _ = writeln!(
+        report,
+        "| binary | one endpoint | first endpoint refuses | first endpoint answers 503 | failover delay (refused / 503) |"
+    );
+    let _ = writeln!(report, "|---|---|---|---|---|");
+    for (name, bin) in [
+        ("chatgate-smol", &tools.smol),
+        ("chatgate-tokio", &tools.tokio),
+    ] {
+        let pools = [
+            write_pool(dir, &format!("direct-{name}"), &[&upstream]),
+            write_pool(dir, &format!("refused-{name}"), &[&refused, &upstream]),
+            write_pool(dir, &format!("failing-{name}"), &[&failing, &upstream]),
+        ];
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        for round in 0..ROUNDS {
+            for (i, pool) in pools.iter().enumerate() {
+                let mut g = pooled_gateway(bin, dir, pool, &format!("failover-{name}-{i}-{round}"));
+                let addr = g.listening_address();
+                times[i].push(first_request(addr, key));
+            }
+        }
+        let med: Vec<Duration> = times
+            .iter_mut()
+            .map(|t| {
+                t.sort_unstable();
+                t[t.len() / 2]
+            })
+            .collect();
+        let delay = |i: usize| ms(med[i].saturating_sub(med[0]));
+        let _ = writeln!(
+            report,
+            "| {name} | {} | {} | {} | {} / {} |",
+            ms(med[0]),
+            ms(med[1]),
+            ms(med[2]),
+            delay(1),
+            delay(2)
+        );
+    }
+}
+
+/// A config file with one `[[upstream]]` table per URL.
+fn write_pool(dir: &Path, name: &str, urls: &[&str]) -> std::path::PathBuf {
+    let mut text = String::new();
+    for (i, url) in urls.iter().enumerate() {
+        let _ = writeln!(text, "[[upstream]]\nname = \"e{i}\"\nurl = \"{url}\"");
+    }
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("pool config");
+    path
+}
+
+/// `serve` with the pool of `config`.
+fn pooled_gateway(bin: &Path, dir: &Path, config: &Path, name: &str) -> Child {
+    let a = vec![
+        "serve".to_owned(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+        "--keys".into(),
+        dir.join("keys.toml").to_string_lossy().into_owned(),
+        "--ledger".into(),
+        dir.join(format!("ledger-{name}.jsonl"))
+            .to_string_lossy()
+            .into_owned(),
+    ];
+    Child::spawn(bin, &a, &[], &dir.join(format!("{name}.log")))
+}
+
+/// One non-streamed request on a new connection: the time to its whole
+/// answer (which the gateway sends at once, when the provider's is whole).
+fn first_request(addr: SocketAddr, key: &str) -> Duration {
+    let request = crate::client::chat_request(key, NONSTREAM);
+    let started = Instant::now();
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(&request).expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        let n = s.read(&mut buf).expect("read");
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200"), "{head}");
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("a length");
+            if got.len() >= end + 4 + len {
+                return started.elapsed();
+            }
+        }
+    }
+}
