@@ -176,9 +176,20 @@ impl<'s, R: Runtime> Task<'s, R> {
         while let Some(event) = self.conn.poll_event() {
             match event {
                 Event::ConnectUpstream { endpoint, fresh } => {
+                    let connector = match shared.connectors.get(&endpoint) {
+                        Ok(c) => c,
+                        Err(failure) => {
+                            self.conn.handle_upstream_failure(now(), failure);
+                            continue;
+                        }
+                    };
+                    // The usual case, a pooled connection, needs no future.
+                    if let Some(s) = (!fresh).then(|| connector.take_idle()).flatten() {
+                        self.connected(s, connector, true);
+                        continue;
+                    }
                     self.connecting = Some(Box::pin(async move {
-                        let connector = shared.connectors.get(&endpoint)?;
-                        let (s, reused) = connector.connect(fresh).await?;
+                        let (s, reused) = connector.connect(true).await?;
                         Ok((s, reused, connector))
                     }));
                     self.g_connect.reset();
@@ -226,6 +237,22 @@ impl<'s, R: Runtime> Task<'s, R> {
             }
         }
         true
+    }
+
+    /// A provider connection is ready: the core hears it now.
+    fn connected(&mut self, s: UpstreamStream<R::Tcp>, connector: Arc<Connector<R>>, reused: bool) {
+        self.upstream = Some(s);
+        self.upstream_from = Some(connector);
+        self.ready_upstream();
+        self.conn.handle_upstream_connected(now(), reused);
+    }
+
+    /// Fresh or pooled, nothing comes on a provider connection before the
+    /// request is sent (a pooled one's last answer was read to its end).
+    fn ready_upstream(&mut self) {
+        self.upstream_emptied = true;
+        self.g_up_read.reset();
+        self.g_up_write.reset();
     }
 
     /// Step 2: the timer follows the core's next deadline.
@@ -356,12 +383,8 @@ impl<'s, R: Runtime> Task<'s, R> {
             }
             Wake::Connected(Ok(reused)) => {
                 self.connecting = None;
-                // Fresh or pooled, nothing comes before the request is sent
-                // (a pooled connection's last answer was read to its end).
-                self.upstream_emptied = true;
-                self.g_up_read.reset();
-                self.g_up_write.reset();
-                conn.handle_upstream_connected(t, reused);
+                self.ready_upstream();
+                self.conn.handle_upstream_connected(t, reused);
             }
             Wake::Connected(Err(failure)) => {
                 self.connecting = None;

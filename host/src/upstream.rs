@@ -166,6 +166,14 @@ impl<R: Runtime> Connector<R> {
         self.idle.lock()
     }
 
+    /// An idle pooled connection, if one is fresh enough.
+    pub fn take_idle(&self) -> Option<UpstreamStream<R::Tcp>> {
+        let mut expired = Vec::new();
+        let candidate = self.pool().take(now(), &mut expired);
+        drop(expired);
+        candidate
+    }
+
     /// A connection: an idle pooled one that still looks alive (unless
     /// `fresh`), or a new one. The flag says whether it was reused.
     pub async fn connect(
@@ -254,7 +262,8 @@ pub struct Connectors<R: Runtime> {
     rt: R,
     max_idle: usize,
     idle_timeout: Duration,
-    by_id: Mutex<std::collections::HashMap<u64, Arc<Connector<R>>>>,
+    /// By endpoint id: a pool has a few endpoints, so a scan beats hashing.
+    by_id: Mutex<Vec<(u64, Arc<Connector<R>>)>>,
 }
 
 impl<R: Runtime> Connectors<R> {
@@ -270,14 +279,21 @@ impl<R: Runtime> Connectors<R> {
             rt,
             max_idle,
             idle_timeout,
-            by_id: Mutex::new(std::collections::HashMap::new()),
+            by_id: Mutex::new(Vec::new()),
         };
         c.prepare(endpoints)?;
         Ok(c)
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Arc<Connector<R>>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Arc<Connector<R>>)>> {
         self.by_id.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find(&self, id: u64) -> Option<Arc<Connector<R>>> {
+        self.map()
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, c)| Arc::clone(c))
     }
 
     /// Makes connectors for the endpoints of `set` that have none, and
@@ -286,7 +302,7 @@ impl<R: Runtime> Connectors<R> {
     pub fn prepare(&self, set: &EndpointSet) -> Result<(), String> {
         let mut fresh = Vec::new();
         for e in set.endpoints() {
-            if self.map().contains_key(&e.id()) {
+            if self.find(e.id()).is_some() {
                 continue;
             }
             let config = e.config();
@@ -302,14 +318,14 @@ impl<R: Runtime> Connectors<R> {
         }
         let mut map = self.map();
         map.extend(fresh);
-        map.retain(|id, _| set.endpoints().iter().any(|e| e.id() == *id));
+        map.retain(|(id, _)| set.endpoints().iter().any(|e| e.id() == *id));
         Ok(())
     }
 
     /// The connector of `endpoint` (made now if a reload raced ahead).
     pub fn get(&self, endpoint: &Endpoint) -> Result<Arc<Connector<R>>, UpstreamFailure> {
-        if let Some(c) = self.map().get(&endpoint.id()) {
-            return Ok(Arc::clone(c));
+        if let Some(c) = self.find(endpoint.id()) {
+            return Ok(c);
         }
         let config = endpoint.config();
         let c = Connector::new(
@@ -321,12 +337,12 @@ impl<R: Runtime> Connectors<R> {
         )
         .map(Arc::new)
         .map_err(UpstreamFailure::Tls)?;
-        self.map().insert(endpoint.id(), Arc::clone(&c));
+        self.map().push((endpoint.id(), Arc::clone(&c)));
         Ok(c)
     }
 
     /// Idle pooled connections over all endpoints.
     pub fn idle(&self) -> usize {
-        self.map().values().map(|c| c.stats().0).sum()
+        self.map().iter().map(|(_, c)| c.stats().0).sum()
     }
 }

@@ -269,6 +269,10 @@ fn a_failing_endpoint_is_ejected_and_readmitted_and_retry_after_is_honoured(bin:
     assert_eq!(request(admin, "GET", "/readyz", None, None).status, 200);
     let metrics = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
     assert!(metrics.contains("chatgate_upstream_state{endpoint=\"a\",state=\"ejected\"} 1"));
+    let listed = String::from_utf8(request(admin, "GET", "/upstreams", None, None).body).unwrap();
+    for shown in [&metrics, &listed] {
+        assert!(!shown.contains("sk-provider-"), "no endpoint key: {shown}");
+    }
     // Recovered: a trial readmits it.
     pool.sims[0].clear_fault();
     eventually("a readmitted", || {

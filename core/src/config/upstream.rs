@@ -59,6 +59,13 @@ pub fn parse_pool(
             "config file: [[upstream]]: the pool has no endpoint".into(),
         ));
     }
+    let most = crate::endpoints::MAX_ENDPOINTS;
+    if tables.len() > most {
+        return Err(ConfigError(format!(
+            "config file: [[upstream]]: {} endpoints; a pool has at most {most}",
+            tables.len()
+        )));
+    }
     let mut pool: Vec<EndpointConfig> = Vec::with_capacity(tables.len());
     for (i, table) in tables.iter().enumerate() {
         let endpoint = parse_endpoint(i + 1, table, env)?;

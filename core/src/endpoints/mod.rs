@@ -110,6 +110,20 @@ impl Endpoint {
     }
 }
 
+/// Most endpoints in a pool.
+pub const MAX_ENDPOINTS: usize = 64;
+
+/// The indices of the set bits of `set`, lowest first.
+fn bits(mut set: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (set != 0).then(|| {
+            let i = set.trailing_zeros() as usize;
+            set &= set - 1;
+            i
+        })
+    })
+}
+
 /// The endpoints in force, and the round robin's state.
 #[derive(Debug)]
 pub struct EndpointSet {
@@ -131,7 +145,10 @@ impl EndpointSet {
                     .map_or_else(|| Arc::new(Endpoint::new(config)), Arc::clone)
             })
             .collect();
-        assert!(!endpoints.is_empty(), "a pool has at least one endpoint");
+        assert!(
+            (1..=MAX_ENDPOINTS).contains(&endpoints.len()),
+            "a pool has 1 to {MAX_ENDPOINTS} endpoints (checked by the configuration)"
+        );
         EndpointSet {
             current: Mutex::new(vec![0; endpoints.len()]),
             endpoints,
@@ -147,27 +164,35 @@ impl EndpointSet {
     /// those it has not tried (`tried`, by id); `None` when it has tried
     /// them all.
     pub fn choose(&self, now: Instant, tried: &[u64]) -> Option<Attempt> {
-        let candidates: Vec<usize> = (0..self.endpoints.len())
-            .filter(|&i| !tried.contains(&self.endpoints[i].id))
-            .collect();
-        let first = *candidates.first()?;
         let index = if self.endpoints.len() == 1 {
-            first
+            // The usual pool: nothing to choose.
+            if tried.contains(&self.endpoints[0].id) {
+                return None;
+            }
+            0
         } else {
-            let available: Vec<usize> = candidates
-                .iter()
-                .copied()
-                .filter(|&i| self.endpoints[i].health().available(now))
-                .collect();
-            if available.is_empty() {
+            // Sets of endpoints as bits (a pool has at most
+            // `MAX_ENDPOINTS`): nothing is allocated per request.
+            let mut candidates = 0u64;
+            let mut available = 0u64;
+            for (i, e) in self.endpoints.iter().enumerate() {
+                if !tried.contains(&e.id) {
+                    candidates |= 1 << i;
+                    if e.health().available(now) {
+                        available |= 1 << i;
+                    }
+                }
+            }
+            if candidates == 0 {
+                return None;
+            }
+            if available == 0 {
                 // All ejected (or on trial): the one back soonest.
-                candidates
-                    .iter()
-                    .copied()
+                bits(candidates)
                     .min_by_key(|&i| self.endpoints[i].health().back_at().unwrap_or(now))
-                    .unwrap_or(first)
+                    .unwrap_or(0)
             } else {
-                self.pick(&available)
+                self.pick(available)
             }
         };
         let endpoint = Arc::clone(&self.endpoints[index]);
@@ -187,14 +212,15 @@ impl EndpointSet {
         })
     }
 
-    /// Smooth weighted round robin over `available`, then the in-flight
-    /// check.
-    fn pick(&self, available: &[usize]) -> usize {
+    /// Smooth weighted round robin over the `available` endpoints (bits),
+    /// then the in-flight check.
+    fn pick(&self, available: u64) -> usize {
         let weight = |i: usize| i64::from(self.endpoints[i].config.weight.max(1));
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let total: i64 = available.iter().map(|&i| weight(i)).sum();
-        let mut best = available[0];
-        for &i in available {
+        let mut total = 0;
+        let mut best = available.trailing_zeros() as usize;
+        for i in bits(available) {
+            total += weight(i);
             current[i] += weight(i);
             if current[i] > current[best] {
                 best = i;
@@ -205,9 +231,7 @@ impl EndpointSet {
         // Load per unit of weight, compared without division.
         let load = |i: usize| u128::from(self.endpoints[i].load());
         let w = |i: usize| weight(i) as u128;
-        let least = available
-            .iter()
-            .copied()
+        let least = bits(available)
             .min_by(|&a, &b| (load(a) * w(b)).cmp(&(load(b) * w(a))))
             .unwrap_or(best);
         if load(best) * w(least) > (load(least) + 1) * w(best) {

@@ -28,11 +28,15 @@ impl Connection {
     pub(super) fn begin_attempt(&mut self, now: Instant) -> bool {
         let endpoints = self.gw.endpoints();
         let req = self.req.as_mut().expect("request in progress");
+        // The endpoints tried before this attempt: the list grows (and
+        // allocates) only when a request is tried again.
+        if let Some(previous) = &req.endpoint {
+            req.tried.push(previous.id());
+        }
         let Some(attempt) = endpoints.choose(now, &req.tried) else {
             return false;
         };
         let endpoint = Arc::clone(attempt.endpoint());
-        req.tried.push(endpoint.id());
         req.attempts += 1;
         req.upstream_status = None;
         req.endpoint = Some(Arc::clone(&endpoint));

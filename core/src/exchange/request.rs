@@ -48,7 +48,8 @@ pub(super) struct Request {
     pub(super) body_model: bool,
     /// Retries on a fresh connection after a pooled one turned out dead.
     pub(super) conn_retries: u8,
-    /// Endpoints tried (by id), the last one, and how many attempts.
+    /// Endpoints tried before the current attempt (by id), the current or
+    /// last one, and how many attempts.
     pub(super) tried: Vec<u64>,
     pub(super) endpoint: Option<std::sync::Arc<crate::endpoints::Endpoint>>,
     pub(super) attempts: u32,

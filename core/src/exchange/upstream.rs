@@ -64,7 +64,7 @@ pub(super) struct Upstream {
 }
 
 impl Upstream {
-    fn new(max_sse: usize) -> Self {
+    fn new(max_sse: usize, attempt: Option<Attempt>) -> Self {
         Upstream {
             state: UpState::Connecting,
             out_pos: 0,
@@ -79,7 +79,7 @@ impl Upstream {
             tracker: StreamTracker::new(),
             trailing_garbage: false,
             done_forwarded: false,
-            attempt: None,
+            attempt,
             first_byte_by: None,
         }
     }
@@ -211,9 +211,6 @@ impl Connection {
         let req = self.req.as_mut().expect("request in progress");
         req.up_started = Some(now);
         self.phase = Phase::Upstream;
-        if let Some(cut_at) = self.cut_at {
-            self.timers.set(Timer::Cut, cut_at);
-        }
         // The previous stream's connection is not waited for: this request
         // takes another one (from the pool or new).
         self.end_leftover(false, "the next request needs the provider");
@@ -226,11 +223,12 @@ impl Connection {
     /// connection.
     pub(super) fn connect_upstream(&mut self, now: Instant, fresh: bool, attempt: Option<Attempt>) {
         let config = self.gw.config();
-        let mut up = Upstream::new(config.max_sse_event);
-        up.attempt = attempt;
-        self.up = Some(Box::new(up));
+        self.up = Some(Box::new(Upstream::new(config.max_sse_event, attempt)));
         let connect = config.timeouts.upstream_connect;
         self.timers.set(Timer::Upstream, now + connect);
+        if let Some(cut_at) = self.cut_at {
+            self.timers.set(Timer::Cut, cut_at);
+        }
         self.push_connect(fresh);
     }
 
