@@ -624,19 +624,22 @@ fn mint_key(smol: &Path, dir: &Path) -> String {
 }
 
 fn gateway(bin: &Path, dir: &Path, upstream: &str, name: &str) -> Child {
-    let a = vec![
-        "serve".to_owned(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--upstream".into(),
-        upstream.into(),
+    gateway_with(bin, dir, &["--upstream", upstream], name)
+}
+
+/// `serve` with these provider settings (`--upstream URL`, or
+/// `--config FILE` with a pool).
+fn gateway_with(bin: &Path, dir: &Path, provider: &[&str], name: &str) -> Child {
+    let mut a = vec!["serve".to_owned(), "--listen".into(), "127.0.0.1:0".into()];
+    a.extend(provider.iter().map(|s| (*s).to_owned()));
+    a.extend([
         "--keys".into(),
         dir.join("keys.toml").to_string_lossy().into_owned(),
         "--ledger".into(),
         dir.join(format!("ledger-{name}.jsonl"))
             .to_string_lossy()
             .into_owned(),
-    ];
+    ]);
     Child::spawn(bin, &a, &[], &dir.join(format!("{name}.log")))
 }
 

@@ -155,20 +155,8 @@ fn write_pool(dir: &Path, name: &str, urls: &[&str]) -> std::path::PathBuf {
 
 /// `serve` with the pool of `config`.
 fn pooled_gateway(bin: &Path, dir: &Path, config: &Path, name: &str) -> Child {
-    let a = vec![
-        "serve".to_owned(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--config".into(),
-        config.to_string_lossy().into_owned(),
-        "--keys".into(),
-        dir.join("keys.toml").to_string_lossy().into_owned(),
-        "--ledger".into(),
-        dir.join(format!("ledger-{name}.jsonl"))
-            .to_string_lossy()
-            .into_owned(),
-    ];
-    Child::spawn(bin, &a, &[], &dir.join(format!("{name}.log")))
+    let config = config.to_string_lossy();
+    crate::gateway_with(bin, dir, &["--config", &config], name)
 }
 
 /// One non-streamed request on a new connection: the time to its whole

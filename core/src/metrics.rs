@@ -42,8 +42,8 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// The family with one labelled series (`labels` as `k="v"`), its
-    /// header first when `with_header`.
+    /// The family with one series labelled `labels` (`k="v"`, or empty),
+    /// its header first when `with_header`.
     pub(crate) fn render_labelled(
         &self,
         out: &mut String,
@@ -55,30 +55,29 @@ impl Histogram {
         if with_header {
             header(out, name, "histogram", help);
         }
+        let (open, sep) = if labels.is_empty() {
+            ("", "")
+        } else {
+            ("{", ",")
+        };
+        let close = if labels.is_empty() { "" } else { "}" };
         let mut cumulative = 0;
+        let bucket = |out: &mut String, le: &dyn std::fmt::Display, n: u64| {
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {n}");
+        };
         for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
             cumulative += self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+            bucket(out, bound, cumulative);
         }
         cumulative += self.counts[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        bucket(out, &"+Inf", cumulative);
         let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum{open}{labels}{close} {sum}");
+        let _ = writeln!(out, "{name}_count{open}{labels}{close} {cumulative}");
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, "histogram", help);
-        let mut cumulative = 0;
-        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
-            cumulative += self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        cumulative += self.counts[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}");
-        let _ = writeln!(out, "{name}_count {cumulative}");
+        self.render_labelled(out, name, help, "", true);
     }
 }
 

@@ -47,7 +47,8 @@ pub fn load(src: &KeysSource) -> Result<KeyTable, String> {
     KeyTable::parse_toml(&text, src.defaults).map_err(|e| format!("{e} ({})", src.path))
 }
 
-fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
+/// What tells a file changed: modification time, size, inode.
+pub(crate) fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     Some((m.modified().ok()?, m.len(), m.ino()))

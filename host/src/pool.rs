@@ -19,6 +19,7 @@ use std::time::Duration;
 use chatgate_core::{EndpointSet, ServeConfig, Sources};
 
 use crate::driver::Shared;
+use crate::keys::stamp;
 use crate::runtime::Runtime;
 
 /// How often the watcher looks at the SIGHUP flag; the file is checked
@@ -36,12 +37,6 @@ pub struct PoolSource {
     /// The environment (`CHATGATE_*`, and the variables endpoints' keys
     /// come from), read again at each reload.
     pub env: HashMap<String, String>,
-}
-
-fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
 /// Watches the config file (and SIGHUP) for the life of the process.

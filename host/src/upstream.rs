@@ -305,16 +305,10 @@ impl<R: Runtime> Connectors<R> {
             if self.find(e.id()).is_some() {
                 continue;
             }
-            let config = e.config();
-            let connector = Connector::new(
-                self.rt.clone(),
-                config.target.clone(),
-                config.ca.as_deref(),
-                self.max_idle,
-                self.idle_timeout,
-            )
-            .map_err(|err| format!("provider endpoint '{}': {err}", config.name))?;
-            fresh.push((e.id(), Arc::new(connector)));
+            let connector = self
+                .make(e)
+                .map_err(|err| format!("provider endpoint '{}': {err}", e.name()))?;
+            fresh.push((e.id(), connector));
         }
         let mut map = self.map();
         map.extend(fresh);
@@ -327,8 +321,14 @@ impl<R: Runtime> Connectors<R> {
         if let Some(c) = self.find(endpoint.id()) {
             return Ok(c);
         }
+        let c = self.make(endpoint).map_err(UpstreamFailure::Tls)?;
+        self.map().push((endpoint.id(), Arc::clone(&c)));
+        Ok(c)
+    }
+
+    fn make(&self, endpoint: &Endpoint) -> Result<Arc<Connector<R>>, String> {
         let config = endpoint.config();
-        let c = Connector::new(
+        Connector::new(
             self.rt.clone(),
             config.target.clone(),
             config.ca.as_deref(),
@@ -336,9 +336,6 @@ impl<R: Runtime> Connectors<R> {
             self.idle_timeout,
         )
         .map(Arc::new)
-        .map_err(UpstreamFailure::Tls)?;
-        self.map().push((endpoint.id(), Arc::clone(&c)));
-        Ok(c)
     }
 
     /// Idle pooled connections over all endpoints.
