@@ -85,7 +85,7 @@ pub fn admin_response(
         AdminRoute::Metrics => respond(
             200,
             "text/plain; version=0.0.4; charset=utf-8",
-            gw.render_metrics().as_bytes(),
+            gw.render_metrics(now).as_bytes(),
             head_only,
         ),
         AdminRoute::Health => respond(200, "text/plain; charset=utf-8", b"ok\n", head_only),

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::limits::Limits;
+use crate::quota::{Budget, Period, Quota, usd_to_nano};
 
 /// Every client key starts with this.
 pub const KEY_PREFIX: &str = "sk-cg-";
@@ -30,6 +31,8 @@ pub struct KeyEntry {
     pub sha256: [u8; 32],
     /// Its limits.
     pub limits: Limits,
+    /// Its spend budget and in-flight cap.
+    pub quota: Quota,
     /// When it was minted (RFC 3339), if recorded.
     pub created: Option<String>,
     /// When it stops being accepted (RFC 3339, set by `keys rotate` on the
@@ -52,6 +55,7 @@ impl std::fmt::Debug for KeyEntry {
             .field("name", &self.name)
             .field("sha256", &format_args!("{}…", &hex(&self.sha256)[..8]))
             .field("limits", &self.limits)
+            .field("quota", &self.quota)
             .field("created", &self.created)
             .field("expires", &self.expires)
             .finish()
@@ -79,6 +83,36 @@ impl std::fmt::Display for KeysError {
 
 impl std::error::Error for KeysError {}
 
+/// What a key that sets none of its limits gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyDefaults {
+    /// Rate limits.
+    pub limits: Limits,
+    /// Budget (none by default) and in-flight cap (none by default).
+    pub quota: Quota,
+    /// The period of a budget that names none (`month` by default).
+    pub budget_period: Period,
+}
+
+impl Default for KeyDefaults {
+    fn default() -> Self {
+        KeyDefaults {
+            limits: Limits::default(),
+            quota: Quota::default(),
+            budget_period: Period::Month,
+        }
+    }
+}
+
+impl From<Limits> for KeyDefaults {
+    fn from(limits: Limits) -> Self {
+        KeyDefaults {
+            limits,
+            ..KeyDefaults::default()
+        }
+    }
+}
+
 /// The configured keys, indexed by hash.
 #[derive(Debug, Clone, Default)]
 pub struct KeyTable {
@@ -104,7 +138,7 @@ impl KeyTable {
                         e.name
                     )));
                 }
-                if o.limits != e.limits {
+                if o.limits != e.limits || o.quota != e.quota {
                     return Err(KeysError(format!(
                         "the entries of key '{}' have different limits",
                         e.name
@@ -122,48 +156,15 @@ impl KeyTable {
     }
 
     /// Parses a keys file (`[[key]]` tables with `name`, `sha256` and optional
-    /// `requests_per_minute`, `tokens_per_minute`, `created`, `expires`);
-    /// keys without limits get `defaults`.
-    pub fn parse_toml(text: &str, defaults: Limits) -> Result<KeyTable, KeysError> {
+    /// `requests_per_minute`, `tokens_per_minute`, `budget_usd`,
+    /// `budget_period`, `max_in_flight`, `created`, `expires`); what a key
+    /// does not set comes from `defaults`.
+    pub fn parse_toml(text: &str, defaults: impl Into<KeyDefaults>) -> Result<KeyTable, KeysError> {
+        let defaults = defaults.into();
         let raw = parse_keys_file(text)?;
         let mut entries = Vec::with_capacity(raw.len());
         for raw in raw {
-            let sha256 = parse_hex32(&raw.sha256).ok_or_else(|| {
-                KeysError(format!(
-                    "key '{}': sha256 must be 64 hexadecimal characters",
-                    raw.name
-                ))
-            })?;
-            let rpm = raw
-                .requests_per_minute
-                .unwrap_or(defaults.requests_per_minute);
-            let tpm = raw.tokens_per_minute.unwrap_or(defaults.tokens_per_minute);
-            if rpm == 0 || tpm == 0 {
-                return Err(KeysError(format!(
-                    "key '{}': limits must be positive",
-                    raw.name
-                )));
-            }
-            let expires_unix = match &raw.expires {
-                None => None,
-                Some(t) => Some(crate::time::parse_rfc3339(t).ok_or_else(|| {
-                    KeysError(format!(
-                        "key '{}': expires must be an RFC 3339 time like 2026-11-22T10:00:00Z",
-                        raw.name
-                    ))
-                })?),
-            };
-            entries.push(KeyEntry {
-                name: raw.name,
-                sha256,
-                limits: Limits {
-                    requests_per_minute: rpm,
-                    tokens_per_minute: tpm,
-                },
-                created: raw.created,
-                expires: raw.expires,
-                expires_unix,
-            });
+            entries.push(raw.resolve(&defaults)?);
         }
         KeyTable::new(entries)
     }
@@ -249,7 +250,7 @@ pub fn key_hash_hex(key: &str) -> String {
 
 /// One `[[key]]` table as written in the keys file (limits not resolved),
 /// for the commands that edit the file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKey {
     /// `name`.
@@ -260,10 +261,129 @@ pub struct RawKey {
     pub requests_per_minute: Option<u64>,
     /// `tokens_per_minute`, if set.
     pub tokens_per_minute: Option<u64>,
+    /// `budget_usd`, if set.
+    pub budget_usd: Option<f64>,
+    /// `budget_period`, if set.
+    pub budget_period: Option<String>,
+    /// `max_in_flight`, if set.
+    pub max_in_flight: Option<u64>,
     /// `created`, if recorded.
     pub created: Option<String>,
     /// `expires`, if set.
     pub expires: Option<String>,
+}
+
+impl RawKey {
+    /// A table with a name and a hash and nothing else set.
+    pub fn new(name: &str, sha256: &str) -> RawKey {
+        RawKey {
+            name: name.to_owned(),
+            sha256: sha256.to_owned(),
+            ..RawKey::default()
+        }
+    }
+
+    /// The key as the gateway uses it: its hash checked, every limit
+    /// checked, and what it does not set taken from `defaults`. Errors name
+    /// the key and the field.
+    pub fn resolve(&self, defaults: &KeyDefaults) -> Result<KeyEntry, KeysError> {
+        let fail =
+            |field: &str, why: String| KeysError(format!("key '{}': {field}: {why}", self.name));
+        let sha256 = parse_hex32(&self.sha256)
+            .ok_or_else(|| fail("sha256", "must be 64 hexadecimal characters".into()))?;
+        let limits = Limits {
+            requests_per_minute: self
+                .requests_per_minute
+                .unwrap_or(defaults.limits.requests_per_minute),
+            tokens_per_minute: self
+                .tokens_per_minute
+                .unwrap_or(defaults.limits.tokens_per_minute),
+        };
+        if limits.requests_per_minute == 0 || limits.tokens_per_minute == 0 {
+            return Err(KeysError(format!(
+                "key '{}': limits must be positive",
+                self.name
+            )));
+        }
+        let period = match &self.budget_period {
+            None => None,
+            Some(p) => Some(Period::parse(p).ok_or_else(|| {
+                fail(
+                    "budget_period",
+                    format!("'{p}' is not one of day, week, month, total"),
+                )
+            })?),
+        };
+        let budget = match self.budget_usd {
+            Some(usd) => Some(Budget {
+                limit_nano: usd_to_nano(usd).map_err(|e| fail("budget_usd", e))?,
+                period: period.unwrap_or(defaults.budget_period),
+            }),
+            None => defaults.quota.budget.map(|b| Budget {
+                period: period.unwrap_or(b.period),
+                ..b
+            }),
+        };
+        let max_in_flight = match self.max_in_flight {
+            Some(0) => return Err(fail("max_in_flight", "must be at least 1".into())),
+            Some(n) => Some(
+                u32::try_from(n)
+                    .map_err(|_| fail("max_in_flight", format!("{n} is above {}", u32::MAX)))?,
+            ),
+            None => defaults.quota.max_in_flight,
+        };
+        let expires_unix = match &self.expires {
+            None => None,
+            Some(t) => Some(crate::time::parse_rfc3339(t).ok_or_else(|| {
+                fail(
+                    "expires",
+                    "must be an RFC 3339 time like 2026-11-22T10:00:00Z".into(),
+                )
+            })?),
+        };
+        Ok(KeyEntry {
+            name: self.name.clone(),
+            sha256,
+            limits,
+            quota: Quota {
+                budget,
+                max_in_flight,
+            },
+            created: self.created.clone(),
+            expires: self.expires.clone(),
+            expires_unix,
+        })
+    }
+
+    /// The `[[key]]` table, as the commands that edit the file write it.
+    pub fn render(&self) -> String {
+        let mut s = String::from("\n[[key]]\n");
+        s.push_str(&format!("name = {}\n", toml_string(&self.name)));
+        s.push_str(&format!("sha256 = \"{}\"\n", self.sha256));
+        if let Some(rpm) = self.requests_per_minute {
+            s.push_str(&format!("requests_per_minute = {rpm}\n"));
+        }
+        if let Some(tpm) = self.tokens_per_minute {
+            s.push_str(&format!("tokens_per_minute = {tpm}\n"));
+        }
+        if let Some(usd) = self.budget_usd {
+            // `{:?}` keeps a decimal point or an exponent: a TOML float.
+            s.push_str(&format!("budget_usd = {usd:?}\n"));
+        }
+        if let Some(p) = &self.budget_period {
+            s.push_str(&format!("budget_period = {}\n", toml_string(p)));
+        }
+        if let Some(n) = self.max_in_flight {
+            s.push_str(&format!("max_in_flight = {n}\n"));
+        }
+        if let Some(c) = self.created.as_deref().filter(|c| !c.is_empty()) {
+            s.push_str(&format!("created = {}\n", toml_string(c)));
+        }
+        if let Some(e) = &self.expires {
+            s.push_str(&format!("expires = {}\n", toml_string(e)));
+        }
+        s
+    }
 }
 
 /// Reads the `[[key]]` tables of a keys file as written.
@@ -279,21 +399,12 @@ pub fn parse_keys_file(text: &str) -> Result<Vec<RawKey>, KeysError> {
     Ok(file.key)
 }
 
-/// A whole keys file with these entries (what `keys revoke` and `keys
-/// rotate` write back).
+/// A whole keys file with these entries (what `keys revoke`, `keys
+/// rotate` and `keys set` write back).
 pub fn render_keys_file(keys: &[RawKey]) -> String {
     let mut s = String::from("# chatgate keys: only SHA-256 hashes of the keys are stored here.\n");
     for k in keys {
-        s.push_str(&entry_toml(
-            &k.name,
-            &k.sha256,
-            k.requests_per_minute,
-            k.tokens_per_minute,
-            k.created.as_deref().unwrap_or(""),
-        ));
-        if let Some(e) = &k.expires {
-            s.push_str(&format!("expires = {}\n", toml_string(e)));
-        }
+        s.push_str(&k.render());
     }
     s
 }
@@ -306,19 +417,13 @@ pub fn entry_toml(
     tpm: Option<u64>,
     created: &str,
 ) -> String {
-    let mut s = String::from("\n[[key]]\n");
-    s.push_str(&format!("name = {}\n", toml_string(name)));
-    s.push_str(&format!("sha256 = \"{hash_hex}\"\n"));
-    if let Some(rpm) = rpm {
-        s.push_str(&format!("requests_per_minute = {rpm}\n"));
+    RawKey {
+        requests_per_minute: rpm,
+        tokens_per_minute: tpm,
+        created: Some(created.to_owned()),
+        ..RawKey::new(name, hash_hex)
     }
-    if let Some(tpm) = tpm {
-        s.push_str(&format!("tokens_per_minute = {tpm}\n"));
-    }
-    if !created.is_empty() {
-        s.push_str(&format!("created = {}\n", toml_string(created)));
-    }
-    s
+    .render()
 }
 
 /// A key name is 1–64 characters of letters, digits, `-`, `_`, `.`, `@`.

@@ -17,6 +17,9 @@ pub enum ErrorType {
     Authentication,
     /// A per-key rate limit was hit.
     RateLimit,
+    /// The key's spend budget for its period is used up (`x-should-retry:
+    /// false`: retrying before the period resets is in vain).
+    InsufficientQuota,
     /// The provider failed, rejected the request or did not answer in time.
     Upstream,
     /// The gateway itself cannot serve the request now (overloaded, shutting down).
@@ -30,6 +33,7 @@ impl ErrorType {
             ErrorType::InvalidRequest => "invalid_request_error",
             ErrorType::Authentication => "authentication_error",
             ErrorType::RateLimit => "rate_limit_error",
+            ErrorType::InsufficientQuota => "insufficient_quota",
             ErrorType::Upstream => "upstream_error",
             ErrorType::Server => "server_error",
         }
@@ -205,6 +209,17 @@ impl ApiError {
             ),
         )
         .with_param("model")
+    }
+
+    /// 429 `insufficient_quota`: the key's budget cannot cover the
+    /// request (`type` and `code` both `insufficient_quota`).
+    pub fn insufficient_quota(message: impl Into<String>) -> Self {
+        Self::new(
+            429,
+            ErrorType::InsufficientQuota,
+            "insufficient_quota",
+            message,
+        )
     }
 
     /// 401 `invalid_api_key`.

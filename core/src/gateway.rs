@@ -6,6 +6,7 @@ use crate::config::GatewayConfig;
 use crate::endpoints::EndpointSet;
 use crate::limits::RateLimiter;
 use crate::metrics::Metrics;
+use crate::quota::QuotaBook;
 use crate::time::WallClock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -39,6 +40,7 @@ pub struct Gateway {
     config: GatewayConfig,
     keys: RwLock<Arc<KeyTable>>,
     limiter: RateLimiter,
+    quota: QuotaBook,
     wall: WallClock,
     ids: RequestIds,
     open: AtomicUsize,
@@ -75,6 +77,7 @@ impl Gateway {
             config,
             keys: RwLock::new(Arc::new(keys)),
             limiter: RateLimiter::new(),
+            quota: QuotaBook::new(),
             wall,
             ids: RequestIds {
                 prefix: random,
@@ -112,15 +115,98 @@ impl Gateway {
     }
 
     /// The Prometheus text exposition of the metrics.
-    pub fn render_metrics(&self) -> String {
+    pub fn render_metrics(&self, now: crate::time::Instant) -> String {
         let mut text = self.metrics.render(self.open_connections());
         self.endpoints().render_metrics(&mut text);
+        self.render_quota_metrics(&mut text, self.wall.unix_ms(now));
         text
+    }
+
+    /// Each key's requests in flight, budget reservations, and (for keys
+    /// with a budget) the budget and what was spent in its period, as this
+    /// process sees them.
+    fn render_quota_metrics(&self, out: &mut String, unix_ms: u64) {
+        use crate::catalog::format_usd;
+        use crate::metrics::{escape, header};
+        use std::fmt::Write as _;
+        let book = self.quota.all(unix_ms);
+        let keys = self.keys();
+        header(
+            out,
+            "chatgate_in_flight",
+            "gauge",
+            "Requests open per key, from admission to the response's last byte (this instance).",
+        );
+        for (k, s) in &book {
+            let _ = writeln!(
+                out,
+                "chatgate_in_flight{{key=\"{}\"}} {}",
+                escape(k),
+                s.in_flight
+            );
+        }
+        header(
+            out,
+            "chatgate_budget_reserved_usd",
+            "gauge",
+            "What a key's requests in flight reserve against its budget (this instance), in US dollars.",
+        );
+        for (k, s) in &book {
+            let _ = writeln!(
+                out,
+                "chatgate_budget_reserved_usd{{key=\"{}\"}} {}",
+                escape(k),
+                format_usd(s.reserved)
+            );
+        }
+        header(
+            out,
+            "chatgate_budget_usd",
+            "gauge",
+            "A key's budget for its period, in US dollars (keys with a budget).",
+        );
+        header(
+            out,
+            "chatgate_budget_spent_usd",
+            "gauge",
+            "What a key spent in its budget's current period as this instance knows it, in US dollars (keys with a budget).",
+        );
+        let mut spent_lines = String::new();
+        for e in keys.entries() {
+            let Some(b) = e.quota.budget else { continue };
+            if e.expires.is_some() {
+                continue;
+            }
+            let spent = book
+                .iter()
+                .find(|(k, _)| *k == e.name)
+                .map_or(0, |(_, s)| s.spent_in(b.period));
+            let key = escape(&e.name);
+            let _ = writeln!(
+                out,
+                "chatgate_budget_usd{{key=\"{key}\",period=\"{}\"}} {}",
+                b.period,
+                format_usd(b.limit_nano)
+            );
+            let _ = writeln!(
+                spent_lines,
+                "chatgate_budget_spent_usd{{key=\"{key}\",period=\"{}\"}} {}",
+                b.period,
+                format_usd(spent)
+            );
+        }
+        out.push_str(&spent_lines);
     }
 
     /// The shared rate limiter.
     pub fn limiter(&self) -> &RateLimiter {
         &self.limiter
+    }
+
+    /// Every key's spend, budget reservations and requests in flight in
+    /// this process.
+    pub fn quota(&self) -> &QuotaBook {
+        &self.quota
     }
 
     /// The wall clock.

@@ -14,6 +14,10 @@ use crate::http::write::push_decimal;
 use crate::time::rfc3339_ms_cached;
 use crate::usage::Usage;
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The status recorded when the client left before any response head.
 pub const STATUS_CLIENT_CLOSED: u16 = 499;
 
@@ -61,6 +65,12 @@ pub struct LedgerRecord {
     /// request never reached one). Failed attempts are not metered.
     #[serde(default)]
     pub attempts: u32,
+    /// What the request cost beyond its budget reservation (nano-dollars),
+    /// when its key has a budget: it had no `max_tokens`, or the provider
+    /// counted more prompt tokens than the estimate. Written only when not
+    /// zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub budget_overshoot_nano_usd: u64,
     /// The error code the client got, if any.
     pub error: Option<String>,
     /// Time from the first byte of the request to the end, milliseconds.
@@ -91,6 +101,7 @@ impl LedgerRecord {
             upstream_status: None,
             endpoint: None,
             attempts: 0,
+            budget_overshoot_nano_usd: 0,
             error: None,
             duration_ms: 0,
             ttfb_ms: None,
@@ -195,6 +206,10 @@ impl LedgerRecord {
         json_opt_str(&mut o, self.endpoint.as_deref());
         o.extend_from_slice(b",\"attempts\":");
         push_decimal(&mut o, u64::from(self.attempts));
+        if self.budget_overshoot_nano_usd > 0 {
+            o.extend_from_slice(b",\"budget_overshoot_nano_usd\":");
+            push_decimal(&mut o, self.budget_overshoot_nano_usd);
+        }
         o.extend_from_slice(b",\"error\":");
         json_opt_str(&mut o, self.error.as_deref());
         o.extend_from_slice(b",\"duration_ms\":");

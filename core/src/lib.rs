@@ -145,6 +145,7 @@ mod catalog;
 mod ledger;
 mod limits;
 mod pool;
+mod quota;
 pub mod report;
 mod routes;
 mod stream;
@@ -152,17 +153,21 @@ mod usage;
 mod validate;
 
 pub use auth::{
-    AuthFailure, KEY_PREFIX, KeyEntry, KeyTable, KeysError, RawKey, entry_toml, is_valid_name,
-    key_hash_hex, key_sha256, mint_key, parse_keys_file, render_keys_file,
+    AuthFailure, KEY_PREFIX, KeyDefaults, KeyEntry, KeyTable, KeysError, RawKey, entry_toml,
+    is_valid_name, key_hash_hex, key_sha256, mint_key, parse_keys_file, render_keys_file,
 };
-pub use catalog::{Catalog, Model, Price};
+pub use catalog::{Catalog, Model, Price, format_usd};
 pub use ledger::LedgerRecord;
 pub use limits::{
     Admission, LimitKind, LimitStatus, Limits, REDIS_SCRIPT, RateLimiter, Rejection,
-    SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
-    shared_limits_error,
+    SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, ScriptQuota, decode_script_reply, script_args,
+    script_keys, shared_limits_error,
 };
 pub use pool::Pool;
+pub use quota::{
+    Budget, BudgetRefusal, DEFAULT_RESERVE_TOKENS, MAX_BUDGET_USD, Period, Quota, QuotaBook,
+    QuotaRefusal, QuotaStatus, SpendTally, usd_to_nano, worst_case_cost,
+};
 pub use stream::{EventKind, StreamTracker};
 pub use usage::{CompletionSummary, NotJson, Usage, parse_completion};
 pub use validate::{ChatRequest, validate_chat_request};
@@ -188,5 +193,5 @@ mod exchange;
 
 pub use admin::{AdminRoute, Readiness, admin_response, admin_route};
 pub use exchange::{
-    Accept, AdmitRequest, Connection, Event, Settlement, SharedAdmission, UpstreamFailure,
+    Accept, AdmitRequest, Connection, Event, Refusal, Settlement, SharedAdmission, UpstreamFailure,
 };

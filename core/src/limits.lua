@@ -5,18 +5,37 @@
 -- (2^53 / 120000: levels span twice a bucket's capacity in 1/60000 units;
 -- SHARED_MAX_PER_MINUTE in limits.rs). `serve --redis` refuses larger ones.
 --
--- KEYS[1]  the key's hash (fields rl, ru: requests level and update time;
---          tl, tu: tokens level and update time)
--- ARGV[1]  "admit", "settle" or "status"
+-- KEYS[1]  the key's buckets (fields rl, ru: requests level and update
+--          time; tl, tu: tokens level and update time)
+-- KEYS[2]  the key's spend (fields d, w, m, t: spent in the current day,
+--          ISO week, month and in total, nano-dollars; dp, wp, mp: the
+--          starts of the periods they count; r: reserved by requests in
+--          flight; z: present once seeded from the ledger)
+-- KEYS[3]  the key's leases (sorted set: lease name -> expiry, ms)
+-- KEYS[4]  the leases' budget reservations (hash: lease name -> nano-USD)
+-- ARGV[1]  "admit", "settle", "status", "seed" or "renew"
 -- ARGV[2]  requests per minute      ARGV[3]  tokens per minute
 -- ARGV[4]  admit: tokens to reserve; settle: tokens reserved
 -- ARGV[5]  settle: tokens used
 -- ARGV[6]  optional: now in milliseconds (tests); otherwise the server's TIME
+-- ARGV[7]  the budget in nano-dollars, or "" (none)
+-- ARGV[8]  the budget's period: 1 day, 2 week, 3 month, 4 total
+-- ARGV[9..11]  the starts (Unix ms) of the current day, week and month
+-- ARGV[12] admit: the worst-case cost to reserve; seed: spent in the day
+-- ARGV[13] settle: the metered cost; seed: spent in the week
+-- ARGV[14] the in-flight cap, or "" (none); seed: spent in the month
+-- ARGV[15] the lease's name, or "" (no lease); renew: names, space
+--          separated; seed: spent in total
+-- ARGV[16] the lease's length, milliseconds
 --
 -- Returns {verdict, a, b, limit_r, remaining_r, reset_r_ms, limit_t,
--- remaining_t, reset_t_ms}: verdict 1 = admitted (a = tokens reserved),
--- 0 = refused (a = 1 requests / 2 tokens, b = Retry-After seconds),
--- 2 = settled or status.
+-- remaining_t, reset_t_ms, spent, reserved, in_flight}: verdict 1 =
+-- admitted (a = tokens reserved), 0 = refused (a = 1 requests, 2 tokens,
+-- 3 budget, 4 in-flight cap; b = Retry-After seconds), 2 = settled,
+-- status, seeded or renewed, 3 = the spend is not seeded (a budget cannot
+-- be decided: seed it from the ledger, then admit again). spent is the
+-- budget period's, reserved what the key's leases hold, in_flight how
+-- many leases it has.
 local UNITS = 60000
 local MAXPM = 76861433640456  -- i64::MAX / 60000 / 2, as in limits.rs
 
@@ -76,27 +95,131 @@ local op = ARGV[1]
 local rpm = clamp_pm(tonumber(ARGV[2]))
 local tpm = clamp_pm(tonumber(ARGV[3]))
 local now = now_ms()
+local budget = tonumber(ARGV[7] or '')
+local period = tonumber(ARGV[8] or '') or 4
+local cap = tonumber(ARGV[14] or '')
+local lease = ARGV[15] or ''
+local FIELDS = {'d', 'w', 'm', 't'}
+
+local function num(v)
+  return tonumber(v) or 0
+end
+
+-- The spend hash moved to the current periods (a rollover empties one;
+-- a clock behind the stored one does not).
+local function roll()
+  for i = 1, 3 do
+    local start = tonumber(ARGV[8 + i])
+    local f = FIELDS[i]
+    if start and start > num(redis.call('HGET', KEYS[2], f .. 'p')) then
+      redis.call('HSET', KEYS[2], f, 0, f .. 'p', string.format('%.0f', start))
+    end
+  end
+end
+
+-- Leases past their expiry (an instance that died) give back their slot
+-- and their reservation.
+local function reap()
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if #dead == 0 then return end
+  local freed = 0
+  for _, m in ipairs(dead) do
+    freed = freed + num(redis.call('HGET', KEYS[4], m))
+    redis.call('ZREM', KEYS[3], m)
+    redis.call('HDEL', KEYS[4], m)
+  end
+  if freed > 0 then
+    local r = math.max(0, num(redis.call('HGET', KEYS[2], 'r')) - freed)
+    redis.call('HSET', KEYS[2], 'r', string.format('%.0f', r))
+  end
+end
+
+local function quota_figures()
+  local spent = 0
+  if budget then spent = num(redis.call('HGET', KEYS[2], FIELDS[period])) end
+  return spent, num(redis.call('HGET', KEYS[2], 'r')), redis.call('ZCARD', KEYS[3])
+end
+
+if op == 'seed' then
+  -- Only if still unseeded: another instance may have seeded it first.
+  if redis.call('HEXISTS', KEYS[2], 'z') == 0 then
+    redis.call('HSET', KEYS[2], 'z', 1,
+      'd', ARGV[12], 'dp', ARGV[9], 'w', ARGV[13], 'wp', ARGV[10],
+      'm', ARGV[14], 'mp', ARGV[11], 't', ARGV[15])
+  end
+  roll()
+  local spent, reserved, n = quota_figures()
+  return {2, 0, 0, 0, 0, 0, 0, 0, 0, spent, reserved, n}
+end
+
+if op == 'renew' then
+  local until_ms = now + num(ARGV[16])
+  for m in string.gmatch(lease, '%S+') do
+    redis.call('ZADD', KEYS[3], 'XX', until_ms, m)
+  end
+  return {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+end
+
 local r = load('rl', 'ru', rpm, now)
 local t = load('tl', 'tu', tpm, now)
 local verdict, a, b = 2, 0, 0
+local quota = budget ~= nil or cap ~= nil
 
 if op == 'admit' then
+  local cost = num(ARGV[12])
   local tokens = tonumber(ARGV[4])
+  if quota then reap() end
+  if budget then
+    if redis.call('HEXISTS', KEYS[2], 'z') == 0 then
+      return {3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+    end
+    roll()
+  end
+  local spent, reserved, n = quota_figures()
   local wr, wt = wait_ms(r, 1), wait_ms(t, tokens)
-  if wr > 0 or wt > 0 then
+  if budget and spent + reserved + cost > budget then
+    verdict, a, b = 0, 3, 0
+  elseif cap and n >= cap then
+    verdict, a, b = 0, 4, 1
+  elseif wr > 0 or wt > 0 then
     local kind, wait = 1, wr
     if wr < wt then kind, wait = 2, wt end
     verdict, a, b = 0, kind, math.max(1, ceil_div(wait, 1000))
   else
     r.level = r.level - UNITS
-    local reserved = math.min(tokens, t.pm)
-    t.level = t.level - reserved * UNITS
-    verdict, a = 1, reserved
+    local reserved_tokens = math.min(tokens, t.pm)
+    t.level = t.level - reserved_tokens * UNITS
+    verdict, a = 1, reserved_tokens
+    if quota and lease ~= '' then
+      redis.call('ZADD', KEYS[3], now + num(ARGV[16]), lease)
+      if budget and cost > 0 then
+        redis.call('HSET', KEYS[4], lease, string.format('%.0f', cost))
+        redis.call('HSET', KEYS[2], 'r', string.format('%.0f', reserved + cost))
+      end
+    end
   end
 elseif op == 'settle' then
   local delta = (tonumber(ARGV[4]) - tonumber(ARGV[5])) * UNITS
-  local cap = t.pm * UNITS
-  t.level = math.max(-cap, math.min(cap, t.level + delta))
+  local cap_t = t.pm * UNITS
+  t.level = math.max(-cap_t, math.min(cap_t, t.level + delta))
+  if lease ~= '' and redis.call('ZREM', KEYS[3], lease) == 1 then
+    local held = num(redis.call('HGET', KEYS[4], lease))
+    if held > 0 then
+      redis.call('HDEL', KEYS[4], lease)
+      local left = math.max(0, num(redis.call('HGET', KEYS[2], 'r')) - held)
+      redis.call('HSET', KEYS[2], 'r', string.format('%.0f', left))
+    end
+  end
+  local cost = num(ARGV[13])
+  -- Spend is kept once seeded (an unseeded key is rebuilt from the ledger,
+  -- which has this request's line).
+  if cost > 0 and redis.call('HEXISTS', KEYS[2], 'z') == 1 then
+    roll()
+    for _, f in ipairs(FIELDS) do
+      local v = num(redis.call('HGET', KEYS[2], f)) + cost
+      redis.call('HSET', KEYS[2], f, string.format('%.0f', v))
+    end
+  end
 elseif op ~= 'status' then
   return redis.error_reply('unknown operation ' .. tostring(op))
 end
@@ -105,4 +228,5 @@ redis.call('HSET', KEYS[1], 'rl', string.format('%.0f', r.level), 'ru', string.f
   'tl', string.format('%.0f', t.level), 'tu', string.format('%.0f', t.updated))
 -- Idle keys expire once both buckets would be full again (plus a minute).
 redis.call('PEXPIRE', KEYS[1], math.max(until_full(r), until_full(t)) + 60000)
-return {verdict, a, b, r.pm, available(r), until_full(r), t.pm, available(t), until_full(t)}
+local spent, reserved, n = quota_figures()
+return {verdict, a, b, r.pm, available(r), until_full(r), t.pm, available(t), until_full(t), spent, reserved, n}

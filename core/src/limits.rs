@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::quota::{Period, Quota};
 use crate::time::Instant;
 
 /// Milliseconds per minute: the unit scale of a bucket.
@@ -433,27 +434,99 @@ pub enum ScriptOp {
     },
     /// Read the status only.
     Status,
+    /// Set the key's spend, unless it is set already: what the ledger
+    /// says it spent per period kind ([`crate::Period::ALL`] order).
+    Seed {
+        /// Nano-dollars per period kind.
+        spent: [u64; 4],
+    },
+    /// Extend these leases (names separated by spaces) by the lease's
+    /// length.
+    Renew,
 }
 
-/// The script's `ARGV` for `op` on a key with `limits`; `now_ms` overrides
-/// the server's clock (tests only).
-pub fn script_args(op: ScriptOp, limits: Limits, now_ms: Option<u64>) -> Vec<String> {
+/// The budget, in-flight and lease part of a script call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScriptQuota<'a> {
+    /// The key's budget and in-flight cap.
+    pub quota: Quota,
+    /// Admit: the worst-case cost to reserve. Settle: nothing (the lease
+    /// knows its reservation).
+    pub cost: u64,
+    /// Settle: the metered cost.
+    pub metered: u64,
+    /// The lease's name (the request id), or names for `Renew`; empty for
+    /// none.
+    pub lease: &'a str,
+    /// The lease's length, milliseconds.
+    pub lease_ms: u64,
+    /// The wall clock (Unix ms): which periods are current.
+    pub unix_ms: u64,
+}
+
+/// The script's `KEYS` for client key `name`: its buckets, spend, leases
+/// and the leases' reservations (one hash tag, so one cluster slot).
+pub fn script_keys(name: &str) -> [String; 4] {
+    [
+        format!("chatgate:limits:{name}"),
+        format!("chatgate:spend:{{{name}}}"),
+        format!("chatgate:leases:{{{name}}}"),
+        format!("chatgate:lease-costs:{{{name}}}"),
+    ]
+}
+
+/// The script's `ARGV` for `op` on a key with `limits` and `quota`;
+/// `now_ms` overrides the server's clock (tests only).
+pub fn script_args(
+    op: ScriptOp,
+    limits: Limits,
+    quota: &ScriptQuota<'_>,
+    now_ms: Option<u64>,
+) -> Vec<String> {
     let (name, a, b) = match op {
         ScriptOp::Admit { tokens } => ("admit", tokens, 0),
         ScriptOp::Settle { reserved, used } => ("settle", reserved, used),
         ScriptOp::Status => ("status", 0, 0),
+        ScriptOp::Seed { .. } => ("seed", 0, 0),
+        ScriptOp::Renew => ("renew", 0, 0),
     };
-    let mut v = vec![
+    let opt = |v: Option<u64>| v.map_or_else(String::new, |n| n.to_string());
+    let q = &quota.quota;
+    let starts = [Period::Day, Period::Week, Period::Month].map(|p| p.start(quota.unix_ms));
+    let (x12, x13, x14, x15) = match op {
+        ScriptOp::Seed { spent } => (
+            spent[0],
+            spent[1],
+            spent[2].to_string(),
+            spent[3].to_string(),
+        ),
+        _ => (
+            quota.cost,
+            quota.metered,
+            opt(q.max_in_flight.map(u64::from)),
+            quota.lease.to_owned(),
+        ),
+    };
+    vec![
         name.to_owned(),
         limits.requests_per_minute.to_string(),
         limits.tokens_per_minute.to_string(),
         a.to_string(),
         b.to_string(),
-    ];
-    if let Some(n) = now_ms {
-        v.push(n.to_string());
-    }
-    v
+        opt(now_ms),
+        opt(q.budget.map(|b| b.limit_nano)),
+        q.budget
+            .map_or(4, |b| b.period.index() as u64 + 1)
+            .to_string(),
+        starts[0].to_string(),
+        starts[1].to_string(),
+        starts[2].to_string(),
+        x12.to_string(),
+        x13.to_string(),
+        x14,
+        x15,
+        quota.lease_ms.to_string(),
+    ]
 }
 
 /// What the script answered.
@@ -461,16 +534,28 @@ pub fn script_args(op: ScriptOp, limits: Limits, now_ms: Option<u64>) -> Vec<Str
 pub enum ScriptOutcome {
     /// `admit` let the request through.
     Admitted(Admission),
-    /// `admit` refused it.
+    /// `admit` refused it on a rate limit.
     Refused(Rejection),
-    /// `settle` or `status`: the key's limits now.
+    /// `admit` refused it: the budget cannot cover it.
+    OverBudget {
+        /// Spent in the budget's period.
+        spent: u64,
+        /// Reserved by the key's requests in flight.
+        reserved: u64,
+    },
+    /// `admit` refused it: the key's in-flight cap is reached.
+    InFlight,
+    /// `admit` could not decide a budget: the key's spend must be seeded
+    /// from the ledger first ([`ScriptOp::Seed`]).
+    Unseeded,
+    /// `settle`, `status`, `seed` or `renew`: the key's limits now.
     Status(LimitStatus),
 }
 
-/// Decodes the script's array of nine integers.
+/// Decodes the script's array of twelve integers.
 pub fn decode_script_reply(v: &[i64]) -> Option<ScriptOutcome> {
     let n = |i: usize| v.get(i).copied().and_then(|x| u64::try_from(x).ok());
-    if v.len() != 9 {
+    if v.len() != 12 {
         return None;
     }
     let status = LimitStatus {
@@ -486,16 +571,25 @@ pub fn decode_script_reply(v: &[i64]) -> Option<ScriptOutcome> {
             reserved_tokens: n(1)?,
             status,
         }),
-        0 => ScriptOutcome::Refused(Rejection {
-            kind: match v[1] {
-                1 => LimitKind::Requests,
-                2 => LimitKind::Tokens,
-                _ => return None,
+        0 => match v[1] {
+            1 | 2 => ScriptOutcome::Refused(Rejection {
+                kind: if v[1] == 1 {
+                    LimitKind::Requests
+                } else {
+                    LimitKind::Tokens
+                },
+                retry_after_secs: n(2)?,
+                status,
+            }),
+            3 => ScriptOutcome::OverBudget {
+                spent: n(9)?,
+                reserved: n(10)?,
             },
-            retry_after_secs: n(2)?,
-            status,
-        }),
+            4 => ScriptOutcome::InFlight,
+            _ => return None,
+        },
         2 => ScriptOutcome::Status(status),
+        3 => ScriptOutcome::Unseeded,
         _ => return None,
     })
 }

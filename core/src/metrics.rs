@@ -119,8 +119,18 @@ struct PerKey {
     requests: BTreeMap<(u16, bool), u64>,
     tokens: [u64; 4],
     cost_nano_usd: u64,
-    /// Requests and tokens rejections.
-    rate_limited: [u64; 2],
+    /// Requests, tokens and in-flight rejections.
+    rate_limited: [u64; 3],
+    /// Refused by the budget.
+    budget_refused: u64,
+    /// Requests that cost more than their budget reservation, and by how
+    /// much in all (nano-dollars).
+    overshoots: u64,
+    overshoot_nano_usd: u64,
+    /// Requests that waited in the key's queue, and those that waited in
+    /// vain.
+    queued: u64,
+    queue_timeouts: u64,
 }
 
 /// Every figure the admin listener exposes.
@@ -130,6 +140,7 @@ pub struct Metrics {
     total: Histogram,
     ttfb: Histogram,
     overhead: Histogram,
+    queue_wait: Histogram,
     ledger_write: Histogram,
     ledger_errors: AtomicU64,
     upstream_errors: [AtomicU64; UpstreamFault::ALL.len()],
@@ -192,6 +203,38 @@ impl Metrics {
             LimitKind::Tokens => 1,
         };
         per_key(&mut map, key).rate_limited[i] += 1;
+    }
+
+    /// A request refused because `key` had its in-flight cap open.
+    pub fn in_flight_refused(&self, key: &str) {
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        per_key(&mut map, key).rate_limited[2] += 1;
+    }
+
+    /// A request refused by `key`'s budget.
+    pub fn budget_refused(&self, key: &str) {
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        per_key(&mut map, key).budget_refused += 1;
+    }
+
+    /// A request of `key` cost `nano` more than its budget reservation.
+    pub fn budget_overshoot(&self, key: &str, nano: u64) {
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        let k = per_key(&mut map, key);
+        k.overshoots += 1;
+        k.overshoot_nano_usd += nano;
+    }
+
+    /// A request of `key` left its queue after `waited`: admitted
+    /// (`served`) or not.
+    pub fn queue_left(&self, key: &str, waited: Duration, served: bool) {
+        self.queue_wait.observe(waited);
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        let k = per_key(&mut map, key);
+        k.queued += 1;
+        if !served {
+            k.queue_timeouts += 1;
+        }
     }
 
     /// The provider failed in this way.
@@ -318,6 +361,11 @@ impl Metrics {
                 &self.ledger_write,
                 "chatgate_ledger_write_seconds",
                 "Time to append one ledger line.",
+            ),
+            (
+                &self.queue_wait,
+                "chatgate_queue_wait_seconds",
+                "Time a request waited in its key's queue for an in-flight slot.",
             ),
         ] {
             histogram.render(&mut out, name, help);
@@ -498,7 +546,10 @@ impl Metrics {
             "Requests refused by a key's rate limit, by key and limit.",
         );
         for (key, k) in map.iter() {
-            for (kind, n) in ["requests", "tokens"].iter().zip(k.rate_limited) {
+            for (kind, n) in ["requests", "tokens", "in_flight"]
+                .iter()
+                .zip(k.rate_limited)
+            {
                 let _ = writeln!(
                     out,
                     "chatgate_rate_limited_total{{key=\"{}\",limit=\"{kind}\"}} {n}",
@@ -506,8 +557,44 @@ impl Metrics {
                 );
             }
         }
+        let families: [PerKeyFamily; 5] = [
+            (
+                "chatgate_budget_refused_total",
+                "Requests refused (429 insufficient_quota) because the key's budget could not cover them, by key.",
+                |k| k.budget_refused.to_string(),
+            ),
+            (
+                "chatgate_budget_overshoots_total",
+                "Requests that cost more than their budget reservation (no max_tokens, or a prompt above the estimate), by key.",
+                |k| k.overshoots.to_string(),
+            ),
+            (
+                "chatgate_budget_overshoot_usd_total",
+                "What those requests cost beyond their reservations, by key, in US dollars.",
+                |k| crate::catalog::format_usd(k.overshoot_nano_usd),
+            ),
+            (
+                "chatgate_queued_total",
+                "Requests that waited in their key's queue for an in-flight slot, by key.",
+                |k| k.queued.to_string(),
+            ),
+            (
+                "chatgate_queue_timeouts_total",
+                "Requests that waited in their key's queue until the queue timeout (then 429), by key.",
+                |k| k.queue_timeouts.to_string(),
+            ),
+        ];
+        for (name, help, value) in families {
+            header(out, name, COUNTER, help);
+            for (key, k) in map.iter() {
+                let _ = writeln!(out, "{name}{{key=\"{}\"}} {}", escape(key), value(k));
+            }
+        }
     }
 }
+
+/// A counter family labelled by key: name, help, and its value for a key.
+type PerKeyFamily = (&'static str, &'static str, fn(&PerKey) -> String);
 
 fn per_key<'m>(map: &'m mut BTreeMap<String, PerKey>, key: &str) -> &'m mut PerKey {
     if !map.contains_key(key) {

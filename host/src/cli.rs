@@ -22,9 +22,7 @@ use std::time::Duration;
 use chatgate_core::Gateway;
 use chatgate_core::Limits;
 use chatgate_core::{GatewayConfig, UpstreamTarget};
-use chatgate_core::{
-    KeyEntry, KeyTable, entry_toml, is_valid_name, key_hash_hex, key_sha256, mint_key,
-};
+use chatgate_core::{KeyEntry, KeyTable, is_valid_name, key_hash_hex, key_sha256, mint_key};
 use chatgate_core::{SERVE_SETTINGS, ServeConfig, Sources, env_name, flag_name};
 use chatgate_core::{WallClock, rfc3339_ms};
 use chatgate_sim::{Fault, SimOptions, SimServer};
@@ -81,7 +79,17 @@ fn command(bin: &'static str) -> Command {
                 .arg(Arg::new("keys").long("keys").value_name("FILE").required(true).help("Keys file (created if missing)"))
                 .arg(Arg::new("name").long("name").value_name("NAME").required(true).help("Name of the key (letters, digits, - _ . @)"))
                 .arg(Arg::new("rpm").long("rpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Requests per minute for this key [default: 60]"))
-                .arg(Arg::new("tpm").long("tpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Tokens per minute for this key [default: 100000]")),
+                .arg(Arg::new("tpm").long("tpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Tokens per minute for this key [default: 100000]"))
+                .args(quota_args(false)),
+        )
+        .subcommand(
+            Command::new("set")
+                .about("Change a key's limits without minting a new secret; a running gateway applies it within a second")
+                .arg(Arg::new("name").value_name("NAME").required(true).help("Name of the key"))
+                .arg(keys_file_arg())
+                .arg(Arg::new("rpm").long("rpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Requests per minute"))
+                .arg(Arg::new("tpm").long("tpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Tokens per minute"))
+                .args(quota_args(true)),
         )
         .subcommand(
             Command::new("list")
@@ -186,6 +194,7 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
         Some(("keys", m)) => match m.subcommand() {
             Some(("new", m)) => keys_new(m),
             Some(("list", m)) => keys_list(m),
+            Some(("set", m)) => keys_set(m),
             Some(("revoke", m)) => keys_revoke(m),
             Some(("rotate", m)) => keys_rotate(m),
             _ => fail("unknown keys command"),
@@ -235,16 +244,26 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
     };
     let keys_src = KeysSource {
         path: cfg.keys_path.clone(),
-        defaults: cfg.gateway.default_limits,
+        defaults: cfg.gateway.key_defaults(),
+    };
+    let spend = match &cfg.ledger_postgres {
+        Some(url) => crate::spend::SpendSource::Postgres(url.clone()),
+        None => crate::spend::SpendSource::File(cfg.ledger_path.clone()),
     };
     let shared_limits = match cfg.redis.clone() {
-        None => None,
-        Some(url) => Some(crate::redis::SharedLimiter::new(
+        None => {
+            // This process's book of spend starts from its ledger, so a
+            // restart forgets nothing.
+            seed_spend(&gateway, &cfg.ledger_path)?;
+            None
+        }
+        Some(url) => Some(Arc::new(crate::redis::SharedLimiter::new(
             rt.clone(),
             url,
             cfg.upstream_ca.as_deref(),
             cfg.redis_timeout,
-        )?),
+            spend,
+        )?)),
     };
     let bound = Bound {
         listener,
@@ -268,6 +287,16 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
         ledger,
         &summary,
     ))
+}
+
+/// Seeds the process's book of spend from the local ledger.
+fn seed_spend(gateway: &Gateway, ledger: &str) -> Result<(), String> {
+    let unix_ms = now_unix_ms();
+    let tally = crate::spend::tally_file(ledger, unix_ms)?;
+    for (key, spent) in &tally.keys {
+        gateway.quota().seed(key, *spent, unix_ms);
+    }
+    Ok(())
 }
 
 /// The `serve` flags given, by setting key.
@@ -310,7 +339,7 @@ fn load_keys(cfg: &ServeConfig, bin: &str) -> Result<KeyTable, String> {
     let new = format!("`{bin} keys new --keys {path} --name NAME`");
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the keys file '{path}': {e}; create it with {new}"))?;
-    let keys = KeyTable::parse_toml(&text, cfg.gateway.default_limits)
+    let keys = KeyTable::parse_toml(&text, cfg.gateway.key_defaults())
         .map_err(|e| format!("{e} ({path})"))?;
     if keys.is_empty() {
         return Err(format!(
@@ -337,7 +366,7 @@ struct Bound {
 fn run_bound<R: Runtime>(
     rt: R,
     bound: Bound,
-    (gateway, shared_limits): (Arc<Gateway>, Option<crate::redis::SharedLimiter<R>>),
+    (gateway, shared_limits): (Arc<Gateway>, Option<Arc<crate::redis::SharedLimiter<R>>>),
     connectors: Connectors<R>,
     ledger: Ledger,
     summary: &str,
@@ -376,6 +405,9 @@ fn run_bound<R: Runtime>(
     if let Some(src) = keys_src {
         rt.spawn(crate::keys::watch(Arc::clone(&shared), src));
     }
+    if let Some(l) = &shared.shared_limits {
+        rt.spawn(Arc::clone(l).renew_leases());
+    }
     if let Some(src) = pool_src {
         rt.spawn(crate::pool::watch(Arc::clone(&shared), src));
     }
@@ -408,6 +440,84 @@ fn now_unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `--budget-usd`, `--budget-period`, `--max-in-flight` (`none` removes
+/// a value, for `keys set`).
+fn quota_args(set: bool) -> [Arg; 3] {
+    let none = if set { "|none" } else { "" };
+    [
+        Arg::new("budget_usd")
+            .long("budget-usd")
+            .allow_hyphen_values(true)
+            .value_name(if set { "USD|none" } else { "USD" })
+            .help(leak(format!(
+                "Spend budget in USD per period{} [default: --default-budget-usd of the gateway, or none]",
+                if set { " (none: the default applies)" } else { "" }
+            ))),
+        Arg::new("budget_period")
+            .long("budget-period")
+            .value_name("PERIOD")
+            .help("Budget period: day, week (ISO, from Monday), month or total, in UTC [default: month]"),
+        Arg::new("max_in_flight")
+            .long("max-in-flight")
+            .allow_hyphen_values(true)
+            .value_name(leak(format!("N{none}")))
+            .help("Most requests of this key open at once, streams included [default: no cap]"),
+    ]
+}
+
+/// The quota flags given, as changes to a key (`none` removes a value).
+fn quota_changes(m: &ArgMatches) -> Result<crate::keys::KeyChanges, String> {
+    let budget_usd = match m.get_one::<String>("budget_usd").map(String::as_str) {
+        None => None,
+        Some("none") => Some(None),
+        Some(v) => {
+            let usd = v
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("--budget-usd '{v}' is not an amount of USD (or none)"))?;
+            chatgate_core::usd_to_nano(usd).map_err(|e| format!("--budget-usd: {e}"))?;
+            Some(Some(usd))
+        }
+    };
+    let max_in_flight = match m.get_one::<String>("max_in_flight").map(String::as_str) {
+        None => None,
+        Some("none") => Some(None),
+        Some(v) => Some(Some(v.trim().parse::<u64>().map_err(|_| {
+            format!("--max-in-flight '{v}' is not a whole number (or none)")
+        })?)),
+    };
+    Ok(crate::keys::KeyChanges {
+        rpm: m.get_one::<u64>("rpm").copied(),
+        tpm: m.get_one::<u64>("tpm").copied(),
+        budget_usd,
+        budget_period: m.get_one::<String>("budget_period").cloned(),
+        max_in_flight,
+    })
+}
+
+fn keys_set(m: &ArgMatches) -> ExitCode {
+    let path = m.get_one::<String>("keys").expect("required");
+    let name = m.get_one::<String>("name").expect("required");
+    let changes = match quota_changes(m) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    if changes == crate::keys::KeyChanges::default() {
+        return fail(
+            "keys set: nothing to change (give --rpm, --tpm, --budget-usd, --budget-period or --max-in-flight)",
+        );
+    }
+    match crate::keys::set(path, name, &changes) {
+        Ok(()) => {
+            eprintln!(
+                "Updated key '{name}' in {path}; a running gateway applies it within a second."
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
 }
 
 fn keys_list(m: &ArgMatches) -> ExitCode {
@@ -514,18 +624,26 @@ fn keys_new(m: &ArgMatches) -> ExitCode {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return fail(format!("cannot read the keys file '{path}': {e}")),
     };
+    let changes = match quota_changes(m) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    if matches!(changes.budget_usd, Some(None)) || matches!(changes.max_in_flight, Some(None)) {
+        return fail("keys new: 'none' is for keys set; leave the flag out instead");
+    }
     let key = mint_key(&random_32());
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let entry = entry_toml(
-        name,
-        &key_hash_hex(&key),
-        m.get_one::<u64>("rpm").copied(),
-        m.get_one::<u64>("tpm").copied(),
-        &rfc3339_ms(now_ms),
-    );
-    // The file must still parse with the new entry (no duplicate names).
+    let entry = chatgate_core::RawKey {
+        requests_per_minute: changes.rpm,
+        tokens_per_minute: changes.tpm,
+        budget_usd: changes.budget_usd.flatten(),
+        budget_period: changes.budget_period,
+        max_in_flight: changes.max_in_flight.flatten(),
+        created: Some(rfc3339_ms(now_unix_ms())),
+        ..chatgate_core::RawKey::new(name, &key_hash_hex(&key))
+    }
+    .render();
+    // The file must still parse with the new entry (no duplicate names,
+    // valid limits); nothing is written otherwise.
     if let Err(e) = KeyTable::parse_toml(&format!("{existing}{entry}"), Limits::default()) {
         return fail(format!("{e} ({path})"));
     }
@@ -573,6 +691,7 @@ fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
         name: "demo".into(),
         sha256: key_sha256(&key),
         limits: Limits::default(),
+        quota: chatgate_core::Quota::default(),
         created: None,
         expires: None,
         expires_unix: None,

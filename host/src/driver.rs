@@ -43,7 +43,7 @@ pub struct Shared<R: Runtime> {
     /// The ledger file.
     pub ledger: Ledger,
     /// The shared limiter (Redis), when configured.
-    pub shared_limits: Option<crate::redis::SharedLimiter<R>>,
+    pub shared_limits: Option<Arc<crate::redis::SharedLimiter<R>>>,
     /// Notified when draining starts.
     pub draining: event_listener::Event,
 }
@@ -217,7 +217,7 @@ impl<'s, R: Runtime> Task<'s, R> {
                     let shared = Arc::clone(shared);
                     self.admitting = Some(Box::pin(async move {
                         match &shared.shared_limits {
-                            Some(l) => l.admit(&ask.key, ask.limits, ask.tokens).await,
+                            Some(l) => l.admit(&ask).await,
                             None => Err("no shared limiter configured".into()),
                         }
                     }));

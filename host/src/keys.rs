@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use chatgate_core::Limits;
+use chatgate_core::KeyDefaults;
 use chatgate_core::rfc3339_ms;
 use chatgate_core::{KeyTable, RawKey, parse_keys_file, render_keys_file};
 
@@ -30,8 +30,8 @@ const FILE_EVERY: u32 = 4;
 pub struct KeysSource {
     /// The keys file.
     pub path: String,
-    /// Limits for keys that set none.
-    pub defaults: Limits,
+    /// Limits, budget and in-flight cap for keys that set none.
+    pub defaults: KeyDefaults,
 }
 
 /// Reads and checks the keys file for a reload. A file without a single
@@ -123,7 +123,7 @@ fn read_raw(path: &str) -> Result<Vec<RawKey>, String> {
 pub fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
     use std::io::Write as _;
     let text = render_keys_file(keys);
-    KeyTable::parse_toml(&text, Limits::default()).map_err(|e| format!("{e} ({path})"))?;
+    KeyTable::parse_toml(&text, KeyDefaults::default()).map_err(|e| format!("{e} ({path})"))?;
     let tmp = format!("{path}.tmp-{}", std::process::id());
     let write = || -> std::io::Result<()> {
         let mut opts = std::fs::OpenOptions::new();
@@ -144,14 +144,64 @@ pub fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
     })
 }
 
-/// `keys list`: one line per entry: name, limits, created, expires, and
-/// the first 8 hexadecimal characters of the hash (never the full hash).
+/// What `keys set` changes (`None`: left as it is; `Some(None)`: removed,
+/// so the default applies).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyChanges {
+    /// `--rpm`.
+    pub rpm: Option<u64>,
+    /// `--tpm`.
+    pub tpm: Option<u64>,
+    /// `--budget-usd X|none`.
+    pub budget_usd: Option<Option<f64>>,
+    /// `--budget-period P`.
+    pub budget_period: Option<String>,
+    /// `--max-in-flight N|none`.
+    pub max_in_flight: Option<Option<u64>>,
+}
+
+/// `keys set NAME`: changes the limits of every entry of that name (a
+/// rotated key's entries share them) without minting a secret. The file
+/// is written only if the result is valid; a running gateway applies it
+/// within a second.
+pub fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), String> {
+    let mut raw = read_raw(path)?;
+    let mut found = false;
+    for k in raw.iter_mut().filter(|k| k.name == name) {
+        found = true;
+        if let Some(n) = c.rpm {
+            k.requests_per_minute = Some(n);
+        }
+        if let Some(n) = c.tpm {
+            k.tokens_per_minute = Some(n);
+        }
+        if let Some(b) = c.budget_usd {
+            k.budget_usd = b;
+        }
+        if let Some(p) = &c.budget_period {
+            k.budget_period = Some(p.clone());
+        }
+        if let Some(n) = c.max_in_flight {
+            k.max_in_flight = n;
+        }
+    }
+    if !found {
+        return Err(format!("no key named '{name}' in '{path}'"));
+    }
+    write_raw(path, &raw)
+}
+
+/// `keys list`: one line per entry: name, limits, budget, in-flight cap,
+/// created, expires, and the first 8 hexadecimal characters of the hash
+/// (never the full hash).
 pub fn list(path: &str, now_unix: u64) -> Result<String, String> {
     let raw = read_raw(path)?;
     let mut rows = vec![[
         "name".to_owned(),
         "requests/min".into(),
         "tokens/min".into(),
+        "budget".into(),
+        "in-flight".into(),
         "created".into(),
         "expires".into(),
         "sha256".into(),
@@ -170,12 +220,19 @@ pub fn list(path: &str, now_unix: u64) -> Result<String, String> {
                 .map_or("default".into(), |n| n.to_string()),
             k.tokens_per_minute
                 .map_or("default".into(), |n| n.to_string()),
+            match (k.budget_usd, &k.budget_period) {
+                (Some(usd), Some(p)) => format!("{usd} USD/{p}"),
+                (Some(usd), None) => format!("{usd} USD/default period"),
+                (None, Some(p)) => format!("default/{p}"),
+                (None, None) => "default".into(),
+            },
+            k.max_in_flight.map_or("default".into(), |n| n.to_string()),
             k.created.clone().unwrap_or_else(|| "-".into()),
             expires,
             format!("{}…", k.sha256.get(..8).unwrap_or(&k.sha256)),
         ]);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; 8];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());

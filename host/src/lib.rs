@@ -31,6 +31,7 @@ mod report;
 mod runtime;
 mod serve;
 mod sim;
+mod spend;
 mod tls;
 mod upstream;
 

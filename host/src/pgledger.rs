@@ -568,6 +568,31 @@ pub fn report_from_postgres(
     Ok(())
 }
 
+/// Every key's spend in the periods that hold `unix_ms`, summed by
+/// PostgreSQL over the shared ledger (one query).
+pub fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTally, String> {
+    let mut tally = chatgate_core::SpendTally::new(unix_ms);
+    let [day, week, month, _] = tally.starts().map(|ms| (ms / 1000) as i64);
+    let mut c = connect(url).map_err(|e| format!("cannot read the ledger from PostgreSQL: {e}"))?;
+    let rows = c
+        .query(
+            "SELECT key, \
+               COALESCE(SUM(cost_nano_usd) FILTER (WHERE ts >= to_timestamp($1::bigint)), 0)::bigint, \
+               COALESCE(SUM(cost_nano_usd) FILTER (WHERE ts >= to_timestamp($2::bigint)), 0)::bigint, \
+               COALESCE(SUM(cost_nano_usd) FILTER (WHERE ts >= to_timestamp($3::bigint)), 0)::bigint, \
+               COALESCE(SUM(cost_nano_usd), 0)::bigint \
+             FROM chatgate_ledger GROUP BY key",
+            &[&day, &week, &month],
+        )
+        .map_err(|e| format!("cannot read the ledger from PostgreSQL: {e}"))?;
+    for r in rows {
+        let key: String = r.get(0);
+        let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
+        tally.keys.insert(key, [n(1), n(2), n(3), n(4)]);
+    }
+    Ok(tally)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

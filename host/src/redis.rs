@@ -5,25 +5,31 @@
 //! limiter's arithmetic is the script's (`core/src/limits.lua`), which the
 //! tests check against the in-process limiter.
 
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chatgate_core::KeyTable;
 use chatgate_core::RedisUrl;
 use chatgate_core::UpstreamTarget;
 use chatgate_core::{
-    Limits, REDIS_SCRIPT, ScriptOp, ScriptOutcome, decode_script_reply, script_args,
-    shared_limits_error,
+    AdmitRequest, BudgetRefusal, Limits, QuotaRefusal, REDIS_SCRIPT, Refusal, ScriptOp,
+    ScriptOutcome, ScriptQuota, decode_script_reply, script_args, script_keys, shared_limits_error,
 };
 use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply};
 use chatgate_core::{Settlement, SharedAdmission};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::runtime::Runtime;
+use crate::spend::SpendSource;
 use crate::upstream::{Connector, UpstreamStream};
 
-/// Prefix of the Redis keys holding each client key's buckets.
-pub const KEY_PREFIX: &str = "chatgate:limits:";
+/// How long a lease (an in-flight slot and its budget reservation) lives
+/// unless its instance renews it: a killed instance's slots come back
+/// within this.
+pub const LEASE: Duration = Duration::from_secs(10);
+/// How often an instance renews the leases of its requests in flight.
+const RENEW_EVERY: Duration = Duration::from_secs(3);
 
 /// Why `keys` cannot be shared through Redis, if they cannot: a key whose
 /// limits are above what the script computes exactly
@@ -47,6 +53,10 @@ pub struct SharedLimiter<R: Runtime> {
     connector: Connector<R>,
     sha: Mutex<Option<Vec<u8>>>,
     timeout: Duration,
+    /// Where a key's spend is rebuilt from when Redis does not have it.
+    spend: SpendSource,
+    /// This instance's live leases, by client key (with its limits).
+    leases: Mutex<HashMap<String, (Limits, HashSet<String>)>>,
 }
 
 impl<R: Runtime> SharedLimiter<R> {
@@ -56,6 +66,7 @@ impl<R: Runtime> SharedLimiter<R> {
         url: RedisUrl,
         extra_ca: Option<&str>,
         timeout: Duration,
+        spend: SpendSource,
     ) -> Result<Self, String> {
         let target = UpstreamTarget {
             tls: url.tls,
@@ -72,29 +83,148 @@ impl<R: Runtime> SharedLimiter<R> {
             connector,
             sha: Mutex::new(None),
             timeout,
+            spend,
+            leases: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Admits one request of `key` reserving `tokens` (`Err`: Redis could
-    /// not be reached or answered wrongly within the timeout).
-    pub async fn admit(&self, key: &str, limits: Limits, tokens: u64) -> SharedAdmission {
-        match self.call(ScriptOp::Admit { tokens }, key, limits).await? {
-            ScriptOutcome::Admitted(a) => Ok(Ok(a)),
-            ScriptOutcome::Refused(r) => Ok(Err(r)),
-            ScriptOutcome::Status(_) => Err("the limiter script answered a status".into()),
+    /// Admits one request (`Err`: Redis could not be reached or answered
+    /// wrongly within the timeout). A key whose spend Redis does not have
+    /// is seeded from the ledger first.
+    pub async fn admit(&self, ask: &AdmitRequest) -> SharedAdmission {
+        let quota = ScriptQuota {
+            quota: ask.quota,
+            cost: ask.cost,
+            metered: 0,
+            lease: &ask.lease,
+            lease_ms: LEASE.as_millis() as u64,
+            unix_ms: ask.unix_ms,
+        };
+        let op = ScriptOp::Admit { tokens: ask.tokens };
+        let mut out = self.call(op, &ask.key, ask.limits, &quota).await?;
+        if out == ScriptOutcome::Unseeded {
+            self.seed(&ask.key, ask.limits, ask.unix_ms).await?;
+            out = self.call(op, &ask.key, ask.limits, &quota).await?;
         }
+        let refusal = match out {
+            ScriptOutcome::Admitted(a) => {
+                if ask.quota.budget.is_some() || ask.quota.max_in_flight.is_some() {
+                    let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+                    leases
+                        .entry(ask.key.clone())
+                        .or_insert_with(|| (ask.limits, HashSet::new()))
+                        .1
+                        .insert(ask.lease.clone());
+                }
+                return Ok(Ok(a));
+            }
+            ScriptOutcome::Refused(r) => Refusal::Rate(r),
+            ScriptOutcome::OverBudget { spent, reserved } => {
+                let budget = ask
+                    .quota
+                    .budget
+                    .ok_or("the script refused a budget the key has not")?;
+                Refusal::Quota(QuotaRefusal::Budget(BudgetRefusal {
+                    budget,
+                    spent,
+                    reserved,
+                    cost: ask.cost,
+                    resets_at: budget.period.reset(ask.unix_ms),
+                }))
+            }
+            ScriptOutcome::InFlight => Refusal::Quota(QuotaRefusal::InFlight {
+                limit: ask.quota.max_in_flight.unwrap_or(0),
+            }),
+            ScriptOutcome::Unseeded | ScriptOutcome::Status(_) => {
+                return Err(format!(
+                    "the limiter script answered {out:?} to an admission"
+                ));
+            }
+        };
+        Ok(Err(refusal))
     }
 
-    /// Replaces a reservation by the tokens used.
+    /// Sets `key`'s spend from the ledger, unless another instance did
+    /// meanwhile.
+    async fn seed(&self, key: &str, limits: Limits, unix_ms: u64) -> Result<(), String> {
+        let source = self.spend.clone();
+        let tally = self.rt.unblock(move || source.tally(unix_ms)).await?;
+        let spent = tally.get(key);
+        tracing::info!(
+            key,
+            spent_usd_month = chatgate_core::format_usd(spent[2]),
+            "the key's spend was rebuilt from the ledger for the shared limiter"
+        );
+        let quota = ScriptQuota {
+            unix_ms,
+            ..ScriptQuota::default()
+        };
+        self.call(ScriptOp::Seed { spent }, key, limits, &quota)
+            .await
+            .map(drop)
+    }
+
+    /// Replaces a reservation by what was used, and ends its lease.
     pub async fn settle(&self, s: &Settlement) -> Result<(), String> {
         let op = ScriptOp::Settle {
             reserved: s.reserved,
             used: s.used,
         };
-        self.call(op, &s.key, s.limits).await.map(drop)
+        let lease = s.lease.as_deref().unwrap_or("");
+        if !lease.is_empty() {
+            let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, set)) = leases.get_mut(&s.key) {
+                set.remove(lease);
+                if set.is_empty() {
+                    leases.remove(&s.key);
+                }
+            }
+        }
+        let quota = ScriptQuota {
+            quota: s.quota,
+            cost: s.cost_reserved,
+            metered: s.cost,
+            lease,
+            lease_ms: LEASE.as_millis() as u64,
+            unix_ms: s.unix_ms,
+        };
+        self.call(op, &s.key, s.limits, &quota).await.map(drop)
     }
 
-    async fn call(&self, op: ScriptOp, key: &str, limits: Limits) -> Result<ScriptOutcome, String> {
+    /// Renews this instance's leases for as long as it runs.
+    pub async fn renew_leases(self: Arc<Self>) {
+        loop {
+            self.rt.timer(std::time::Instant::now() + RENEW_EVERY).await;
+            let batch: Vec<(String, Limits, String)> = {
+                let leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+                leases
+                    .iter()
+                    .map(|(k, (limits, set))| {
+                        let names: Vec<&str> = set.iter().map(String::as_str).collect();
+                        (k.clone(), *limits, names.join(" "))
+                    })
+                    .collect()
+            };
+            for (key, limits, names) in batch {
+                let quota = ScriptQuota {
+                    lease: &names,
+                    lease_ms: LEASE.as_millis() as u64,
+                    ..ScriptQuota::default()
+                };
+                if let Err(e) = self.call(ScriptOp::Renew, &key, limits, &quota).await {
+                    tracing::warn!(key, error = e.as_str(), "could not renew leases");
+                }
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        op: ScriptOp,
+        key: &str,
+        limits: Limits,
+        quota: &ScriptQuota<'_>,
+    ) -> Result<ScriptOutcome, String> {
         let work = async {
             let mut last = String::new();
             // A pooled connection may have been closed by the server: one
@@ -108,7 +238,7 @@ impl<R: Runtime> SharedLimiter<R> {
                 if !reused {
                     self.handshake(&mut s).await?;
                 }
-                match self.eval(&mut s, op, key, limits).await {
+                match self.eval(&mut s, op, key, limits, quota).await {
                     Ok(out) => {
                         self.connector.release(s);
                         return Ok(out);
@@ -155,9 +285,10 @@ impl<R: Runtime> SharedLimiter<R> {
         op: ScriptOp,
         key: &str,
         limits: Limits,
+        quota: &ScriptQuota<'_>,
     ) -> Result<ScriptOutcome, String> {
-        let redis_key = format!("{KEY_PREFIX}{key}");
-        let args = script_args(op, limits, None);
+        let redis_key = script_keys(key);
+        let args = script_args(op, limits, quota, None);
         let known = self.sha.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let sha = match known {
             Some(sha) => sha,
@@ -192,13 +323,14 @@ impl<R: Runtime> SharedLimiter<R> {
 async fn evalsha<T>(
     s: &mut UpstreamStream<T>,
     sha: &[u8],
-    key: &str,
+    keys: &[String; 4],
     args: &[String],
 ) -> Result<RedisReply, String>
 where
     UpstreamStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
-    let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"1", key.as_bytes()];
+    let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"4"];
+    cmd.extend(keys.iter().map(|k| k.as_bytes()));
     cmd.extend(args.iter().map(|a| a.as_bytes()));
     roundtrip(s, &cmd).await
 }

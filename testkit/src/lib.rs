@@ -382,7 +382,10 @@ impl Pair {
         let verdict = if self.shared_down {
             Err("connection refused".to_owned())
         } else {
-            Ok(self.shared.admit(key, limits, tokens, now))
+            Ok(self
+                .shared
+                .admit(key, limits, tokens, now)
+                .map_err(chatgate_core::Refusal::Rate))
         };
         if let Some(c) = self.conn.as_mut() {
             c.handle_admission(now, verdict);
@@ -432,6 +435,7 @@ impl Pair {
                 key,
                 limits,
                 tokens,
+                ..
             }) => match self.admit_delay {
                 Some(d) => self.pending_admit = Some((now + d, key, limits, tokens)),
                 None => self.answer_admission(&key, limits, tokens),

@@ -1282,7 +1282,7 @@ fn shared_limits_unreachable_fail_open_or_closed() {
     assert_eq!(statuses, [200, 429]);
     assert!(
         pair.gateway
-            .render_metrics()
+            .render_metrics(chatgate_core::Instant::ZERO)
             .contains("chatgate_shared_limits_unavailable_total 2")
     );
     assert_eq!(pair.shared_settled, 0, "settled locally");

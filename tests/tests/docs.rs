@@ -128,7 +128,12 @@ fn operations_guide_matches_the_binaries() {
             .iter()
             .take_while(|w| !w.starts_with('-') && !w.contains('/'))
             .copied()
-            .filter(|w| ["serve", "keys", "new", "list", "rotate", "revoke", "usage"].contains(w))
+            .filter(|w| {
+                [
+                    "serve", "keys", "new", "list", "set", "rotate", "revoke", "usage",
+                ]
+                .contains(w)
+            })
             .collect();
         let mut args = sub.clone();
         args.push("--help");

@@ -10,8 +10,9 @@ use std::time::Duration;
 use chatgate_core::Instant;
 use chatgate_core::RedisReply;
 use chatgate_core::{
-    Limits, REDIS_SCRIPT, RateLimiter, SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome,
-    decode_script_reply, script_args,
+    Budget, Limits, Period, Quota, QuotaBook, QuotaRefusal, REDIS_SCRIPT, RateLimiter,
+    SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, ScriptQuota, decode_script_reply, script_args,
+    script_keys,
 };
 use chatgate_tests::{Noise, RedisClient, RedisServer};
 
@@ -23,7 +24,9 @@ fn load(c: &mut RedisClient) -> Vec<u8> {
 }
 
 fn eval(c: &mut RedisClient, sha: &[u8], key: &str, args: &[String]) -> RedisReply {
-    let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"1", key.as_bytes()];
+    let keys = script_keys(key);
+    let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"4"];
+    cmd.extend(keys.iter().map(|k| k.as_bytes()));
     cmd.extend(args.iter().map(|a| a.as_bytes()));
     c.cmd(&cmd)
 }
@@ -111,7 +114,7 @@ fn agree(first: Limits, second: Limits, scale: u64) {
             &mut c,
             &sha,
             "k",
-            &script_args(op, limits, Some(t0 + now)),
+            &script_args(op, limits, &ScriptQuota::default(), Some(t0 + now)),
         ));
         let mine = match op {
             ScriptOp::Admit { tokens } => match local.admit("k", limits, tokens, at) {
@@ -129,6 +132,7 @@ fn agree(first: Limits, second: Limits, scale: u64) {
                 ScriptOutcome::Status(local.settle("k", limits, reserved, used, at))
             }
             ScriptOp::Status => ScriptOutcome::Status(local.status("k", limits, at)),
+            ScriptOp::Seed { .. } | ScriptOp::Renew => unreachable!("not drawn"),
         };
         assert_eq!(remote, mine, "step {step} at {now} ms: {op:?}");
     }
@@ -148,7 +152,12 @@ fn noscript_is_recovered_and_idle_keys_expire() {
         requests_per_minute: 2,
         tokens_per_minute: 100,
     };
-    let args = script_args(ScriptOp::Admit { tokens: 10 }, limits, None);
+    let args = script_args(
+        ScriptOp::Admit { tokens: 10 },
+        limits,
+        &ScriptQuota::default(),
+        None,
+    );
     match eval(&mut c, &sha, "idle", &args) {
         RedisReply::Error(e) => assert!(e.starts_with("NOSCRIPT"), "{e}"),
         other => panic!("expected NOSCRIPT, got {other:?}"),
@@ -168,7 +177,7 @@ fn noscript_is_recovered_and_idle_keys_expire() {
         other => panic!("{other:?}"),
     }
     // The key expires once both buckets would be full again, plus a minute.
-    match c.cmd(&[b"PTTL", b"idle"]) {
+    match c.cmd(&[b"PTTL", b"chatgate:limits:idle"]) {
         RedisReply::Integer(ms) => assert!((60_000..=125_000).contains(&ms), "{ms}"),
         other => panic!("{other:?}"),
     }
@@ -179,4 +188,143 @@ fn noscript_is_recovered_and_idle_keys_expire() {
         eval(&mut c, &sha, "idle", &bad),
         RedisReply::Error(_)
     ));
+}
+
+/// Budgets and in-flight caps: the script and the in-process book decide
+/// the same admissions, with the same spend and reservations, across a
+/// day's rollover (the clock passed in), and a key's spend must be seeded
+/// before a budget can be decided.
+#[test]
+fn the_script_and_the_quota_book_agree() {
+    let redis = RedisServer::start();
+    let mut c = RedisClient::connect(redis.addr);
+    let sha = load(&mut c);
+    let limits = Limits {
+        requests_per_minute: 1_000_000,
+        tokens_per_minute: 1_000_000,
+    };
+    let quota = Quota {
+        budget: Some(Budget {
+            limit_nano: 3_000_000_000,
+            period: Period::Day,
+        }),
+        max_in_flight: Some(3),
+    };
+    // 2026-11-25T22:00:00Z: the run crosses midnight.
+    let t0: u64 = 1_795_644_000_000;
+    let at = |ms: u64| ScriptQuota {
+        quota,
+        lease_ms: 3_600_000,
+        unix_ms: ms,
+        ..ScriptQuota::default()
+    };
+    let admit = ScriptOp::Admit { tokens: 1 };
+    let first = outcome(&eval(
+        &mut c,
+        &sha,
+        "q",
+        &script_args(admit, limits, &at(t0), Some(t0)),
+    ));
+    assert_eq!(first, ScriptOutcome::Unseeded);
+    let seed = ScriptOp::Seed {
+        spent: [100_000_000, 200_000_000, 300_000_000, 400_000_000],
+    };
+    outcome(&eval(
+        &mut c,
+        &sha,
+        "q",
+        &script_args(seed, limits, &at(t0), Some(t0)),
+    ));
+    // A second seed (another instance, late) changes nothing.
+    let late = ScriptOp::Seed { spent: [9; 4] };
+    outcome(&eval(
+        &mut c,
+        &sha,
+        "q",
+        &script_args(late, limits, &at(t0), Some(t0)),
+    ));
+    let book = QuotaBook::new();
+    book.seed(
+        "q",
+        [100_000_000, 200_000_000, 300_000_000, 400_000_000],
+        t0,
+    );
+    let mut noise = Noise::new(17);
+    let mut open: Vec<(String, u64, u64)> = Vec::new();
+    let (mut admitted, mut over_budget, mut over_cap) = (0, 0, 0);
+    for step in 0..3000u64 {
+        // Four hours in 3,000 steps: midnight is crossed.
+        let now = t0 + step * 4_800;
+        if noise.next_u64() % 5 < 3 || open.is_empty() {
+            let cost = noise.next_u64() % 40_000_000;
+            let lease = format!("req_{step}");
+            let q = ScriptQuota {
+                cost,
+                lease: &lease,
+                ..at(now)
+            };
+            let remote = outcome(&eval(
+                &mut c,
+                &sha,
+                "q",
+                &script_args(admit, limits, &q, Some(now)),
+            ));
+            let mine = book.admit("q", &quota, cost, None, now);
+            match (&remote, mine) {
+                (ScriptOutcome::Admitted(_), Ok(reserved)) => {
+                    admitted += 1;
+                    open.push((lease, reserved, cost));
+                }
+                (ScriptOutcome::OverBudget { spent, reserved }, Err(QuotaRefusal::Budget(b))) => {
+                    over_budget += 1;
+                    assert_eq!((*spent, *reserved), (b.spent, b.reserved), "step {step}");
+                }
+                (ScriptOutcome::InFlight, Err(QuotaRefusal::InFlight { limit: 3 })) => {
+                    over_cap += 1
+                }
+                (r, m) => panic!("step {step}: script {r:?}, book {m:?}"),
+            }
+        } else {
+            let (lease, reserved, cost) =
+                open.swap_remove((noise.next_u64() as usize) % open.len());
+            // Mostly within the reservation; now and then beyond it.
+            let metered = match noise.next_u64() % 10 {
+                0 => cost + noise.next_u64() % 20_000_000,
+                _ => cost / 2,
+            };
+            let q = ScriptQuota {
+                metered,
+                lease: &lease,
+                ..at(now)
+            };
+            let settle = ScriptOp::Settle {
+                reserved: 1,
+                used: 1,
+            };
+            outcome(&eval(
+                &mut c,
+                &sha,
+                "q",
+                &script_args(settle, limits, &q, Some(now)),
+            ));
+            book.release("q", true, reserved, metered, now);
+        }
+    }
+    assert!(
+        admitted > 300 && over_budget > 50 && over_cap > 20,
+        "{admitted} admitted, {over_budget} over budget, {over_cap} over the cap"
+    );
+    // The spend hash holds what the book holds.
+    let now = t0 + 3000 * 4_800;
+    let s = book.status("q", now);
+    let field = |c: &mut RedisClient, f: &str| -> u64 {
+        match c.cmd(&[b"HGET", b"chatgate:spend:{q}", f.as_bytes()]) {
+            RedisReply::Bulk(Some(v)) => String::from_utf8(v).unwrap().parse().unwrap(),
+            other => panic!("{f}: {other:?}"),
+        }
+    };
+    assert_eq!(field(&mut c, "d"), s.spent_in(Period::Day));
+    assert_eq!(field(&mut c, "m"), s.spent_in(Period::Month));
+    assert_eq!(field(&mut c, "t"), s.spent_in(Period::Total));
+    assert_eq!(field(&mut c, "r"), s.reserved);
 }

@@ -5,9 +5,11 @@
 use std::time::Duration;
 
 use super::{EndpointConfig, UpstreamTarget};
+use crate::auth::KeyDefaults;
 use crate::catalog::Catalog;
 use crate::http::HttpLimits;
 use crate::limits::Limits;
+use crate::quota::{Period, Quota};
 
 /// Every timeout the gateway applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,15 @@ pub struct GatewayConfig {
     pub max_upstream_body: u64,
     /// Limits of keys that set none.
     pub default_limits: Limits,
+    /// Budget and in-flight cap of keys that set none.
+    pub default_quota: Quota,
+    /// Period of a budget that names none.
+    pub default_budget_period: Period,
+    /// Output tokens a budget reserves for a request without `max_tokens`.
+    pub budget_reserve_tokens: u64,
+    /// How long a request over its key's in-flight cap waits (zero: it is
+    /// refused at once).
+    pub queue_timeout: Duration,
     /// Most open client connections; more get 503.
     pub max_connections: usize,
     /// The models.
@@ -104,9 +115,22 @@ impl GatewayConfig {
             max_sse_event: 1 << 20,
             max_upstream_body: 64 << 20,
             default_limits: Limits::default(),
+            default_quota: Quota::default(),
+            default_budget_period: Period::Month,
+            budget_reserve_tokens: crate::quota::DEFAULT_RESERVE_TOKENS,
+            queue_timeout: Duration::ZERO,
             max_connections: 10_000,
             catalog: Catalog::default(),
             shared_limits: None,
+        }
+    }
+
+    /// What keys that set none of their limits get.
+    pub fn key_defaults(&self) -> KeyDefaults {
+        KeyDefaults {
+            limits: self.default_limits,
+            quota: self.default_quota,
+            budget_period: self.default_budget_period,
         }
     }
 

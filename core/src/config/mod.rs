@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use crate::catalog::{Catalog, Model, Price};
 use crate::limits::Limits;
+use crate::quota::{Budget, Period, usd_to_nano};
 
 pub use gateway::{GatewayConfig, SharedLimits, Timeouts};
 pub use redis::RedisUrl;
@@ -128,6 +129,7 @@ impl ServeConfig {
         };
         gateway.timeouts = timeouts;
         gateway.default_limits = default_limits;
+        quota_defaults(&r, &mut gateway)?;
         gateway.max_connections = positive(&r, "max_connections")? as usize;
         gateway.max_sse_event = positive(&r, "max_sse_event")? as usize;
         gateway.max_upstream_body = positive(&r, "max_upstream_body")?;
@@ -333,6 +335,49 @@ fn within_shared_range(r: &Resolver, defaults: Limits) -> Result<(), ConfigError
             ));
         }
     }
+    Ok(())
+}
+
+/// Budgets and in-flight caps for keys that set none, the reserve for
+/// requests without `max_tokens`, and the queue's timeout.
+fn quota_defaults(r: &Resolver, g: &mut GatewayConfig) -> Result<(), ConfigError> {
+    let period = r.string("default_budget_period");
+    g.default_budget_period = Period::parse(&period).ok_or_else(|| {
+        let src = r
+            .get("default_budget_period")
+            .map_or(Source::Default, |(_, s)| s);
+        bad(
+            "default_budget_period",
+            &period,
+            src,
+            "day, week, month or total",
+        )
+    })?;
+    if let Some((text, src)) = r.get("default_budget_usd") {
+        let nano = text
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| "not a number".to_owned())
+            .and_then(usd_to_nano)
+            .map_err(|why| {
+                bad(
+                    "default_budget_usd",
+                    &text,
+                    src,
+                    &format!("an amount of USD ({why})"),
+                )
+            })?;
+        g.default_quota.budget = Some(Budget {
+            limit_nano: nano,
+            period: g.default_budget_period,
+        });
+    }
+    if r.get("default_max_in_flight").is_some() {
+        let n = positive(r, "default_max_in_flight")?;
+        g.default_quota.max_in_flight = Some(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+    g.budget_reserve_tokens = r.parse("budget_reserve_tokens")?;
+    g.queue_timeout = r.duration("queue_timeout")?;
     Ok(())
 }
 

@@ -139,6 +139,36 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Tokens per minute for keys that set none",
     ),
     s(
+        "default_budget_usd",
+        "USD",
+        None,
+        "Spend budget for keys that set none (default: no budget)",
+    ),
+    s(
+        "default_budget_period",
+        "PERIOD",
+        Some("month"),
+        "Period of a budget that names none: day, week (ISO, from Monday), month or total (UTC)",
+    ),
+    s(
+        "budget_reserve_tokens",
+        "N",
+        Some("8192"),
+        "Output tokens a budget reserves for a request without max_tokens",
+    ),
+    s(
+        "default_max_in_flight",
+        "N",
+        None,
+        "Most requests open at once for keys that set none (default: no cap)",
+    ),
+    s(
+        "queue_timeout",
+        "DURATION",
+        Some("0s"),
+        "How long a request over its key's in-flight cap waits for a slot, first in first out (0: refused at once)",
+    ),
+    s(
         "client_idle_timeout",
         "DURATION",
         Some("75s"),

@@ -1,29 +1,50 @@
-//! Rate limits: admitting a validated request (by this process's limiter,
-//! or by the shared one through [`Event::Admit`]), refusing with 429, and
-//! settling the reservation with what was metered.
+//! Admission: a validated request's rate limits, its key's budget and
+//! in-flight cap (by this process, or by the shared limiter through
+//! [`Event::Admit`]), the 429s, the key's queue, and settling what the
+//! request held with what was metered.
 //!
-//! Every decision about the shared limiter is made here, once, for every
-//! driver: what an unreachable limiter means at admission (the configured
-//! fallback), what a granted reservation for a client that left becomes (a
-//! settlement of nothing), and what a failed settlement becomes
-//! ([`Settlement::finish`]: settled by this process instead).
+//! Every decision about admission is made here, once, for every driver:
+//! the order of the checks (budget, in-flight cap, then rate limits:
+//! nothing is charged unless all pass), what an unreachable shared limiter
+//! means at admission (the configured fallback), what a granted
+//! reservation for a client that left becomes (a settlement of nothing),
+//! and what a failed settlement becomes ([`Settlement::finish`]: settled
+//! by this process instead).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::timers::Timer;
 use super::{Connection, Event, Phase};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use crate::ledger::LedgerRecord;
 use crate::limits::{Admission, LimitKind, Limits, Rejection};
+use crate::quota::{Quota, QuotaRefusal, worst_case_cost};
 use crate::time::Instant;
-use crate::usage::Usage;
 use crate::validate::{ChatRequest, validate_chat_request};
+
+/// How often a request waiting in its key's queue looks whether its turn
+/// came (a slot freed on another instance is seen this late at most).
+const QUEUE_TURN: Duration = Duration::from_millis(20);
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A rate limit (requests or tokens per minute).
+    Rate(Rejection),
+    /// Its key's budget or in-flight cap.
+    Quota(QuotaRefusal),
+}
 
 /// The shared limiter's answer to [`Event::Admit`]: its verdict, or why it
 /// could not be asked.
-pub type SharedAdmission = Result<Result<Admission, Rejection>, String>;
+pub type SharedAdmission = Result<Result<Admission, Refusal>, String>;
 
 /// A request for the shared limiter ([`Event::Admit`]): admit one request
-/// of `key`, reserving `tokens`.
+/// of `key`, reserving `tokens` of its rate limit and, when it has a
+/// budget, `cost` of it, and holding one of its in-flight slots under the
+/// lease `lease`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmitRequest {
     /// Key name.
@@ -32,9 +53,17 @@ pub struct AdmitRequest {
     pub limits: Limits,
     /// Tokens to reserve.
     pub tokens: u64,
+    /// Its budget and in-flight cap.
+    pub quota: Quota,
+    /// The request's worst-case cost, nano-dollars.
+    pub cost: u64,
+    /// The lease's name (the request id).
+    pub lease: String,
+    /// The wall clock at admission (Unix ms): the periods it falls in.
+    pub unix_ms: u64,
 }
 
-/// A finished request's reservation, to be replaced by what it used
+/// A finished request's reservations, to be replaced by what it used
 /// ([`Event::Settle`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -46,12 +75,24 @@ pub struct Settlement {
     pub reserved: u64,
     /// Tokens metered.
     pub used: u64,
+    /// Its budget and in-flight cap.
+    pub quota: Quota,
+    /// Nano-dollars reserved against its budget at admission.
+    pub cost_reserved: u64,
+    /// Nano-dollars metered (the ledger line's `cost_nano_usd`).
+    pub cost: u64,
+    /// The lease it held (its in-flight slot and budget reservation), if
+    /// it was admitted.
+    pub lease: Option<String>,
+    /// The wall clock at the end (Unix ms): the periods the cost counts in.
+    pub unix_ms: u64,
 }
 
 impl Settlement {
     /// The shared limiter settled it (`Ok`), or could not be reached
-    /// (`Err`, why): then this process's own limiter settles it, so this
-    /// instance's limits stay right; the shared bucket refills in time.
+    /// (`Err`, why): then this process's own limiter settles the tokens,
+    /// so this instance's limits stay right; the shared bucket refills in
+    /// time, and the lease (slot and budget reservation) lapses.
     pub fn finish(self, gw: &Gateway, now: Instant, outcome: Result<(), String>) {
         if let Err(why) = outcome {
             tracing::warn!(error = why.as_str(), "shared settlement failed");
@@ -59,6 +100,19 @@ impl Settlement {
                 .settle(&self.key, self.limits, self.reserved, self.used, now);
         }
     }
+}
+
+/// What a request holds of its key's quota.
+#[derive(Debug, Default)]
+pub(super) struct QuotaHold {
+    /// Its worst-case cost (nano-dollars).
+    cost: u64,
+    /// Reserved against the budget (0 without one).
+    reserved: u64,
+    /// Admitted: it holds an in-flight slot.
+    held: bool,
+    /// Its place in the key's queue, and since when, while it waits.
+    ticket: Option<(u64, Instant)>,
 }
 
 impl Connection {
@@ -69,13 +123,9 @@ impl Connection {
         if self.phase != Phase::Admitting {
             // The client left meanwhile: give the reservation back, then
             // close.
-            if let (Ok(Ok(a)), Some((key, limits))) = (&verdict, asked) {
-                self.events.push_back(Event::Settle(Settlement {
-                    key,
-                    limits,
-                    reserved: a.reserved_tokens,
-                    used: 0,
-                }));
+            if let (Ok(Ok(a)), Some(mut give_back)) = (&verdict, asked) {
+                give_back.reserved = a.reserved_tokens;
+                self.events.push_back(Event::Settle(give_back));
             }
             self.after(now);
             return;
@@ -106,10 +156,7 @@ impl Connection {
                     );
                     return self.respond_error(now, e, false);
                 }
-                let req = self.req.as_ref().expect("request in progress");
-                let key = req.key.as_ref().expect("authenticated");
-                let tokens = req.chat.as_ref().map_or(0, ChatRequest::reservation);
-                gw.limiter().admit(&key.name, key.limits, tokens, now)
+                self.admit_here(now)
             }
         };
         self.admitted(now, verdict);
@@ -149,8 +196,7 @@ impl Connection {
         Some(e)
     }
 
-    /// The whole body arrived: validate it, then admit it (here, or by
-    /// asking the shared limiter).
+    /// The whole body arrived: validate it, then admit it.
     pub(super) fn chat_request(&mut self, now: Instant) {
         let gw = Arc::clone(&self.gw);
         let req = self.req.as_mut().expect("chat request in progress");
@@ -161,65 +207,244 @@ impl Connection {
                 return self.respond_error(now, e, false);
             }
         };
-        let key = req.key.as_ref().expect("authenticated before the body");
-        let tokens = chat.reservation();
+        let config = gw.config();
+        let price = config
+            .catalog
+            .get(&chat.model)
+            .map_or(crate::catalog::Price::DEFAULT, |m| m.price);
+        req.hold.cost = worst_case_cost(
+            &price,
+            chat.estimated_prompt_tokens,
+            chat.max_tokens,
+            config.budget_reserve_tokens,
+        );
         req.chat = Some(chat);
-        if gw.config().shared_limits.is_some() {
-            let (key, limits) = (key.name.clone(), key.limits);
-            self.admitting = Some((key.clone(), limits));
-            self.phase = Phase::Admitting;
-            self.events.push_back(Event::Admit(AdmitRequest {
-                key,
-                limits,
-                tokens,
-            }));
-            return;
-        }
-        let verdict = gw.limiter().admit(&key.name, key.limits, tokens, now);
-        self.admitted(now, verdict);
+        self.admit(now);
     }
 
-    /// Admitted: the provider is asked; refused: 429.
-    fn admitted(&mut self, now: Instant, verdict: Result<Admission, Rejection>) {
+    /// Admits the request: here, or by asking the shared limiter.
+    fn admit(&mut self, now: Instant) {
+        let gw = Arc::clone(&self.gw);
+        if gw.config().shared_limits.is_none() {
+            let verdict = self.admit_here(now);
+            return self.admitted(now, verdict);
+        }
+        let req = self.req.as_ref().expect("chat request in progress");
+        let key = req.key.as_ref().expect("authenticated before the body");
+        let unix_ms = gw.wall().unix_ms(now);
+        let ask = AdmitRequest {
+            key: key.name.clone(),
+            limits: key.limits,
+            tokens: req.chat.as_ref().map_or(0, ChatRequest::reservation),
+            quota: key.quota,
+            cost: req.hold.cost,
+            lease: req.id.clone(),
+            unix_ms,
+        };
+        // What is given back if the client leaves before the answer.
+        self.admitting = Some(Settlement {
+            key: ask.key.clone(),
+            limits: ask.limits,
+            reserved: 0,
+            used: 0,
+            quota: ask.quota,
+            cost_reserved: if ask.quota.budget.is_some() {
+                ask.cost
+            } else {
+                0
+            },
+            cost: 0,
+            lease: Some(ask.lease.clone()),
+            unix_ms,
+        });
+        self.phase = Phase::Admitting;
+        self.events.push_back(Event::Admit(ask));
+    }
+
+    /// This process's verdict: the key's budget and in-flight cap, then its
+    /// rate limits; nothing is charged unless all pass.
+    fn admit_here(&mut self, now: Instant) -> Result<Admission, Refusal> {
+        let gw = Arc::clone(&self.gw);
+        let unix_ms = gw.wall().unix_ms(now);
+        let req = self.req.as_mut().expect("chat request in progress");
+        let key = req.key.as_ref().expect("authenticated before the body");
+        let ticket = req.hold.ticket.map(|(t, _)| t);
+        let reserved = gw
+            .quota()
+            .admit(&key.name, &key.quota, req.hold.cost, ticket, unix_ms)
+            .map_err(Refusal::Quota)?;
+        let tokens = req.chat.as_ref().map_or(0, ChatRequest::reservation);
+        match gw.limiter().admit(&key.name, key.limits, tokens, now) {
+            Ok(a) => {
+                req.hold.reserved = reserved;
+                Ok(a)
+            }
+            Err(r) => {
+                gw.quota().release(&key.name, false, reserved, 0, unix_ms);
+                Err(Refusal::Rate(r))
+            }
+        }
+    }
+
+    /// Admitted: the provider is asked; refused: 429 (or, over the
+    /// in-flight cap with a queue, a wait for a slot).
+    fn admitted(&mut self, now: Instant, verdict: Result<Admission, Refusal>) {
         let gw = Arc::clone(&self.gw);
         let req = self.req.as_mut().expect("request in progress");
         let key = req.key.as_ref().expect("authenticated before the body");
-        match verdict {
+        let e = match verdict {
             Ok(admission) => {
                 req.reserved = admission.reserved_tokens;
                 req.limit_status = Some(admission.status);
-                self.start_upstream(now);
+                req.hold.held = true;
+                if req.shared {
+                    gw.quota()
+                        .count_in_flight(&key.name, true, gw.wall().unix_ms(now));
+                }
+                self.leave_queue(now, true);
+                return self.start_upstream(now);
             }
-            Err(rejection) => {
+            Err(Refusal::Rate(rejection)) => {
                 gw.metrics().rate_limited(&key.name, rejection.kind);
                 req.limit_status = Some(rejection.status);
-                let e = rate_limit_error(&key.name, rejection.kind, rejection.retry_after_secs);
-                self.respond_error(now, e, false);
+                rate_limit_error(&key.name, rejection.kind, rejection.retry_after_secs)
             }
+            Err(Refusal::Quota(QuotaRefusal::Budget(b))) => {
+                gw.metrics().budget_refused(&key.name);
+                ApiError::insufficient_quota(b.message(&key.name))
+            }
+            Err(Refusal::Quota(QuotaRefusal::InFlight { limit })) => {
+                let timeout = gw.config().queue_timeout;
+                if !timeout.is_zero() && !gw.is_draining() {
+                    return self.wait_in_queue(now, timeout);
+                }
+                gw.metrics().in_flight_refused(&key.name);
+                in_flight_error(&key.name, limit, None)
+            }
+        };
+        self.leave_queue(now, false);
+        self.respond_error(now, e, false);
+    }
+
+    /// Over the in-flight cap: wait in the key's queue (joining it at the
+    /// back the first time) and look again shortly.
+    fn wait_in_queue(&mut self, now: Instant, timeout: Duration) {
+        let gw = Arc::clone(&self.gw);
+        let req = self.req.as_mut().expect("request in progress");
+        if req.hold.ticket.is_none() {
+            let key = req.key.as_ref().expect("authenticated");
+            let ticket = gw.quota().enqueue(&key.name, gw.wall().unix_ms(now));
+            req.hold.ticket = Some((ticket, now));
+            self.timers.set(Timer::QueueDeadline, now + timeout);
+        }
+        self.phase = Phase::Queued;
+        self.timers.set(Timer::QueueTurn, now + QUEUE_TURN);
+    }
+
+    /// A queued request looks whether its turn came: first in the queue,
+    /// it asks for admission again.
+    pub(super) fn queue_turn(&mut self, now: Instant) {
+        let gw = Arc::clone(&self.gw);
+        let req = self.req.as_ref().expect("request in progress");
+        let key = req.key.as_ref().expect("authenticated");
+        let Some((ticket, _)) = req.hold.ticket else {
+            return;
+        };
+        if gw
+            .quota()
+            .is_first(&key.name, ticket, gw.wall().unix_ms(now))
+        {
+            self.admit(now);
+        } else {
+            self.timers.set(Timer::QueueTurn, now + QUEUE_TURN);
         }
     }
 
-    /// Replaces the token reservation by what was metered: here, or by the
-    /// shared limiter that admitted the request.
-    pub(super) fn settle(&mut self, now: Instant, usage: Option<Usage>) {
+    /// A queued request waited as long as it may: 429.
+    pub(super) fn queue_expired(&mut self, now: Instant) {
+        let req = self.req.as_ref().expect("request in progress");
+        let key = req.key.as_ref().expect("authenticated");
+        let limit = key.quota.max_in_flight.unwrap_or(0);
+        let waited = req.hold.ticket.map(|(_, since)| now - since);
+        let e = in_flight_error(&key.name, limit, waited);
+        self.gw.metrics().in_flight_refused(&key.name);
+        self.leave_queue(now, false);
+        self.respond_error(now, e, false);
+    }
+
+    /// Leaves the key's queue, if the request waits in it (admitted:
+    /// `served`).
+    pub(super) fn leave_queue(&mut self, now: Instant, served: bool) {
+        self.timers.stop(Timer::QueueTurn);
+        self.timers.stop(Timer::QueueDeadline);
+        let Some(req) = self.req.as_mut() else { return };
+        let Some((ticket, since)) = req.hold.ticket.take() else {
+            return;
+        };
+        let Some(key) = &req.key else { return };
+        self.gw
+            .quota()
+            .dequeue(&key.name, ticket, self.gw.wall().unix_ms(now));
+        self.gw.metrics().queue_left(&key.name, now - since, served);
+    }
+
+    /// The request ended with this record: its token reservation and its
+    /// budget reservation are replaced by what was metered, and its
+    /// in-flight slot freed, here or by the shared limiter that admitted
+    /// it. A request that cost more than its budget reservation is marked
+    /// in the record (`budget_overshoot_nano_usd`) and counted.
+    pub(super) fn settle(&mut self, now: Instant, rec: &mut LedgerRecord) {
+        let gw = Arc::clone(&self.gw);
         let req = self.req.as_mut().expect("request");
         let Some(key) = &req.key else { return };
-        if req.reserved == 0 && usage.is_none() {
-            return;
-        }
-        let used = usage.map_or(0, |u| u.prompt_tokens.saturating_add(u.completion_tokens));
+        let hold = std::mem::take(&mut req.hold);
+        let used = rec.prompt_tokens.saturating_add(rec.completion_tokens);
         let reserved = std::mem::take(&mut req.reserved);
+        let unix_ms = gw.wall().unix_ms(now);
+        let budgeted = key.quota.budget.is_some();
         if req.shared {
+            if !hold.held && reserved == 0 && used == 0 {
+                // Refused by the shared limiter: nothing to settle.
+                return;
+            }
             self.events.push_back(Event::Settle(Settlement {
                 key: key.name.clone(),
                 limits: key.limits,
                 reserved,
                 used,
+                quota: key.quota,
+                cost_reserved: hold.reserved,
+                cost: rec.cost_nano_usd,
+                lease: hold.held.then(|| req.id.clone()),
+                unix_ms,
             }));
+            if hold.held {
+                gw.quota().count_in_flight(&key.name, false, unix_ms);
+            }
+            gw.quota().spend(&key.name, rec.cost_nano_usd, unix_ms);
+            if budgeted && rec.cost_nano_usd > hold.cost {
+                rec.budget_overshoot_nano_usd = rec.cost_nano_usd - hold.cost;
+            }
         } else {
-            self.gw
-                .limiter()
-                .settle(&key.name, key.limits, reserved, used, now);
+            if reserved > 0 || used > 0 {
+                gw.limiter()
+                    .settle(&key.name, key.limits, reserved, used, now);
+            }
+            if hold.held {
+                rec.budget_overshoot_nano_usd = gw.quota().release(
+                    &key.name,
+                    budgeted,
+                    hold.reserved,
+                    rec.cost_nano_usd,
+                    unix_ms,
+                );
+            } else if rec.cost_nano_usd > 0 {
+                gw.quota().spend(&key.name, rec.cost_nano_usd, unix_ms);
+            }
+        }
+        if rec.budget_overshoot_nano_usd > 0 {
+            gw.metrics()
+                .budget_overshoot(&key.name, rec.budget_overshoot_nano_usd);
         }
     }
 }
@@ -235,5 +460,20 @@ fn rate_limit_error(key: &str, kind: LimitKind, retry_after_secs: u64) -> ApiErr
             "Rate limit reached for {what} per minute on key '{key}'. Retry after {retry_after_secs} s."
         ),
         retry_after_secs,
+    )
+}
+
+/// The 429 for a key with its in-flight cap open (after waiting `waited`
+/// in its queue, if it did).
+fn in_flight_error(key: &str, limit: u32, waited: Option<Duration>) -> ApiError {
+    let waited = match waited {
+        Some(w) => format!(" (waited {} ms in its queue)", w.as_millis()),
+        None => String::new(),
+    };
+    ApiError::rate_limited(
+        format!(
+            "Too many requests in flight for key '{key}': its in-flight limit is {limit} at once{waited}. Retry after 1 s."
+        ),
+        1,
     )
 }

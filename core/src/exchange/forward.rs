@@ -126,7 +126,6 @@ impl Connection {
         rec.finish_reason = summary.finish_reason;
         let usage = summary.usage.unwrap_or_default();
         self.meter(&mut rec, &usage);
-        self.settle(now, summary.usage);
         self.emit_ledger(now, rec, out);
         self.end_response(close);
     }
@@ -346,7 +345,6 @@ impl Connection {
         rec.error = fault.map(str::to_owned);
         let usage = up.tracker.usage().unwrap_or_default();
         self.meter(&mut rec, &usage);
-        self.settle(now, up.tracker.usage());
         self.emit_ledger(now, rec, bytes);
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);

@@ -56,7 +56,9 @@ impl Connection {
 
     /// Hands the record to the runtime and holds `held` (the response's
     /// last bytes) until it says the line was appended.
-    pub(super) fn emit_ledger(&mut self, now: Instant, rec: LedgerRecord, held: Vec<u8>) {
+    /// The request's reservations are settled first (`admission.rs`).
+    pub(super) fn emit_ledger(&mut self, now: Instant, mut rec: LedgerRecord, held: Vec<u8>) {
+        self.settle(now, &mut rec);
         self.observe_metered(now, &rec);
         self.events.push_back(Event::Ledger(Box::new(rec)));
         self.held = held;

@@ -60,10 +60,9 @@ use crate::error::{ApiError, UpstreamFault};
 use crate::gateway::Gateway;
 use crate::http::HeadScanner;
 use crate::ledger::LedgerRecord;
-use crate::limits::Limits;
 use crate::time::Instant;
 
-pub use admission::{AdmitRequest, Settlement, SharedAdmission};
+pub use admission::{AdmitRequest, Refusal, Settlement, SharedAdmission};
 use request::Request;
 use timers::{Timer, TimerTable};
 use upstream::{Leftover, UpState, Upstream};
@@ -172,6 +171,8 @@ enum Phase {
     Body,
     /// Waiting for the shared limiter's verdict.
     Admitting,
+    /// Waiting in its key's queue for an in-flight slot.
+    Queued,
     /// Talking to the provider.
     Upstream,
     /// A response is queued; next request (or close) once it is written.
@@ -215,7 +216,7 @@ pub struct Connection {
     /// The key of an [`Event::Admit`] not answered yet: a reservation the
     /// shared limiter grants after the client left is given back under it,
     /// so the client connection is not closed before the answer.
-    admitting: Option<(String, Limits)>,
+    admitting: Option<Settlement>,
 }
 
 impl Drop for Connection {
@@ -376,6 +377,11 @@ impl Connection {
         if self.phase == Phase::Upstream {
             self.timers.set(Timer::Cut, cut_at);
         }
+        if self.phase == Phase::Queued {
+            self.leave_queue(now, false);
+            let e = ApiError::overloaded("The gateway is shutting down.");
+            self.respond_error(now, e, true);
+        }
         if self.phase == Phase::Head && self.head_started.is_none() {
             self.close();
         }
@@ -400,6 +406,8 @@ impl Connection {
                     self.respond_error(now, ApiError::request_timeout(), true);
                 }
                 Timer::Cut if self.phase == Phase::Upstream => self.cut_for_shutdown(now),
+                Timer::QueueTurn if self.phase == Phase::Queued => self.queue_turn(now),
+                Timer::QueueDeadline if self.phase == Phase::Queued => self.queue_expired(now),
                 Timer::UsageTail | Timer::StreamTail | Timer::Upstream
                     if self.phase == Phase::Upstream =>
                 {

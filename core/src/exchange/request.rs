@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::admission::QuotaHold;
 use super::respond::{common_headers, http_error, limit_headers};
 use super::timers::Timer;
 use super::{Connection, Phase};
@@ -13,6 +14,7 @@ use crate::http::write::{self, header, header_u64};
 use crate::http::{Framing, HttpLimits};
 use crate::http::{Method, RequestHead, leading_empty_lines, parse_request_head};
 use crate::limits::{LimitStatus, Limits};
+use crate::quota::Quota;
 use crate::routes::{CHAT_PATH, Route, route};
 use crate::time::Instant;
 use crate::validate::ChatRequest;
@@ -22,6 +24,7 @@ use crate::validate::ChatRequest;
 pub(super) struct KeyRef {
     pub(super) name: String,
     pub(super) limits: Limits,
+    pub(super) quota: Quota,
 }
 
 /// The request being served.
@@ -40,6 +43,8 @@ pub(super) struct Request {
     /// `model` and `stream` read from a body that failed validation.
     pub(super) peeked: Option<(String, bool)>,
     pub(super) reserved: u64,
+    /// Its key's budget and in-flight cap: what it holds of them.
+    pub(super) hold: QuotaHold,
     pub(super) limit_status: Option<LimitStatus>,
     /// The request for the provider: head, then body from `body_at`.
     pub(super) upstream_request: Vec<u8>,
@@ -77,6 +82,7 @@ impl Request {
             chat: None,
             peeked: None,
             reserved: 0,
+            hold: QuotaHold::default(),
             limit_status: None,
             upstream_request: Vec::new(),
             body_at: 0,
@@ -119,7 +125,8 @@ impl Connection {
         }
         if self.phase == Phase::Upstream {
             self.client_gone(now);
-        } else if matches!(self.phase, Phase::Body | Phase::Admitting) {
+        } else if matches!(self.phase, Phase::Body | Phase::Admitting | Phase::Queued) {
+            self.leave_queue(now, false);
             // An authenticated request abandoned before the provider was
             // asked is still metered.
             self.record_abandoned(now);
@@ -301,6 +308,7 @@ impl Connection {
         Ok(KeyRef {
             name: entry.name.clone(),
             limits: entry.limits,
+            quota: entry.quota,
         })
     }
 

@@ -3,7 +3,7 @@
 //! and the wording of HTTP and provider errors.
 
 use super::Connection;
-use crate::error::{ApiError, UpstreamFault};
+use crate::error::{ApiError, ErrorType, UpstreamFault};
 use crate::gateway::Gateway;
 use crate::http::Method;
 use crate::http::write::{self, header, header_u64};
@@ -34,7 +34,6 @@ impl Connection {
         if self.is_metered() {
             let mut rec = self.record(now, err.status);
             rec.error = Some(err.fault.map_or(err.code, UpstreamFault::as_str).to_owned());
-            self.settle(now, None);
             self.emit_ledger(now, rec, out);
         } else {
             self.push_client(now, &out);
@@ -113,6 +112,10 @@ fn write_error(
     }
     if let Some(allow) = err.allow {
         header(out, "Allow", allow);
+    }
+    if err.kind == ErrorType::InsufficientQuota {
+        // The official SDKs retry 429s unless told not to.
+        header(out, "x-should-retry", "false");
     }
     if let Some(s) = limits {
         limit_headers(out, s);

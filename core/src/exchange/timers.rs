@@ -25,6 +25,10 @@ pub(super) enum Timer {
     ClientBody,
     /// The drain timeout: a request still waiting on the provider is cut.
     Cut,
+    /// A request waiting in its key's queue looks whether its turn came.
+    QueueTurn,
+    /// A request waited in its key's queue as long as it may: 429.
+    QueueDeadline,
     /// The provider's connect, response head or next bytes are overdue.
     Upstream,
     /// `finish_reason` and usage arrived and only comments followed: the
@@ -35,13 +39,15 @@ pub(super) enum Timer {
 }
 
 impl Timer {
-    const ALL: [Timer; 9] = [
+    const ALL: [Timer; 11] = [
         Timer::Leftover,
         Timer::ClientSend,
         Timer::ClientIdle,
         Timer::ClientHead,
         Timer::ClientBody,
         Timer::Cut,
+        Timer::QueueTurn,
+        Timer::QueueDeadline,
         Timer::Upstream,
         Timer::UsageTail,
         Timer::StreamTail,

@@ -444,7 +444,6 @@ impl Connection {
         rec.complete = up.tracker.is_complete();
         let usage = up.tracker.usage();
         self.meter(&mut rec, &usage.unwrap_or_default());
-        self.settle(now, usage);
         self.emit_ledger(now, rec, Vec::new());
     }
 

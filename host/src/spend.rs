@@ -1,0 +1,65 @@
+//! What each key spent, rebuilt from the ledger: the local file (this
+//! instance's lines), or PostgreSQL (every instance's, with
+//! `--ledger-postgres`). Without Redis it seeds this process's book before
+//! serving; with Redis it seeds a key's shared spend when the shared store
+//! does not have it (first use of a budget, a new budget, a Redis that lost
+//! its data).
+
+use std::io::BufRead;
+
+use chatgate_core::SpendTally;
+
+/// Where spend is rebuilt from.
+#[derive(Debug, Clone)]
+pub enum SpendSource {
+    /// The local ledger file.
+    File(String),
+    /// The shared ledger's PostgreSQL URL.
+    Postgres(String),
+}
+
+impl SpendSource {
+    /// Every key's spend in the periods that hold `unix_ms` (blocking:
+    /// call it off the executor).
+    pub fn tally(&self, unix_ms: u64) -> Result<SpendTally, String> {
+        match self {
+            SpendSource::File(path) => tally_file(path, unix_ms),
+            SpendSource::Postgres(url) => crate::pgledger::tally_postgres(url, unix_ms),
+        }
+    }
+}
+
+/// Sums a ledger file's costs per key and period. A file that does not
+/// exist yet has spent nothing; unreadable lines are skipped (and
+/// counted in a warning), as the usage report does.
+pub fn tally_file(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
+    let mut tally = SpendTally::new(unix_ms);
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(tally),
+        Err(e) => return Err(format!("cannot read the ledger '{path}': {e}")),
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, f);
+    let mut line = Vec::with_capacity(1024);
+    let mut bad = 0u64;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+        if n == 0 {
+            break;
+        }
+        if !tally.add_line(&line) {
+            bad += 1;
+        }
+    }
+    if bad > 0 {
+        tracing::warn!(
+            lines = bad,
+            path,
+            "ledger lines that could not be read are not counted in the spend"
+        );
+    }
+    Ok(tally)
+}
