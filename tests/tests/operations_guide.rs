@@ -605,6 +605,21 @@ fn operations_guide_runs_as_written() {
     assert_eq!(code, 0, "{err}");
     let row = out.lines().find(|l| l.starts_with("alice ")).expect(&out);
     assert!(row.contains("120") && row.contains("400000"), "{out}");
+    // A budget and a cap, then the budget back to the default.
+    for cmd in commands.take_all("chatgate-smol keys set alice ") {
+        let (code, _, err) = sh(&subst.apply(&cmd), &[], tmp.path());
+        assert_eq!(code, 0, "{cmd}: {err}");
+    }
+    let (_, out, _) = sh(
+        &subst.apply("chatgate-smol keys list --keys /etc/chatgate/keys.toml"),
+        &[],
+        tmp.path(),
+    );
+    let row = out.lines().find(|l| l.starts_with("alice ")).expect(&out);
+    assert!(
+        row.contains("default/month") && row.contains(" 4 "),
+        "{out}"
+    );
     let (code, out, err) = sh(
         &subst.apply(&commands.take("chatgate-smol keys rotate alice ")),
         &[],
