@@ -30,8 +30,8 @@ impl SpendSource {
 }
 
 /// Sums a ledger file's costs per key and period. A file that does not
-/// exist yet has spent nothing; unreadable lines are skipped (and
-/// counted in a warning), as the usage report does.
+/// exist yet (or is not a regular file) has spent nothing; unreadable
+/// lines are skipped (and counted in a warning), as the usage report does.
 pub fn tally_file(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
     let mut tally = SpendTally::new(unix_ms);
     let f = match std::fs::File::open(path) {
@@ -39,6 +39,15 @@ pub fn tally_file(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(tally),
         Err(e) => return Err(format!("cannot read the ledger '{path}': {e}")),
     };
+    // A ledger that is not a regular file (a pipe, a device) cannot be read
+    // back: nothing to rebuild from.
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        tracing::warn!(
+            path,
+            "the ledger is not a regular file: spend is not rebuilt from it"
+        );
+        return Ok(tally);
+    }
     let mut reader = std::io::BufReader::with_capacity(1 << 20, f);
     let mut line = Vec::with_capacity(1024);
     let mut bad = 0u64;
