@@ -105,12 +105,14 @@ impl Totals {
     }
 }
 
+/// The fields of a ledger line the reports (and the spend tally,
+/// `quota`) read.
 #[derive(Deserialize)]
-struct Line<'a> {
+pub(crate) struct Line<'a> {
     #[serde(borrow)]
-    ts: &'a str,
+    pub(crate) ts: &'a str,
     #[serde(borrow)]
-    key: std::borrow::Cow<'a, str>,
+    pub(crate) key: std::borrow::Cow<'a, str>,
     #[serde(default)]
     stream: bool,
     #[serde(default)]
@@ -124,7 +126,7 @@ struct Line<'a> {
     #[serde(default)]
     cached_tokens: u64,
     #[serde(default)]
-    cost_nano_usd: u64,
+    pub(crate) cost_nano_usd: u64,
     #[serde(default)]
     status: u16,
 }

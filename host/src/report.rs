@@ -26,14 +26,18 @@ pub fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<Stri
     Ok(r.render(format))
 }
 
-fn feed(mut reader: Box<dyn BufRead>, r: &mut Report) -> std::io::Result<()> {
+fn feed(reader: Box<dyn BufRead>, r: &mut Report) -> std::io::Result<()> {
+    each_line(reader, |l| r.add_line(l))
+}
+
+/// Calls `f` with every line of a ledger (without its newline), streamed.
+pub(crate) fn each_line(mut reader: impl BufRead, mut f: impl FnMut(&[u8])) -> std::io::Result<()> {
     let mut line = Vec::with_capacity(1024);
     loop {
         line.clear();
         if reader.read_until(b'\n', &mut line)? == 0 {
             return Ok(());
         }
-        let l = line.strip_suffix(b"\n").unwrap_or(&line);
-        r.add_line(l);
+        f(line.strip_suffix(b"\n").unwrap_or(&line));
     }
 }

@@ -5,8 +5,6 @@
 //! does not have it (first use of a budget, a new budget, a Redis that lost
 //! its data).
 
-use std::io::BufRead;
-
 use chatgate_core::SpendTally;
 
 /// Where spend is rebuilt from.
@@ -48,21 +46,14 @@ pub fn tally_file(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
         );
         return Ok(tally);
     }
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, f);
-    let mut line = Vec::with_capacity(1024);
+    let reader = std::io::BufReader::with_capacity(1 << 20, f);
     let mut bad = 0u64;
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
-        if n == 0 {
-            break;
-        }
-        if !tally.add_line(&line) {
+    crate::report::each_line(reader, |line| {
+        if !tally.add_line(line) {
             bad += 1;
         }
-    }
+    })
+    .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
     if bad > 0 {
         tracing::warn!(
             lines = bad,

@@ -203,11 +203,22 @@ fn keys_set_changes_a_budget_within_a_second_and_refuses_bad_values(bin: &str) {
     );
 }
 
-/// Sends `n` streamed requests at once; their responses in order.
+/// Sends `n` streamed requests at once (the `i`th `stagger` × `i` late);
+/// their responses in order.
 fn at_once(gw: &Gw, n: usize, stagger: Duration) -> Vec<Response> {
+    concurrently(n, stagger, |_| (gw.addr, gw.key.clone(), stream_body("")))
+}
+
+/// Sends the `n` requests `to(i)` names (address, key, body) from threads
+/// of their own, the `i`th `stagger` × `i` late; their responses in order.
+fn concurrently(
+    n: usize,
+    stagger: Duration,
+    to: impl Fn(usize) -> (std::net::SocketAddr, String, String),
+) -> Vec<Response> {
     let handles: Vec<_> = (0..n)
         .map(|i| {
-            let (addr, key) = (gw.addr, gw.key.clone());
+            let (addr, key, body) = to(i);
             std::thread::spawn(move || {
                 std::thread::sleep(stagger * i as u32);
                 request(
@@ -215,7 +226,7 @@ fn at_once(gw: &Gw, n: usize, stagger: Duration) -> Vec<Response> {
                     "POST",
                     "/v1/chat/completions",
                     Some(&key),
-                    Some(&stream_body("")),
+                    Some(&body),
                 )
             })
         })
@@ -370,21 +381,9 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
     drop(keys);
     std::thread::sleep(Duration::from_millis(1500));
     // 200 at once, spread over the three.
-    let handles: Vec<_> = (0..200)
-        .map(|i| {
-            let (addr, key) = (gws[i % 3].addr, gws[i % 3].key.clone());
-            std::thread::spawn(move || {
-                request(
-                    addr,
-                    "POST",
-                    "/v1/chat/completions",
-                    Some(&key),
-                    Some(&capped()),
-                )
-            })
-        })
-        .collect();
-    let got: Vec<Response> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let got = concurrently(200, Duration::ZERO, |i| {
+        (gws[i % 3].addr, gws[i % 3].key.clone(), capped())
+    });
     let admitted = got.iter().filter(|r| r.status == 200).count() as u64;
     for r in got.iter().filter(|r| r.status != 200) {
         assert_quota_refusal(r);

@@ -195,6 +195,13 @@ impl KeyBook {
         }
     }
 
+    /// `cost` spent now: it counts in every period kind.
+    fn add_spent(&mut self, cost: u64) {
+        for s in &mut self.spent {
+            *s = s.saturating_add(cost);
+        }
+    }
+
     fn status(&self) -> QuotaStatus {
         QuotaStatus {
             spent: self.spent,
@@ -289,9 +296,7 @@ impl QuotaBook {
         self.with_key(key, unix_ms, |b| {
             b.reserved = b.reserved.saturating_sub(reserved);
             b.in_flight = b.in_flight.saturating_sub(1);
-            for s in &mut b.spent {
-                *s = s.saturating_add(cost);
-            }
+            b.add_spent(cost);
             if budgeted {
                 cost.saturating_sub(reserved)
             } else {
@@ -304,11 +309,7 @@ impl QuotaBook {
     /// admitted it, or it was refused before) cost `cost`: counted as
     /// spent.
     pub fn spend(&self, key: &str, cost: u64, unix_ms: u64) {
-        self.with_key(key, unix_ms, |b| {
-            for s in &mut b.spent {
-                *s = s.saturating_add(cost);
-            }
-        });
+        self.with_key(key, unix_ms, |b| b.add_spent(cost));
     }
 
     /// Counts a request admitted elsewhere (the shared limiter) in or out
@@ -414,18 +415,10 @@ impl SpendTally {
     /// Adds one ledger line (without its newline); `false` when it cannot
     /// be read (blank lines are skipped and read fine).
     pub fn add_line(&mut self, line: &[u8]) -> bool {
-        #[derive(serde::Deserialize)]
-        struct Line<'a> {
-            #[serde(borrow)]
-            ts: &'a str,
-            #[serde(borrow)]
-            key: std::borrow::Cow<'a, str>,
-            cost_nano_usd: u64,
-        }
         if line.iter().all(u8::is_ascii_whitespace) {
             return true;
         }
-        let Ok(l) = serde_json::from_slice::<Line<'_>>(line) else {
+        let Ok(l) = serde_json::from_slice::<crate::report::Line<'_>>(line) else {
             return false;
         };
         // Periods begin on whole seconds: seconds place a line exactly.
