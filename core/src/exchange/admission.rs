@@ -57,7 +57,8 @@ pub struct AdmitRequest {
     pub quota: Quota,
     /// The request's worst-case cost, nano-dollars.
     pub cost: u64,
-    /// The lease's name (the request id).
+    /// The lease's name (the request id; empty when the key has neither a
+    /// budget nor a cap).
     pub lease: String,
     /// The wall clock at admission (Unix ms): the periods it falls in.
     pub unix_ms: u64,
@@ -238,7 +239,12 @@ impl Connection {
             tokens: req.chat.as_ref().map_or(0, ChatRequest::reservation),
             quota: key.quota,
             cost: req.hold.cost,
-            lease: req.id.clone(),
+            // Only a key with a budget or a cap holds a lease.
+            lease: if key.quota == Quota::default() {
+                String::new()
+            } else {
+                req.id.clone()
+            },
             unix_ms,
         };
         // What is given back if the client leaves before the answer.
@@ -254,7 +260,7 @@ impl Connection {
                 0
             },
             cost: 0,
-            lease: Some(ask.lease.clone()),
+            lease: (!ask.lease.is_empty()).then(|| ask.lease.clone()),
             unix_ms,
         });
         self.phase = Phase::Admitting;
@@ -415,7 +421,7 @@ impl Connection {
                 quota: key.quota,
                 cost_reserved: hold.reserved,
                 cost: rec.cost_nano_usd,
-                lease: hold.held.then(|| req.id.clone()),
+                lease: (hold.held && key.quota != Quota::default()).then(|| req.id.clone()),
                 unix_ms,
             }));
             if hold.held {

@@ -185,6 +185,12 @@ impl KeyBook {
     /// Moves every period kind to the period that holds `unix_ms` (a
     /// rollover empties it; a clock that went back does not).
     fn roll(&mut self, unix_ms: u64) {
+        // Every period starts at a midnight: within the day already rolled
+        // to, nothing can roll (the usual case, without calendar math).
+        let day = self.starts[Period::Day.index()];
+        if (day..day + 86_400_000).contains(&unix_ms) {
+            return;
+        }
         for p in Period::ALL {
             let i = p.index();
             let start = p.start(unix_ms);
