@@ -219,8 +219,12 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
 /// the provider connector, the listeners and the shared limiter, then
 /// serves until a signal; `Err` is a start-up problem, in one line.
 fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCode, String> {
+    // Stamped before the reads: a change that lands between a read and
+    // its watcher's first look is still a change.
+    let config_stamp = config_path(m).and_then(|p| crate::keys::stamp(&p));
     let cfg = resolve_serve_config(m)?;
     init_logging(&cfg.log_level, cfg.log_json);
+    let keys_stamp = crate::keys::stamp(&cfg.keys_path);
     let keys = load_keys(&cfg, bin)?;
     let summary = cfg.summary(keys.len());
     let ledger = Ledger::open(&cfg.ledger_path)?;
@@ -245,6 +249,7 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
     let keys_src = KeysSource {
         path: cfg.keys_path.clone(),
         defaults: cfg.gateway.key_defaults(),
+        loaded: keys_stamp,
     };
     let spend = match &cfg.ledger_postgres {
         Some(url) => crate::spend::SpendSource::Postgres(url.clone()),
@@ -273,6 +278,7 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
             path,
             flags: serve_flags(m),
             env: std::env::vars().collect(),
+            loaded: config_stamp,
         }),
         ledger_postgres: cfg
             .ledger_postgres

@@ -32,7 +32,12 @@ pub struct KeysSource {
     pub path: String,
     /// Limits, budget and in-flight cap for keys that set none.
     pub defaults: KeyDefaults,
+    /// The file's stamp when the keys in force were read.
+    pub loaded: Option<Stamp>,
 }
+
+/// What tells a changed file: modification time, length, inode.
+pub(crate) type Stamp = (std::time::SystemTime, u64, u64);
 
 /// Reads and checks the keys file for a reload. A file without a single
 /// byte but blanks is refused (it is what a truncated or half-written file
@@ -48,7 +53,7 @@ pub fn load(src: &KeysSource) -> Result<KeyTable, String> {
 }
 
 /// What tells a file changed: modification time, size, inode.
-pub(crate) fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
+pub(crate) fn stamp(path: &str) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     Some((m.modified().ok()?, m.len(), m.ino()))
@@ -57,14 +62,23 @@ pub(crate) fn stamp(path: &str) -> Option<(std::time::SystemTime, u64, u64)> {
 /// Watches the keys file (and SIGHUP) for the life of the process. SIGHUP
 /// also reopens the ledger, so that a ledger moved away (rotated) is
 /// recreated at its path.
-pub async fn watch<R: Runtime>(shared: Arc<Shared<R>>, src: KeysSource) {
-    let rt = shared.rt.clone();
-    let gateway = Arc::clone(&shared.gateway);
+/// The handler is registered before this returns, so a SIGHUP that comes
+/// before the watcher's first turn reloads instead of ending the process.
+pub fn watch<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    src: KeysSource,
+) -> impl std::future::Future<Output = ()> {
     let hangup = Arc::new(AtomicBool::new(false));
     if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
         tracing::warn!(error = %e, "SIGHUP will not reload the keys");
     }
-    let mut last = stamp(&src.path);
+    watching(shared, src, hangup)
+}
+
+async fn watching<R: Runtime>(shared: Arc<Shared<R>>, src: KeysSource, hangup: Arc<AtomicBool>) {
+    let rt = shared.rt.clone();
+    let gateway = Arc::clone(&shared.gateway);
+    let mut last = src.loaded;
     let mut tick = 0u32;
     loop {
         rt.timer(std::time::Instant::now() + TICK).await;

@@ -37,15 +37,29 @@ pub struct PoolSource {
     /// The environment (`CHATGATE_*`, and the variables endpoints' keys
     /// come from), read again at each reload.
     pub env: HashMap<String, String>,
+    /// The file's stamp when the settings in force were read.
+    pub loaded: Option<crate::keys::Stamp>,
 }
 
 /// Watches the config file (and SIGHUP) for the life of the process.
-pub async fn watch<R: Runtime>(shared: Arc<Shared<R>>, mut src: PoolSource) {
+/// The handler is registered before this returns (see `keys::watch`).
+pub fn watch<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    src: PoolSource,
+) -> impl std::future::Future<Output = ()> {
     let hangup = Arc::new(AtomicBool::new(false));
     if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
         tracing::warn!(error = %e, "SIGHUP will not reload the provider pool");
     }
-    let mut last = stamp(&src.path);
+    watching(shared, src, hangup)
+}
+
+async fn watching<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    mut src: PoolSource,
+    hangup: Arc<AtomicBool>,
+) {
+    let mut last = src.loaded;
     let mut tick = 0u32;
     loop {
         shared.rt.timer(std::time::Instant::now() + TICK).await;

@@ -349,8 +349,10 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
         redis.url(),
         "--ledger-postgres".into(),
         pg.url(),
+        "--admin-listen".into(),
+        "127.0.0.1:0".into(),
     ];
-    let gws = gateways_sharing_a_key(
+    let mut gws = gateways_sharing_a_key(
         &sim,
         "shared",
         1_000_000,
@@ -379,7 +381,15 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
         assert_eq!(code, 0, "{err}");
     }
     drop(keys);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Every instance has reloaded the budget (a loaded machine may take
+    // longer than the one-second file check).
+    for gw in &mut gws {
+        let admin = gw.admin_addr();
+        eventually("the budget reloaded", || {
+            let text = request(admin, "GET", "/metrics", None, None).body;
+            String::from_utf8_lossy(&text).contains("chatgate_budget_usd{key=\"shared\"")
+        });
+    }
     // 200 at once, spread over the three.
     let got = concurrently(200, Duration::ZERO, |i| {
         (gws[i % 3].addr, gws[i % 3].key.clone(), capped())
