@@ -6,6 +6,8 @@
 //   CHATGATE_TEST_KEY          a valid key
 //   CHATGATE_TEST_LIMITED_KEY  a second key with requests_per_minute = 60,
 //                              used by nothing else (the 429 step drains it)
+//   CHATGATE_TEST_BROKE_KEY    a third key whose budget is zero (the OpenAI
+//                              SDK's no-retry step; the AI SDK leaves it alone)
 //   CHATGATE_TEST_SIM_URL      the simulator, http://HOST:PORT (its journal)
 //   OPENAI_BASE_URL, OPENAI_API_KEY
 //                              the same gateway and key, for the SDKs' own
@@ -22,6 +24,7 @@ function required(name) {
 export const BASE_URL = required('CHATGATE_TEST_BASE_URL');
 export const KEY = required('CHATGATE_TEST_KEY');
 export const LIMITED_KEY = required('CHATGATE_TEST_LIMITED_KEY');
+export const BROKE_KEY = required('CHATGATE_TEST_BROKE_KEY');
 export const SIM_URL = required('CHATGATE_TEST_SIM_URL').replace(/\/+$/, '');
 export const MODEL = 'reasoning-model-k3';
 /** A 1x1 PNG, base64. */

@@ -9,6 +9,7 @@ import {
   BASE_URL,
   KEY,
   LIMITED_KEY,
+  BROKE_KEY,
   MODEL,
   PNG,
   journal,
@@ -338,6 +339,37 @@ async function rateLimitRetry() {
   assert.fail('the bucket refilled before every retried call');
 }
 
+async function spentBudgetNotRetried() {
+  // maxRetries 2, but x-should-retry: false: the SDK asks once.
+  let sent = 0;
+  const counting = (url, init) => {
+    sent += 1;
+    return fetch(url, init);
+  };
+  const client = new OpenAI({ baseURL: BASE_URL, apiKey: BROKE_KEY, fetch: counting });
+  const start = performance.now();
+  let refused = null;
+  try {
+    await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'ping' }],
+      max_tokens: 16,
+    });
+  } catch (e) {
+    if (!(e instanceof OpenAI.RateLimitError)) throw e;
+    refused = e;
+  }
+  assert.ok(refused, 'a zero budget admitted a request');
+  assert.equal(refused.status, 429);
+  assert.equal(refused.code, 'insufficient_quota');
+  assert.equal(refused.type, 'insufficient_quota');
+  assert.equal(refused.headers.get('x-should-retry'), 'false');
+  assert.ok(refused.message.includes('budget'), refused.message);
+  assert.equal(sent, 1, `${sent} requests sent`);
+  const elapsed = (performance.now() - start) / 1000;
+  console.log(`spent budget: 429 insufficient_quota, one request, no retry (${elapsed.toFixed(3)}s)`);
+}
+
 await run(`openai (node) ${VERSION}`, [
   environmentAndModels,
   nonStreamed,
@@ -346,4 +378,5 @@ await run(`openai (node) ${VERSION}`, [
   image,
   errors,
   rateLimitRetry,
+  spentBudgetNotRetried,
 ]);

@@ -8,6 +8,8 @@ Environment:
   CHATGATE_TEST_KEY          a valid key
   CHATGATE_TEST_LIMITED_KEY  a second key with requests_per_minute = 60,
                              used by nothing else (the 429 step drains it)
+  CHATGATE_TEST_BROKE_KEY    a third key whose budget is zero (every
+                             request is refused with insufficient_quota)
   CHATGATE_TEST_SIM_URL      the simulator, http://HOST:PORT (for its journal)
   OPENAI_BASE_URL, OPENAI_API_KEY
                              the same gateway and key, for the SDK's own
@@ -28,6 +30,7 @@ from openai import OpenAI
 BASE_URL = os.environ["CHATGATE_TEST_BASE_URL"]
 KEY = os.environ["CHATGATE_TEST_KEY"]
 LIMITED_KEY = os.environ["CHATGATE_TEST_LIMITED_KEY"]
+BROKE_KEY = os.environ["CHATGATE_TEST_BROKE_KEY"]
 SIM_URL = os.environ["CHATGATE_TEST_SIM_URL"].rstrip("/")
 MODEL = "reasoning-model-k3"
 # A 1x1 PNG.
@@ -319,6 +322,27 @@ def step_rate_limit_retry() -> None:
     raise AssertionError("the bucket refilled before every retried call")
 
 
+def step_spent_budget_not_retried() -> None:
+    """429 insufficient_quota with x-should-retry: false: asked once."""
+    sent = []
+    http = openai.DefaultHttpxClient(event_hooks={"request": [sent.append]})
+    default = OpenAI(base_url=BASE_URL, api_key=BROKE_KEY, http_client=http)  # max_retries=2
+    start = time.monotonic()
+    try:
+        default.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "ping"}], max_tokens=16
+        )
+        raise AssertionError("a zero budget admitted a request")
+    except openai.RateLimitError as e:
+        assert e.status_code == 429, e.status_code
+        assert e.code == "insufficient_quota" and e.type == "insufficient_quota", (e.code, e.type)
+        assert e.response.headers["x-should-retry"] == "false"
+        assert "budget" in e.message, e.message
+    elapsed = time.monotonic() - start
+    assert len(sent) == 1, f"{len(sent)} requests sent"
+    print(f"spent budget: 429 insufficient_quota, one request, no retry ({elapsed:.3f}s)")
+
+
 def report_journal() -> None:
     """What the provider received, once per shape (printed, not checked)."""
     seen = set()
@@ -342,6 +366,7 @@ STEPS = [
     step_image,
     step_errors,
     step_rate_limit_retry,
+    step_spent_budget_not_retried,
 ]
 
 

@@ -23,6 +23,8 @@ const SCENARIO_LIMIT: Duration = Duration::from_secs(90);
 /// The name and limit of the key the 429 step drains.
 const LIMITED: &str = "limited";
 const LIMITED_RPM: u64 = 60;
+/// The name of the key with a budget of zero (the no-retry step).
+const BROKE: &str = "broke";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -50,17 +52,19 @@ fn openai_python(bin: &str) {
         .find_map(|l| l.strip_prefix("openai=="))
         .expect("openai pinned in requirements.txt");
     let script = repo().join("clients/python/scenario.py");
-    let out = scenario(bin, &python, &[&script]);
+    let out = scenario(bin, &python, &[&script], NoRetry::Checked);
     expect_version(&out, &format!("openai (python) {pin}"));
 }
 
 fn openai_node(bin: &str) {
-    let out = node_scenario(bin, "openai-sdk.mjs");
+    let out = node_scenario(bin, "openai-sdk.mjs", NoRetry::Checked);
     expect_version(&out, &format!("openai (node) {}", node_pin("openai")));
 }
 
 fn vercel_ai_sdk(bin: &str) {
-    let out = node_scenario(bin, "ai-sdk.mjs");
+    // The AI SDK retries every 429 (it does not read `x-should-retry`), so
+    // its scenario leaves the spent budget alone.
+    let out = node_scenario(bin, "ai-sdk.mjs", NoRetry::NotRead);
     expect_version(
         &out,
         &format!(
@@ -81,7 +85,15 @@ fn node_pin(package: &str) -> String {
         .to_owned()
 }
 
-fn node_scenario(bin: &str, script: &str) -> String {
+/// Whether a library reads `x-should-retry: false` (its scenario then
+/// meets a spent budget).
+#[derive(Clone, Copy, PartialEq)]
+enum NoRetry {
+    Checked,
+    NotRead,
+}
+
+fn node_scenario(bin: &str, script: &str, no_retry: NoRetry) -> String {
     let dir = repo().join("clients/node");
     for package in ["openai", "ai", "@ai-sdk/openai-compatible"] {
         if !dir
@@ -93,7 +105,7 @@ fn node_scenario(bin: &str, script: &str) -> String {
             not_installed(&format!("the npm package {package}"));
         }
     }
-    scenario(bin, Path::new("node"), &[&dir.join(script)])
+    scenario(bin, Path::new("node"), &[&dir.join(script)], no_retry)
 }
 
 fn expect_version(out: &str, line: &str) {
@@ -107,16 +119,28 @@ fn expect_version(out: &str, line: &str) {
 /// Starts the simulator and a gateway, runs `program args…` with the
 /// scenario's environment, asserts it succeeded and that the ledger saw
 /// the 429 and its successful retry; returns the scenario's stdout.
-fn scenario(bin: &str, program: &Path, args: &[&Path]) -> String {
+fn scenario(bin: &str, program: &Path, args: &[&Path], no_retry: NoRetry) -> String {
     let sim = Sim::start(bin, &[], &[]);
-    let gw = Gw::start(
+    let dir = tempfile::tempdir().unwrap();
+    let key = mint(bin, dir.path(), "test", None, None);
+    let limited = mint(bin, dir.path(), LIMITED, Some(LIMITED_RPM), None);
+    let broke = mint(bin, dir.path(), BROKE, None, None);
+    let file = dir.path().join("keys.toml");
+    let (code, _, err) = run(
         bin,
-        &sim.url(),
-        GwOptions {
-            extra_keys: vec![(LIMITED.into(), Some(LIMITED_RPM), None)],
-            ..GwOptions::default()
-        },
+        &[
+            "keys",
+            "set",
+            BROKE,
+            "--keys",
+            file.to_str().unwrap(),
+            "--budget-usd",
+            "0",
+        ],
+        &[],
     );
+    assert_eq!(code, 0, "{err}");
+    let gw = Gw::start_with_keys(bin, &sim.url(), GwOptions::default(), dir, key);
     let base_url = format!("http://{}/v1", gw.addr);
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -134,7 +158,8 @@ fn scenario(bin: &str, program: &Path, args: &[&Path]) -> String {
     }
     cmd.env("CHATGATE_TEST_BASE_URL", &base_url)
         .env("CHATGATE_TEST_KEY", &gw.key)
-        .env("CHATGATE_TEST_LIMITED_KEY", &gw.keys[LIMITED])
+        .env("CHATGATE_TEST_LIMITED_KEY", &limited)
+        .env("CHATGATE_TEST_BROKE_KEY", &broke)
         .env("CHATGATE_TEST_SIM_URL", format!("http://{}", sim.addr))
         .env("OPENAI_BASE_URL", &base_url)
         .env("OPENAI_API_KEY", &gw.key)
@@ -188,6 +213,16 @@ fn scenario(bin: &str, program: &Path, args: &[&Path]) -> String {
         retried.ts,
         show()
     );
+    // A spent budget: the library read `x-should-retry: false` and asked
+    // once, where a 429 alone would have had it ask three times.
+    let broke: Vec<_> = ledger.iter().filter(|r| r.key == BROKE).collect();
+    if no_retry == NoRetry::Checked {
+        assert_eq!(broke.len(), 1, "{broke:?}\n{}", show());
+        assert_eq!(broke[0].status, 429);
+        assert_eq!(broke[0].error.as_deref(), Some("insufficient_quota"));
+    } else {
+        assert!(broke.is_empty(), "{broke:?}");
+    }
     // Every stream and answer was read to its end.
     for r in &ledger {
         assert!(!r.client_disconnected, "{r:?}\n{}", show());
