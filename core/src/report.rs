@@ -320,27 +320,124 @@ impl Report {
                 let mut table: Vec<[String; 9]> = vec![columns.map(str::to_owned)];
                 table.extend(self.rows().map(|(k, p, t)| cells(k, p, t)));
                 table.push(cells("TOTAL", "", &total));
-                let mut widths = [0usize; 9];
-                for r in &table {
-                    for (w, c) in widths.iter_mut().zip(r) {
-                        *w = (*w).max(c.chars().count());
-                    }
-                }
-                for r in &table {
-                    let mut line = String::new();
-                    for (i, (c, w)) in r.iter().zip(widths).enumerate() {
-                        if i < 2 {
-                            let _ = write!(line, "{c:<w$}  ");
-                        } else {
-                            let _ = write!(line, "{c:>w$}  ");
-                        }
-                    }
-                    let _ = writeln!(out, "{}", line.trim_end());
-                }
+                aligned(&mut out, &table, 2);
             }
         }
         out
     }
+}
+
+/// Aligned columns: the first `left` to the left, numbers to the right.
+fn aligned<const N: usize>(out: &mut String, table: &[[String; N]], left: usize) {
+    let mut widths = [0usize; N];
+    for r in table {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for r in table {
+        let mut line = String::new();
+        for (i, (c, w)) in r.iter().zip(widths).enumerate() {
+            if i < left {
+                let _ = write!(line, "{c:<w$}  ");
+            } else {
+                let _ = write!(line, "{c:>w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+/// One key's budget and what it spent in the current period
+/// (`usage --budgets`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetRow {
+    /// The key's name.
+    pub key: String,
+    /// Its budget.
+    pub budget: crate::quota::Budget,
+    /// Metered spend in the budget's current period, nano-dollars.
+    pub spent_nano: u64,
+}
+
+/// Renders each key's budget, spend and what remains in the period that
+/// holds `unix_ms` (when it started and when it resets). Spend past the
+/// budget (the overshoot of requests without `max_tokens`) leaves nothing
+/// remaining and shows in `spent_usd`.
+pub fn render_budgets(rows: &[BudgetRow], unix_ms: u64, format: Format) -> String {
+    let mut out = String::new();
+    let columns = [
+        "key",
+        "period",
+        "started",
+        "resets",
+        "budget_usd",
+        "spent_usd",
+        "remaining_usd",
+    ];
+    let second = |ms: u64| {
+        let t = crate::time::rfc3339_ms(ms);
+        format!("{}Z", &t[..19])
+    };
+    let cells = |r: &BudgetRow| -> [String; 7] {
+        let p = r.budget.period;
+        [
+            r.key.clone(),
+            p.as_str().to_owned(),
+            // `total` has neither a start nor a reset.
+            p.reset(unix_ms)
+                .map_or_else(|| "-".to_owned(), |_| second(p.start(unix_ms))),
+            p.reset(unix_ms).map_or_else(|| "-".to_owned(), second),
+            usd(r.budget.limit_nano),
+            usd(r.spent_nano),
+            usd(r.budget.limit_nano.saturating_sub(r.spent_nano)),
+        ]
+    };
+    match format {
+        Format::Csv => {
+            let _ = writeln!(out, "{}", columns.join(","));
+            for r in rows {
+                let _ = writeln!(out, "{}", cells(r).map(|v| csv_field(&v)).join(","));
+            }
+        }
+        Format::Json => {
+            let _ = write!(
+                out,
+                "{{\"as_of\":\"{}\",\"budgets\":[",
+                crate::time::rfc3339_ms(unix_ms)
+            );
+            for (i, r) in rows.iter().enumerate() {
+                let [key, period, started, resets, budget, spent, remaining] = cells(r);
+                if i > 0 {
+                    out.push(',');
+                }
+                let time = |t: String| {
+                    if t == "-" {
+                        "null".to_owned()
+                    } else {
+                        format!("\"{t}\"")
+                    }
+                };
+                let (started, resets) = (time(started), time(resets));
+                let _ = write!(
+                    out,
+                    "{{\"key\":{},\"period\":\"{period}\",\"started\":{started},\"resets\":{resets},\
+                     \"budget_usd\":{budget},\"spent_usd\":{spent},\"remaining_usd\":{remaining},\
+                     \"budget_nano_usd\":{},\"spent_nano_usd\":{}}}",
+                    serde_json::to_string(&key).unwrap_or_default(),
+                    r.budget.limit_nano,
+                    r.spent_nano
+                );
+            }
+            out.push_str("]}\n");
+        }
+        Format::Table => {
+            let mut table: Vec<[String; 7]> = vec![columns.map(str::to_owned)];
+            table.extend(rows.iter().map(cells));
+            aligned(&mut out, &table, 4);
+        }
+    }
+    out
 }
 
 /// Nano-dollars as an exact decimal with nine places.
@@ -465,5 +562,42 @@ mod tests {
             "{table}"
         );
         assert_eq!(usd(1_000_000_001), "1.000000001");
+    }
+
+    #[test]
+    fn renders_budgets_with_their_periods() {
+        use crate::quota::{Budget, Period};
+        let now = crate::time::parse_rfc3339("2026-11-25T13:00:00Z").unwrap() * 1000;
+        let row = |key: &str, usd: u64, period, spent_nano| BudgetRow {
+            key: key.into(),
+            budget: Budget {
+                limit_nano: usd * 1_000_000_000,
+                period,
+            },
+            spent_nano,
+        };
+        let rows = [
+            row("alice", 5, Period::Week, 1_234_567),
+            row("carol", 1, Period::Total, 1_500_000_000),
+        ];
+        let csv = render_budgets(&rows, now, Format::Csv);
+        assert_eq!(
+            csv,
+            "key,period,started,resets,budget_usd,spent_usd,remaining_usd\n\
+             alice,week,2026-11-23T00:00:00Z,2026-11-30T00:00:00Z,5.000000000,0.001234567,4.998765433\n\
+             carol,total,-,-,1.000000000,1.500000000,0.000000000\n"
+        );
+        let text = render_budgets(&rows, now, Format::Json);
+        assert!(text.contains(r#""remaining_usd":0.000000000,"#), "{text}");
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(j["as_of"], "2026-11-25T13:00:00.000Z");
+        assert_eq!(j["budgets"][0]["spent_nano_usd"], 1_234_567);
+        assert_eq!(j["budgets"][1]["resets"], serde_json::Value::Null);
+        let table = render_budgets(&rows, now, Format::Table);
+        assert!(table.starts_with("key    period  started"), "{table}");
+        assert_eq!(
+            render_budgets(&[], now, Format::Json),
+            "{\"as_of\":\"2026-11-25T13:00:00.000Z\",\"budgets\":[]}\n"
+        );
     }
 }

@@ -117,7 +117,11 @@ fn command(bin: &'static str) -> Command {
         .arg(Arg::new("until").long("until").value_name("TIME").help("Only lines before this time (RFC 3339 or a date)"))
         .arg(Arg::new("key").long("key").value_name("NAME").help("Only this key"))
         .arg(Arg::new("postgres").long("postgres").value_name("URL").env("CHATGATE_LEDGER_POSTGRES").help("Read the shared ledger's table in PostgreSQL instead of a file"))
-        .arg(Arg::new("format").long("format").value_name("FORMAT").value_parser(["table", "csv", "json"]).default_value("table").help("Output format"));
+        .arg(Arg::new("format").long("format").value_name("FORMAT").value_parser(["table", "csv", "json"]).default_value("table").help("Output format"))
+        .arg(Arg::new("budgets").long("budgets").action(ArgAction::SetTrue).conflicts_with_all(["since", "until"]).requires("keys").help("Instead: each key's budget, spent and remaining in its current period (needs --keys)"))
+        .arg(Arg::new("keys").long("keys").value_name("FILE").env("CHATGATE_KEYS").help("Keys file: the budgets, for --budgets"))
+        .arg(Arg::new("default-budget-usd").long("default-budget-usd").value_name("USD").env("CHATGATE_DEFAULT_BUDGET_USD").allow_hyphen_values(true).help("The gateway's --default-budget-usd, for keys that set none (--budgets)"))
+        .arg(Arg::new("default-budget-period").long("default-budget-period").value_name("PERIOD").env("CHATGATE_DEFAULT_BUDGET_PERIOD").value_parser(["day", "week", "month", "total"]).default_value("month").help("The gateway's --default-budget-period (--budgets)"));
     let demo = Command::new("demo")
         .about("Run the gateway with a built-in simulated provider and a throwaway key: no setup, no network")
         .arg(Arg::new("listen").long("listen").value_name("ADDR").help("Address to listen on [env: CHATGATE_LISTEN] [default: 127.0.0.1:8080]"));
@@ -597,6 +601,15 @@ fn usage(m: &ArgMatches) -> ExitCode {
         },
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
+    if m.get_flag("budgets") {
+        return match budgets(m, filter.key.as_deref(), format) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        };
+    }
     if let Some(url) = m.get_one::<String>("postgres") {
         let (since, until) = (filter.since, filter.until);
         let mut report = chatgate_core::report::Report::new(by, filter);
@@ -615,6 +628,64 @@ fn usage(m: &ArgMatches) -> ExitCode {
         }
         Err(e) => fail(e),
     }
+}
+
+/// `usage --budgets`: the keys file's budgets (with the gateway's
+/// defaults), and the spend of their current periods from the ledger the
+/// gateway rebuilds its spend from (the file, or PostgreSQL).
+fn budgets(
+    m: &ArgMatches,
+    only: Option<&str>,
+    format: chatgate_core::report::Format,
+) -> Result<String, String> {
+    use chatgate_core::report::{BudgetRow, render_budgets};
+    use chatgate_core::{Budget, KeyDefaults, KeyTable, Period};
+    let path = m.get_one::<String>("keys").expect("required by --budgets");
+    let period = m
+        .get_one::<String>("default-budget-period")
+        .expect("defaulted");
+    let mut defaults = KeyDefaults {
+        budget_period: Period::parse(period).expect("checked by clap"),
+        ..KeyDefaults::default()
+    };
+    if let Some(usd) = m.get_one::<String>("default-budget-usd") {
+        let limit_nano = usd
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| "not a number".to_owned())
+            .and_then(chatgate_core::usd_to_nano)
+            .map_err(|why| format!("--default-budget-usd '{usd}' is not an amount: {why}"))?;
+        defaults.quota.budget = Some(Budget {
+            limit_nano,
+            period: defaults.budget_period,
+        });
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the keys file '{path}': {e}"))?;
+    let keys = KeyTable::parse_toml(&text, defaults).map_err(|e| format!("{e} ({path})"))?;
+    let now = now_unix_ms();
+    let tally = match m.get_one::<String>("postgres") {
+        Some(url) => crate::pgledger::tally_postgres(url, now)?,
+        None => {
+            let ledger = m.get_one::<String>("ledger").expect("defaulted");
+            crate::report::tally(ledger, now)?
+        }
+    };
+    let rows: Vec<BudgetRow> = keys
+        .entries()
+        .iter()
+        // A rotated key's old secret (it expires) shares its name and budget.
+        .filter(|e| e.expires.is_none() && only.is_none_or(|k| k == e.name))
+        .filter_map(|e| {
+            let budget = e.quota.budget?;
+            Some(BudgetRow {
+                key: e.name.clone(),
+                budget,
+                spent_nano: tally.get(&e.name)[budget.period.index()],
+            })
+        })
+        .collect();
+    Ok(render_budgets(&rows, now, format))
 }
 
 fn keys_new(m: &ArgMatches) -> ExitCode {

@@ -4,30 +4,47 @@
 
 use std::io::BufRead;
 
+use chatgate_core::SpendTally;
 use chatgate_core::report::{By, Filter, Format, Report};
 
 /// Reads `path` (or stdin for `-`) and renders the report.
 pub fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<String, String> {
     let mut r = Report::new(by, filter);
-    let reader: Box<dyn BufRead> = if path == "-" {
+    each_line(open(path)?, |l| r.add_line(l))
+        .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+    warn_bad(r.bad_lines);
+    Ok(r.render(format))
+}
+
+/// Reads `path` (or stdin for `-`) into a spend tally of the periods that
+/// hold `unix_ms` (`usage --budgets`).
+pub fn tally(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
+    let mut t = SpendTally::new(unix_ms);
+    let mut bad = 0;
+    each_line(open(path)?, |l| {
+        if !t.add_line(l) {
+            bad += 1;
+        }
+    })
+    .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+    warn_bad(bad);
+    Ok(t)
+}
+
+fn open(path: &str) -> Result<Box<dyn BufRead>, String> {
+    Ok(if path == "-" {
         Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin()))
     } else {
         let f = std::fs::File::open(path)
             .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
         Box::new(std::io::BufReader::with_capacity(1 << 20, f))
-    };
-    feed(reader, &mut r).map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
-    if r.bad_lines > 0 {
-        eprintln!(
-            "warning: {} ledger line(s) could not be read and are not counted",
-            r.bad_lines
-        );
-    }
-    Ok(r.render(format))
+    })
 }
 
-fn feed(reader: Box<dyn BufRead>, r: &mut Report) -> std::io::Result<()> {
-    each_line(reader, |l| r.add_line(l))
+fn warn_bad(lines: u64) {
+    if lines > 0 {
+        eprintln!("warning: {lines} ledger line(s) could not be read and are not counted");
+    }
 }
 
 /// Calls `f` with every line of a ledger (without its newline), streamed.

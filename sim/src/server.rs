@@ -99,6 +99,11 @@ pub struct SimTotals {
     /// Connections open now, the one asking included: a client's idle
     /// keep-alive connections are seen here until it closes them.
     pub open_connections: u64,
+    /// Chat exchanges being answered now.
+    pub in_progress: u64,
+    /// The most chat exchanges ever answered at once: what an in-flight
+    /// cap in front of the simulator is checked against.
+    pub peak_in_progress: u64,
 }
 
 impl SimServer {
@@ -173,6 +178,7 @@ impl SimServer {
     fn count(&self, outcome: Outcome, sent: &[u8]) {
         let usage = last_usage(sent).unwrap_or_default();
         let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        t.in_progress = t.in_progress.saturating_sub(1);
         t.exchanges += 1;
         match outcome {
             Outcome::Completed => t.completed += 1,
@@ -183,6 +189,12 @@ impl SimServer {
         t.prompt_tokens += usage.prompt_tokens;
         t.completion_tokens += usage.completion_tokens;
         t.reasoning_tokens += usage.reasoning_tokens;
+    }
+
+    fn begin(&self) {
+        let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        t.in_progress += 1;
+        t.peak_in_progress = t.peak_in_progress.max(t.in_progress);
     }
 
     /// A copy of the journal.
@@ -485,6 +497,7 @@ impl SimConnection {
     ) {
         let chat = body.is_some();
         if let Some(body) = body {
+            self.server.begin();
             self.server.record(JournalEntry {
                 seq,
                 connection: self.id,
@@ -630,6 +643,10 @@ impl SimConnection {
 
 impl Drop for SimConnection {
     fn drop(&mut self) {
+        // A connection given up (a failed write) with an answer unfinished.
+        if let Some(a) = self.active.take() {
+            self.finish(&a, Outcome::Aborted);
+        }
         self.server.open.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -111,6 +111,37 @@ fn a_budget_refuses_with_insufficient_quota_and_a_restart_keeps_the_spend(bin: &
     // A request that fits what is left passes: a smaller max_tokens.
     let small = body(r#""max_tokens":1"#);
     assert_eq!(gw.chat(&small).status, 200);
+    // The usage report's budgets: spent as the ledger says, what remains,
+    // and when the day resets.
+    let spent: u64 = gw.ledger().iter().map(|r| r.cost_nano_usd).sum();
+    let ledger = gw.dir.path().join("ledger.jsonl");
+    let ledger = ledger.to_str().unwrap();
+    let args = ["usage", "--budgets", "--keys", keys, "--ledger", ledger];
+    let (code, out, err) = run(bin, &[&args[..], &["--format", "json"]].concat(), &[]);
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let b = &j["budgets"][0];
+    assert_eq!(j["budgets"].as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(
+        (b["key"].as_str(), b["period"].as_str()),
+        (Some("test"), Some("day"))
+    );
+    assert_eq!(b["budget_nano_usd"], budget, "{b}");
+    assert_eq!(b["spent_nano_usd"], spent, "{b}");
+    let remaining = chatgate_core::report::usd(budget - spent);
+    assert_eq!(b["remaining_usd"].to_string(), remaining, "{b}");
+    assert!(b["resets"].as_str().unwrap().ends_with("T00:00:00Z"), "{b}");
+    let (code, table, _) = run(bin, &args, &[]);
+    assert_eq!(code, 0);
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        table.starts_with("key") && table.contains("remaining_usd") && row.ends_with(&remaining),
+        "{table}"
+    );
+    // Without --keys, one line says what is missing.
+    let (code, _, err) = run(bin, &["usage", "--budgets", "--ledger", ledger], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--keys"), "{err}");
 }
 
 fn keys_set_changes_a_budget_within_a_second_and_refuses_bad_values(bin: &str) {
@@ -251,7 +282,8 @@ fn the_in_flight_cap_refuses_or_queues_in_order(bin: &str) {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    std::thread::sleep(Duration::from_millis(1500));
+    gw.proc
+        .stderr_when("the reload", |t| t.contains("keys reloaded"));
     // Without a queue: two streams, the other four refused at once.
     let got = at_once(&gw, 6, Duration::ZERO);
     let ok = got.iter().filter(|r| r.status == 200).count();
@@ -427,4 +459,30 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
     }
     let small = body(r#""max_tokens":1"#);
     assert_eq!(gws[1].chat(&small).status, 200);
+    // The usage report's budgets read the shared ledger: every instance's
+    // spend.
+    let spent: u64 = gws
+        .iter()
+        .flat_map(|g| g.ledger())
+        .map(|r| r.cost_nano_usd)
+        .sum();
+    let path = gws[0].dir.path().join("keys.toml");
+    let url = pg.url();
+    eventually("the last line shipped", || {
+        let args = [
+            "usage",
+            "--budgets",
+            "--keys",
+            path.to_str().unwrap(),
+            "--postgres",
+            &url,
+            "--format",
+            "json",
+        ];
+        let (code, out, err) = run(bin, &args, &[]);
+        assert_eq!(code, 0, "{err}");
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(j["budgets"][0]["budget_nano_usd"], budget, "{j}");
+        j["budgets"][0]["spent_nano_usd"] == spent
+    });
 }

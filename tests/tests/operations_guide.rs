@@ -638,7 +638,20 @@ fn operations_guide_runs_as_written() {
     // Usage reports, as the guide runs them.
     let ledger = std::fs::read_to_string(t("var/ledger.jsonl")).unwrap();
     let lines = ledger.lines().count();
-    let reports = commands.take_all("chatgate-smol usage ");
+    let mut reports = commands.take_all("chatgate-smol usage ");
+    let budgets = reports.remove(
+        reports
+            .iter()
+            .position(|c| c.contains("--budgets"))
+            .expect("the budgets report"),
+    );
+    // alice's budget went back to the default (none): a header only.
+    let (code, out, err) = sh(&subst.apply(&budgets), &[], tmp.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("key  period  started  resets  budget_usd") && out.lines().count() == 1,
+        "{out}"
+    );
     assert_eq!(reports.len(), 3);
     let (code, out, err) = sh(&subst.apply(&reports[0]), &[], tmp.path());
     assert_eq!(code, 0, "{err}");
