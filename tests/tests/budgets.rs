@@ -2,7 +2,9 @@
 //! 429 `insufficient_quota` and what it says, spend kept across a restart,
 //! `keys set` on a running gateway (and bad values refused), the in-flight
 //! cap with its queue, and budgets shared by three instances through Redis
-//! with the spend rebuilt from PostgreSQL after a `FLUSHALL`.
+//! with the spend rebuilt from PostgreSQL after a `FLUSHALL`, an in-flight
+//! cap shared by three instances (and the slots of a killed one coming
+//! back with its leases).
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +15,8 @@ cases!(
     keys_set_changes_a_budget_within_a_second_and_refuses_bad_values,
     the_in_flight_cap_refuses_or_queues_in_order,
     three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing,
+    a_cap_holds_across_three_instances_and_a_killed_instance_gives_its_slots_back,
+    cut_streams_settle_to_what_the_ledger_says,
 );
 
 /// Prices of the catalogue's model, nano-dollars per token.
@@ -234,6 +238,23 @@ fn keys_set_changes_a_budget_within_a_second_and_refuses_bad_values(bin: &str) {
     );
 }
 
+/// Runs `keys set NAME FLAGS…` on each gateway's keys file and waits until
+/// each has reloaded it (a loaded machine may take longer than the
+/// one-second file check).
+fn set_on_each(bin: &str, gws: &[Gw], name: &str, flags: &[&str]) {
+    for gw in gws {
+        let path = gw.dir.path().join("keys.toml");
+        let mut args = vec!["set", name, "--keys", path.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        let (code, _, err) = keys_cmd(bin, &args);
+        assert_eq!(code, 0, "{err}");
+    }
+    for gw in gws {
+        gw.proc
+            .stderr_when("the reload", |t| t.contains("keys reloaded"));
+    }
+}
+
 /// Sends `n` streamed requests at once (the `i`th `stagger` × `i` late);
 /// their responses in order.
 fn at_once(gw: &Gw, n: usize, stagger: Duration) -> Vec<Response> {
@@ -381,10 +402,8 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
         redis.url(),
         "--ledger-postgres".into(),
         pg.url(),
-        "--admin-listen".into(),
-        "127.0.0.1:0".into(),
     ];
-    let mut gws = gateways_sharing_a_key(
+    let gws = gateways_sharing_a_key(
         &sim,
         "shared",
         1_000_000,
@@ -395,33 +414,8 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
             ("chatgate-tokio", args.clone()),
         ],
     );
-    let keys = gws[0].dir.path().join("keys.toml");
     let usd = format!("{}.{:09}", budget / 1_000_000_000, budget % 1_000_000_000);
-    for gw in &gws {
-        let path = gw.dir.path().join("keys.toml");
-        let (code, _, err) = keys_cmd(
-            bin,
-            &[
-                "set",
-                "shared",
-                "--keys",
-                path.to_str().unwrap(),
-                "--budget-usd",
-                &usd,
-            ],
-        );
-        assert_eq!(code, 0, "{err}");
-    }
-    drop(keys);
-    // Every instance has reloaded the budget (a loaded machine may take
-    // longer than the one-second file check).
-    for gw in &mut gws {
-        let admin = gw.admin_addr();
-        eventually("the budget reloaded", || {
-            let text = request(admin, "GET", "/metrics", None, None).body;
-            String::from_utf8_lossy(&text).contains("chatgate_budget_usd{key=\"shared\"")
-        });
-    }
+    set_on_each(bin, &gws, "shared", &["--budget-usd", &usd]);
     // 200 at once, spread over the three.
     let got = concurrently(200, Duration::ZERO, |i| {
         (gws[i % 3].addr, gws[i % 3].key.clone(), capped())
@@ -485,4 +479,172 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
         assert_eq!(j["budgets"][0]["budget_nano_usd"], budget, "{j}");
         j["budgets"][0]["spent_nano_usd"] == spent
     });
+}
+
+fn a_cap_holds_across_three_instances_and_a_killed_instance_gives_its_slots_back(bin: &str) {
+    let redis = RedisServer::start();
+    // Streams of about half a second each.
+    let sim = Sim::start(bin, &["--token-ms", "10"], &[]);
+    let args = vec![
+        "--redis".to_owned(),
+        redis.url(),
+        "--queue-timeout".into(),
+        "60s".into(),
+    ];
+    let mut gws = gateways_sharing_a_key(
+        &sim,
+        "shared",
+        1_000_000,
+        1_000_000_000,
+        &[
+            (bin, args.clone()),
+            ("chatgate-smol", args.clone()),
+            ("chatgate-tokio", args.clone()),
+        ],
+    );
+    set_on_each(bin, &gws, "shared", &["--max-in-flight", "2"]);
+    // Nine streams at once over the three: all served, never more than two
+    // at the provider.
+    let got = concurrently(9, Duration::ZERO, |i| {
+        (gws[i % 3].addr, gws[i % 3].key.clone(), stream_body(""))
+    });
+    assert!(
+        got.iter().all(|r| r.status == 200),
+        "{:?}",
+        got.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    let peak =
+        || request(sim.addr, "GET", "/_sim/stats", None, None).json()["peak_in_progress"].clone();
+    assert_eq!(peak(), 2, "the provider saw more than two at once");
+    // An instance holding both slots is killed: its leases keep them until
+    // they lapse (10 s after the last renewal, renewed every 3 s), then a
+    // request waiting on another instance gets one.
+    let long = stream_body(r#""x_sim":{"token_ms":1000}"#);
+    let held: Vec<Conn> = (0..2)
+        .map(|_| {
+            let mut c = Conn::open(gws[0].addr);
+            c.send(&raw_request(
+                "POST",
+                "/v1/chat/completions",
+                Some(&gws[0].key),
+                Some(&long),
+            ));
+            c.read_until("data:");
+            c
+        })
+        .collect();
+    gws[0].proc.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    gws[0].proc.wait_exit(PATIENCE).expect("killed");
+    drop(held);
+    let r = gws[1].chat(&stream_body(""));
+    let waited = killed.elapsed();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    println!("slots of the killed instance back after {waited:?}");
+    // Renewed at most 3 s before the kill, a lease outlives it by 7 s at
+    // least: the slots were not handed back early.
+    assert!(waited >= Duration::from_secs(6), "back after {waited:?}");
+    assert_eq!(peak(), 2);
+    let waited_line = gws[1].ledger().last().unwrap().clone();
+    assert!(waited_line.complete, "{waited_line:?}");
+}
+
+fn cut_streams_settle_to_what_the_ledger_says(bin: &str) {
+    let redis = RedisServer::start();
+    for shared in [false, true] {
+        let sim = Sim::start(bin, &["--token-ms", "20"], &[]);
+        let mut args = vec!["--admin-listen".to_owned(), "127.0.0.1:0".into()];
+        if shared {
+            args.extend(["--redis".to_owned(), redis.url()]);
+        }
+        let mut gw = Gw::start(
+            bin,
+            &sim.url(),
+            GwOptions {
+                args,
+                ..GwOptions::default()
+            },
+        );
+        let admin = gw.admin_addr();
+        set_on_each(
+            bin,
+            std::slice::from_ref(&gw),
+            "test",
+            &["--budget-usd", "100", "--budget-period", "day"],
+        );
+        // The client goes away mid-stream, after usage so far came by
+        // (the ledger meters what the provider reported).
+        let mut c = Conn::open(gw.addr);
+        let long = stream_body(r#""x_sim":{"token_ms":200,"usage_every":true}"#);
+        c.send(&raw_request(
+            "POST",
+            "/v1/chat/completions",
+            Some(&gw.key),
+            Some(&long),
+        ));
+        c.read_until("\"completion_tokens\":2");
+        drop(c);
+        // The provider resets mid-stream, fails before its head, and
+        // answers in full, streamed and not.
+        let reset = stream_body(r#""x_sim":{"fault":"reset","after":4,"usage_every":true}"#);
+        assert_eq!(gw.chat(&reset).status, 200);
+        let reject = body(r#""x_sim":{"fault":"reject","status":500}"#);
+        assert_eq!(gw.chat(&reject).status, 502);
+        assert_eq!(gw.chat(&stream_body("")).status, 200);
+        assert_eq!(gw.chat(&body("")).status, 200);
+        let ledger = gw.ledger_len(5);
+        let gone = ledger
+            .iter()
+            .find(|r| r.client_disconnected)
+            .expect("the cut");
+        assert!(gone.cost_nano_usd > 0 && !gone.complete, "{gone:?}");
+        let cut = ledger
+            .iter()
+            .find(|r| r.stream && !r.complete && !r.client_disconnected)
+            .expect("the reset");
+        assert!(cut.cost_nano_usd > 0, "{cut:?}");
+        let spent: u64 = ledger.iter().map(|r| r.cost_nano_usd).sum();
+        // Every reservation (8,192 output tokens each, none set
+        // max_tokens) was replaced by the ledger's cost.
+        if shared {
+            let mut c = RedisClient::connect(redis.addr);
+            let field = |c: &mut RedisClient, f: &str| match c.cmd(&[
+                b"HGET",
+                b"chatgate:spend:{test}",
+                f.as_bytes(),
+            ]) {
+                chatgate_core::RedisReply::Bulk(Some(v)) => {
+                    String::from_utf8(v).unwrap().parse::<u64>().unwrap()
+                }
+                other => panic!("{f}: {other:?}"),
+            };
+            // Settlements go to Redis after the ledger line is written.
+            eventually("every settlement in Redis", || {
+                field(&mut c, "d") == spent && field(&mut c, "r") == 0
+            });
+            assert_eq!(
+                c.cmd(&[b"ZCARD", b"chatgate:leases:{test}"]),
+                chatgate_core::RedisReply::Integer(0)
+            );
+            c.cmd(&[b"FLUSHALL"]);
+        } else {
+            let text =
+                String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
+            let value = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no {name}: {text}"))
+                    .trim()
+                    .to_owned()
+            };
+            assert_eq!(
+                value("chatgate_budget_spent_usd{key=\"test\",period=\"day\"}"),
+                chatgate_core::format_usd(spent)
+            );
+            assert_eq!(
+                value("chatgate_budget_reserved_usd{key=\"test\"}"),
+                "0.000000000"
+            );
+        }
+    }
 }
