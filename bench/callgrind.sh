@@ -39,6 +39,9 @@
 #   --fair-sched Y|N  valgrind's --fair-sched                [default: yes]
 #   --endpoints N     a pool of N [[upstream]] endpoints, all the one
 #                     simulator (the pool's own cost)        [default: 1, --upstream]
+#   --serve-args "A"  more `serve` flags, split on spaces (e.g.
+#                     "--default-budget-usd 1000000 --default-max-in-flight 64":
+#                     what a budget and a cap cost)  [default: none]
 #   --no-build        use the binaries already built
 #   --out-dir DIR     where the profiles, logs and ledgers go [default: a new
 #                     /tmp/chatgate-callgrind.XXXXXX, kept; its path is printed]
@@ -72,6 +75,7 @@ workloads="nonstream,stream"
 build=1
 fair_sched=yes
 endpoints=1
+serve_args=""
 out_dir=""
 nice_level="${NICE:-10}"
 
@@ -85,6 +89,7 @@ while [ $# -gt 0 ]; do
         --workloads) workloads="$2"; shift 2 ;;
         --fair-sched) fair_sched="$2"; shift 2 ;;
         --endpoints) endpoints="$2"; shift 2 ;;
+        --serve-args) serve_args="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
         --out-dir) out_dir="$2"; shift 2 ;;
         -h | --help) usage; exit 0 ;;
@@ -276,6 +281,7 @@ if [ "$endpoints" -gt 1 ]; then
 else
     upstream_args=(--upstream "$upstream")
 fi
+read -r -a extra_args <<<"$serve_args"
 
 keys="$work/keys.toml"
 rm -f "$keys"
@@ -295,7 +301,7 @@ measure() {
     CHATGATE_UPSTREAM_API_KEY=sk-sim-not-a-secret nice -n "$nice_level" \
         valgrind --tool=callgrind --fair-sched="$fair_sched" --callgrind-out-file="$out" --log-file="$work/valgrind.$tag.log" \
         "$bin_dir/chatgate-$bin" serve --listen 127.0.0.1:0 "${upstream_args[@]}" \
-        --keys "$keys" --ledger "$ledger" \
+        --keys "$keys" --ledger "$ledger" ${extra_args[@]+"${extra_args[@]}"} \
         >"$work/gateway.$tag.stdout" 2>"$work/gateway.$tag.stderr" </dev/null &
     local pid=$!
     pids+=("$pid")
@@ -350,6 +356,7 @@ done
 echo
 echo "user-space instructions per request (callgrind Ir, chatgate $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "endpoints: $endpoints"
+echo "serve args: ${serve_args:-none}"
 echo "warm-up W=$warmup, measured N=$requests, $conns connections, --fair-sched=$fair_sched; per request = (Ir(W+N) - Ir(W)) / N"
 echo
 echo "| binary | workload | Ir(W) | Ir(W+N) | per request | naive Ir(W+N)/(W+N) |"

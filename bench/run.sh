@@ -15,6 +15,7 @@ cd "$root"
 # benchmark runs its own nginx).
 scripts/install-package.sh wrk wrk
 scripts/install-package.sh nginx nginx
+scripts/install-package.sh redis-server redis-server
 
 echo "==> building release binaries"
 cargo build --release --locked -p chatgate-smol -p chatgate-tokio -p chatgate-bench

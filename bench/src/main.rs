@@ -16,6 +16,7 @@
 mod client;
 mod pool;
 mod procs;
+mod quota;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -58,7 +59,7 @@ fn main() {
     let fd_limit = procs::raise_fd_limit();
     let needs_wrk = opts.only.as_deref().is_none_or(|o| {
         o.split(',')
-            .any(|w| matches!(w, "nonstream" | "stream" | "pool"))
+            .any(|w| matches!(w, "nonstream" | "stream" | "pool" | "quota"))
     });
     let tools = Tools::find(&opts.bin_dir, needs_wrk);
     let dir = std::env::temp_dir().join(format!("chatgate-bench-{}", std::process::id()));
@@ -451,12 +452,59 @@ fn main() {
         pool::report(&mut report, &setup);
     }
 
+    if want("quota") {
+        let setup = quota::Setup {
+            tools: &tools,
+            dir: &dir,
+            upstream: &upstream,
+            lua: &lua,
+            body: &nonstream,
+            secs,
+        };
+        quota::report(&mut report, &setup);
+    }
+
     drop((smol, tokio, nginx));
     println!("{report}");
     if let Some(out) = &opts.out {
         std::fs::write(out, &report).expect("write the report");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// CPU per request (µs) of each target's processes, non-streamed at 8
+/// connections: a second's warm-up each, then two rounds of `secs` with
+/// the targets interleaved; per target, the mean over the rounds of each
+/// process group in `pids` (the first group is the target itself, the
+/// others what it uses, such as Redis).
+fn interleaved_cpu(
+    tools: &Tools,
+    targets: &[(SocketAddr, Vec<u32>)],
+    lua: &Path,
+    body: &Path,
+    key: &str,
+    secs: u64,
+) -> Vec<Vec<f64>> {
+    const ROUNDS: usize = 2;
+    for (addr, _) in targets {
+        wrk(&tools.wrk, *addr, lua, body, key, 8, 1);
+    }
+    let mut sums: Vec<Vec<f64>> = targets.iter().map(|(_, p)| vec![0.0; p.len()]).collect();
+    for _ in 0..ROUNDS {
+        for (i, (addr, pids)) in targets.iter().enumerate() {
+            let before: Vec<u64> = pids.iter().map(|p| cpu_ticks(&[*p])).collect();
+            let r = wrk(&tools.wrk, *addr, lua, body, key, 8, secs);
+            for (j, p) in pids.iter().enumerate() {
+                let cpu = cpu_ticks(&[*p]) - before[j];
+                sums[i][j] +=
+                    cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests.max(1) as f64;
+            }
+        }
+    }
+    for s in sums.iter_mut().flatten() {
+        *s /= ROUNDS as f64;
+    }
+    sums
 }
 
 fn ms(d: Duration) -> String {
@@ -602,18 +650,17 @@ fn machine(tools: &Tools) -> String {
 }
 
 fn mint_key(smol: &Path, dir: &Path) -> String {
+    mint_key_with(smol, dir, "1000000000000")
+}
+
+/// A key in `dir/keys.toml` with a billion requests and `tpm` tokens per
+/// minute.
+fn mint_key_with(smol: &Path, dir: &Path, tpm: &str) -> String {
     let keys = dir.join("keys.toml");
     let out = Command::new(smol)
         .args(["keys", "new", "--keys"])
         .arg(&keys)
-        .args([
-            "--name",
-            "bench",
-            "--rpm",
-            "1000000000",
-            "--tpm",
-            "1000000000000",
-        ])
+        .args(["--name", "bench", "--rpm", "1000000000", "--tpm", tpm])
         .output()
         .expect("keys new");
     String::from_utf8_lossy(&out.stdout)

@@ -10,8 +10,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::procs::{Child, cpu_ticks, free_port, ticks_per_second};
-use crate::{NONSTREAM, Tools, args, gateway, ms, wrk};
+use crate::procs::{Child, free_port};
+use crate::{NONSTREAM, Tools, args, gateway, interleaved_cpu, ms};
 
 /// Rounds of the failover measurement (a fresh gateway each: its first
 /// request goes to the pool's first endpoint).
@@ -58,24 +58,11 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
         let mut one = gateway(bin, dir, &upstream, &format!("pool-one-{name}"));
         let mut pooled = pooled_gateway(bin, dir, &three, &format!("pool-three-{name}"));
         let targets = [
-            (one.listening_address(), one.pid()),
-            (pooled.listening_address(), pooled.pid()),
+            (one.listening_address(), vec![one.pid()]),
+            (pooled.listening_address(), vec![pooled.pid()]),
         ];
-        let mut per = [Vec::new(), Vec::new()];
-        for (addr, _) in targets {
-            wrk(&tools.wrk, addr, lua, body, key, 8, 1);
-        }
-        for _ in 0..2 {
-            for (i, (addr, pid)) in targets.iter().enumerate() {
-                let before = cpu_ticks(&[*pid]);
-                let r = wrk(&tools.wrk, *addr, lua, body, key, 8, secs);
-                let cpu = cpu_ticks(&[*pid]) - before;
-                per[i]
-                    .push(cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests.max(1) as f64);
-            }
-        }
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        let (a, b) = (mean(&per[0]), mean(&per[1]));
+        let per = interleaved_cpu(tools, &targets, lua, body, key, secs);
+        let (a, b) = (per[0][0], per[1][0]);
         let _ = writeln!(report, "| {name} | {a:.1} µs | {b:.1} µs | {:.2} |", b / a);
     }
 
