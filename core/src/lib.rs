@@ -149,6 +149,7 @@ mod quota;
 pub mod report;
 mod routes;
 mod stream;
+pub mod trace;
 mod usage;
 mod validate;
 
