@@ -17,6 +17,7 @@ mod client;
 mod pool;
 mod procs;
 mod quota;
+mod traces;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -59,7 +60,7 @@ fn main() {
     let fd_limit = procs::raise_fd_limit();
     let needs_wrk = opts.only.as_deref().is_none_or(|o| {
         o.split(',')
-            .any(|w| matches!(w, "nonstream" | "stream" | "pool" | "quota"))
+            .any(|w| matches!(w, "nonstream" | "stream" | "pool" | "quota" | "traces"))
     });
     let tools = Tools::find(&opts.bin_dir, needs_wrk);
     let dir = std::env::temp_dir().join(format!("chatgate-bench-{}", std::process::id()));
@@ -462,6 +463,19 @@ fn main() {
             secs,
         };
         quota::report(&mut report, &setup);
+    }
+
+    if want("traces") {
+        let setup = traces::Setup {
+            tools: &tools,
+            dir: &dir,
+            upstream: &upstream,
+            key: &key,
+            lua: &lua,
+            body: &nonstream,
+            secs,
+        };
+        traces::report(&mut report, &setup);
     }
 
     drop((smol, tokio, nginx));

@@ -47,6 +47,7 @@ pub struct Gateway {
     draining: AtomicBool,
     endpoints: RwLock<Arc<EndpointSet>>,
     metrics: Metrics,
+    tracer: Option<crate::trace::Tracer>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -73,6 +74,11 @@ impl Gateway {
         let endpoints = EndpointSet::new(config.upstreams.clone(), None);
         let metrics = Metrics::default();
         metrics.keys_loaded(keys.len());
+        // Trace ids from another stream than request ids.
+        let tracer = config
+            .trace
+            .clone()
+            .map(|t| crate::trace::Tracer::new(t, random.rotate_left(29) ^ 0x5851_f42d_4c95_7f2d));
         Arc::new(Gateway {
             config,
             keys: RwLock::new(Arc::new(keys)),
@@ -87,7 +93,13 @@ impl Gateway {
             draining: AtomicBool::new(false),
             endpoints: RwLock::new(Arc::new(endpoints)),
             metrics,
+            tracer,
         })
+    }
+
+    /// The tracer, when tracing is on.
+    pub fn tracer(&self) -> Option<&crate::trace::Tracer> {
+        self.tracer.as_ref()
     }
 
     /// The configuration.
@@ -119,7 +131,46 @@ impl Gateway {
         let mut text = self.metrics.render(self.open_connections());
         self.endpoints().render_metrics(&mut text);
         self.render_quota_metrics(&mut text, self.wall.unix_ms(now));
+        self.render_trace_metrics(&mut text);
         text
+    }
+
+    /// The tracer's spans: queued, exported, dropped, waiting (zeros
+    /// without tracing).
+    fn render_trace_metrics(&self, out: &mut String) {
+        use crate::metrics::header;
+        use std::fmt::Write as _;
+        let t = self.tracer.as_ref();
+        let get = |f: fn(&crate::trace::Tracer) -> u64| t.map_or(0, f);
+        for (name, kind, help, value) in [
+            (
+                "chatgate_trace_spans_queued_total",
+                "counter",
+                "Spans of sampled requests put in the export queue.",
+                get(crate::trace::Tracer::queued),
+            ),
+            (
+                "chatgate_trace_spans_exported_total",
+                "counter",
+                "Spans the OTLP collector accepted.",
+                get(crate::trace::Tracer::exported_total),
+            ),
+            (
+                "chatgate_trace_spans_dropped_total",
+                "counter",
+                "Spans dropped: the export queue was full, or the collector refused them or could not be reached in time.",
+                get(crate::trace::Tracer::dropped),
+            ),
+            (
+                "chatgate_trace_spans_waiting",
+                "gauge",
+                "Spans in the export queue now.",
+                get(|t| t.waiting() as u64),
+            ),
+        ] {
+            header(out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
     }
 
     /// Each key's requests in flight, budget reservations, and (for keys

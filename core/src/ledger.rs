@@ -77,6 +77,10 @@ pub struct LedgerRecord {
     pub duration_ms: u64,
     /// Time to the first byte of the response head, milliseconds.
     pub ttfb_ms: Option<u64>,
+    /// The request's trace id, when tracing is on: in the access line, not
+    /// in the ledger line.
+    #[serde(skip)]
+    pub trace_id: Option<String>,
 }
 
 impl LedgerRecord {
@@ -103,6 +107,7 @@ impl LedgerRecord {
             attempts: 0,
             budget_overshoot_nano_usd: 0,
             error: None,
+            trace_id: None,
             duration_ms: 0,
             ttfb_ms: None,
         }
@@ -150,6 +155,9 @@ impl LedgerRecord {
         f.num("ttfb_ms", self.ttfb_ms.unwrap_or(0));
         if let Some(e) = &self.error {
             f.str("error", e);
+        }
+        if let Some(t) = &self.trace_id {
+            f.str("trace_id", t);
         }
     }
 

@@ -180,9 +180,9 @@ mod gateway;
 mod metrics;
 
 pub use config::{
-    ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, RedisUrl, SERVE_SETTINGS, Secret,
-    ServeConfig, Setting, SharedLimits, Sources, Timeouts, UpstreamTarget, env_name, flag_name,
-    parse_duration, parse_pool,
+    ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, OtlpExport, RedisUrl,
+    SERVE_SETTINGS, Secret, ServeConfig, Setting, SharedLimits, Sources, Timeouts, UpstreamTarget,
+    env_name, flag_name, parse_duration, parse_pool,
 };
 pub use endpoints::{Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome};
 pub use gateway::Gateway;

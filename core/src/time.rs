@@ -76,6 +76,14 @@ impl WallClock {
         self.unix_ms_at_start.saturating_add(now.as_millis())
     }
 
+    /// Unix nanoseconds at `now` (for spans).
+    pub fn unix_ns(&self, now: Instant) -> u64 {
+        let since = u64::try_from(now.since_start().as_nanos()).unwrap_or(u64::MAX);
+        self.unix_ms_at_start
+            .saturating_mul(1_000_000)
+            .saturating_add(since)
+    }
+
     /// Unix seconds at `now`.
     pub fn unix_secs(&self, now: Instant) -> u64 {
         self.unix_ms(now) / 1000

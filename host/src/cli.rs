@@ -132,7 +132,8 @@ fn command(bin: &'static str) -> Command {
              [[sim:key=value,...]] marker in the last user message (keys: fault, after, status, message, \
              retry_after, bytes, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms). \
              GET /_sim/journal lists what was received and how each exchange ended; GET /_sim/stats \
-             gives running totals (exchanges, outcomes, tokens reported) and the open connections. Set \
+             gives running totals (exchanges, outcomes, tokens reported, exchanges at once) and the open \
+             connections; POST /v1/traces accepts any OTLP export (a trace sink for benchmarks). Set \
              CHATGATE_SIM_API_KEY to require that bearer key.",
         )
         .arg(Arg::new("listen").long("listen").value_name("ADDR").required(true).help("Address to listen on (port 0 picks a free one; the address is printed)"))
@@ -288,6 +289,7 @@ fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCod
             .ledger_postgres
             .clone()
             .map(|url| (url, cfg.ledger_path.clone())),
+        otlp: cfg.otlp.clone().map(|e| (e, cfg.upstream_ca.clone())),
     };
     Ok(run_bound(
         rt,
@@ -371,6 +373,8 @@ struct Bound {
     pool_src: Option<crate::pool::PoolSource>,
     /// PostgreSQL URL and the local ledger it ships from.
     ledger_postgres: Option<(String, String)>,
+    /// Where traces go (and the extra CA for TLS to the collector).
+    otlp: Option<(chatgate_core::OtlpExport, Option<String>)>,
 }
 
 fn run_bound<R: Runtime>(
@@ -387,6 +391,7 @@ fn run_bound<R: Runtime>(
         keys_src,
         pool_src,
         ledger_postgres,
+        otlp,
     } = bound;
     let addr = match listener.local_addr() {
         Ok(a) => a,
@@ -417,6 +422,14 @@ fn run_bound<R: Runtime>(
     }
     if let Some(l) = &shared.shared_limits {
         rt.spawn(Arc::clone(l).renew_leases());
+    }
+    if let Some((export, ca)) = otlp {
+        rt.spawn(crate::otlp::run(
+            rt.clone(),
+            Arc::clone(&shared.gateway),
+            export,
+            ca,
+        ));
     }
     if let Some(src) = pool_src {
         rt.spawn(crate::pool::watch(Arc::clone(&shared), src));
@@ -814,6 +827,7 @@ fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
         keys_src: None,
         pool_src: None,
         ledger_postgres: None,
+        otlp: None,
     };
     Ok(run_bound(
         rt,

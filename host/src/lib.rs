@@ -24,6 +24,7 @@ mod gate;
 mod keys;
 mod ledger;
 mod logging;
+mod otlp;
 mod pgledger;
 mod pool;
 mod redis;

@@ -47,6 +47,8 @@ pub struct JournalEntry {
     pub connection: u64,
     /// The `X-Request-Id` the client sent.
     pub request_id: Option<String>,
+    /// The `traceparent` the client sent, as sent.
+    pub traceparent: Option<String>,
     /// The request body as received (UTF-8, lossy; truncated past 256 KiB).
     pub body: String,
     /// Status answered.
@@ -253,6 +255,7 @@ struct Pending {
     path: String,
     method: Method,
     request_id: Option<String>,
+    traceparent: Option<String>,
     authorized: bool,
     decoder: BodyDecoder,
     body: Vec<u8>,
@@ -394,6 +397,8 @@ impl SimConnection {
         let raw = &self.cin[..len];
         let request_id =
             header_value(raw, "x-request-id").map(|v| String::from_utf8_lossy(v).into_owned());
+        let traceparent =
+            header_value(raw, "traceparent").map(|v| String::from_utf8_lossy(v).into_owned());
         let authorized = match &self.server.options.api_key {
             None => true,
             Some(key) => header_value(raw, "authorization").is_some_and(|v| {
@@ -412,6 +417,7 @@ impl SimConnection {
             path: head.path,
             method: head.method,
             request_id,
+            traceparent,
             authorized,
             decoder: BodyDecoder::new(
                 framing,
@@ -451,6 +457,8 @@ impl SimConnection {
                 plan_chat(&p.body, &options, self.server.wall.unix_secs(now), seq)
             }
             (Method::Post, "/_sim/fault") => self.server.set_fault(&p.body),
+            // A trace sink for benchmarks: every OTLP export accepted, unread.
+            (Method::Post, "/v1/traces") => json_plan(Vec::new()),
             (Method::Delete, "/_sim/fault") => {
                 *self.server.fault_slot() = None;
                 json_plan(b"{\"fault\":null}".to_vec())
@@ -469,7 +477,14 @@ impl SimConnection {
         } else {
             None
         };
-        self.start_seq(now, plan, p.keep_alive, p.request_id, body, seq);
+        self.start_seq(
+            now,
+            plan,
+            p.keep_alive,
+            (p.request_id, p.traceparent),
+            body,
+            seq,
+        );
         true
     }
 
@@ -483,7 +498,7 @@ impl SimConnection {
             "invalid_request_error",
             "bad_http",
         );
-        self.start_seq(now, plan, false, None, None, seq);
+        self.start_seq(now, plan, false, (None, None), None, seq);
     }
 
     fn start_seq(
@@ -491,7 +506,7 @@ impl SimConnection {
         now: Instant,
         plan: Plan,
         keep_alive: bool,
-        request_id: Option<String>,
+        (request_id, traceparent): (Option<String>, Option<String>),
         body: Option<String>,
         seq: u64,
     ) {
@@ -502,6 +517,7 @@ impl SimConnection {
                 seq,
                 connection: self.id,
                 request_id,
+                traceparent,
                 body,
                 status: plan.status,
                 stream: plan.stream,

@@ -89,6 +89,8 @@ pub struct GatewayConfig {
     pub catalog: Catalog,
     /// Limits shared through a remote store (Redis), if configured.
     pub shared_limits: Option<SharedLimits>,
+    /// Tracing, when a collector is configured.
+    pub trace: Option<crate::trace::TraceSettings>,
 }
 
 /// Rate limits decided by a store shared by several gateway instances.
@@ -122,6 +124,7 @@ impl GatewayConfig {
             max_connections: 10_000,
             catalog: Catalog::default(),
             shared_limits: None,
+            trace: None,
         }
     }
 

@@ -9,6 +9,7 @@
 //! once, for every binary.
 
 mod gateway;
+mod otlp;
 mod redis;
 mod settings;
 mod upstream;
@@ -22,6 +23,7 @@ use crate::limits::Limits;
 use crate::quota::{Budget, Period, usd_to_nano};
 
 pub use gateway::{GatewayConfig, SharedLimits, Timeouts};
+pub use otlp::OtlpExport;
 pub use redis::RedisUrl;
 use settings::{Resolver, bad};
 pub use settings::{
@@ -56,6 +58,8 @@ pub struct ServeConfig {
     pub pool_max_idle: usize,
     /// Idle provider connection lifetime.
     pub pool_idle_timeout: Duration,
+    /// Where traces go, when tracing is on.
+    pub otlp: Option<OtlpExport>,
     /// The gateway's configuration.
     pub gateway: GatewayConfig,
 }
@@ -134,6 +138,13 @@ impl ServeConfig {
         gateway.max_sse_event = positive(&r, "max_sse_event")? as usize;
         gateway.max_upstream_body = positive(&r, "max_upstream_body")?;
         gateway.catalog = catalog;
+        let otlp = match otlp::tracing(&r)? {
+            Some((export, settings)) => {
+                gateway.trace = Some(settings);
+                Some(export)
+            }
+            None => None,
+        };
         let redis = redis(&r)?;
         let fallback = one_of(
             &r,
@@ -160,6 +171,7 @@ impl ServeConfig {
             log_json: log_format == "json",
             pool_max_idle: r.parse("pool_max_idle")?,
             pool_idle_timeout: r.duration("pool_idle_timeout")?,
+            otlp,
             gateway,
         })
     }
@@ -169,7 +181,7 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={} admin={} shared_limits={} ledger_postgres={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={} admin={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={}",
             self.listen,
             self.admin_listen.as_deref().unwrap_or("off"),
@@ -190,6 +202,10 @@ impl ServeConfig {
             } else {
                 "off"
             },
+            self.otlp.as_ref().map_or_else(
+                || "off".to_owned(),
+                |o| format!("{} (headers: {})", o.display_url(), o.headers.len())
+            ),
             endpoints_summary(&g.upstreams),
             keys,
             self.keys_path,

@@ -169,6 +169,42 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "How long a request over its key's in-flight cap waits for a slot, first in first out (0: refused at once)",
     ),
     s(
+        "otlp_endpoint",
+        "URL",
+        None,
+        "Send traces (OTLP/HTTP, protobuf) to this collector: a base URL, /v1/traces is appended (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is, or OTEL_EXPORTER_OTLP_ENDPOINT; no tracing without one)",
+    ),
+    s(
+        "otlp_headers",
+        "K=V,...",
+        None,
+        "Headers for every export, values %-encoded (default: OTEL_EXPORTER_OTLP_TRACES_HEADERS or OTEL_EXPORTER_OTLP_HEADERS)",
+    ),
+    s(
+        "otlp_timeout",
+        "DURATION",
+        None,
+        "Longest an export may take (default: OTEL_EXPORTER_OTLP_TRACES_TIMEOUT or OTEL_EXPORTER_OTLP_TIMEOUT, in ms; else 10s)",
+    ),
+    s(
+        "service_name",
+        "NAME",
+        None,
+        "service.name of the traces (default: OTEL_SERVICE_NAME, else chatgate)",
+    ),
+    s(
+        "traces_sampler",
+        "NAME",
+        None,
+        "always_on, always_off, traceidratio or parentbased_… of these (default: OTEL_TRACES_SAMPLER, else parentbased_always_on)",
+    ),
+    s(
+        "traces_sampler_arg",
+        "RATIO",
+        None,
+        "The ratio of the traceidratio samplers, 0 to 1 (default: OTEL_TRACES_SAMPLER_ARG, else 1)",
+    ),
+    s(
         "client_idle_timeout",
         "DURATION",
         Some("75s"),

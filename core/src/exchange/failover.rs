@@ -40,6 +40,8 @@ impl Connection {
         req.attempts += 1;
         req.upstream_status = None;
         req.endpoint = Some(Arc::clone(&endpoint));
+        self.trace_attempt(now);
+        let req = self.req.as_mut().expect("request in progress");
         if req.attempts == 1 {
             self.first_request(&endpoint);
         } else {
@@ -71,7 +73,7 @@ impl Connection {
             Some(m) => Cow::Owned(with_model(body, m)),
             None => Cow::Borrowed(body),
         };
-        let (out, body_at) = provider_request(endpoint, &body, chat.stream, &req.id);
+        let (out, body_at) = provider_request(endpoint, &body, chat.stream, req);
         req.upstream_request = out;
         req.body_at = body_at;
         req.body_model = endpoint.config().model.is_some();
@@ -83,8 +85,8 @@ impl Connection {
         let chat = req.chat.as_ref().expect("validated");
         let body = chat.upstream_body(&req.body);
         let (out, body_at) = match endpoint.config().model.as_deref() {
-            Some(m) => provider_request(endpoint, &with_model(body, m), chat.stream, &req.id),
-            None => provider_request(endpoint, body, chat.stream, &req.id),
+            Some(m) => provider_request(endpoint, &with_model(body, m), chat.stream, req),
+            None => provider_request(endpoint, body, chat.stream, req),
         };
         req.upstream_request = out;
         req.body_at = body_at;
@@ -101,7 +103,9 @@ impl Connection {
         err: &ApiError,
         attempt: Option<Attempt>,
     ) -> bool {
-        let (outcome, retry) = verdict(err, self.req.as_ref().and_then(|r| r.upstream_status));
+        let status = self.req.as_ref().and_then(|r| r.upstream_status);
+        self.trace_attempt_failed(now, err, status);
+        let (outcome, retry) = verdict(err, status);
         if let Some(attempt) = attempt {
             attempt.finish(outcome, now);
         }
@@ -178,7 +182,12 @@ fn verdict(err: &ApiError, status: Option<u16>) -> (Outcome, bool) {
 
 /// The request as `endpoint` is sent it: its fixed prefix, the
 /// per-request headers, the body; and where the body starts.
-fn provider_request(endpoint: &Endpoint, body: &[u8], stream: bool, id: &str) -> (Vec<u8>, usize) {
+fn provider_request(
+    endpoint: &Endpoint,
+    body: &[u8],
+    stream: bool,
+    req: &super::request::Request,
+) -> (Vec<u8>, usize) {
     let prefix = endpoint.prefix();
     let mut out = Vec::with_capacity(prefix.len() + 128 + body.len());
     out.extend_from_slice(prefix);
@@ -189,7 +198,13 @@ fn provider_request(endpoint: &Endpoint, body: &[u8], stream: bool, id: &str) ->
     };
     header(&mut out, "Accept", accept);
     header_u64(&mut out, "Content-Length", body.len() as u64);
-    header(&mut out, "X-Request-Id", id);
+    header(&mut out, "X-Request-Id", &req.id);
+    if let Some(tp) = req.trace.as_ref().and_then(|t| t.provider_traceparent()) {
+        header(&mut out, "traceparent", &tp);
+        if let Some(state) = req.trace.as_ref().and_then(|t| t.state.as_deref()) {
+            header(&mut out, "tracestate", state);
+        }
+    }
     write::end_head(&mut out);
     let body_at = out.len();
     out.extend_from_slice(body);

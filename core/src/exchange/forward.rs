@@ -111,6 +111,9 @@ impl Connection {
         let close = self.closing_after_this();
         let req = self.req.as_mut().expect("request in progress");
         req.first_byte.get_or_insert(now);
+        if let Some(t) = req.trace.as_mut() {
+            t.note_response(&up.body);
+        }
         let mut out = Vec::with_capacity(512 + up.body.len());
         write::status_line(&mut out, 200);
         common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
@@ -188,6 +191,11 @@ impl Connection {
             };
             let Some(r) = next else { break };
             let kind = up.tracker.observe(&up.body[r.clone()]);
+            if kind == EventKind::Data
+                && let Some(t) = self.req.as_mut().and_then(|q| q.trace.as_mut())
+            {
+                t.note_response(&up.body[r.clone()]);
+            }
             let committed = self.req.as_ref().expect("request in progress").committed;
             if !committed && batch.is_none() && kind == EventKind::Error {
                 // An error before anything was sent: a normal JSON error.

@@ -60,6 +60,15 @@ impl Connection {
     pub(super) fn emit_ledger(&mut self, now: Instant, mut rec: LedgerRecord, held: Vec<u8>) {
         self.settle(now, &mut rec);
         self.observe_metered(now, &rec);
+        rec.trace_id = self.trace_id();
+        self.finish_trace(
+            now,
+            super::spans::Ending {
+                status: rec.status,
+                error: None,
+                record: Some(&rec),
+            },
+        );
         self.events.push_back(Event::Ledger(Box::new(rec)));
         self.held = held;
         self.awaiting_ledger = true;
@@ -120,10 +129,19 @@ impl Connection {
     /// The access line of a request that is not metered. A metered one's
     /// line is written by the runtime from its ledger record
     /// ([`LedgerRecord::access_fields`]), after the ledger append.
-    pub(super) fn access_log(&self, now: Instant, status: u16, error: Option<&str>) {
+    pub(super) fn access_log(&mut self, now: Instant, status: u16, error: Option<&str>) {
         if self.is_metered() {
             return;
         }
+        let trace_id = self.trace_id();
+        self.finish_trace(
+            now,
+            super::spans::Ending {
+                status,
+                error,
+                record: None,
+            },
+        );
         let req = self.req.as_ref();
         self.gw.metrics().finished(Finished {
             key: req
@@ -148,6 +166,7 @@ impl Connection {
             status,
             error = error.unwrap_or(""),
             duration_ms = (now - req.started).as_millis() as u64,
+            trace_id = trace_id.as_deref().unwrap_or(""),
             "request"
         );
     }

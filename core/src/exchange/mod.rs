@@ -48,6 +48,7 @@ mod forward;
 mod metering;
 mod request;
 mod respond;
+mod spans;
 mod timers;
 mod upstream;
 

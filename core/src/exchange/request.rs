@@ -65,6 +65,8 @@ pub(super) struct Request {
     pub(super) up_started: Option<Instant>,
     /// Admitted by the shared limiter (so settled there too).
     pub(super) shared: bool,
+    /// Its trace, when tracing is on (chat requests).
+    pub(super) trace: Option<Box<super::spans::RequestTrace>>,
 }
 
 impl Request {
@@ -96,6 +98,7 @@ impl Request {
             up_started: None,
             shared: false,
             upstream_status: None,
+            trace: None,
         }
     }
 
@@ -232,7 +235,11 @@ impl Connection {
     fn start_request(&mut self, now: Instant, head: RequestHead) {
         let started = self.head_started.unwrap_or(now);
         let id = self.gw.next_request_id();
-        self.req = Some(Box::new(Request::new(id, started, &head)));
+        let mut req = Box::new(Request::new(id, started, &head));
+        if req.path == CHAT_PATH && req.method == Method::Post {
+            req.trace = self.open_trace(&head);
+        }
+        self.req = Some(req);
         let has_body = head.framing != Framing::Empty;
         let route = match route(head.method, &head.path) {
             Ok(r) => r,

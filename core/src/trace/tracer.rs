@@ -33,6 +33,7 @@ pub struct Tracer {
     drawn: AtomicU64,
     dropped: AtomicU64,
     queued: AtomicU64,
+    exported: AtomicU64,
 }
 
 impl Tracer {
@@ -45,6 +46,7 @@ impl Tracer {
             drawn: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             queued: AtomicU64::new(0),
+            exported: AtomicU64::new(0),
         }
     }
 
@@ -105,6 +107,16 @@ impl Tracer {
     /// could not be reached in time).
     pub fn lost(&self, n: usize) {
         self.dropped.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts spans the collector accepted.
+    pub fn exported(&self, n: usize) {
+        self.exported.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Spans the collector accepted so far.
+    pub fn exported_total(&self) -> u64 {
+        self.exported.load(Ordering::Relaxed)
     }
 
     /// Spans dropped so far (queue full, or given up by the exporter).

@@ -1,0 +1,341 @@
+//! A chat request's trace: the context it continues (the client's
+//! `traceparent`) or starts, the `traceparent` each provider attempt is
+//! sent, and at the end its spans — the server span with the GenAI
+//! attributes and one client span per attempt — handed to the tracer's
+//! queue. Nothing here runs without a tracer; no span is built for a trace
+//! that is not sampled.
+
+use super::Connection;
+use crate::error::ApiError;
+use crate::http::RequestHead;
+use crate::ledger::LedgerRecord;
+use crate::time::Instant;
+use crate::trace::{
+    Attribute, Span, SpanContext, SpanEvent, SpanId, SpanKind, Status, TraceId, Value,
+    format_traceparent,
+};
+
+/// What the gateway keeps of a chat request's trace.
+#[derive(Debug)]
+pub(super) struct RequestTrace {
+    pub(super) trace_id: TraceId,
+    /// The server span's id.
+    pub(super) span_id: SpanId,
+    pub(super) parent: Option<SpanContext>,
+    pub(super) state: Option<String>,
+    pub(super) sampled: bool,
+    pub(super) attempts: Vec<AttemptTrace>,
+    /// The answer's `id` and `model`, once read (sampled traces only).
+    pub(super) response: Option<ResponseIds>,
+}
+
+/// What the provider's answer says it is.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct ResponseIds {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// One provider attempt.
+#[derive(Debug)]
+pub(super) struct AttemptTrace {
+    pub(super) span_id: SpanId,
+    pub(super) endpoint: String,
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) started: Instant,
+    /// When and how it failed (a later attempt followed, or none could).
+    pub(super) failed: Option<(Instant, String, Option<u16>)>,
+}
+
+impl RequestTrace {
+    /// Reads the answer's `id` and `model` from a completion or the first
+    /// data event of a stream (once, and only for a sampled trace).
+    pub(super) fn note_response(&mut self, json: &[u8]) {
+        if !self.sampled || self.response.is_some() {
+            return;
+        }
+        let start = json.iter().position(|&b| b == b'{');
+        let end = json.iter().rposition(|&b| b == b'}');
+        let ids = match (start, end) {
+            (Some(s), Some(e)) if s < e => serde_json::from_slice(&json[s..=e]).unwrap_or_default(),
+            _ => ResponseIds::default(),
+        };
+        self.response = Some(ids);
+    }
+
+    /// The `traceparent` for the provider: the current attempt's span.
+    pub(super) fn provider_traceparent(&self) -> Option<String> {
+        let a = self.attempts.last()?;
+        Some(format_traceparent(&self.trace_id, &a.span_id, self.sampled))
+    }
+}
+
+/// What a finished request's server span says, beyond the ledger line.
+pub(super) struct Ending<'a> {
+    pub(super) status: u16,
+    pub(super) error: Option<&'a str>,
+    pub(super) record: Option<&'a LedgerRecord>,
+}
+
+impl Connection {
+    /// The current request's trace id (sampled or not), for its access line.
+    pub(super) fn trace_id(&self) -> Option<String> {
+        let t = self.req.as_ref()?.trace.as_ref()?;
+        Some(t.trace_id.hex())
+    }
+
+    /// The trace of a chat request that just arrived, when tracing is on.
+    pub(super) fn open_trace(&self, head: &RequestHead) -> Option<Box<RequestTrace>> {
+        let tracer = self.gw.tracer()?;
+        let parent = head.trace_parent;
+        let trace_id = parent.map_or_else(|| tracer.trace_id(), |p| p.trace_id);
+        let sampled = tracer.settings().sampler.sample(parent.as_ref(), &trace_id);
+        Some(Box::new(RequestTrace {
+            trace_id,
+            span_id: tracer.span_id(),
+            parent,
+            state: head.trace_state.clone(),
+            sampled,
+            attempts: Vec::new(),
+            response: None,
+        }))
+    }
+
+    /// A provider attempt starts on `endpoint`.
+    pub(super) fn trace_attempt(&mut self, now: Instant) {
+        let Some(tracer) = self.gw.tracer() else {
+            return;
+        };
+        let Some(req) = self.req.as_mut() else { return };
+        let (Some(t), Some(endpoint)) = (req.trace.as_mut(), req.endpoint.as_ref()) else {
+            return;
+        };
+        let target = &endpoint.config().target;
+        t.attempts.push(AttemptTrace {
+            span_id: tracer.span_id(),
+            endpoint: endpoint.name().to_owned(),
+            host: target.host.clone(),
+            port: target.port,
+            started: now,
+            failed: None,
+        });
+    }
+
+    /// The current attempt failed with `err` (the provider's status, if it
+    /// answered).
+    pub(super) fn trace_attempt_failed(
+        &mut self,
+        now: Instant,
+        err: &ApiError,
+        status: Option<u16>,
+    ) {
+        let Some(a) = self
+            .req
+            .as_mut()
+            .and_then(|r| r.trace.as_mut())
+            .and_then(|t| t.attempts.last_mut())
+        else {
+            return;
+        };
+        if a.failed.is_none() {
+            let code = err.fault.map_or(err.code, |f| f.as_str());
+            a.failed = Some((now, code.to_owned(), status));
+        }
+    }
+
+    /// The request is over: its spans go to the tracer's queue (when
+    /// sampled).
+    pub(super) fn finish_trace(&mut self, now: Instant, end: Ending<'_>) {
+        let Some(tracer) = self.gw.tracer() else {
+            return;
+        };
+        let Some(req) = self.req.as_mut() else { return };
+        let Some(t) = req.trace.take() else { return };
+        if !t.sampled {
+            return;
+        }
+        let wall = self.gw.wall();
+        let ns = |i: Instant| wall.unix_ns(i);
+        let model = req
+            .chat
+            .as_ref()
+            .map(|c| c.model.clone())
+            .or_else(|| req.peeked.as_ref().map(|(m, _)| m.clone()))
+            .unwrap_or_default();
+        let name = if model.is_empty() {
+            "chat".to_owned()
+        } else {
+            format!("chat {model}")
+        };
+        let mut attributes: Vec<Attribute> = vec![
+            ("gen_ai.operation.name", Value::Str("chat".into())),
+            (
+                "http.request.method",
+                Value::Str(req.method.as_str().into()),
+            ),
+            ("url.path", Value::Str(req.path.clone())),
+            (
+                "http.response.status_code",
+                Value::Int(i64::from(end.status)),
+            ),
+            ("chatgate.request_id", Value::Str(req.id.clone())),
+        ];
+        if !model.is_empty() {
+            attributes.push(("gen_ai.request.model", Value::Str(model.clone())));
+        }
+        if let Some(chat) = &req.chat {
+            attributes.push(("gen_ai.request.stream", Value::Bool(chat.stream)));
+            if let Some(m) = chat.max_tokens {
+                attributes.push(("gen_ai.request.max_tokens", Value::Int(m as i64)));
+            }
+        }
+        if let Some(key) = &req.key {
+            attributes.push(("chatgate.key", Value::Str(key.name.clone())));
+        }
+        if let Some(r) = end.record {
+            attributes.extend([
+                (
+                    "gen_ai.usage.input_tokens",
+                    Value::Int(r.prompt_tokens as i64),
+                ),
+                (
+                    "gen_ai.usage.output_tokens",
+                    Value::Int(r.completion_tokens as i64),
+                ),
+                (
+                    "gen_ai.usage.reasoning.output_tokens",
+                    Value::Int(r.reasoning_tokens as i64),
+                ),
+                (
+                    "gen_ai.usage.cache_read.input_tokens",
+                    Value::Int(r.cached_tokens as i64),
+                ),
+                ("chatgate.cost_nano_usd", Value::Int(r.cost_nano_usd as i64)),
+                (
+                    "chatgate.cost_usd",
+                    Value::Double(r.cost_nano_usd as f64 / 1e9),
+                ),
+                ("chatgate.complete", Value::Bool(r.complete)),
+                (
+                    "chatgate.client_disconnected",
+                    Value::Bool(r.client_disconnected),
+                ),
+                ("chatgate.attempts", Value::Int(i64::from(r.attempts))),
+            ]);
+            if let Some(ids) = &t.response {
+                if let Some(m) = &ids.model {
+                    attributes.push(("gen_ai.response.model", Value::Str(m.clone())));
+                }
+                if let Some(id) = &ids.id {
+                    attributes.push(("gen_ai.response.id", Value::Str(id.clone())));
+                }
+            }
+            if let Some(f) = &r.finish_reason {
+                attributes.push((
+                    "gen_ai.response.finish_reasons",
+                    Value::Strs(vec![f.clone()]),
+                ));
+            }
+            if let Some(e) = &r.endpoint {
+                attributes.push(("chatgate.endpoint", Value::Str(e.clone())));
+            }
+            if r.stream && r.status == 200 && !r.complete {
+                attributes.push(("chatgate.incomplete_stream", Value::Bool(true)));
+            }
+        }
+        let mut events = Vec::new();
+        if let Some(first) = req.first_byte {
+            let ttfb = first - req.started;
+            attributes.push((
+                "gen_ai.response.time_to_first_chunk",
+                Value::Double(ttfb.as_secs_f64()),
+            ));
+            events.push(SpanEvent {
+                time_ns: ns(first),
+                name: "first_byte",
+                attributes: vec![("chatgate.ttfb_ms", Value::Int(ttfb.as_millis() as i64))],
+            });
+        }
+        let error = end.error.or(end.record.and_then(|r| r.error.as_deref()));
+        let incomplete = end
+            .record
+            .is_some_and(|r| r.stream && r.status == 200 && !r.complete && !r.client_disconnected);
+        let status = match error {
+            Some(code) => {
+                attributes.push(("error.type", Value::Str(code.to_owned())));
+                Status::Error(code.to_owned())
+            }
+            None if end.status >= 400 => {
+                attributes.push(("error.type", Value::Str(end.status.to_string())));
+                Status::Error(format!("HTTP {}", end.status))
+            }
+            None if incomplete => Status::Error("incomplete_stream".into()),
+            None => Status::Unset,
+        };
+        let state = t.state.clone().unwrap_or_default();
+        let mut spans = Vec::with_capacity(1 + t.attempts.len());
+        let last = t.attempts.len().saturating_sub(1);
+        for (i, a) in t.attempts.iter().enumerate() {
+            let (end_at, status) = match &a.failed {
+                Some((at, code, _)) => (*at, Status::Error(code.clone())),
+                // The attempt that served lasts as long as the answer.
+                None if i == last => (now, status.clone()),
+                None => (now, Status::Unset),
+            };
+            let mut attrs: Vec<Attribute> = vec![
+                ("gen_ai.operation.name", Value::Str("chat".into())),
+                ("chatgate.endpoint", Value::Str(a.endpoint.clone())),
+                ("server.address", Value::Str(a.host.clone())),
+                ("server.port", Value::Int(i64::from(a.port))),
+            ];
+            if !model.is_empty() {
+                attrs.push(("gen_ai.request.model", Value::Str(model.clone())));
+            }
+            let upstream = match &a.failed {
+                Some((_, _, s)) => *s,
+                None => end.record.and_then(|r| r.upstream_status),
+            };
+            if let Some(s) = upstream {
+                attrs.push(("http.response.status_code", Value::Int(i64::from(s))));
+            }
+            if let Status::Error(code) = &status {
+                attrs.push(("error.type", Value::Str(code.clone())));
+            }
+            spans.push(Span {
+                trace_id: t.trace_id,
+                span_id: a.span_id,
+                parent: Some(t.span_id),
+                parent_remote: false,
+                trace_state: state.clone(),
+                name: name.clone(),
+                kind: SpanKind::Client,
+                start_ns: ns(a.started),
+                end_ns: ns(end_at),
+                attributes: attrs,
+                events: Vec::new(),
+                status,
+            });
+        }
+        spans.insert(
+            0,
+            Span {
+                trace_id: t.trace_id,
+                span_id: t.span_id,
+                parent: t.parent.map(|p| p.span_id),
+                parent_remote: t.parent.is_some(),
+                trace_state: state,
+                name,
+                kind: SpanKind::Server,
+                start_ns: ns(req.started),
+                end_ns: ns(now),
+                attributes,
+                events,
+                status,
+            },
+        );
+        tracer.finish(spans);
+    }
+}

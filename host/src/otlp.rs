@@ -1,0 +1,244 @@
+//! The trace exporter: takes finished spans from the tracer's queue (core)
+//! in batches, encodes them (core) and posts them to the collector over
+//! OTLP/HTTP with protobuf, through a pooled keep-alive connection (TLS
+//! with the provider's roots and `--upstream-ca`).
+//!
+//! A batch goes when 512 spans wait or a second has passed. A failed
+//! export (no connection, a timeout, 429, 502, 503, 504) is tried again
+//! after 0.5 s, then 1 s, 2 s (or the collector's `Retry-After`, up to
+//! 30 s), four tries in all; any other answer, or the last failure, drops
+//! the batch and counts it. The request path never waits for any of this:
+//! it only puts spans in the bounded queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatgate_core::http::{BodyDecoder, Framing, HeadScanner, HttpLimits, parse_response_head};
+use chatgate_core::trace::encode_export;
+use chatgate_core::{Gateway, OtlpExport};
+use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
+
+use crate::runtime::Runtime;
+use crate::upstream::{Connector, UpstreamStream};
+
+/// Spans per export, at most.
+const BATCH: usize = 512;
+/// How often the queue is looked at.
+const TICK: Duration = Duration::from_millis(100);
+/// A batch smaller than [`BATCH`] waits at most this long.
+const LINGER: Duration = Duration::from_secs(1);
+/// Tries per batch.
+const TRIES: u32 = 4;
+/// The longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// How an export went.
+enum Sent {
+    Ok,
+    /// Worth another try (after this long, if the collector said).
+    Retry(String, Option<Duration>),
+    /// Not worth another.
+    Refused(String),
+}
+
+/// Runs the exporter for the life of the process.
+pub async fn run<R: Runtime>(
+    rt: R,
+    gateway: Arc<Gateway>,
+    export: OtlpExport,
+    extra_ca: Option<String>,
+) {
+    let connector = match Connector::new(
+        rt.clone(),
+        export.target.clone(),
+        extra_ca.as_deref(),
+        2,
+        Duration::from_secs(30),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("traces cannot be exported: {e}");
+            return;
+        }
+    };
+    let Some(tracer) = gateway.tracer() else {
+        return;
+    };
+    let head = request_head(&export);
+    let mut waited = Duration::ZERO;
+    let mut warned_at: Option<std::time::Instant> = None;
+    let mut body = Vec::new();
+    loop {
+        rt.timer(std::time::Instant::now() + TICK).await;
+        waited += TICK;
+        let waiting = tracer.waiting();
+        if waiting == 0 || (waiting < BATCH && waited < LINGER) {
+            continue;
+        }
+        waited = Duration::ZERO;
+        let spans = tracer.take(BATCH);
+        body.clear();
+        encode_export(&tracer.settings().source, &spans, &mut body);
+        let mut delay = Duration::from_millis(500);
+        let mut outcome = String::new();
+        let mut sent = false;
+        for attempt in 1..=TRIES {
+            match send(&rt, &connector, &head, &body, export.timeout).await {
+                Sent::Ok => {
+                    sent = true;
+                    break;
+                }
+                Sent::Refused(why) => {
+                    outcome = why;
+                    break;
+                }
+                Sent::Retry(why, after) => {
+                    outcome = why;
+                    if attempt < TRIES {
+                        let wait = after.unwrap_or(delay).min(MAX_RETRY_AFTER);
+                        rt.timer(std::time::Instant::now() + wait).await;
+                        delay *= 2;
+                    }
+                }
+            }
+        }
+        if sent {
+            tracer.exported(spans.len());
+        } else {
+            tracer.lost(spans.len());
+            // One warning per minute at most.
+            let now = std::time::Instant::now();
+            if warned_at.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60)) {
+                warned_at = Some(now);
+                tracing::warn!(
+                    spans = spans.len(),
+                    dropped_total = tracer.dropped(),
+                    collector = export.display_url().as_str(),
+                    "trace export failed, spans dropped: {outcome}"
+                );
+            }
+        }
+    }
+}
+
+/// The request head, the same for every export but its length.
+fn request_head(export: &OtlpExport) -> String {
+    let mut h = format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-protobuf\r\nUser-Agent: chatgate/{}\r\n",
+        export.target.base_path,
+        export.target.host_header(),
+        env!("CARGO_PKG_VERSION")
+    );
+    for (k, v) in &export.headers {
+        h.push_str(k);
+        h.push_str(": ");
+        h.push_str(v.expose());
+        h.push_str("\r\n");
+    }
+    h
+}
+
+/// One export, within `timeout`.
+async fn send<R: Runtime>(
+    rt: &R,
+    connector: &Connector<R>,
+    head: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Sent {
+    let work = async {
+        let (mut s, _) = connector
+            .connect(false)
+            .await
+            .map_err(|e| Sent::Retry(format!("cannot connect: {e}"), None))?;
+        let mut out = Vec::with_capacity(head.len() + 32 + body.len());
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+        out.extend_from_slice(body);
+        s.write_all(&out)
+            .await
+            .map_err(|e| Sent::Retry(format!("cannot send: {e}"), None))?;
+        let (status, retry_after, reusable) = read_response(&mut s)
+            .await
+            .map_err(|e| Sent::Retry(format!("no answer: {e}"), None))?;
+        if reusable {
+            connector.release(s);
+        }
+        match status {
+            200..=299 => Ok(()),
+            429 | 502 | 503 | 504 => Err(Sent::Retry(
+                format!("the collector answered {status}"),
+                retry_after,
+            )),
+            other => Err(Sent::Refused(format!("the collector answered {other}"))),
+        }
+    };
+    let limit = async {
+        rt.timer(std::time::Instant::now() + timeout).await;
+        Err(Sent::Retry(format!("no answer within {timeout:?}"), None))
+    };
+    match future::or(work, limit).await {
+        Ok(()) => Sent::Ok,
+        Err(e) => e,
+    }
+}
+
+/// Reads one response: its status, `Retry-After` (seconds), and whether
+/// the connection can carry another export.
+async fn read_response<T>(
+    s: &mut UpstreamStream<T>,
+) -> Result<(u16, Option<Duration>, bool), String>
+where
+    UpstreamStream<T>: futures_lite::AsyncRead + Unpin,
+{
+    let limits = HttpLimits::default();
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let mut scanner = HeadScanner::new();
+    let head = loop {
+        let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the collector closed the connection".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(len) = scanner
+            .scan(&buf, limits.max_head)
+            .map_err(|e| e.to_string())?
+        {
+            let head = parse_response_head(&buf[..len], &limits).map_err(|e| e.to_string())?;
+            if head.is_interim() {
+                buf.drain(..len);
+                scanner.reset();
+                continue;
+            }
+            break head;
+        }
+    };
+    let retry_after = head
+        .retry_after
+        .as_deref()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let mut rest = buf.split_off(head.head_len);
+    let mut decoder = BodyDecoder::new(head.framing, limits);
+    let mut sink = Vec::new();
+    loop {
+        let used = decoder
+            .decode(&rest, &mut sink)
+            .map_err(|e| e.to_string())?;
+        rest.drain(..used);
+        sink.clear();
+        if decoder.is_done() {
+            break;
+        }
+        let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            if head.framing == Framing::UntilClose {
+                return Ok((head.status, retry_after, false));
+            }
+            return Err("the collector closed the connection mid-answer".into());
+        }
+        rest.extend_from_slice(&chunk[..n]);
+    }
+    Ok((head.status, retry_after, head.keep_alive && rest.is_empty()))
+}
