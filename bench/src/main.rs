@@ -486,11 +486,19 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What [`interleaved_cpu`] measured of one target.
+struct Interleaved {
+    /// CPU per request (µs) of each process in the target's `pids`.
+    cpu: Vec<f64>,
+    /// wrk's 99th percentile latency, milliseconds.
+    p99_ms: f64,
+}
+
 /// CPU per request (µs) of each target's processes, non-streamed at 8
 /// connections: a second's warm-up each, then two rounds of `secs` with
 /// the targets interleaved; per target, the mean over the rounds of each
-/// process group in `pids` (the first group is the target itself, the
-/// others what it uses, such as Redis).
+/// process in `pids` (the first is the target itself, the others what it
+/// uses, such as Redis), and of wrk's p99 latency.
 fn interleaved_cpu(
     tools: &Tools,
     targets: &[(SocketAddr, Vec<u32>)],
@@ -498,27 +506,37 @@ fn interleaved_cpu(
     body: &Path,
     key: &str,
     secs: u64,
-) -> Vec<Vec<f64>> {
+) -> Vec<Interleaved> {
     const ROUNDS: usize = 2;
     for (addr, _) in targets {
         wrk(&tools.wrk, *addr, lua, body, key, 8, 1);
     }
-    let mut sums: Vec<Vec<f64>> = targets.iter().map(|(_, p)| vec![0.0; p.len()]).collect();
+    let mut out: Vec<Interleaved> = targets
+        .iter()
+        .map(|(_, p)| Interleaved {
+            cpu: vec![0.0; p.len()],
+            p99_ms: 0.0,
+        })
+        .collect();
     for _ in 0..ROUNDS {
         for (i, (addr, pids)) in targets.iter().enumerate() {
             let before: Vec<u64> = pids.iter().map(|p| cpu_ticks(&[*p])).collect();
             let r = wrk(&tools.wrk, *addr, lua, body, key, 8, secs);
             for (j, p) in pids.iter().enumerate() {
                 let cpu = cpu_ticks(&[*p]) - before[j];
-                sums[i][j] +=
+                out[i].cpu[j] +=
                     cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests.max(1) as f64;
             }
+            out[i].p99_ms += r.p99_ms;
         }
     }
-    for s in sums.iter_mut().flatten() {
-        *s /= ROUNDS as f64;
+    for m in &mut out {
+        for c in &mut m.cpu {
+            *c /= ROUNDS as f64;
+        }
+        m.p99_ms /= ROUNDS as f64;
     }
-    sums
+    out
 }
 
 fn ms(d: Duration) -> String {

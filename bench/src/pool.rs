@@ -62,7 +62,7 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
             (pooled.listening_address(), vec![pooled.pid()]),
         ];
         let per = interleaved_cpu(tools, &targets, lua, body, key, secs);
-        let (a, b) = (per[0][0], per[1][0]);
+        let (a, b) = (per[0].cpu[0], per[1].cpu[0]);
         let _ = writeln!(report, "| {name} | {a:.1} µs | {b:.1} µs | {:.2} |", b / a);
     }
 

@@ -100,9 +100,9 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
             };
             let targets = [pids(&mut plain), pids(&mut quota)];
             let per = interleaved_cpu(tools, &targets, lua, body, &key, secs);
-            let (a, b) = (per[0][0], per[1][0]);
+            let (a, b) = (per[0].cpu[0], per[1].cpu[0]);
             let redis_cpu = if shared {
-                format!("{:.1} µs / {:.1} µs", per[0][1], per[1][1])
+                format!("{:.1} µs / {:.1} µs", per[0].cpu[1], per[1].cpu[1])
             } else {
                 "—".to_owned()
             };

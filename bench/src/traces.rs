@@ -61,9 +61,9 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
     );
     let _ = writeln!(
         report,
-        "| binary | off | traced, 100 % exported | ratio | collector down | ratio | collector stalled | ratio |"
+        "| binary | CPU per request, off | traced, 100 % exported | ratio | collector down | ratio | collector stalled | ratio | p99 latency: off / traced / down / stalled |"
     );
-    let _ = writeln!(report, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(report, "|---|---|---|---|---|---|---|---|---|");
     for (name, bin) in [
         ("chatgate-smol", &tools.smol),
         ("chatgate-tokio", &tools.tokio),
@@ -99,14 +99,18 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
             .map(|g| (g.listening_address(), vec![g.pid()]))
             .collect();
         let per = interleaved_cpu(tools, &targets, lua, body, key, secs);
-        let off = per[0][0];
+        let off = per[0].cpu[0];
         let cell = |v: f64| format!("{v:.1} µs | {:.2}", v / off);
         let _ = writeln!(
             report,
-            "| {name} | {off:.1} µs | {} | {} | {} |",
-            cell(per[1][0]),
-            cell(per[2][0]),
-            cell(per[3][0])
+            "| {name} | {off:.1} µs | {} | {} | {} | {:.2} / {:.2} / {:.2} / {:.2} ms |",
+            cell(per[1].cpu[0]),
+            cell(per[2].cpu[0]),
+            cell(per[3].cpu[0]),
+            per[0].p99_ms,
+            per[1].p99_ms,
+            per[2].p99_ms,
+            per[3].p99_ms
         );
     }
     drop(stalled_listener);

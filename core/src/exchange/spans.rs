@@ -30,12 +30,37 @@ pub(super) struct RequestTrace {
 }
 
 /// What the provider's answer says it is.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default)]
 pub(super) struct ResponseIds {
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     model: Option<String>,
+}
+
+impl ResponseIds {
+    /// `id` and `model` from the members before `choices` (where every
+    /// OpenAI-compatible provider writes them), without parsing the rest:
+    /// a string member's value, read to its closing quote. An escaped
+    /// value, or one not found there, is left out.
+    fn read(json: &[u8]) -> ResponseIds {
+        let head = match memchr::memmem::find(json, b"\"choices\"") {
+            Some(i) => &json[..i],
+            None => json,
+        };
+        let member = |name: &[u8]| -> Option<String> {
+            let at = memchr::memmem::find(head, name)? + name.len();
+            let rest = head[at..].trim_ascii_start().strip_prefix(b":")?;
+            let rest = rest.trim_ascii_start().strip_prefix(b"\"")?;
+            let end = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[end] != b'"' || end > 256 {
+                return None;
+            }
+            std::str::from_utf8(&rest[..end]).ok().map(str::to_owned)
+        };
+        ResponseIds {
+            id: member(b"\"id\""),
+            model: member(b"\"model\""),
+        }
+    }
 }
 
 /// One provider attempt.
@@ -57,13 +82,7 @@ impl RequestTrace {
         if !self.sampled || self.response.is_some() {
             return;
         }
-        let start = json.iter().position(|&b| b == b'{');
-        let end = json.iter().rposition(|&b| b == b'}');
-        let ids = match (start, end) {
-            (Some(s), Some(e)) if s < e => serde_json::from_slice(&json[s..=e]).unwrap_or_default(),
-            _ => ResponseIds::default(),
-        };
-        self.response = Some(ids);
+        self.response = Some(ResponseIds::read(json));
     }
 
     /// The `traceparent` for the provider: the current attempt's span.
@@ -337,5 +356,28 @@ impl Connection {
             },
         );
         tracer.finish(spans);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ResponseIds;
+
+    #[test]
+    fn reads_the_answers_id_and_model_before_its_choices() {
+        let r = ResponseIds::read(
+            br#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model" : "m-1","choices":[{"id":"x","model":"y"}]}"#,
+        );
+        assert_eq!(
+            (r.id.as_deref(), r.model.as_deref()),
+            (Some("chatcmpl-1"), Some("m-1"))
+        );
+        // After choices, escaped, or not a string: left out.
+        let r = ResponseIds::read(br#"{"choices":[],"id":"late","model":"m"}"#);
+        assert_eq!((r.id, r.model), (None, None));
+        let r = ResponseIds::read(br#"{"id":"a\"b","model":7}"#);
+        assert_eq!((r.id, r.model), (None, None));
+        let r = ResponseIds::read(b"not json");
+        assert_eq!((r.id, r.model), (None, None));
     }
 }

@@ -211,16 +211,33 @@ fn any_value(out: &mut Vec<u8>, v: &Value) {
     }
 }
 
-/// A length-delimited field whose content `f` writes: written in place,
-/// then its length put in front.
+/// A length-delimited field whose content `f` writes: written in place
+/// after a one-byte length, which grows (the content moved along) only for
+/// content of 128 bytes or more.
 fn message(out: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>)) {
     key(out, field, LEN);
     let at = out.len();
+    out.push(0);
     f(out);
-    let len = out.len() - at;
-    let mut prefix = Vec::with_capacity(5);
-    varint(&mut prefix, len as u64);
-    out.splice(at..at, prefix);
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+        return;
+    }
+    let mut prefix = [0u8; 10];
+    let mut n = 0;
+    let mut v = len as u64;
+    while v >= 0x80 {
+        prefix[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    prefix[n] = v as u8;
+    n += 1;
+    let end = out.len();
+    out.resize(end + n - 1, 0);
+    out.copy_within(at + 1..end, at + n);
+    out[at..at + n].copy_from_slice(&prefix[..n]);
 }
 
 /// A string field, left out when empty (proto3 implicit presence).
@@ -423,11 +440,18 @@ mod tests {
 
     #[test]
     fn long_messages_get_multi_byte_lengths() {
-        let mut s = sample_span();
-        s.name = "x".repeat(300);
-        let mut out = Vec::new();
-        message(&mut out, 2, |out| span(out, &s));
-        let inner = one(&out, 2);
-        assert_eq!(one(&inner, 5).len(), 300);
+        for n in [127, 128, 300, 20_000] {
+            let mut s = sample_span();
+            s.name = "x".repeat(n);
+            let mut out = Vec::new();
+            message(&mut out, 2, |out| span(out, &s));
+            let inner = one(&out, 2);
+            assert_eq!(one(&inner, 5).len(), n);
+            assert_eq!(
+                one(&inner, 16),
+                0x301u32.to_le_bytes(),
+                "the last field intact"
+            );
+        }
     }
 }
