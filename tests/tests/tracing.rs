@@ -76,9 +76,19 @@ fn children<'a>(spans: &'a [Json], parent: &Json) -> Vec<&'a Json> {
 fn a_request_continues_the_clients_trace_and_its_spans_match_the_ledger(bin: &str) {
     let receiver = OtlpReceiver::start();
     let sim = Sim::start(bin, &[], &[]);
-    let gw = traced(bin, &sim.url(), &receiver.url(), &[]);
+    let gw = traced(
+        bin,
+        &sim.url(),
+        &receiver.url(),
+        &["--otlp-headers", "x-team=a%20b,x-other=1"],
+    );
     let extra = format!("traceparent: {TP}\r\ntracestate: rojo=00f067aa0ba902b7\r\n");
-    let r = with_headers(&gw, &gw.key, &extra, &body(r#""max_tokens":20"#));
+    let r = with_headers(
+        &gw,
+        &gw.key,
+        &extra,
+        &body(r#""max_tokens":20,"temperature":0.7,"top_p":null"#),
+    );
     assert_eq!(r.status, 200);
     let r = with_headers(&gw, &gw.key, &extra, &stream_body(""));
     assert_eq!(r.status, 200);
@@ -87,6 +97,12 @@ fn a_request_continues_the_clients_trace_and_its_spans_match_the_ledger(bin: &st
     assert_eq!(r.status, 200);
     let ledger = gw.ledger_len(3);
     let spans = spans(&receiver, 6);
+    // The configured headers went with every export.
+    let stats = receiver.stats();
+    let sent = &stats["headers"][0];
+    assert_eq!(sent["x-team"], "a b", "{stats}");
+    assert_eq!(sent["x-other"], "1");
+    assert_eq!(sent["content-type"], "application/x-protobuf");
     let journal = sim.journal();
     for (i, line) in ledger.iter().enumerate() {
         let s = server_span(&spans, &line.request_id);
@@ -115,6 +131,14 @@ fn a_request_continues_the_clients_trace_and_its_spans_match_the_ledger(bin: &st
         );
         assert_eq!(s["status"]["code"], "unset");
         assert_eq!(s["events"][0]["name"], "first_byte");
+        if i == 0 {
+            assert_eq!(a["gen_ai.request.temperature"], 0.7);
+            assert_eq!(a["gen_ai.request.max_tokens"], 20);
+            assert!(
+                a.get("gen_ai.request.top_p").is_none(),
+                "null is not a value"
+            );
+        }
         // What the provider's answer says it is.
         assert_eq!(a["gen_ai.response.model"], "reasoning-model-k3");
         assert!(

@@ -82,6 +82,9 @@ impl Connection {
     /// The first attempt's request, from the validated body.
     fn first_request(&mut self, endpoint: &Endpoint) {
         let req = self.req.as_mut().expect("request in progress");
+        if let Some(t) = req.trace.as_mut() {
+            t.note_request(&req.body);
+        }
         let chat = req.chat.as_ref().expect("validated");
         let body = chat.upstream_body(&req.body);
         let (out, body_at) = match endpoint.config().model.as_deref() {

@@ -27,6 +27,17 @@ pub(super) struct RequestTrace {
     pub(super) attempts: Vec<AttemptTrace>,
     /// The answer's `id` and `model`, once read (sampled traces only).
     pub(super) response: Option<ResponseIds>,
+    /// The request's `temperature` and `top_p` (sampled traces only).
+    pub(super) sampling: Sampling,
+}
+
+/// The sampling parameters a request set.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct Sampling {
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
 }
 
 /// What the provider's answer says it is.
@@ -85,6 +96,14 @@ impl RequestTrace {
         self.response = Some(ResponseIds::read(json));
     }
 
+    /// Reads the validated body's `temperature` and `top_p` (only for a
+    /// sampled trace: the rest of the body is skimmed, not kept).
+    pub(super) fn note_request(&mut self, body: &[u8]) {
+        if self.sampled {
+            self.sampling = serde_json::from_slice(body).unwrap_or_default();
+        }
+    }
+
     /// The `traceparent` for the provider: the current attempt's span.
     pub(super) fn provider_traceparent(&self) -> Option<String> {
         let a = self.attempts.last()?;
@@ -120,6 +139,7 @@ impl Connection {
             sampled,
             attempts: Vec::new(),
             response: None,
+            sampling: Sampling::default(),
         }))
     }
 
@@ -209,6 +229,12 @@ impl Connection {
             attributes.push(("gen_ai.request.stream", Value::Bool(chat.stream)));
             if let Some(m) = chat.max_tokens {
                 attributes.push(("gen_ai.request.max_tokens", Value::Int(m as i64)));
+            }
+            if let Some(t) = t.sampling.temperature {
+                attributes.push(("gen_ai.request.temperature", Value::Double(t)));
+            }
+            if let Some(p) = t.sampling.top_p {
+                attributes.push(("gen_ai.request.top_p", Value::Double(p)));
             }
         }
         if let Some(key) = &req.key {
