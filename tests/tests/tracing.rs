@@ -13,6 +13,7 @@ cases!(
     a_request_continues_the_clients_trace_and_its_spans_match_the_ledger,
     refusals_failures_failover_and_cut_streams_are_marked,
     sampling_keeps_its_ratio_and_a_missing_or_stalled_collector_costs_nothing,
+    exports_over_tls_trusting_what_the_provider_is_trusted_with,
 );
 
 const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -453,4 +454,24 @@ fn the_core_encoding_decodes_with_the_official_definitions() {
     assert_eq!(receiver.post(b"\xff\xff\xff"), 400);
     assert_eq!(receiver.stats()["bad"], 1);
     assert_eq!(receiver.stats()["exports"], 1);
+}
+
+fn exports_over_tls_trusting_what_the_provider_is_trusted_with(bin: &str) {
+    let receiver = OtlpReceiver::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let good = certs(&["localhost"]);
+    let proxy = tls_proxy(&good, receiver.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &good.ca_pem).unwrap();
+    let url = format!("https://localhost:{}", proxy.port());
+    let gw = traced(
+        bin,
+        &sim.url(),
+        &url,
+        &["--upstream-ca", ca.to_str().unwrap()],
+    );
+    assert_eq!(gw.chat(&body("")).status, 200);
+    let got = spans(&receiver, 2);
+    assert!(got.iter().any(|s| s["kind"] == "server"), "{got:#?}");
 }
