@@ -423,7 +423,7 @@ fn run_bound<R: Runtime>(
     if let Some(l) = &shared.shared_limits {
         rt.spawn(Arc::clone(l).renew_leases());
     }
-    if let Some((export, ca)) = otlp {
+    if let Some((export, ca)) = otlp.clone() {
         rt.spawn(crate::otlp::run(
             rt.clone(),
             Arc::clone(&shared.gateway),
@@ -446,7 +446,18 @@ fn run_bound<R: Runtime>(
     let _ = std::io::stdout().flush();
     let shipper = ledger_postgres
         .map(|(url, path)| crate::pgledger::start(url, path, Arc::clone(&shared.gateway)));
+    let gateway = Arc::clone(&shared.gateway);
     rt.block_on(run_gateway(shared, listener, stop));
+    if let Some((export, ca)) = otlp {
+        // The spans of the requests the drain finished, before exit.
+        rt.block_on(crate::otlp::flush(
+            rt.clone(),
+            gateway,
+            export,
+            ca,
+            Duration::from_secs(5),
+        ));
+    }
     if let Some((state, thread)) = shipper {
         // A last pass ships what the drain appended; what PostgreSQL cannot
         // take now stays in the local ledger for the next start.

@@ -70,9 +70,14 @@ pub async fn run<R: Runtime>(
     let mut body = Vec::new();
     loop {
         rt.timer(std::time::Instant::now() + TICK).await;
-        waited += TICK;
         let waiting = tracer.waiting();
-        if waiting == 0 || (waiting < BATCH && waited < LINGER) {
+        // The linger counts from when spans began to wait.
+        if waiting == 0 {
+            waited = Duration::ZERO;
+            continue;
+        }
+        waited += TICK;
+        if waiting < BATCH && waited < LINGER {
             continue;
         }
         waited = Duration::ZERO;
@@ -116,6 +121,55 @@ pub async fn run<R: Runtime>(
                     collector = export.display_url().as_str(),
                     "trace export failed, spans dropped: {outcome}"
                 );
+            }
+        }
+    }
+}
+
+/// At shutdown, after the drain: what is still queued, sent once (no
+/// retries) within `within`; what cannot be sent in time is dropped and
+/// counted.
+pub async fn flush<R: Runtime>(
+    rt: R,
+    gateway: Arc<Gateway>,
+    export: OtlpExport,
+    extra_ca: Option<String>,
+    within: Duration,
+) {
+    let Some(tracer) = gateway.tracer() else {
+        return;
+    };
+    if tracer.waiting() == 0 {
+        return;
+    }
+    let Ok(connector) = Connector::new(
+        rt.clone(),
+        export.target.clone(),
+        extra_ca.as_deref(),
+        1,
+        within,
+    ) else {
+        tracer.lost(tracer.waiting());
+        return;
+    };
+    let head = request_head(&export);
+    let deadline = std::time::Instant::now() + within;
+    let mut body = Vec::new();
+    loop {
+        let spans = tracer.take(BATCH);
+        if spans.is_empty() {
+            return;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        body.clear();
+        encode_export(&tracer.settings().source, &spans, &mut body);
+        match send(&rt, &connector, &head, &body, left.min(export.timeout)).await {
+            Sent::Ok => tracer.exported(spans.len()),
+            Sent::Retry(why, _) | Sent::Refused(why) => {
+                tracer.lost(spans.len() + tracer.waiting());
+                let _ = tracer.take(usize::MAX);
+                tracing::warn!(spans = spans.len(), "traces not flushed at shutdown: {why}");
+                return;
             }
         }
     }

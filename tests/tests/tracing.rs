@@ -14,6 +14,7 @@ cases!(
     refusals_failures_failover_and_cut_streams_are_marked,
     sampling_keeps_its_ratio_and_a_missing_or_stalled_collector_costs_nothing,
     exports_over_tls_trusting_what_the_provider_is_trusted_with,
+    the_last_spans_are_sent_on_shutdown,
 );
 
 const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -474,4 +475,19 @@ fn exports_over_tls_trusting_what_the_provider_is_trusted_with(bin: &str) {
     assert_eq!(gw.chat(&body("")).status, 200);
     let got = spans(&receiver, 2);
     assert!(got.iter().any(|s| s["kind"] == "server"), "{got:#?}");
+}
+
+fn the_last_spans_are_sent_on_shutdown(bin: &str) {
+    let receiver = OtlpReceiver::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = traced(bin, &sim.url(), &receiver.url(), &[]);
+    for _ in 0..3 {
+        assert_eq!(gw.chat(&body("")).status, 200);
+    }
+    // Within the exporter's one-second linger: only the flush at exit can
+    // send them (later, the exporter would have: the test still holds).
+    gw.proc.signal(libc::SIGTERM);
+    gw.proc.wait_exit(PATIENCE).expect("exits on SIGTERM");
+    let got = receiver.spans();
+    assert_eq!(got.len(), 6, "{got:#?}");
 }
