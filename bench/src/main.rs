@@ -440,42 +440,25 @@ fn main() {
         }
     }
 
-    if want("pool") {
-        let setup = pool::Setup {
-            tools: &tools,
-            dir: &dir,
-            sim: sim_addr,
-            key: &key,
-            lua: &lua,
-            body: &nonstream,
-            secs,
-        };
-        pool::report(&mut report, &setup);
-    }
-
-    if want("quota") {
-        let setup = quota::Setup {
-            tools: &tools,
-            dir: &dir,
-            upstream: &upstream,
-            lua: &lua,
-            body: &nonstream,
-            secs,
-        };
-        quota::report(&mut report, &setup);
-    }
-
-    if want("traces") {
-        let setup = traces::Setup {
-            tools: &tools,
-            dir: &dir,
-            upstream: &upstream,
-            key: &key,
-            lua: &lua,
-            body: &nonstream,
-            secs,
-        };
-        traces::report(&mut report, &setup);
+    let setup = Setup {
+        tools: &tools,
+        dir: &dir,
+        sim: sim_addr,
+        upstream: &upstream,
+        key: &key,
+        lua: &lua,
+        body: &nonstream,
+        secs,
+    };
+    let extra: [(&str, Workload); 3] = [
+        ("pool", pool::report),
+        ("quota", quota::report),
+        ("traces", traces::report),
+    ];
+    for (name, run) in extra {
+        if want(name) {
+            run(&mut report, &setup);
+        }
     }
 
     drop((smol, tokio, nginx));
@@ -485,6 +468,23 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What the run already has, for the workloads in modules of their own:
+/// tools, its directory, the simulator (and its `/v1` URL), the key,
+/// wrk's script and the non-streamed body file, seconds per measurement.
+struct Setup<'a> {
+    tools: &'a Tools,
+    dir: &'a Path,
+    sim: SocketAddr,
+    upstream: &'a str,
+    key: &'a str,
+    lua: &'a Path,
+    body: &'a Path,
+    secs: u64,
+}
+
+/// A workload in a module of its own: appends its tables to the report.
+type Workload = fn(&mut String, &Setup<'_>);
 
 /// What [`interleaved_cpu`] measured of one target.
 struct Interleaved {
@@ -590,6 +590,17 @@ fn parse_args() -> Opts {
     opts
 }
 
+/// A program on PATH (or in the sbin directories).
+fn which(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not installed (bench/run.sh installs it)"))
+}
+
 struct Tools {
     smol: PathBuf,
     tokio: PathBuf,
@@ -599,15 +610,6 @@ struct Tools {
 
 impl Tools {
     fn find(bin_dir: &Path, needs_wrk: bool) -> Tools {
-        let which = |name: &str| -> PathBuf {
-            std::env::var_os("PATH")
-                .into_iter()
-                .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-                .unwrap_or_else(|| panic!("{name} is not installed (bench/run.sh installs it)"))
-        };
         let ours = |name: &str| {
             let p = bin_dir.join(name);
             assert!(

@@ -11,23 +11,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::procs::{Child, free_port};
-use crate::{NONSTREAM, Tools, args, gateway, interleaved_cpu, ms};
+use crate::{NONSTREAM, Setup, args, gateway, interleaved_cpu, ms};
 
 /// Rounds of the failover measurement (a fresh gateway each: its first
 /// request goes to the pool's first endpoint).
 const ROUNDS: usize = 15;
-
-/// What the run already has: tools, its directory, the simulator, the key,
-/// wrk's script and the non-streamed body file, seconds per measurement.
-pub struct Setup<'a> {
-    pub tools: &'a Tools,
-    pub dir: &'a Path,
-    pub sim: SocketAddr,
-    pub key: &'a str,
-    pub lua: &'a Path,
-    pub body: &'a Path,
-    pub secs: u64,
-}
 
 /// Appends the pool's tables to `report`.
 pub fn report(report: &mut String, s: &Setup<'_>) {
@@ -39,6 +27,7 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
         lua,
         body,
         secs,
+        ..
     } = *s;
     let upstream = format!("http://{sim}/v1");
     let three = write_pool(dir, "three", &[&upstream, &upstream, &upstream]);

@@ -6,10 +6,9 @@
 //! own CPU per request is reported beside the gateway's.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use crate::procs::{Child, free_port};
-use crate::{Tools, args, gateway_with, interleaved_cpu};
+use crate::{Setup, args, gateway_with, interleaved_cpu};
 
 /// The limits every key gets from the command line: the largest budget a
 /// key may have, and a cap above the load's 8 connections.
@@ -20,16 +19,6 @@ const QUOTA: &[&str] = &[
     "64",
 ];
 
-/// What the run already has (see `pool::Setup`).
-pub struct Setup<'a> {
-    pub tools: &'a Tools,
-    pub dir: &'a Path,
-    pub upstream: &'a str,
-    pub lua: &'a Path,
-    pub body: &'a Path,
-    pub secs: u64,
-}
-
 /// Appends the table to `report`.
 pub fn report(report: &mut String, s: &Setup<'_>) {
     let Setup {
@@ -39,13 +28,14 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
         lua,
         body,
         secs,
+        ..
     } = *s;
     // A key of its own: shared limits must stay within what the script
     // computes exactly (75 billion per minute).
     let dir = dir.join("quota");
     std::fs::create_dir_all(&dir).expect("quota directory");
     let key = crate::mint_key_with(&tools.smol, &dir, "50000000000");
-    let redis_bin = which_redis();
+    let redis_bin = crate::which("redis-server");
     let redis_port = free_port();
     let redis = Child::spawn(
         &redis_bin,
@@ -113,14 +103,4 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
             );
         }
     }
-}
-
-fn which_redis() -> std::path::PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .chain([std::path::PathBuf::from("/usr/bin")])
-        .map(|d| d.join("redis-server"))
-        .find(|p| p.is_file())
-        .expect("redis-server is not installed (bench/run.sh installs it)")
 }

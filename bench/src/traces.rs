@@ -7,21 +7,9 @@
 
 use std::fmt::Write as _;
 use std::net::TcpListener;
-use std::path::Path;
 
 use crate::procs::Child;
-use crate::{Tools, args, gateway_with, interleaved_cpu};
-
-/// What the run already has (see `pool::Setup`).
-pub struct Setup<'a> {
-    pub tools: &'a Tools,
-    pub dir: &'a Path,
-    pub upstream: &'a str,
-    pub key: &'a str,
-    pub lua: &'a Path,
-    pub body: &'a Path,
-    pub secs: u64,
-}
+use crate::{Setup, args, gateway_with, interleaved_cpu};
 
 /// Appends the table to `report`.
 pub fn report(report: &mut String, s: &Setup<'_>) {
@@ -33,6 +21,7 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
         lua,
         body,
         secs,
+        ..
     } = *s;
     let mut sink = Child::spawn(
         &tools.smol,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatgate_core::http::{BodyDecoder, Framing, HeadScanner, HttpLimits, parse_response_head};
-use chatgate_core::trace::encode_export;
+use chatgate_core::trace::{Span, Tracer, encode_export};
 use chatgate_core::{Gateway, OtlpExport};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
@@ -41,6 +41,72 @@ enum Sent {
     Refused(String),
 }
 
+/// A connection to the collector and what every export carries.
+struct Exporter<R: Runtime> {
+    rt: R,
+    connector: Connector<R>,
+    head: String,
+    timeout: Duration,
+    body: Vec<u8>,
+}
+
+impl<R: Runtime> Exporter<R> {
+    fn new(rt: R, export: &OtlpExport, extra_ca: Option<&str>) -> Result<Self, String> {
+        let connector = Connector::new(
+            rt.clone(),
+            export.target.clone(),
+            extra_ca,
+            2,
+            Duration::from_secs(30),
+        )?;
+        Ok(Exporter {
+            rt,
+            connector,
+            head: request_head(export),
+            timeout: export.timeout,
+            body: Vec::new(),
+        })
+    }
+
+    /// Encodes `spans` and posts them, up to `tries` times (waiting 0.5 s,
+    /// 1 s, 2 s… or the collector's `Retry-After` between them), each try
+    /// within `timeout`; counts them exported or lost. The last failure.
+    async fn export(
+        &mut self,
+        tracer: &Tracer,
+        spans: &[Span],
+        tries: u32,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        self.body.clear();
+        encode_export(&tracer.settings().source, spans, &mut self.body);
+        let mut delay = Duration::from_millis(500);
+        let mut outcome = String::new();
+        for attempt in 1..=tries {
+            match send(&self.rt, &self.connector, &self.head, &self.body, timeout).await {
+                Sent::Ok => {
+                    tracer.exported(spans.len());
+                    return Ok(());
+                }
+                Sent::Refused(why) => {
+                    outcome = why;
+                    break;
+                }
+                Sent::Retry(why, after) => {
+                    outcome = why;
+                    if attempt < tries {
+                        let wait = after.unwrap_or(delay).min(MAX_RETRY_AFTER);
+                        self.rt.timer(std::time::Instant::now() + wait).await;
+                        delay *= 2;
+                    }
+                }
+            }
+        }
+        tracer.lost(spans.len());
+        Err(outcome)
+    }
+}
+
 /// Runs the exporter for the life of the process.
 pub async fn run<R: Runtime>(
     rt: R,
@@ -48,14 +114,8 @@ pub async fn run<R: Runtime>(
     export: OtlpExport,
     extra_ca: Option<String>,
 ) {
-    let connector = match Connector::new(
-        rt.clone(),
-        export.target.clone(),
-        extra_ca.as_deref(),
-        2,
-        Duration::from_secs(30),
-    ) {
-        Ok(c) => c,
+    let mut exporter = match Exporter::new(rt.clone(), &export, extra_ca.as_deref()) {
+        Ok(e) => e,
         Err(e) => {
             tracing::error!("traces cannot be exported: {e}");
             return;
@@ -64,10 +124,8 @@ pub async fn run<R: Runtime>(
     let Some(tracer) = gateway.tracer() else {
         return;
     };
-    let head = request_head(&export);
     let mut waited = Duration::ZERO;
     let mut warned_at: Option<std::time::Instant> = None;
-    let mut body = Vec::new();
     loop {
         rt.timer(std::time::Instant::now() + TICK).await;
         let waiting = tracer.waiting();
@@ -82,35 +140,8 @@ pub async fn run<R: Runtime>(
         }
         waited = Duration::ZERO;
         let spans = tracer.take(BATCH);
-        body.clear();
-        encode_export(&tracer.settings().source, &spans, &mut body);
-        let mut delay = Duration::from_millis(500);
-        let mut outcome = String::new();
-        let mut sent = false;
-        for attempt in 1..=TRIES {
-            match send(&rt, &connector, &head, &body, export.timeout).await {
-                Sent::Ok => {
-                    sent = true;
-                    break;
-                }
-                Sent::Refused(why) => {
-                    outcome = why;
-                    break;
-                }
-                Sent::Retry(why, after) => {
-                    outcome = why;
-                    if attempt < TRIES {
-                        let wait = after.unwrap_or(delay).min(MAX_RETRY_AFTER);
-                        rt.timer(std::time::Instant::now() + wait).await;
-                        delay *= 2;
-                    }
-                }
-            }
-        }
-        if sent {
-            tracer.exported(spans.len());
-        } else {
-            tracer.lost(spans.len());
+        let timeout = exporter.timeout;
+        if let Err(outcome) = exporter.export(tracer, &spans, TRIES, timeout).await {
             // One warning per minute at most.
             let now = std::time::Instant::now();
             if warned_at.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60)) {
@@ -142,35 +173,26 @@ pub async fn flush<R: Runtime>(
     if tracer.waiting() == 0 {
         return;
     }
-    let Ok(connector) = Connector::new(
-        rt.clone(),
-        export.target.clone(),
-        extra_ca.as_deref(),
-        1,
-        within,
-    ) else {
+    let Ok(mut exporter) = Exporter::new(rt, &export, extra_ca.as_deref()) else {
         tracer.lost(tracer.waiting());
         return;
     };
-    let head = request_head(&export);
     let deadline = std::time::Instant::now() + within;
-    let mut body = Vec::new();
     loop {
         let spans = tracer.take(BATCH);
         if spans.is_empty() {
             return;
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        body.clear();
-        encode_export(&tracer.settings().source, &spans, &mut body);
-        match send(&rt, &connector, &head, &body, left.min(export.timeout)).await {
-            Sent::Ok => tracer.exported(spans.len()),
-            Sent::Retry(why, _) | Sent::Refused(why) => {
-                tracer.lost(spans.len() + tracer.waiting());
-                let _ = tracer.take(usize::MAX);
-                tracing::warn!(spans = spans.len(), "traces not flushed at shutdown: {why}");
-                return;
-            }
+        let timeout = left.min(exporter.timeout);
+        if let Err(why) = exporter.export(tracer, &spans, 1, timeout).await {
+            let rest = tracer.take(usize::MAX).len();
+            tracer.lost(rest);
+            tracing::warn!(
+                spans = spans.len() + rest,
+                "traces not flushed at shutdown: {why}"
+            );
+            return;
         }
     }
 }

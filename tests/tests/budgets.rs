@@ -255,6 +255,40 @@ fn set_on_each(bin: &str, gws: &[Gw], name: &str, flags: &[&str]) {
     }
 }
 
+/// Three instances (this binary, then both) sharing the key `shared`
+/// (limits high enough never to refuse) with `args` each.
+fn three_sharing(bin: &str, sim: &Sim, args: &[String]) -> Vec<Gw> {
+    gateways_sharing_a_key(
+        sim,
+        "shared",
+        1_000_000,
+        1_000_000_000,
+        &[
+            (bin, args.to_vec()),
+            ("chatgate-smol", args.to_vec()),
+            ("chatgate-tokio", args.to_vec()),
+        ],
+    )
+}
+
+/// A gateway whose keys get the in-flight cap `cap` and a queue of
+/// `timeout`.
+fn queueing(bin: &str, sim: &Sim, timeout: &str, cap: &str) -> Gw {
+    Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec![
+                "--queue-timeout".into(),
+                timeout.into(),
+                "--default-max-in-flight".into(),
+                cap.into(),
+            ],
+            ..GwOptions::default()
+        },
+    )
+}
+
 /// Sends `n` streamed requests at once (the `i`th `stagger` × `i` late);
 /// their responses in order.
 fn at_once(gw: &Gw, n: usize, stagger: Duration) -> Vec<Response> {
@@ -323,19 +357,7 @@ fn the_in_flight_cap_refuses_or_queues_in_order(bin: &str) {
     }
     drop(gw);
     // With a queue: all are served, two at a time, in the order they came.
-    let gw = Gw::start(
-        bin,
-        &sim.url(),
-        GwOptions {
-            args: vec![
-                "--queue-timeout".into(),
-                "60s".into(),
-                "--default-max-in-flight".into(),
-                "2".into(),
-            ],
-            ..GwOptions::default()
-        },
-    );
+    let gw = queueing(bin, &sim, "60s", "2");
     let got = at_once(&gw, 6, Duration::from_millis(150));
     assert!(
         got.iter().all(|r| r.status == 200),
@@ -363,19 +385,7 @@ fn the_in_flight_cap_refuses_or_queues_in_order(bin: &str) {
     assert!(waited >= 3, "four waited for a slot: {ledger:?}");
     // A queue timeout: the third of three waits 300 ms, then 429.
     drop(gw);
-    let gw = Gw::start(
-        bin,
-        &sim.url(),
-        GwOptions {
-            args: vec![
-                "--queue-timeout".into(),
-                "300ms".into(),
-                "--default-max-in-flight".into(),
-                "1".into(),
-            ],
-            ..GwOptions::default()
-        },
-    );
+    let gw = queueing(bin, &sim, "300ms", "1");
     let got = at_once(&gw, 3, Duration::from_millis(50));
     assert_eq!(got[0].status, 200);
     assert_eq!(got[2].status, 429);
@@ -403,17 +413,7 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
         "--ledger-postgres".into(),
         pg.url(),
     ];
-    let gws = gateways_sharing_a_key(
-        &sim,
-        "shared",
-        1_000_000,
-        1_000_000_000,
-        &[
-            (bin, args.clone()),
-            ("chatgate-smol", args.clone()),
-            ("chatgate-tokio", args.clone()),
-        ],
-    );
+    let gws = three_sharing(bin, &sim, &args);
     let usd = format!("{}.{:09}", budget / 1_000_000_000, budget % 1_000_000_000);
     set_on_each(bin, &gws, "shared", &["--budget-usd", &usd]);
     // 200 at once, spread over the three.
@@ -491,17 +491,7 @@ fn a_cap_holds_across_three_instances_and_a_killed_instance_gives_its_slots_back
         "--queue-timeout".into(),
         "60s".into(),
     ];
-    let mut gws = gateways_sharing_a_key(
-        &sim,
-        "shared",
-        1_000_000,
-        1_000_000_000,
-        &[
-            (bin, args.clone()),
-            ("chatgate-smol", args.clone()),
-            ("chatgate-tokio", args.clone()),
-        ],
-    );
+    let mut gws = three_sharing(bin, &sim, &args);
     set_on_each(bin, &gws, "shared", &["--max-in-flight", "2"]);
     // Nine streams at once over the three: all served, never more than two
     // at the provider.

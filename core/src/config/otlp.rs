@@ -37,16 +37,23 @@ pub(super) fn tracing(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
     };
+    // The signal's own variable, else the generic one; with its name.
+    let otel = |traces: &'static str, generic: &'static str| {
+        env(traces)
+            .map(|v| (v, traces))
+            .or_else(|| env(generic).map(|v| (v, generic)))
+    };
     // The URL: ours (a base, as OTEL_EXPORTER_OTLP_ENDPOINT), the
     // signal's own (as is), or the generic base.
     let (url, from) = match r.get("otlp_endpoint") {
-        Some((v, _)) => (base_to_traces(&v), "otlp_endpoint".to_owned()),
-        None => match env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-            Some(v) => (v, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".into()),
-            None => match env("OTEL_EXPORTER_OTLP_ENDPOINT") {
-                Some(v) => (base_to_traces(&v), "OTEL_EXPORTER_OTLP_ENDPOINT".into()),
-                None => return Ok(None),
-            },
+        Some((v, _)) => (base_to_traces(&v), "otlp_endpoint"),
+        None => match otel(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ) {
+            Some((v, from @ "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) => (v, from),
+            Some((v, from)) => (base_to_traces(&v), from),
+            None => return Ok(None),
         },
     };
     let mut target = UpstreamTarget::parse(&url)
@@ -55,26 +62,24 @@ pub(super) fn tracing(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)
         // A signal URL without a path posts to `/`, as the specification says.
         target.base_path = "/".into();
     }
-    let headers = match r.get("otlp_headers").map(|(v, _)| (v, "otlp_headers")) {
+    let headers = match r
+        .get("otlp_headers")
+        .map(|(v, _)| (v, "otlp_headers"))
+        .or_else(|| {
+            otel(
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                "OTEL_EXPORTER_OTLP_HEADERS",
+            )
+        }) {
         Some((v, from)) => parse_headers(&v).map_err(|e| ConfigError(format!("{from}: {e}")))?,
-        None => match env("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
-            .map(|v| (v, "OTEL_EXPORTER_OTLP_TRACES_HEADERS"))
-            .or_else(|| {
-                env("OTEL_EXPORTER_OTLP_HEADERS").map(|v| (v, "OTEL_EXPORTER_OTLP_HEADERS"))
-            }) {
-            Some((v, from)) => {
-                parse_headers(&v).map_err(|e| ConfigError(format!("{from}: {e}")))?
-            }
-            None => Vec::new(),
-        },
+        None => Vec::new(),
     };
     let timeout = match r.get("otlp_timeout") {
         Some(_) => r.duration("otlp_timeout")?,
-        None => match env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
-            .map(|v| (v, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"))
-            .or_else(|| {
-                env("OTEL_EXPORTER_OTLP_TIMEOUT").map(|v| (v, "OTEL_EXPORTER_OTLP_TIMEOUT"))
-            }) {
+        None => match otel(
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+        ) {
             Some((v, from)) => v
                 .parse::<u64>()
                 .ok()
@@ -99,25 +104,23 @@ pub(super) fn tracing(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)
         .or_else(|| env("OTEL_TRACES_SAMPLER_ARG"));
     let sampler = Sampler::parse(&sampler_name, sampler_arg.as_deref())
         .map_err(|e| ConfigError(format!("traces sampler: {e}")))?;
-    let mut resource = match env("OTEL_RESOURCE_ATTRIBUTES") {
-        Some(v) => parse_pairs(&v)
-            .map_err(|e| ConfigError(format!("OTEL_RESOURCE_ATTRIBUTES: {e}")))?
-            .into_iter()
-            .filter(|(k, _)| k != "service.name")
-            .map(|(k, v)| (k, Value::Str(v)))
-            .collect(),
+    let mut pairs = match env("OTEL_RESOURCE_ATTRIBUTES") {
+        Some(v) => {
+            parse_pairs(&v).map_err(|e| ConfigError(format!("OTEL_RESOURCE_ATTRIBUTES: {e}")))?
+        }
         None => Vec::new(),
     };
+    let named = pairs
+        .iter()
+        .position(|(k, _)| k == "service.name")
+        .map(|i| pairs.remove(i).1);
+    let mut resource: Vec<(String, Value)> =
+        pairs.into_iter().map(|(k, v)| (k, Value::Str(v))).collect();
     let service = r
         .get("service_name")
         .map(|(v, _)| v)
         .or_else(|| env("OTEL_SERVICE_NAME"))
-        .or_else(|| {
-            env("OTEL_RESOURCE_ATTRIBUTES")
-                .and_then(|v| parse_pairs(&v).ok())
-                .and_then(|p| p.into_iter().find(|(k, _)| k == "service.name"))
-                .map(|(_, v)| v)
-        })
+        .or(named)
         .unwrap_or_else(|| "chatgate".into());
     resource.insert(0, ("service.name".into(), Value::Str(service)));
     resource.push((

@@ -78,9 +78,7 @@ impl ResponseIds {
 #[derive(Debug)]
 pub(super) struct AttemptTrace {
     pub(super) span_id: SpanId,
-    pub(super) endpoint: String,
-    pub(super) host: String,
-    pub(super) port: u16,
+    pub(super) endpoint: std::sync::Arc<crate::endpoints::Endpoint>,
     pub(super) started: Instant,
     /// When and how it failed (a later attempt followed, or none could).
     pub(super) failed: Option<(Instant, String, Option<u16>)>,
@@ -152,12 +150,9 @@ impl Connection {
         let (Some(t), Some(endpoint)) = (req.trace.as_mut(), req.endpoint.as_ref()) else {
             return;
         };
-        let target = &endpoint.config().target;
         t.attempts.push(AttemptTrace {
             span_id: tracer.span_id(),
-            endpoint: endpoint.name().to_owned(),
-            host: target.host.clone(),
-            port: target.port,
+            endpoint: std::sync::Arc::clone(endpoint),
             started: now,
             failed: None,
         });
@@ -330,11 +325,15 @@ impl Connection {
                 None if i == last => (now, status.clone()),
                 None => (now, Status::Unset),
             };
+            let target = &a.endpoint.config().target;
             let mut attrs: Vec<Attribute> = vec![
                 ("gen_ai.operation.name", Value::Str("chat".into())),
-                ("chatgate.endpoint", Value::Str(a.endpoint.clone())),
-                ("server.address", Value::Str(a.host.clone())),
-                ("server.port", Value::Int(i64::from(a.port))),
+                (
+                    "chatgate.endpoint",
+                    Value::Str(a.endpoint.name().to_owned()),
+                ),
+                ("server.address", Value::Str(target.host.clone())),
+                ("server.port", Value::Int(i64::from(target.port))),
             ];
             if !model.is_empty() {
                 attrs.push(("gen_ai.request.model", Value::Str(model.clone())));
