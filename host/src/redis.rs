@@ -57,7 +57,17 @@ pub struct SharedLimiter<R: Runtime> {
     spend: SpendSource,
     /// This instance's live leases, by client key (with its limits).
     leases: Mutex<HashMap<String, (Limits, HashSet<String>)>>,
+    /// Held while a key's spend is rebuilt: a burst of first requests
+    /// reads the ledger once, not once each (which could exhaust
+    /// PostgreSQL's connections and leave each to the fallback). It keeps
+    /// the last failed rebuild, so that the requests queued behind it do
+    /// not each wait for the same failure again.
+    seeding: async_lock::Mutex<Option<(std::time::Instant, String)>>,
 }
+
+/// How long a failed rebuild answers for the admissions that queued
+/// behind it.
+const SEED_FAILURE_HOLDS: Duration = Duration::from_secs(1);
 
 impl<R: Runtime> SharedLimiter<R> {
     /// A limiter on `url`; `extra_ca` is trusted for `rediss://` too.
@@ -85,6 +95,7 @@ impl<R: Runtime> SharedLimiter<R> {
             timeout,
             spend,
             leases: Mutex::new(HashMap::new()),
+            seeding: async_lock::Mutex::new(None),
         })
     }
 
@@ -103,8 +114,22 @@ impl<R: Runtime> SharedLimiter<R> {
         let op = ScriptOp::Admit { tokens: ask.tokens };
         let mut out = self.call(op, &ask.key, ask.limits, &quota).await?;
         if out == ScriptOutcome::Unseeded {
-            self.seed(&ask.key, ask.limits, ask.unix_ms).await?;
+            let mut last_failure = self.seeding.lock().await;
+            // Whoever held the lock may have seeded this key meanwhile.
             out = self.call(op, &ask.key, ask.limits, &quota).await?;
+            if out == ScriptOutcome::Unseeded {
+                if let Some((at, e)) = last_failure.as_ref()
+                    && at.elapsed() < SEED_FAILURE_HOLDS
+                {
+                    return Err(e.clone());
+                }
+                if let Err(e) = self.seed(&ask.key, ask.limits, ask.unix_ms).await {
+                    *last_failure = Some((std::time::Instant::now(), e.clone()));
+                    return Err(e);
+                }
+                *last_failure = None;
+                out = self.call(op, &ask.key, ask.limits, &quota).await?;
+            }
         }
         let refusal = match out {
             ScriptOutcome::Admitted(a) => {

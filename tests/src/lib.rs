@@ -1069,6 +1069,10 @@ impl PgServer {
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            // Fewer connections than initdb picks on a roomy machine, about
+            // what it picks in a small container: a gateway that opens one
+            // per request fails here, not only there.
+            .args(["-c", "max_connections=20"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -424,6 +424,16 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
     for r in got.iter().filter(|r| r.status != 200) {
         assert_quota_refusal(r);
     }
+    // Redis decided every admission: the burst's first requests found the
+    // spend missing and each instance rebuilt it from PostgreSQL once
+    // (the test server allows 20 connections), none fell back to its
+    // local limits.
+    for gw in &gws {
+        let log = gw.proc.stderr();
+        assert!(!log.contains("shared rate limiter unreachable"), "{log}");
+        let rebuilt = log.matches("rebuilt from the ledger").count();
+        assert!(rebuilt <= 1, "{rebuilt} rebuilds:\n{log}");
+    }
     // Each answer costs exactly its reservation: what the budget allows.
     assert_eq!(admitted, fits);
     let spent: u64 = gws
