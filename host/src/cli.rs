@@ -185,8 +185,13 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
-/// Parses the command line and runs the chosen command on `rt`.
-pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
+/// Parses the command line and runs the chosen command on the runtime
+/// `runtime(threads)` builds: `threads` is `serve`'s `--worker-threads`
+/// (`None`: one per core, as for every other command).
+pub fn main<R: Runtime>(
+    runtime: impl FnOnce(Option<usize>) -> Result<R, String>,
+    bin: &'static str,
+) -> ExitCode {
     let matches = match command(bin).try_get_matches() {
         Ok(m) => m,
         Err(e) => {
@@ -194,8 +199,11 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_CONFIG } else { 0 });
         }
     };
+    let started = |threads: Option<usize>| {
+        runtime(threads).map_err(|e| fail(format!("cannot start the runtime: {e}")))
+    };
     let code = match matches.subcommand() {
-        Some(("serve", m)) => serve(rt, m, bin),
+        Some(("serve", m)) => serve(started, m, bin),
         Some(("keys", m)) => match m.subcommand() {
             Some(("new", m)) => keys_new(m),
             Some(("list", m)) => keys_list(m),
@@ -205,16 +213,20 @@ pub fn main<R: Runtime>(rt: R, bin: &'static str) -> ExitCode {
             _ => fail("unknown keys command"),
         },
         Some(("usage", m)) => usage(m),
-        Some(("demo", m)) => demo(rt, m),
-        Some(("sim", m)) => sim(rt, m),
+        Some(("demo", m)) => started(None).map_or_else(|code| code, |rt| demo(rt, m)),
+        Some(("sim", m)) => started(None).map_or_else(|code| code, |rt| sim(rt, m)),
         _ => fail("unknown command"),
     };
     crate::logging::flush();
     code
 }
 
-fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
-    match start_serving(rt, m, bin) {
+fn serve<R: Runtime>(
+    runtime: impl FnOnce(Option<usize>) -> Result<R, ExitCode>,
+    m: &ArgMatches,
+    bin: &str,
+) -> ExitCode {
+    match start_serving(runtime, m, bin) {
         Ok(code) => code,
         Err(e) => fail(e),
     }
@@ -223,12 +235,20 @@ fn serve<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> ExitCode {
 /// `serve`: resolves the configuration, loads the keys, opens the ledger,
 /// the provider connector, the listeners and the shared limiter, then
 /// serves until a signal; `Err` is a start-up problem, in one line.
-fn start_serving<R: Runtime>(rt: R, m: &ArgMatches, bin: &str) -> Result<ExitCode, String> {
+fn start_serving<R: Runtime>(
+    runtime: impl FnOnce(Option<usize>) -> Result<R, ExitCode>,
+    m: &ArgMatches,
+    bin: &str,
+) -> Result<ExitCode, String> {
     // Stamped before the reads: a change that lands between a read and
     // its watcher's first look is still a change.
     let config_stamp = config_path(m).and_then(|p| crate::keys::stamp(&p));
     let cfg = resolve_serve_config(m)?;
     init_logging(&cfg.log_level, cfg.log_json);
+    let rt = match runtime(cfg.worker_threads) {
+        Ok(rt) => rt,
+        Err(code) => return Ok(code),
+    };
     let keys_stamp = crate::keys::stamp(&cfg.keys_path);
     let keys = load_keys(&cfg, bin)?;
     let summary = cfg.summary(keys.len());

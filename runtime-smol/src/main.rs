@@ -23,17 +23,19 @@ struct Smol {
 }
 
 impl Smol {
-    fn new() -> Smol {
+    /// The executor run by `threads` threads (`None`: one per core).
+    fn new(threads: Option<usize>) -> Result<Smol, String> {
         let ex = Arc::new(Executor::new());
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads =
+            threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         for i in 0..threads {
             let ex = Arc::clone(&ex);
             std::thread::Builder::new()
                 .name(format!("chatgate-{i}"))
                 .spawn(move || async_io::block_on(ex.run(future::pending::<()>())))
-                .expect("spawn executor thread");
+                .map_err(|e| format!("cannot start executor thread {i}: {e}"))?;
         }
-        Smol { ex }
+        Ok(Smol { ex })
     }
 }
 
@@ -115,7 +117,7 @@ impl Runtime for Smol {
 }
 
 fn main() -> ExitCode {
-    chatgate_host::main(Smol::new(), "chatgate-smol")
+    chatgate_host::main(Smol::new, "chatgate-smol")
 }
 
 /// mimalloc: per-thread free lists make the dozen or so small allocations

@@ -101,20 +101,23 @@ impl Runtime for Tokio {
 }
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("chatgate: cannot start the tokio runtime: {e}");
-            return ExitCode::from(chatgate_host::EXIT_CONFIG);
-        }
-    };
-    let rt = Tokio {
-        handle: runtime.handle().clone(),
-    };
-    chatgate_host::main(rt, "chatgate-tokio")
+    // The runtime outlives `main`'s work: kept here, dropped at exit.
+    let mut runtime = None;
+    chatgate_host::main(
+        |threads: Option<usize>| {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = threads {
+                b.worker_threads(n);
+            }
+            let r = b.enable_all().build().map_err(|e| e.to_string())?;
+            let rt = Tokio {
+                handle: r.handle().clone(),
+            };
+            runtime = Some(r);
+            Ok(rt)
+        },
+        "chatgate-tokio",
+    )
 }
 
 /// mimalloc: per-thread free lists make the dozen or so small allocations

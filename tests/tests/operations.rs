@@ -1,7 +1,7 @@
 //! Operating chatgate, through both binaries: exact metric values after a
 //! known sequence of requests, health and readiness, keys reloaded live
 //! (including a broken file), revoked and rotated, usage reports whose
-//! totals equal the ledger's, and start-up errors.
+//! totals equal the ledger's, start-up errors, and the worker threads.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -16,6 +16,7 @@ cases!(
     usage_report_totals_equal_the_ledger,
     startup_errors_say_what_is_wrong,
     ledger_rotation_with_sighup,
+    worker_threads_set_how_many_threads_serve,
 );
 
 /// A gateway with an admin listener; returns it and the admin address.
@@ -651,4 +652,99 @@ fn ledger_rotation_with_sighup(bin: &str) {
     assert!(fresh[0].stream);
     assert_eq!(std::fs::read_to_string(&moved).unwrap().lines().count(), 3);
     assert!(gw.alive_pid());
+}
+
+/// The threads of process `pid` that serve connections: smol's executor
+/// threads (`chatgate-N`) or tokio's workers (`tokio-rt-worker`).
+fn serving_threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|comm| {
+            let comm = comm.trim();
+            comm == "tokio-rt-worker"
+                || comm
+                    .strip_prefix("chatgate-")
+                    .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .count()
+}
+
+/// Waits until `n` threads serve (a thread names itself once it runs).
+fn threads_become(gw: &Gw, n: usize) {
+    let pid = gw.proc.pid();
+    eventually(&format!("{n} serving threads"), || {
+        serving_threads(pid) == n
+    });
+    // And no more come.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(serving_threads(pid), n);
+}
+
+fn worker_threads_set_how_many_threads_serve(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let with = |args: &[&str], env: &[(&str, &str)]| {
+        Gw::start(
+            bin,
+            &sim.url(),
+            GwOptions {
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..GwOptions::default()
+            },
+        )
+    };
+    let summary = |gw: &Gw| {
+        gw.proc
+            .stderr_when("the start-up line", |t| t.contains("starting:"))
+            .lines()
+            .find(|l| l.contains("starting:"))
+            .unwrap()
+            .to_owned()
+    };
+    // Three, from the flag: three threads serve, and say so.
+    let gw = with(&["--worker-threads", "3"], &[]);
+    assert!(
+        summary(&gw).contains("worker_threads=3"),
+        "{}",
+        summary(&gw)
+    );
+    threads_become(&gw, 3);
+    assert_eq!(gw.chat(&body("")).status, 200);
+    drop(gw);
+    // One, from the environment.
+    let gw = with(&[], &[("CHATGATE_WORKER_THREADS", "1")]);
+    assert!(summary(&gw).contains("worker_threads=1"));
+    threads_become(&gw, 1);
+    assert_eq!(gw.chat(&body("")).status, 200);
+    drop(gw);
+    // The default: one per core.
+    let gw = with(&[], &[]);
+    assert!(summary(&gw).contains("worker_threads=one per core"));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    threads_become(&gw, cores);
+    // Zero is refused in one line, before anything starts.
+    let keys = gw.dir.path().join("keys.toml");
+    let (code, _, err) = run(
+        bin,
+        &[
+            "serve",
+            "--upstream",
+            &sim.url(),
+            "--keys",
+            keys.to_str().unwrap(),
+            "--worker-threads",
+            "0",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--worker-threads") && err.contains("positive number"),
+        "{err}"
+    );
 }

@@ -60,6 +60,8 @@ pub struct ServeConfig {
     pub pool_idle_timeout: Duration,
     /// Where traces go, when tracing is on.
     pub otlp: Option<OtlpExport>,
+    /// Threads that serve connections (`None`: one per core).
+    pub worker_threads: Option<usize>,
     /// The gateway's configuration.
     pub gateway: GatewayConfig,
 }
@@ -172,6 +174,10 @@ impl ServeConfig {
             pool_max_idle: r.parse("pool_max_idle")?,
             pool_idle_timeout: r.duration("pool_idle_timeout")?,
             otlp,
+            worker_threads: match r.get("worker_threads") {
+                Some(_) => Some(positive(&r, "worker_threads")? as usize),
+                None => None,
+            },
             gateway,
         })
     }
@@ -182,7 +188,7 @@ impl ServeConfig {
         let t = &g.timeouts;
         format!(
             "listen={} admin={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
-             timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={}",
+             timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={} worker_threads={}",
             self.listen,
             self.admin_listen.as_deref().unwrap_or("off"),
             self.redis.as_ref().map_or_else(
@@ -224,6 +230,8 @@ impl ServeConfig {
             t.client_header,
             t.drain,
             g.max_connections,
+            self.worker_threads
+                .map_or_else(|| "one per core".to_owned(), |n| n.to_string()),
         )
     }
 }

@@ -127,6 +127,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Most open client connections; more get 503",
     ),
     s(
+        "worker_threads",
+        "N",
+        None,
+        "Threads that serve connections [default: one per core]",
+    ),
+    s(
         "default_rpm",
         "N",
         Some("60"),
