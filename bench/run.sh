@@ -2,7 +2,9 @@
 # The benchmarks, in one command: installs nginx and wrk (Debian packages)
 # if missing, builds the release binaries, and runs every workload against
 # the simulator direct, nginx as a plain proxy, chatgate-smol and
-# chatgate-tokio. Prints the tables; with --out FILE also writes them.
+# chatgate-tokio, then the lean comparison (a static nginx upstream, nginx
+# with one worker and no access log against chatgate with one worker
+# thread). Prints the tables; with --out FILE also writes them.
 #
 #   bench/run.sh                 # full run (about 7 minutes after the build)
 #   bench/run.sh --quick         # short run (about a minute)

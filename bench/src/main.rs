@@ -14,6 +14,7 @@
 //! on a shared, noisy machine.
 
 mod client;
+mod lean;
 mod pool;
 mod procs;
 mod quota;
@@ -59,8 +60,12 @@ fn main() {
     let opts = parse_args();
     let fd_limit = procs::raise_fd_limit();
     let needs_wrk = opts.only.as_deref().is_none_or(|o| {
-        o.split(',')
-            .any(|w| matches!(w, "nonstream" | "stream" | "pool" | "quota" | "traces"))
+        o.split(',').any(|w| {
+            matches!(
+                w,
+                "nonstream" | "stream" | "lean" | "pool" | "quota" | "traces"
+            )
+        })
     });
     let tools = Tools::find(&opts.bin_dir, needs_wrk);
     let dir = std::env::temp_dir().join(format!("chatgate-bench-{}", std::process::id()));
@@ -449,8 +454,10 @@ fn main() {
         lua: &lua,
         body: &nonstream,
         secs,
+        fd_limit,
     };
-    let extra: [(&str, Workload); 3] = [
+    let extra: [(&str, Workload); 4] = [
+        ("lean", lean::report),
         ("pool", pool::report),
         ("quota", quota::report),
         ("traces", traces::report),
@@ -471,7 +478,8 @@ fn main() {
 
 /// What the run already has, for the workloads in modules of their own:
 /// tools, its directory, the simulator (and its `/v1` URL), the key,
-/// wrk's script and the non-streamed body file, seconds per measurement.
+/// wrk's script and the non-streamed body file, seconds per measurement,
+/// the open-files limit.
 struct Setup<'a> {
     tools: &'a Tools,
     dir: &'a Path,
@@ -481,6 +489,7 @@ struct Setup<'a> {
     lua: &'a Path,
     body: &'a Path,
     secs: u64,
+    fd_limit: u64,
 }
 
 /// A workload in a module of its own: appends its tables to the report.
@@ -580,7 +589,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,pool]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,pool,quota,traces]"
                 );
                 std::process::exit(0);
             }
@@ -788,9 +797,24 @@ fn wrk(
     conns: u32,
     secs: u64,
 ) -> WrkResult {
+    wrk_threads(wrk, addr, lua, body, key, conns, secs, 2)
+}
+
+/// [`wrk`] with `threads` threads.
+#[allow(clippy::too_many_arguments)]
+fn wrk_threads(
+    wrk: &Path,
+    addr: SocketAddr,
+    lua: &Path,
+    body: &Path,
+    key: &str,
+    conns: u32,
+    secs: u64,
+    threads: u32,
+) -> WrkResult {
     let out = Command::new(wrk)
         .args([
-            "-t2",
+            format!("-t{threads}").as_str(),
             &format!("-c{conns}"),
             &format!("-d{secs}s"),
             "--latency",
