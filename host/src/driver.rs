@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use chatgate_core::Gateway;
+use chatgate_core::Instant;
 use chatgate_core::{Accept, Connection, Event, UpstreamFailure};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
@@ -120,6 +121,8 @@ struct Task<'s, R: Runtime> {
     admitting: Option<AdmitFuture<'s>>,
     /// Bytes written to the provider and not flushed yet.
     up_dirty: bool,
+    /// The time of the last clock reading (see [`Task::wait`]).
+    clock: Instant,
     alarm: Alarm<R>,
     drain: event_listener::EventListener,
     drain_seen: bool,
@@ -153,6 +156,7 @@ impl<'s, R: Runtime> Task<'s, R> {
             connecting: None,
             admitting: None,
             up_dirty: false,
+            clock: now(),
             alarm: Alarm::default(),
             drain,
             drain_seen,
@@ -179,7 +183,7 @@ impl<'s, R: Runtime> Task<'s, R> {
                     let connector = match shared.connectors.get(&endpoint) {
                         Ok(c) => c,
                         Err(failure) => {
-                            self.conn.handle_upstream_failure(now(), failure);
+                            self.conn.handle_upstream_failure(self.clock, failure);
                             continue;
                         }
                     };
@@ -207,11 +211,15 @@ impl<'s, R: Runtime> Task<'s, R> {
                     self.up_dirty = false;
                 }
                 Event::Ledger(record) => {
-                    let started = std::time::Instant::now();
-                    let ok = shared.ledger.append(&record.to_line());
-                    shared.gateway.metrics().ledger_write(started.elapsed(), ok);
+                    let line = record.to_line();
+                    let started = now();
+                    let ok = shared.ledger.append(&line);
+                    // The time after the write is the core's "now" too.
+                    self.clock = now();
+                    let took = self.clock.saturating_duration_since(started);
+                    shared.gateway.metrics().ledger_write(took, ok);
                     crate::logging::access(&record);
-                    self.conn.handle_ledger_written(now(), ok);
+                    self.conn.handle_ledger_written(self.clock, ok);
                 }
                 Event::Admit(ask) => {
                     let shared = Arc::clone(shared);
@@ -244,7 +252,7 @@ impl<'s, R: Runtime> Task<'s, R> {
         self.upstream = Some(s);
         self.upstream_from = Some(connector);
         self.ready_upstream();
-        self.conn.handle_upstream_connected(now(), reused);
+        self.conn.handle_upstream_connected(self.clock, reused);
     }
 
     /// Fresh or pooled, nothing comes on a provider connection before the
@@ -262,11 +270,31 @@ impl<'s, R: Runtime> Task<'s, R> {
         }
     }
 
-    /// Step 3: waits for the first of the sources to be ready.
+    /// Step 3: waits for the first of the sources to be ready. The clock
+    /// is read again only if the task had to wait: a source ready at once
+    /// is seen at the time of the last reading, a few microseconds of this
+    /// task's own work ago (nginx updates its time once per turn of its
+    /// event loop the same way). Reading the clock is not free: in a
+    /// virtual machine it is tens of nanoseconds, and a request has a
+    /// dozen wake-ups.
     async fn wait(&mut self) -> Wake {
         let want_client = self.conn.wants_client_read();
         let want_up = self.conn.wants_upstream_read();
-        future::poll_fn(|cx| self.poll_wake(cx, want_client, want_up)).await
+        let mut waited = false;
+        let wake = future::poll_fn(|cx| {
+            let p = self.poll_wake(cx, want_client, want_up);
+            waited |= p.is_pending();
+            p
+        })
+        .await;
+        // A timer is always judged by a fresh reading: one that expired
+        // during this task's own work is ready at once, and a stale time
+        // before its deadline would re-arm it for the same instant, again
+        // and again.
+        if waited || matches!(wake, Wake::Timeout) {
+            self.clock = now();
+        }
+        wake
     }
 
     /// Polls each source whose gate lets it through, in a fixed order:
@@ -370,7 +398,7 @@ impl<'s, R: Runtime> Task<'s, R> {
 
     /// Step 4: feeds what happened to the core.
     fn feed(&mut self, wake: Wake) {
-        let t = now();
+        let t = self.clock;
         let conn = &mut self.conn;
         match wake {
             Wake::Drain => {
