@@ -14,7 +14,7 @@
 //! a bucket may go into debt (down to minus one minute's worth), which delays
 //! the key's next requests until the refill has paid it back.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Mutex;
 
 use crate::quota::{Period, Quota};
@@ -319,7 +319,7 @@ impl KeyBuckets {
 /// The limits of every key, shared by all connections of a process.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
-    keys: Mutex<HashMap<String, KeyBuckets>>,
+    keys: Mutex<FxHashMap<String, KeyBuckets>>,
 }
 
 impl RateLimiter {

@@ -26,6 +26,7 @@ mod period;
 #[cfg(test)]
 mod tests;
 
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
@@ -221,7 +222,7 @@ impl KeyBook {
 /// Every key's spend, reservations and requests in flight in this process.
 #[derive(Debug, Default)]
 pub struct QuotaBook {
-    keys: Mutex<HashMap<String, KeyBook>>,
+    keys: Mutex<FxHashMap<String, KeyBook>>,
     tickets: std::sync::atomic::AtomicU64,
 }
 
