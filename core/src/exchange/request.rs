@@ -329,7 +329,7 @@ impl Connection {
         let presented = authorization?.as_bytes();
         let same = Arc::ptr_eq(table, keys)
             && value.len() == presented.len()
-            && constant_time_eq(value.as_bytes(), presented);
+            && crate::auth::constant_time_eq(value.as_bytes(), presented);
         same.then_some(*i)
     }
 
@@ -419,48 +419,5 @@ impl Connection {
             self.timers.set(Timer::ClientSend, now + send);
         }
         self.cout.extend_from_slice(bytes);
-    }
-}
-
-/// Whether `a` and `b` (of the same length) are equal, in a time that
-/// depends on their length only: the XOR of every 8-byte word (then of
-/// every remaining byte) is OR-ed into one accumulator, with no branch on
-/// the data, and only the accumulator is tested, once. subtle's
-/// `ct_eq` does the same a byte at a time behind an optimisation barrier
-/// for each (about 400 instructions for a 60-byte `Authorization` value);
-/// here the barrier is on the accumulator, once per word.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    debug_assert_eq!(a.len(), b.len());
-    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (wa.remainder(), wb.remainder());
-    let mut acc = 0u64;
-    for (x, y) in wa.zip(wb) {
-        let x = u64::from_ne_bytes(x.try_into().expect("8 bytes"));
-        let y = u64::from_ne_bytes(y.try_into().expect("8 bytes"));
-        acc = std::hint::black_box(acc | (x ^ y));
-    }
-    for (x, y) in ra.iter().zip(rb) {
-        acc |= u64::from(x ^ y);
-    }
-    std::hint::black_box(acc) == 0
-}
-
-#[cfg(test)]
-mod constant_time_tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn equal_and_unequal_at_every_position_and_length() {
-        for len in 0..40usize {
-            let a: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37)).collect();
-            assert!(constant_time_eq(&a, &a.clone()));
-            for at in 0..len {
-                for bit in [1u8, 0x80] {
-                    let mut b = a.clone();
-                    b[at] ^= bit;
-                    assert!(!constant_time_eq(&a, &b), "len {len} at {at}");
-                }
-            }
-        }
     }
 }
