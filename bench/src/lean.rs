@@ -21,8 +21,8 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use crate::procs::{Child, cpu_ticks, free_port, ticks_per_second, wait_accepting};
-use crate::{Setup, gateway_with, nginx_args, ratio, wrk_threads};
+use crate::procs::{Child, free_port, wait_accepting};
+use crate::{Setup, Target, gateway_with, measured, nginx_args, ratio, write_conf, wrk};
 
 /// The non-streamed answer's length, bytes.
 pub const COMPLETION_BYTES: usize = 460;
@@ -93,32 +93,24 @@ pub fn stream() -> String {
 
 /// The upstream: one nginx worker, two ports (the completion, the stream).
 fn write_upstream_conf(dir: &Path, completion_port: u16, stream_port: u16) -> std::path::PathBuf {
-    let d = dir.display();
     let root = dir.join("lean-static");
     std::fs::create_dir_all(&root).expect("static directory");
     std::fs::write(root.join("stream.sse"), stream()).expect("stream file");
-    let user = if rustix::process::getuid().is_root() {
-        "user root root;"
-    } else {
-        ""
-    };
-    let conf = format!(
-        "{user}\nworker_processes 1;\npid {d}/lean-up.pid;\nerror_log {d}/lean-up.error.log warn;\n\
-         events {{ worker_connections 4096; }}\n\
-         http {{\n  access_log off;\n  keepalive_requests 100000000;\n  \
-         client_body_temp_path {d}/lean-up.body; proxy_temp_path {d}/lean-up.proxy;\n  \
-         fastcgi_temp_path {d}/lean-up.fcgi; uwsgi_temp_path {d}/lean-up.uwsgi; scgi_temp_path {d}/lean-up.scgi;\n  \
-         server {{\n    listen 127.0.0.1:{completion_port};\n    location / {{\n      default_type application/json;\n      \
-         return 200 '{completion}';\n    }}\n  }}\n  \
-         server {{\n    listen 127.0.0.1:{stream_port};\n    root {root};\n    \
-         location / {{\n      types {{ }}\n      default_type text/event-stream;\n      try_files /stream.sse =404;\n      \
-         error_page 405 =200 $uri;\n    }}\n  }}\n}}\n",
-        completion = completion(),
-        root = root.display(),
-    );
-    let path = dir.join("lean-up.conf");
-    std::fs::write(&path, conf).expect("nginx config");
-    path
+    write_conf(
+        dir,
+        "lean-up",
+        "worker_processes 1;\nevents { worker_connections 4096; }",
+        &format!(
+            "  access_log off;\n  keepalive_requests 100000000;\n  \
+             server {{\n    listen 127.0.0.1:{completion_port};\n    location / {{\n      default_type application/json;\n      \
+             return 200 '{completion}';\n    }}\n  }}\n  \
+             server {{\n    listen 127.0.0.1:{stream_port};\n    root {root};\n    \
+             location / {{\n      types {{ }}\n      default_type text/event-stream;\n      try_files /stream.sse =404;\n      \
+             error_page 405 =200 $uri;\n    }}\n  }}\n",
+            completion = completion(),
+            root = root.display(),
+        ),
+    )
 }
 
 /// The reference proxy: one worker, no access log, an upstream keep-alive
@@ -129,25 +121,19 @@ fn write_proxy_conf(
     upstream: SocketAddr,
     fd_limit: u64,
 ) -> std::path::PathBuf {
-    let d = dir.display();
-    let user = if rustix::process::getuid().is_root() {
-        "user root root;"
-    } else {
-        ""
-    };
-    let conf = format!(
-        "{user}\nworker_processes 1;\nworker_rlimit_nofile {fd_limit};\npid {d}/lean-{port}.pid;\nerror_log {d}/lean-{port}.error.log warn;\n\
-         events {{ worker_connections 4096; }}\n\
-         http {{\n  access_log off;\n  keepalive_requests 100000000;\n  \
-         client_body_temp_path {d}/lean-{port}.body; proxy_temp_path {d}/lean-{port}.proxy;\n  \
-         fastcgi_temp_path {d}/lean-{port}.fcgi; uwsgi_temp_path {d}/lean-{port}.uwsgi; scgi_temp_path {d}/lean-{port}.scgi;\n  \
-         upstream up {{ server {upstream}; keepalive 64; keepalive_requests 100000000; }}\n  \
-         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://up;\n      proxy_http_version 1.1;\n      \
-         proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n}}\n"
-    );
-    let path = dir.join(format!("lean-{port}.conf"));
-    std::fs::write(&path, conf).expect("nginx config");
-    path
+    write_conf(
+        dir,
+        &format!("lean-{port}"),
+        &format!(
+            "worker_processes 1;\nworker_rlimit_nofile {fd_limit};\nevents {{ worker_connections 4096; }}"
+        ),
+        &format!(
+            "  access_log off;\n  keepalive_requests 100000000;\n  \
+             upstream up {{ server {upstream}; keepalive 64; keepalive_requests 100000000; }}\n  \
+             server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://up;\n      proxy_http_version 1.1;\n      \
+             proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n"
+        ),
+    )
 }
 
 /// Appends the lean tables to `report`: non-streamed and streamed, at 8
@@ -223,11 +209,12 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
         };
         let (smol, smol_addr) = lean_gateway(&tools.smol, "smol");
         let (tokio, tokio_addr) = lean_gateway(&tools.tokio, "tokio");
-        let targets: [(&str, SocketAddr, Vec<u32>); 4] = [
-            ("upstream direct", up, vec![]),
-            ("nginx (lean)", nginx_addr, worker),
-            ("chatgate-smol", smol_addr, vec![smol.pid()]),
-            ("chatgate-tokio", tokio_addr, vec![tokio.pid()]),
+        let target = |name, addr, pids| Target { name, addr, pids };
+        let targets = [
+            target("upstream direct", up, vec![]),
+            target("nginx (lean)", nginx_addr, worker),
+            target("chatgate-smol", smol_addr, vec![smol.pid()]),
+            target("chatgate-tokio", tokio_addr, vec![tokio.pid()]),
         ];
         for c in [8, 64] {
             let _ = writeln!(
@@ -240,14 +227,10 @@ pub fn report(report: &mut String, s: &Setup<'_>) {
             );
             let _ = writeln!(report, "|---|---|---|---|---|---|---|");
             let mut rows = Vec::new();
-            for (name, addr, pids) in &targets {
-                wrk_threads(&tools.wrk, *addr, lua, path, key, c, 2, 1);
-                let before = cpu_ticks(pids);
-                let r = wrk_threads(&tools.wrk, *addr, lua, path, key, c, secs, 1);
-                let cpu = cpu_ticks(pids) - before;
-                let per_req = (!pids.is_empty() && r.requests > 0)
-                    .then(|| cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests as f64);
-                rows.push((*name, r, per_req));
+            for t in &targets {
+                wrk(&tools.wrk, t.addr, lua, path, key, c, 2, 1);
+                let (r, per_req) = measured(&tools.wrk, t, lua, path, key, c, secs, 1);
+                rows.push((t.name, r, per_req));
             }
             let (nginx_cpu, nginx_p99) = (rows[1].2, rows[1].1.p99_ms);
             for (i, (name, r, per_req)) in rows.iter().enumerate() {

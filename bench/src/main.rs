@@ -140,7 +140,7 @@ fn main() {
     );
     if want("nonstream") || want("stream") {
         for t in &targets {
-            wrk(&tools.wrk, t.addr, &lua, &nonstream, &key, 8, 1);
+            wrk(&tools.wrk, t.addr, &lua, &nonstream, &key, 8, 1, 2);
         }
     }
 
@@ -168,14 +168,7 @@ fn main() {
             let _ = writeln!(report, "|---|---|---|---|---|---|");
             let mut rows = Vec::new();
             for t in &targets {
-                let before = cpu_ticks(&t.pids);
-                let r = wrk(&tools.wrk, t.addr, &lua, path, &key, c, secs);
-                let cpu = cpu_ticks(&t.pids) - before;
-                let per_req = if t.pids.is_empty() || r.requests == 0 {
-                    None
-                } else {
-                    Some(cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests as f64)
-                };
+                let (r, per_req) = measured(&tools.wrk, t, &lua, path, &key, c, secs, 2);
                 rows.push((t.name, r, per_req));
             }
             let nginx_cpu = rows[1].2;
@@ -518,7 +511,7 @@ fn interleaved_cpu(
 ) -> Vec<Interleaved> {
     const ROUNDS: usize = 2;
     for (addr, _) in targets {
-        wrk(&tools.wrk, *addr, lua, body, key, 8, 1);
+        wrk(&tools.wrk, *addr, lua, body, key, 8, 1, 2);
     }
     let mut out: Vec<Interleaved> = targets
         .iter()
@@ -530,7 +523,7 @@ fn interleaved_cpu(
     for _ in 0..ROUNDS {
         for (i, (addr, pids)) in targets.iter().enumerate() {
             let before: Vec<u64> = pids.iter().map(|p| cpu_ticks(&[*p])).collect();
-            let r = wrk(&tools.wrk, *addr, lua, body, key, 8, secs);
+            let r = wrk(&tools.wrk, *addr, lua, body, key, 8, secs, 2);
             for (j, p) in pids.iter().enumerate() {
                 let cpu = cpu_ticks(&[*p]) - before[j];
                 out[i].cpu[j] +=
@@ -744,10 +737,11 @@ fn nginx_args(dir: &Path, conf: &Path) -> Vec<String> {
     ]
 }
 
-/// The reference: nginx as a plain proxy, as its documentation recommends
-/// for streaming (HTTP/1.1 upstream keep-alive, no response buffering), one
-/// worker per core, an access log line per request like chatgate's.
-fn write_nginx_conf(dir: &Path, port: u16, sim: SocketAddr, fd_limit: u64, name: &str) -> PathBuf {
+/// Writes `dir/{name}.conf`: an nginx that runs as the current user (root
+/// needs saying), keeps its pid, error log and temporary files in `dir`,
+/// with `main` in the main context (workers, limits, `events`) and `http`
+/// in the `http` block.
+fn write_conf(dir: &Path, name: &str, main: &str, http: &str) -> PathBuf {
     let d = dir.display();
     let user = if rustix::process::getuid().is_root() {
         "user root root;"
@@ -755,17 +749,34 @@ fn write_nginx_conf(dir: &Path, port: u16, sim: SocketAddr, fd_limit: u64, name:
         ""
     };
     let conf = format!(
-        "{user}\nworker_processes auto;\nworker_rlimit_nofile {fd_limit};\npid {d}/{name}.pid;\nerror_log {d}/{name}.error.log warn;\n\
-         events {{ worker_connections 20000; }}\n\
-         http {{\n  access_log {d}/{name}.access.log;\n  client_body_temp_path {d}/{name}.body; proxy_temp_path {d}/{name}.proxy;\n  \
-         fastcgi_temp_path {d}/{name}.fcgi; uwsgi_temp_path {d}/{name}.uwsgi; scgi_temp_path {d}/{name}.scgi;\n  \
-         upstream sim {{ server {sim}; keepalive 1024; }}\n  \
-         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://sim;\n      proxy_http_version 1.1;\n      \
-         proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_read_timeout 900s;\n    }}\n  }}\n}}\n"
+        "{user}\n{main}\npid {d}/{name}.pid;\nerror_log {d}/{name}.error.log warn;\n\
+         http {{\n  client_body_temp_path {d}/{name}.body; proxy_temp_path {d}/{name}.proxy;\n  \
+         fastcgi_temp_path {d}/{name}.fcgi; uwsgi_temp_path {d}/{name}.uwsgi; scgi_temp_path {d}/{name}.scgi;\n\
+         {http}}}\n"
     );
     let path = dir.join(format!("{name}.conf"));
     std::fs::write(&path, conf).expect("nginx config");
     path
+}
+
+/// The reference: nginx as a plain proxy, as its documentation recommends
+/// for streaming (HTTP/1.1 upstream keep-alive, no response buffering), one
+/// worker per core, an access log line per request like chatgate's.
+fn write_nginx_conf(dir: &Path, port: u16, sim: SocketAddr, fd_limit: u64, name: &str) -> PathBuf {
+    let d = dir.display();
+    write_conf(
+        dir,
+        name,
+        &format!(
+            "worker_processes auto;\nworker_rlimit_nofile {fd_limit};\nevents {{ worker_connections 20000; }}"
+        ),
+        &format!(
+            "  access_log {d}/{name}.access.log;\n  \
+             upstream sim {{ server {sim}; keepalive 1024; }}\n  \
+             server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://sim;\n      proxy_http_version 1.1;\n      \
+             proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_read_timeout 900s;\n    }}\n  }}\n"
+        ),
+    )
 }
 
 fn write_lua(dir: &Path) -> PathBuf {
@@ -788,21 +799,9 @@ struct WrkResult {
     bad: u64,
 }
 
-fn wrk(
-    wrk: &Path,
-    addr: SocketAddr,
-    lua: &Path,
-    body: &Path,
-    key: &str,
-    conns: u32,
-    secs: u64,
-) -> WrkResult {
-    wrk_threads(wrk, addr, lua, body, key, conns, secs, 2)
-}
-
-/// [`wrk`] with `threads` threads.
+/// wrk with `threads` threads and `conns` connections for `secs`.
 #[allow(clippy::too_many_arguments)]
-fn wrk_threads(
+fn wrk(
     wrk: &Path,
     addr: SocketAddr,
     lua: &Path,
@@ -858,6 +857,27 @@ fn wrk_threads(
         p99_ms: pct("99%"),
         bad,
     }
+}
+
+/// A wrk run against `t` (see [`wrk`]), with the CPU time its processes
+/// spent per request, in µs (`None` for a target without processes).
+#[allow(clippy::too_many_arguments)]
+fn measured(
+    wrk_bin: &Path,
+    t: &Target,
+    lua: &Path,
+    body: &Path,
+    key: &str,
+    conns: u32,
+    secs: u64,
+    threads: u32,
+) -> (WrkResult, Option<f64>) {
+    let before = cpu_ticks(&t.pids);
+    let r = wrk(wrk_bin, t.addr, lua, body, key, conns, secs, threads);
+    let cpu = cpu_ticks(&t.pids) - before;
+    let per_req = (!t.pids.is_empty() && r.requests > 0)
+        .then(|| cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests as f64);
+    (r, per_req)
 }
 
 /// `538.00us`, `1.22ms`, `2.00s`, `1.00m` in milliseconds.
