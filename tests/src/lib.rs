@@ -908,21 +908,39 @@ impl RedisServer {
     /// Starts one (`redis-server` must be installed:
     /// `scripts/install-package.sh redis-server redis-server`).
     pub fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        RedisServer::start_on(port)
+        RedisServer::on_a_free_port(&[])
     }
 
     /// Starts one on `port` (to restart a stopped one at the same address).
     pub fn start_on(port: u16) -> RedisServer {
         RedisServer::launch(port, &[])
+            .unwrap_or_else(|| panic!("redis-server could not serve port {port}"))
+    }
+
+    /// On a port the kernel just said was free. Tests run in parallel, and
+    /// a port released by its probe can be handed to another test's probe
+    /// too: then one server cannot bind, and its test would talk to the
+    /// other test's server until that one stops (a connection reset
+    /// mid-test). A launch that is not the one serving is retried on
+    /// another port.
+    fn on_a_free_port(extra: &[&str]) -> RedisServer {
+        for _ in 0..10 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            if let Some(server) = RedisServer::launch(port, extra) {
+                return server;
+            }
+        }
+        panic!("redis-server could not get a port in ten tries");
     }
 
     /// `redis-server` on `port` with `extra` arguments, once it accepts
-    /// connections (killed on the way out if it never does).
-    fn launch(port: u16, extra: &[&str]) -> RedisServer {
+    /// connections; `None` (and stopped) if it exited instead, or if what
+    /// answers on the port is another process (`INFO`'s `process_id`, when
+    /// the server answers it without a password).
+    fn launch(port: u16, extra: &[&str]) -> Option<RedisServer> {
         let dir = tempfile::tempdir().expect("temp dir");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -936,17 +954,32 @@ impl RedisServer {
                 "redis-server is missing: run scripts/install-package.sh redis-server redis-server",
             );
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let server = RedisServer {
+        let mut server = RedisServer {
             child,
             addr,
             _dir: dir,
         };
         let deadline = Instant::now() + PATIENCE;
         while TcpStream::connect(addr).is_err() {
+            if !matches!(server.child.try_wait(), Ok(None)) {
+                return None;
+            }
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        server
+        let pid = server.child.id();
+        let info = RedisClient::connect(addr).cmd(&[b"INFO", b"server"]);
+        if let chatgate_core::RedisReply::Bulk(Some(text)) = info {
+            let text = String::from_utf8_lossy(&text);
+            let serving = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("process_id:"))
+                .and_then(|v| v.parse::<u32>().ok());
+            if serving != Some(pid) {
+                return None;
+            }
+        }
+        Some(server)
     }
 
     /// `redis://127.0.0.1:port`
@@ -1141,11 +1174,7 @@ impl RedisServer {
     /// Readiness is a `PING` answered (with `-NOAUTH` when a password is
     /// required), not just a connection accepted.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let server = RedisServer::launch(port, extra);
+        let server = RedisServer::on_a_free_port(extra);
         let mut c = RedisClient::connect(server.addr);
         assert!(
             matches!(
