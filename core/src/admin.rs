@@ -1,13 +1,15 @@
 //! The admin listener's answers: `/metrics` (Prometheus text), `/healthz`
 //! (the process answers), `/readyz` (it can serve: keys loaded, ledger
-//! writable, a provider endpoint not ejected and reachable) and
-//! `/upstreams` (each provider endpoint's state, as JSON). Pure: the runtime reads a request head,
-//! gathers a [`Readiness`] when asked, and writes the bytes returned here.
+//! writable, a provider endpoint not ejected and reachable), `/upstreams`
+//! (each provider endpoint's state, as JSON) and the console
+//! ([`crate::console`]). Pure: the runtime reads a request head (and a
+//! small body), gathers a [`Readiness`] when asked, and writes the bytes
+//! returned here.
 
+use crate::console::{Asking, ConsoleRoute, console_response, console_route};
 use crate::gateway::Gateway;
-use crate::http::HttpLimits;
 use crate::http::write::{self, header, header_u64};
-use crate::http::{Method, parse_request_head};
+use crate::http::{Framing, HttpLimits, Method, header_value, parse_request_head};
 use crate::time::Instant;
 
 /// What `/readyz` checks, gathered by the runtime.
@@ -31,7 +33,7 @@ impl Readiness {
 }
 
 /// What a request to the admin listener asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminRoute {
     /// `GET /metrics`.
     Metrics,
@@ -41,40 +43,93 @@ pub enum AdminRoute {
     Ready,
     /// `GET /upstreams`.
     Upstreams,
+    /// The console's page, files, login and data.
+    Console(ConsoleRoute),
     /// Anything else: answered at once.
     Other,
 }
 
-/// Routes a complete request head (`HEAD` is answered like `GET`, without
-/// a body).
-pub fn admin_route(head: &[u8]) -> (AdminRoute, bool) {
+/// Largest body read on the admin listener (the console's login form).
+pub const MAX_ADMIN_BODY: usize = 4096;
+
+/// A request head on the admin listener, routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminRequest {
+    /// What it asks for.
+    pub route: AdminRoute,
+    /// `HEAD`: answered like `GET`, without a body.
+    pub head_only: bool,
+    /// Body bytes to read before answering (`Content-Length`, at most
+    /// [`MAX_ADMIN_BODY`]; a longer or chunked body is answered without
+    /// being read).
+    pub body_len: usize,
+    authorization: Option<String>,
+    cookie: Option<String>,
+}
+
+/// Routes a complete request head.
+pub fn admin_route(head: &[u8]) -> AdminRequest {
+    let other = |head_only| AdminRequest {
+        route: AdminRoute::Other,
+        head_only,
+        body_len: 0,
+        authorization: None,
+        cookie: None,
+    };
     let Ok(h) = parse_request_head(head, &HttpLimits::default()) else {
-        return (AdminRoute::Other, false);
+        return other(false);
     };
     let head_only = h.method == Method::Head;
-    if !matches!(h.method, Method::Get | Method::Head) {
-        return (AdminRoute::Other, head_only);
-    }
-    let route = match h.path.as_str() {
-        "/metrics" => AdminRoute::Metrics,
-        "/healthz" => AdminRoute::Health,
-        "/readyz" => AdminRoute::Ready,
-        "/upstreams" => AdminRoute::Upstreams,
+    let get = matches!(h.method, Method::Get | Method::Head);
+    let route = match (get, h.path.as_str()) {
+        (true, "/metrics") => AdminRoute::Metrics,
+        (true, "/healthz") => AdminRoute::Health,
+        (true, "/readyz") => AdminRoute::Ready,
+        (true, "/upstreams") => AdminRoute::Upstreams,
+        (_, path) if get || h.method == Method::Post => match console_route(get, path) {
+            Some(r) => AdminRoute::Console(r),
+            None => AdminRoute::Other,
+        },
         _ => AdminRoute::Other,
     };
-    (route, head_only)
+    let body_len = match h.framing {
+        Framing::Length(n) if n <= MAX_ADMIN_BODY as u64 => n as usize,
+        _ => 0,
+    };
+    AdminRequest {
+        route,
+        head_only,
+        body_len,
+        authorization: h.authorization,
+        cookie: header_value(head, "cookie").map(|v| String::from_utf8_lossy(v).into_owned()),
+    }
 }
 
 /// The whole response (with `Connection: close`) to a routed request at
-/// `now`.
+/// `now`; `body` is its body as read, `fresh` 32 random bytes (a session
+/// id, if the request logs in to the console).
 pub fn admin_response(
-    route: AdminRoute,
-    head_only: bool,
+    req: &AdminRequest,
+    body: &[u8],
     gw: &Gateway,
     ready: Option<&Readiness>,
     now: Instant,
+    fresh: [u8; 32],
 ) -> Vec<u8> {
-    match route {
+    let head_only = req.head_only;
+    match &req.route {
+        AdminRoute::Console(route) => console_response(
+            route,
+            Asking {
+                head_only,
+                authorization: req.authorization.as_deref(),
+                cookie: req.cookie.as_deref(),
+                body,
+            },
+            gw,
+            now,
+            fresh,
+        ),
         AdminRoute::Upstreams => {
             let status = gw.endpoints().status(now, gw.wall());
             let mut body =
@@ -133,7 +188,7 @@ pub fn admin_response(
         AdminRoute::Other => respond(
             404,
             "text/plain; charset=utf-8",
-            b"not found: the admin listener serves /metrics, /healthz, /readyz and /upstreams\n",
+            b"not found: the admin listener serves /metrics, /healthz, /readyz, /upstreams and the console at /\n",
             head_only,
         ),
     }
@@ -158,27 +213,38 @@ mod tests {
 
     #[test]
     fn routes() {
+        let r = |h: &[u8]| {
+            let a = admin_route(h);
+            (a.route, a.head_only)
+        };
         assert_eq!(
-            admin_route(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"),
+            r(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"),
             (AdminRoute::Metrics, false)
         );
         assert_eq!(
-            admin_route(b"HEAD /readyz HTTP/1.1\r\nHost: a\r\n\r\n"),
+            r(b"HEAD /readyz HTTP/1.1\r\nHost: a\r\n\r\n"),
             (AdminRoute::Ready, true)
         );
         assert_eq!(
-            admin_route(b"GET /upstreams HTTP/1.1\r\nHost: a\r\n\r\n"),
+            r(b"GET /upstreams HTTP/1.1\r\nHost: a\r\n\r\n"),
             (AdminRoute::Upstreams, false)
         );
         assert_eq!(
-            admin_route(b"POST /healthz HTTP/1.1\r\nHost: a\r\n\r\n").0,
+            r(b"POST /healthz HTTP/1.1\r\nHost: a\r\n\r\n").0,
             AdminRoute::Other
         );
         assert_eq!(
-            admin_route(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n").0,
+            r(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n").0,
             AdminRoute::Other
         );
-        assert_eq!(admin_route(b"garbage\r\n\r\n").0, AdminRoute::Other);
+        assert_eq!(r(b"garbage\r\n\r\n").0, AdminRoute::Other);
+        let login = admin_route(
+            b"POST /login HTTP/1.1\r\nHost: a\r\nCookie: x=1\r\nContent-Length: 12\r\n\r\n",
+        );
+        assert_eq!(login.route, AdminRoute::Console(ConsoleRoute::Login));
+        assert_eq!((login.body_len, login.cookie.as_deref()), (12, Some("x=1")));
+        let big = admin_route(b"POST /login HTTP/1.1\r\nHost: a\r\nContent-Length: 99999\r\n\r\n");
+        assert_eq!(big.body_len, 0);
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub struct Gateway {
     draining: AtomicBool,
     endpoints: RwLock<Arc<EndpointSet>>,
     metrics: Metrics,
+    console: crate::console::Console,
     tracer: Option<crate::trace::Tracer>,
 }
 
@@ -79,6 +80,8 @@ impl Gateway {
             .trace
             .clone()
             .map(|t| crate::trace::Tracer::new(t, random.rotate_left(29) ^ 0x5851_f42d_4c95_7f2d));
+        let console =
+            crate::console::Console::new(config.console_token.as_ref().map(|t| t.expose()));
         Arc::new(Gateway {
             config,
             keys: RwLock::new(Arc::new(keys)),
@@ -93,6 +96,7 @@ impl Gateway {
             draining: AtomicBool::new(false),
             endpoints: RwLock::new(Arc::new(endpoints)),
             metrics,
+            console,
             tracer,
         })
     }
@@ -124,6 +128,29 @@ impl Gateway {
     /// The process's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The operator's console.
+    pub fn console(&self) -> &crate::console::Console {
+        &self.console
+    }
+
+    /// Samples the gauges the console charts (the runtime calls this about
+    /// once a second while the console is on).
+    pub fn sample_console(&self, now: crate::time::Instant) {
+        let unix_ms = self.wall.unix_ms(now);
+        let streams = u32::try_from(self.metrics.streams_open()).unwrap_or(u32::MAX);
+        self.console
+            .sample(unix_ms, self.requests_in_flight(unix_ms), streams);
+    }
+
+    /// Requests admitted and not yet finished, over every key.
+    pub fn requests_in_flight(&self, unix_ms: u64) -> u32 {
+        self.quota
+            .all(unix_ms)
+            .iter()
+            .map(|(_, s)| s.in_flight)
+            .fold(0, u32::saturating_add)
     }
 
     /// The Prometheus text exposition of the metrics.

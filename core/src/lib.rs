@@ -190,9 +190,10 @@ pub use metrics::Metrics;
 
 // The exchange.
 mod admin;
+pub mod console;
 mod exchange;
 
-pub use admin::{AdminRoute, Readiness, admin_response, admin_route};
+pub use admin::{AdminRequest, AdminRoute, MAX_ADMIN_BODY, Readiness, admin_response, admin_route};
 pub use exchange::{
     Accept, AdmitRequest, Connection, Event, Refusal, Settlement, SharedAdmission, UpstreamFailure,
 };

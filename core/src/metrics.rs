@@ -76,6 +76,35 @@ impl Histogram {
         let _ = writeln!(out, "{name}_count{open}{labels}{close} {cumulative}");
     }
 
+    /// The `q` quantile (0–1) in milliseconds, interpolated within its
+    /// bucket (the last bucket's lower bound past the largest); `None`
+    /// without observations.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let counts: Vec<u64> = self
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().clamp(1.0, total as f64);
+        let mut seen = 0u64;
+        for (i, &n) in counts.iter().enumerate() {
+            if n > 0 && (seen + n) as f64 >= rank {
+                let low = if i == 0 { 0.0 } else { LATENCY_BUCKETS[i - 1] };
+                let Some(&high) = LATENCY_BUCKETS.get(i) else {
+                    return Some(low * 1000.0);
+                };
+                let within = (rank - seen as f64) / n as f64;
+                return Some((low + (high - low) * within) * 1000.0);
+            }
+            seen += n;
+        }
+        None
+    }
+
     fn render(&self, out: &mut String, name: &str, help: &str) {
         self.render_labelled(out, name, help, "", true);
     }
@@ -242,6 +271,11 @@ impl Metrics {
         if let Some(i) = UpstreamFault::ALL.iter().position(|f| *f == fault) {
             self.upstream_errors[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Streams open now.
+    pub fn streams_open(&self) -> u64 {
+        self.streams_open.load(Ordering::Relaxed).max(0) as u64
     }
 
     /// A stream started (`+1`) or ended (`-1`).
@@ -624,6 +658,22 @@ pub(crate) fn escape(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histogram_quantiles_interpolate_within_a_bucket() {
+        let h = Histogram::default();
+        assert_eq!(h.quantile_ms(0.5), None);
+        // 100 observations in (1 ms, 2.5 ms]: the median is halfway.
+        for _ in 0..100 {
+            h.observe(Duration::from_micros(1500));
+        }
+        let p50 = h.quantile_ms(0.5).unwrap();
+        assert!((p50 - 1.75).abs() < 1e-9, "{p50}");
+        assert!((h.quantile_ms(0.99).unwrap() - 2.485).abs() < 1e-9);
+        // Past the last bound: its lower bound.
+        h.observe(Duration::from_secs(900));
+        assert_eq!(h.quantile_ms(1.0), Some(300_000.0));
+    }
 
     #[test]
     fn renders_exact_values() {

@@ -91,6 +91,9 @@ pub struct GatewayConfig {
     pub shared_limits: Option<SharedLimits>,
     /// Tracing, when a collector is configured.
     pub trace: Option<crate::trace::TraceSettings>,
+    /// The admin token that opens the console (`--admin-token-env`); the
+    /// console is off without one.
+    pub console_token: Option<super::Secret>,
 }
 
 /// Rate limits decided by a store shared by several gateway instances.
@@ -125,6 +128,7 @@ impl GatewayConfig {
             catalog: Catalog::default(),
             shared_limits: None,
             trace: None,
+            console_token: None,
         }
     }
 

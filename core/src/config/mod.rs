@@ -147,6 +147,7 @@ impl ServeConfig {
             }
             None => None,
         };
+        gateway.console_token = console_token(&r)?;
         let redis = redis(&r)?;
         let fallback = one_of(
             &r,
@@ -187,10 +188,15 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={} admin={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={} admin={} console={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={} worker_threads={}",
             self.listen,
             self.admin_listen.as_deref().unwrap_or("off"),
+            if g.console_token.is_some() {
+                "on"
+            } else {
+                "off"
+            },
             self.redis.as_ref().map_or_else(
                 || "off".to_owned(),
                 |u| format!(
@@ -233,6 +239,30 @@ impl ServeConfig {
             self.worker_threads
                 .map_or_else(|| "one per core".to_owned(), |n| n.to_string()),
         )
+    }
+}
+
+/// The admin token, from the variable `admin_token_env` names. The console
+/// is on the admin listener: a token without one is refused, as is a token
+/// short enough to guess.
+fn console_token(r: &Resolver) -> Result<Option<Secret>, ConfigError> {
+    let Some((var, _)) = r.get("admin_token_env") else {
+        return Ok(None);
+    };
+    if r.get("admin_listen").is_none() {
+        return Err(ConfigError(
+            "admin_token_env: the console is served on the admin listener; set admin_listen too"
+                .into(),
+        ));
+    }
+    match r.env.get(&var).filter(|v| !v.is_empty()) {
+        None => Err(ConfigError(format!(
+            "admin_token_env: the environment variable {var} is not set"
+        ))),
+        Some(t) if t.chars().count() < 16 => Err(ConfigError(format!(
+            "admin_token_env: the token in {var} is shorter than 16 characters; use a long random one (e.g. `openssl rand -hex 32`)"
+        ))),
+        Some(t) => Ok(Some(Secret::new(t.clone()))),
     }
 }
 

@@ -166,7 +166,8 @@ fn parse_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
         }
         out.push((
             k.to_owned(),
-            percent_decode(v).ok_or_else(|| format!("the value of '{k}' has a bad %-escape"))?,
+            crate::url::percent_decode(v)
+                .ok_or_else(|| format!("the value of '{k}' has a bad %-escape"))?,
         ));
     }
     Ok(out)
@@ -192,23 +193,6 @@ fn parse_headers(text: &str) -> Result<Vec<(String, Secret)>, String> {
             Ok((k, Secret::new(v)))
         })
         .collect()
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

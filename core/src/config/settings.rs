@@ -55,6 +55,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Address of the admin listener (/metrics, /healthz, /readyz); off unless set, never the public port",
     ),
     s(
+        "admin_token_env",
+        "NAME",
+        None,
+        "Environment variable holding the admin token that opens the console on the admin listener (at least 16 characters); the console is off unless set",
+    ),
+    s(
         "ledger_postgres",
         "URL",
         None,

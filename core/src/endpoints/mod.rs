@@ -97,6 +97,11 @@ impl Endpoint {
         &self.config.name
     }
 
+    /// The `q` quantile of its time to first byte, milliseconds.
+    pub fn ttfb_quantile_ms(&self, q: f64) -> Option<f64> {
+        self.ttfb.quantile_ms(q)
+    }
+
     pub(crate) fn prefix(&self) -> &[u8] {
         &self.prefix
     }

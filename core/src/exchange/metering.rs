@@ -89,7 +89,7 @@ impl Connection {
     fn observe_metered(&self, now: Instant, rec: &LedgerRecord) {
         let m = self.gw.metrics();
         let req = self.req.as_ref().expect("a record is for a request");
-        m.finished(Finished {
+        let finished = Finished {
             key: &rec.key,
             status: rec.status,
             stream: rec.stream,
@@ -97,7 +97,19 @@ impl Connection {
             // Without a streamed head, the first byte left with the rest.
             ttfb: Some(req.first_byte.unwrap_or(now) - req.started),
             provider: req.up_started.map_or(Duration::ZERO, |s| now - s),
-        });
+        };
+        m.finished(finished);
+        let console = self.gw.console();
+        if console.is_on() {
+            let unix_ms = self.gw.wall().unix_ms(now);
+            console.finished(
+                unix_ms,
+                finished.status,
+                finished.total.saturating_sub(finished.provider),
+                finished.ttfb,
+            );
+            console.record(rec, unix_ms);
+        }
         m.metered(
             &rec.key,
             Metered {
@@ -143,16 +155,21 @@ impl Connection {
             },
         );
         let req = self.req.as_ref();
+        let total = req.map_or(Duration::ZERO, |r| now - r.started);
         self.gw.metrics().finished(Finished {
             key: req
                 .and_then(|r| r.key.as_ref())
                 .map_or("", |k| k.name.as_str()),
             status,
             stream: false,
-            total: req.map_or(Duration::ZERO, |r| now - r.started),
+            total,
             ttfb: req.map(|r| now - r.started),
             provider: Duration::ZERO,
         });
+        let console = self.gw.console();
+        if console.is_on() {
+            console.finished(self.gw.wall().unix_ms(now), status, total, Some(total));
+        }
         let Some(req) = req else {
             tracing::info!(target: "chatgate::access", status, error = error.unwrap_or(""), "request rejected before parsing");
             return;

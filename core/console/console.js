@@ -1,0 +1,364 @@
+// chatgate console: reads /api/overview every few seconds and draws it.
+// No library, no other origin, no inline script or style (the page's
+// Content-Security-Policy allows none): charts are SVG built here.
+"use strict";
+
+const REFRESH_MS = 2000;
+const SVG = "http://www.w3.org/2000/svg";
+
+const state = {
+  data: null,
+  sort: { field: "name", descending: false },
+  openKey: null,
+};
+
+// ---- formatting -------------------------------------------------------
+
+function int(n) {
+  return Number(n || 0).toLocaleString("en-US");
+}
+
+// A nano-dollar amount as USD, exact, without trailing zeros past cents.
+function usd(nano) {
+  const n = BigInt(nano || 0);
+  const whole = n / 1000000000n;
+  let frac = (n % 1000000000n).toString().padStart(9, "0").replace(/0+$/, "");
+  if (frac.length < 2) frac = frac.padEnd(2, "0");
+  return `${whole}.${frac}`;
+}
+
+function ms(v) {
+  if (v === null || v === undefined) return "–";
+  return v < 1 ? v.toFixed(3) : v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : v.toFixed(0);
+}
+
+function num(v, digits) {
+  return Number(v || 0).toFixed(digits);
+}
+
+function time(iso) {
+  return iso ? iso.replace("T", " ").replace(/\.\d+Z$/, "Z") : "";
+}
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "dataset") Object.assign(e.dataset, v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+// ---- charts -----------------------------------------------------------
+
+const CHARTS = [
+  { id: "rps", title: "Requests per second", series: [["rps", "requests/s", (v) => num(v, 1)]] },
+  { id: "errors", title: "Error rate (5xx, %)", series: [["error_pct", "errors %", (v) => num(v, 1)]] },
+  {
+    id: "inflight", title: "In flight",
+    series: [["in_flight", "requests", (v) => int(v)], ["streams", "streams open", (v) => int(v)]],
+  },
+  {
+    id: "overhead", title: "Gateway overhead before the provider (ms)",
+    series: [["overhead_p50_ms", "p50", ms], ["overhead_p99_ms", "p99", ms]],
+  },
+  {
+    id: "ttfb", title: "Time to first byte (ms)",
+    series: [["ttfb_p50_ms", "p50", ms], ["ttfb_p99_ms", "p99", ms]],
+  },
+];
+
+const W = 600, H = 130, PAD_L = 44, PAD_B = 16, PAD_T = 6;
+
+function buildCharts() {
+  const host = document.getElementById("charts");
+  for (const c of CHARTS) {
+    const caption = el("figcaption", { id: `chart-${c.id}-cap` }, c.title, el("span", { class: "now", id: `chart-${c.id}-now` }));
+    const box = svg("svg", {
+      class: "chart", viewBox: `0 0 ${W} ${H}`,
+      role: "img", "aria-labelledby": `chart-${c.id}-cap chart-${c.id}-sum`, id: `chart-${c.id}-svg`,
+    });
+    const legend = el("div", { class: "legend", "aria-hidden": "true" },
+      ...c.series.map((s, i) => el("span", { class: `k${i}` }, s[1])));
+    const summary = el("p", { class: "sr-only", id: `chart-${c.id}-sum`, hidden: "" });
+    const head = el("tr", {}, el("th", { scope: "col" }, "Time (UTC)"), ...c.series.map((s) => el("th", { scope: "col" }, s[1])));
+    const table = el("table", { id: `chart-${c.id}-table` },
+      el("caption", {}, `${c.title}: the last two minutes, every ten seconds`), el("thead", {}, head), el("tbody"));
+    host.append(el("figure", { id: `chart-${c.id}` }, caption, box, legend, summary,
+      el("details", {}, el("summary", {}, "Data"), table)));
+  }
+}
+
+function drawChart(c, points) {
+  const box = document.getElementById(`chart-${c.id}-svg`);
+  box.replaceChildren();
+  const values = c.series.map(([k]) => points.map((p) => p[k]));
+  let max = 0;
+  for (const vs of values) for (const v of vs) if (v !== null && v > max) max = v;
+  max = max > 0 ? max * 1.1 : 1;
+  const x = (i) => PAD_L + (i * (W - PAD_L - 4)) / Math.max(points.length - 1, 1);
+  const y = (v) => PAD_T + (H - PAD_T - PAD_B) * (1 - v / max);
+  for (const f of [0, 0.5, 1]) {
+    const yy = y(max * f);
+    box.append(svg("line", { class: "grid", x1: PAD_L, x2: W, y1: yy, y2: yy }));
+    const label = svg("text", { class: "axis", x: PAD_L - 4, y: yy + 3, "text-anchor": "end" });
+    label.textContent = c.series[0][2](max * f);
+    box.append(label);
+  }
+  const left = svg("text", { class: "axis", x: PAD_L, y: H - 2 });
+  left.textContent = "−60 min";
+  const right = svg("text", { class: "axis", x: W - 2, y: H - 2, "text-anchor": "end" });
+  right.textContent = "now";
+  box.append(left, right);
+  values.forEach((vs, si) => {
+    // A gap (no requests in a slot) breaks a percentile line.
+    let path = "";
+    let pen = false;
+    vs.forEach((v, i) => {
+      if (v === null || v === undefined) { pen = false; return; }
+      path += `${pen ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`;
+      pen = true;
+    });
+    if (path) box.append(svg("path", { class: `s${si}`, d: path }));
+  });
+  // The text equivalent: the latest value, and the hour's peak.
+  const last = points[points.length - 2] || points[points.length - 1] || {};
+  const now = c.series.map(([k, label, f]) => `${label} ${f(last[k])}`).join(", ");
+  const peaks = c.series.map(([k, label, f], si) => {
+    const vs = values[si].filter((v) => v !== null && v !== undefined);
+    return `${label} ${vs.length ? f(Math.max(...vs)) : "–"}`;
+  }).join(", ");
+  document.getElementById(`chart-${c.id}-now`).textContent = `last 10 s: ${now}`;
+  document.getElementById(`chart-${c.id}-sum`).textContent =
+    `${c.title} over the last hour. Last ten seconds: ${now}. Highest: ${peaks}.`;
+  const body = document.querySelector(`#chart-${c.id}-table tbody`);
+  body.replaceChildren(...points.slice(-12).map((p) =>
+    el("tr", {}, el("td", {}, time(new Date(p.t * 1000).toISOString())),
+      ...c.series.map(([k, , f]) => el("td", {}, f(p[k]))))));
+}
+
+// ---- tables -----------------------------------------------------------
+
+function budgetUsed(k) {
+  return k.budget ? Number(k.budget.spent_nano_usd) / Number(k.budget.limit_nano_usd || 1) : -1;
+}
+
+function cell(field, text, cls) {
+  return el("td", { dataset: { field }, class: cls || "" }, text);
+}
+
+function keyRow(k) {
+  const used = budgetUsed(k);
+  let budget = "none";
+  if (k.budget) {
+    const over = k.budget.spent_nano_usd >= k.budget.limit_nano_usd;
+    const meter = el("meter", {
+      min: "0", max: String(k.budget.limit_nano_usd), value: String(Math.min(k.budget.spent_nano_usd, k.budget.limit_nano_usd)),
+      high: String(k.budget.limit_nano_usd * 0.8), optimum: "0",
+      "aria-label": `${k.name}: ${Math.round(used * 100)}% of its budget used`,
+    });
+    budget = el("span", {}, meter,
+      `${usd(k.budget.spent_nano_usd)} of ${usd(k.budget.limit_nano_usd)} (${k.budget.period})${over ? " over budget" : ""}`);
+  }
+  const open = el("button", { type: "button", class: "key-open", "aria-expanded": String(state.openKey === k.name) }, k.name);
+  open.addEventListener("click", () => openKey(k.name));
+  const tr = el("tr", { dataset: { key: k.name } },
+    el("th", { scope: "row", class: "text" }, open),
+    cell("requests", int(k.requests)),
+    cell("prompt_tokens", int(k.prompt_tokens)),
+    cell("completion_tokens", int(k.completion_tokens)),
+    cell("reasoning_tokens", int(k.reasoning_tokens)),
+    cell("cached_tokens", int(k.cached_tokens)),
+    cell("cost", usd(k.cost_nano_usd)),
+    cell("budget", budget, "text"),
+    cell("rate_limited", int(k.rate_limited)),
+    cell("budget_refused", int(k.budget_refused)),
+    cell("in_flight", k.max_in_flight ? `${int(k.in_flight)} of ${int(k.max_in_flight)}` : int(k.in_flight)));
+  if (k.budget && used >= 1) tr.classList.add("over-budget");
+  else if (k.budget && used >= 0.8) tr.classList.add("near-budget");
+  return tr;
+}
+
+function sortedKeys(keys) {
+  const { field, descending } = state.sort;
+  const value = (k) => (field === "name" ? k.name : field === "budget_used" ? budgetUsed(k) : Number(k[field] || 0));
+  return [...keys].sort((a, b) => {
+    const va = value(a), vb = value(b);
+    const c = va < vb ? -1 : va > vb ? 1 : a.name < b.name ? -1 : 1;
+    return descending ? -c : c;
+  });
+}
+
+function drawKeys(keys) {
+  const body = document.querySelector("#keys-table tbody");
+  if (!keys.length) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: "11", class: "empty" }, "No keys yet.")));
+    return;
+  }
+  // Keep the focus on a key's button across a refresh.
+  const focused = document.activeElement && document.activeElement.closest("tr[data-key]");
+  const focusKey = focused && document.activeElement.classList.contains("key-open") ? focused.dataset.key : null;
+  body.replaceChildren(...sortedKeys(keys).map(keyRow));
+  if (focusKey) {
+    const b = body.querySelector(`tr[data-key="${CSS.escape(focusKey)}"] .key-open`);
+    if (b) b.focus();
+  }
+}
+
+function setupSorting() {
+  for (const th of document.querySelectorAll("#keys-table th[data-sort]")) {
+    th.querySelector("button").addEventListener("click", () => {
+      const field = th.dataset.sort;
+      state.sort = {
+        field,
+        descending: state.sort.field === field ? !state.sort.descending : field !== "name",
+      };
+      for (const other of document.querySelectorAll("#keys-table th[data-sort]")) other.removeAttribute("aria-sort");
+      th.setAttribute("aria-sort", state.sort.descending ? "descending" : "ascending");
+      if (state.data) drawKeys(state.data.keys);
+    });
+  }
+}
+
+function failuresText(failures) {
+  const parts = Object.entries(failures || {}).filter(([, n]) => n > 0).map(([k, n]) => `${k} ${int(n)}`);
+  return parts.length ? parts.join(", ") : "none";
+}
+
+function drawProviders(providers) {
+  const body = document.querySelector("#providers-table tbody");
+  body.replaceChildren(...providers.map((p) => {
+    let st = p.state;
+    const why = p.reason ? ` (${p.reason})` : "";
+    if (p.state === "ejected") {
+      st = p.ejected_until ? `ejected until ${time(p.ejected_until)}${why}` : `ejected${why}, a trial request is due`;
+    }
+    return el("tr", { dataset: { endpoint: p.name } },
+      el("th", { scope: "row", class: "text" }, p.name),
+      cell("url", p.url, "text mono"),
+      cell("state", st, `text state-${p.state}`),
+      cell("in_flight", int(p.in_flight)),
+      cell("requests", int(p.requests)),
+      cell("failures", failuresText(p.failures), "text"),
+      cell("ttfb_p50", ms(p.ttfb_p50_ms)),
+      cell("ttfb_p99", ms(p.ttfb_p99_ms)));
+  }));
+}
+
+function drawFailures(failures) {
+  const body = document.querySelector("#failures-table tbody");
+  if (!failures.length) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No failures.")));
+    return;
+  }
+  body.replaceChildren(...failures.map((f) => el("tr", { dataset: { request: f.request_id } },
+    el("td", { class: "text" }, time(f.ts)),
+    cell("key", f.key, "text"),
+    cell("status", f.status),
+    cell("error", f.error || (f.status < 400 ? "incomplete" : ""), "text"),
+    cell("endpoint", f.endpoint || "", "text"),
+    cell("request_id", f.request_id, "text mono"))));
+}
+
+function drawGauges(d) {
+  const last = d.points[d.points.length - 2] || {};
+  const items = [
+    ["Requests/s (last 10 s)", num(last.rps, 1)],
+    ["Errors (last 10 s)", `${num(last.error_pct, 1)} %`],
+    ["Requests in flight", int(d.gauges.in_flight)],
+    ["Streams open", int(d.gauges.streams)],
+    ["Connections", int(d.gauges.connections)],
+  ];
+  document.getElementById("gauges").replaceChildren(...items.map(([k, v]) =>
+    el("div", {}, el("dt", {}, k), el("dd", {}, v))));
+}
+
+// ---- a key's 24 hours -------------------------------------------------
+
+async function openKey(name) {
+  state.openKey = name;
+  const res = await fetch(`/api/keys/${encodeURIComponent(name)}`, { cache: "no-store" });
+  if (res.status === 401) { location.reload(); return; }
+  if (!res.ok) return;
+  const d = await res.json();
+  const section = document.getElementById("key-detail");
+  const heading = document.getElementById("key-detail-h");
+  heading.textContent = `${d.key}: the last 24 hours`;
+  document.querySelector("#key-hours tbody").replaceChildren(...d.hours.map((h) => el("tr", {},
+    el("td", { class: "text" }, time(h.hour).slice(0, 16)),
+    el("td", {}, int(h.requests)), el("td", {}, int(h.prompt_tokens)), el("td", {}, int(h.completion_tokens)),
+    el("td", {}, int(h.reasoning_tokens)), el("td", {}, int(h.cached_tokens)), el("td", {}, usd(h.cost_nano_usd)),
+    el("td", {}, int(h.rate_limited)), el("td", {}, int(h.budget_refused)), el("td", {}, int(h.errors)))));
+  const max = Math.max(1, ...d.hours.map((h) => h.requests));
+  const box = svg("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `Requests per hour for ${d.key} over the last 24 hours; the table below has every hour.` });
+  d.hours.forEach((h, i) => {
+    const bw = (W - PAD_L) / 24;
+    const bh = ((H - PAD_T - PAD_B) * h.requests) / max;
+    box.append(svg("rect", { class: "bar", x: PAD_L + i * bw + 1, y: H - PAD_B - bh, width: bw - 2, height: bh }));
+  });
+  const top = svg("text", { class: "axis", x: PAD_L - 4, y: PAD_T + 8, "text-anchor": "end" });
+  top.textContent = int(max);
+  const left = svg("text", { class: "axis", x: PAD_L, y: H - 2 });
+  left.textContent = "−24 h";
+  const right = svg("text", { class: "axis", x: W - 2, y: H - 2, "text-anchor": "end" });
+  right.textContent = "this hour";
+  box.append(top, left, right);
+  document.getElementById("key-chart").replaceChildren(box);
+  section.hidden = false;
+  heading.focus();
+  if (state.data) drawKeys(state.data.keys);
+}
+
+function closeKey() {
+  const name = state.openKey;
+  state.openKey = null;
+  document.getElementById("key-detail").hidden = true;
+  if (state.data) drawKeys(state.data.keys);
+  const b = name && document.querySelector(`#keys-table tr[data-key="${CSS.escape(name)}"] .key-open`);
+  if (b) b.focus();
+}
+
+// ---- refresh ----------------------------------------------------------
+
+async function refresh() {
+  try {
+    const res = await fetch("/api/overview", { cache: "no-store" });
+    if (res.status === 401) { location.reload(); return; }
+    if (!res.ok) throw new Error(`status ${res.status}`);
+    const d = await res.json();
+    state.data = d;
+    document.getElementById("scope").textContent = `Figures of ${d.scope}.`;
+    drawGauges(d);
+    for (const c of CHARTS) drawChart(c, d.points);
+    drawKeys(d.keys);
+    drawProviders(d.providers);
+    drawFailures(d.failures);
+    document.getElementById("updated").textContent = `Updated ${time(d.now)}`;
+    document.body.dataset.updated = d.now;
+  } catch (e) {
+    document.getElementById("updated").textContent = `Not updated: ${e.message}; retrying`;
+  } finally {
+    setTimeout(refresh, REFRESH_MS);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  buildCharts();
+  setupSorting();
+  document.getElementById("key-close").addEventListener("click", closeKey);
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && state.openKey) closeKey();
+  });
+  refresh();
+});

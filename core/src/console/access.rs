@@ -1,0 +1,180 @@
+//! Who may read the console: the admin token (`--admin-token-env`),
+//! presented as `Authorization: Bearer …` or once in the login form, which
+//! opens a session kept in an `HttpOnly`, `SameSite=Strict` cookie.
+//!
+//! The token is kept only as its SHA-256 digest, and what is presented is
+//! digested too, so the comparison is of equal lengths and in constant time
+//! whatever was sent. Sessions are 32 random bytes the runtime supplies,
+//! kept in memory (a restart asks for the token again), at most
+//! [`MAX_SESSIONS`] (the oldest goes first), each for [`SESSION_SECS`].
+
+use std::sync::Mutex;
+
+use sha2::{Digest, Sha256};
+
+use crate::auth::constant_time_eq;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "chatgate_console";
+/// How long a session lasts.
+pub const SESSION_SECS: u64 = 12 * 3600;
+/// Most sessions open at once.
+pub const MAX_SESSIONS: usize = 64;
+
+/// The admin token's digest and the sessions it opened.
+#[derive(Debug)]
+pub struct Access {
+    token: [u8; 32],
+    /// Session id and when it expires (Unix ms), oldest first.
+    sessions: Mutex<Vec<([u8; 32], u64)>>,
+}
+
+impl Access {
+    /// Access with this admin token.
+    pub fn new(token: &str) -> Access {
+        Access {
+            token: Sha256::digest(token.as_bytes()).into(),
+            sessions: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The token is `presented`.
+    pub fn is_token(&self, presented: &[u8]) -> bool {
+        let d: [u8; 32] = Sha256::digest(presented).into();
+        constant_time_eq(&d, &self.token)
+    }
+
+    /// The request may read the console: a `Bearer` token, or a session
+    /// cookie still open at `unix_ms`.
+    pub fn allows(&self, authorization: Option<&str>, cookie: Option<&str>, unix_ms: u64) -> bool {
+        if let Some(token) = authorization.and_then(bearer) {
+            return self.is_token(token.as_bytes());
+        }
+        let Some(id) = cookie.and_then(session_cookie).and_then(unhex) else {
+            return false;
+        };
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|(_, until)| *until > unix_ms);
+        // Every open session is compared, whichever matches.
+        sessions
+            .iter()
+            .fold(false, |found, (s, _)| constant_time_eq(s, &id) | found)
+    }
+
+    /// Opens a session with the runtime's fresh random `id` at `unix_ms`:
+    /// the `Set-Cookie` value.
+    pub fn open_session(&self, id: [u8; 32], unix_ms: u64) -> String {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|(_, until)| *until > unix_ms);
+        if sessions.len() >= MAX_SESSIONS {
+            sessions.remove(0);
+        }
+        sessions.push((id, unix_ms + SESSION_SECS * 1000));
+        format!(
+            "{COOKIE}={}; Path=/; Max-Age={SESSION_SECS}; HttpOnly; SameSite=Strict",
+            hex(&id)
+        )
+    }
+
+    /// Closes the request's session, if it has one: the `Set-Cookie` value
+    /// that removes the cookie.
+    pub fn close_session(&self, cookie: Option<&str>) -> String {
+        if let Some(id) = cookie.and_then(session_cookie).and_then(unhex) {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.retain(|(s, _)| !constant_time_eq(s, &id));
+        }
+        format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict")
+    }
+}
+
+/// The token of an `Authorization: Bearer` value.
+fn bearer(v: &str) -> Option<&str> {
+    let (scheme, token) = v.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+/// The console's session id in a `Cookie` header value.
+fn session_cookie(v: &str) -> Option<&str> {
+    v.split(';').find_map(|c| {
+        let (name, value) = c.trim().split_once('=')?;
+        (name == COOKIE).then_some(value)
+    })
+}
+
+fn hex(b: &[u8; 32]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The value of `name` in an `application/x-www-form-urlencoded` body.
+pub fn form_value(body: &[u8], name: &str) -> Option<String> {
+    let body = std::str::from_utf8(body).ok()?;
+    body.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| crate::url::percent_decode(&v.replace('+', " ")))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_or_session() {
+        let a = Access::new("admin-token-0123456789");
+        assert!(a.allows(Some("Bearer admin-token-0123456789"), None, 0));
+        assert!(a.allows(Some("bearer  admin-token-0123456789 "), None, 0));
+        assert!(!a.allows(Some("Bearer admin-token-012345678"), None, 0));
+        assert!(!a.allows(Some("Basic admin-token-0123456789"), None, 0));
+        assert!(!a.allows(None, None, 0));
+        let set = a.open_session([7; 32], 1000);
+        assert!(set.starts_with("chatgate_console=0707"));
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
+        let cookie = format!("other=1; {}", set.split(';').next().unwrap());
+        assert!(a.allows(None, Some(&cookie), 2000));
+        // A wrong Bearer is not rescued by a good cookie.
+        assert!(!a.allows(Some("Bearer nope"), Some(&cookie), 2000));
+        assert!(!a.allows(None, Some(&cookie), 1000 + SESSION_SECS * 1000));
+        assert!(!a.allows(None, Some("chatgate_console=zz"), 2000));
+        let _ = a.open_session([8; 32], 1000);
+        let c8 = format!("chatgate_console={}", hex(&[8; 32]));
+        assert!(a.allows(None, Some(&c8), 2000));
+        assert!(a.close_session(Some(&c8)).contains("Max-Age=0"));
+        assert!(!a.allows(None, Some(&c8), 2000));
+    }
+
+    #[test]
+    fn the_oldest_session_goes_first() {
+        let a = Access::new("t");
+        for i in 0..=MAX_SESSIONS {
+            let _ = a.open_session([i as u8; 32], 0);
+        }
+        let c = |i: u8| format!("{COOKIE}={}", hex(&[i; 32]));
+        assert!(!a.allows(None, Some(&c(0)), 1));
+        assert!(a.allows(None, Some(&c(1)), 1));
+        assert!(a.allows(None, Some(&c(MAX_SESSIONS as u8)), 1));
+    }
+
+    #[test]
+    fn form_values() {
+        assert_eq!(
+            form_value(b"a=1&token=x%2By+z", "token").as_deref(),
+            Some("x+y z")
+        );
+        assert_eq!(form_value(b"token=%zz", "token"), None);
+        assert_eq!(form_value(b"a=1", "token"), None);
+        assert_eq!(form_value(b"token", "token").as_deref(), Some(""));
+    }
+}

@@ -1,0 +1,350 @@
+//! The console's routes and answers on the admin listener.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /` | the console; the login form (401) without a session; a page saying how to turn it on (404) when it is off |
+//! | `GET /console.css`, `/console.js`, `/favicon.svg` | the embedded files (no data in them: no token needed) |
+//! | `POST /login` | form field `token`: a session cookie and a redirect to `/`, or the form again (401) |
+//! | `POST /logout` | the cookie removed, a redirect to `/` |
+//! | `GET /api/overview` | everything the page shows, as JSON |
+//! | `GET /api/keys/{name}` | that key's last 24 hours by the hour |
+//!
+//! Every answer carries a `Content-Security-Policy` that allows nothing
+//! but this origin's own files and JSON: no inline script or style, no
+//! other origin, no framing.
+
+use serde_json::{Value, json};
+
+use super::Console;
+use crate::catalog::format_usd;
+use crate::gateway::Gateway;
+use crate::http::write::{self, header, header_u64};
+use crate::quota::Period;
+use crate::time::{Instant, rfc3339_ms};
+
+const INDEX: &str = include_str!("../../console/index.html");
+const LOGIN: &str = include_str!("../../console/login.html");
+const OFF: &str = include_str!("../../console/off.html");
+const CSS: &str = include_str!("../../console/console.css");
+const JS: &str = include_str!("../../console/console.js");
+const ICON: &str = include_str!("../../console/favicon.svg");
+
+/// The policy on every console answer.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// What a request to the console asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsoleRoute {
+    /// `GET /`.
+    Page,
+    /// One of the embedded files: its content type and text.
+    File(&'static str, &'static str),
+    /// `POST /login`.
+    Login,
+    /// `POST /logout`.
+    Logout,
+    /// `GET /api/overview`.
+    Overview,
+    /// `GET /api/keys/{name}` (the name decoded; `None` when it is not a
+    /// key name).
+    Key(Option<String>),
+}
+
+/// The console's route for `method` (`GET` also for `HEAD`) and `path`,
+/// if it is one.
+pub fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
+    Some(match (get, path) {
+        (true, "/") => ConsoleRoute::Page,
+        (true, "/console.css") => ConsoleRoute::File("text/css; charset=utf-8", CSS),
+        (true, "/console.js") => ConsoleRoute::File("text/javascript; charset=utf-8", JS),
+        (true, "/favicon.svg") => ConsoleRoute::File("image/svg+xml", ICON),
+        (false, "/login") => ConsoleRoute::Login,
+        (false, "/logout") => ConsoleRoute::Logout,
+        (true, "/api/overview") => ConsoleRoute::Overview,
+        (true, p) if p.starts_with("/api/keys/") => ConsoleRoute::Key(
+            crate::url::percent_decode(&p["/api/keys/".len()..])
+                .filter(|n| crate::auth::is_valid_name(n)),
+        ),
+        _ => return None,
+    })
+}
+
+/// What the console needs of a request besides its route.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asking<'a> {
+    /// `HEAD`: the head only.
+    pub head_only: bool,
+    /// The `Authorization` value.
+    pub authorization: Option<&'a str>,
+    /// The `Cookie` value.
+    pub cookie: Option<&'a str>,
+    /// The body (the login form).
+    pub body: &'a [u8],
+}
+
+/// The whole answer (with `Connection: close`) to `route` at `now`;
+/// `fresh` is 32 random bytes from the runtime, a session id if this
+/// request logs in.
+pub fn console_response(
+    route: &ConsoleRoute,
+    ask: Asking<'_>,
+    gw: &Gateway,
+    now: Instant,
+    fresh: [u8; 32],
+) -> Vec<u8> {
+    let console = gw.console();
+    let unix_ms = gw.wall().unix_ms(now);
+    let html = "text/html; charset=utf-8";
+    let json_type = "application/json";
+    if let ConsoleRoute::File(content_type, text) = route {
+        return respond(200, content_type, text.as_bytes(), &[], ask.head_only);
+    }
+    let Some(access) = console.access() else {
+        return match route {
+            ConsoleRoute::Page => respond(404, html, OFF.as_bytes(), &[], ask.head_only),
+            _ => respond(
+                404,
+                json_type,
+                &error_body(
+                    "the console is off: start chatgate with --admin-token-env NAME, NAME being \
+                     the environment variable that holds the admin token",
+                ),
+                &[],
+                ask.head_only,
+            ),
+        };
+    };
+    let allowed = access.allows(ask.authorization, ask.cookie, unix_ms);
+    let login_form = |status: u16, message: &str| {
+        respond(
+            status,
+            html,
+            LOGIN.replace("{{message}}", message).as_bytes(),
+            &[("WWW-Authenticate", "Bearer realm=\"chatgate console\"")],
+            ask.head_only,
+        )
+    };
+    match route {
+        ConsoleRoute::Login => {
+            let token = super::access::form_value(ask.body, "token").unwrap_or_default();
+            if !token.is_empty() && access.is_token(token.as_bytes()) {
+                let cookie = access.open_session(fresh, unix_ms);
+                respond(
+                    303,
+                    html,
+                    b"",
+                    &[("Set-Cookie", &cookie), ("Location", "/")],
+                    ask.head_only,
+                )
+            } else {
+                login_form(401, "That is not the admin token.")
+            }
+        }
+        ConsoleRoute::Logout => {
+            let cookie = access.close_session(ask.cookie);
+            respond(
+                303,
+                html,
+                b"",
+                &[("Set-Cookie", &cookie), ("Location", "/")],
+                ask.head_only,
+            )
+        }
+        _ if !allowed => match route {
+            ConsoleRoute::Page => login_form(401, ""),
+            _ => respond(
+                401,
+                json_type,
+                &error_body(
+                    "the console needs the admin token: log in at / or send Authorization: Bearer",
+                ),
+                &[("WWW-Authenticate", "Bearer realm=\"chatgate console\"")],
+                ask.head_only,
+            ),
+        },
+        ConsoleRoute::Page => respond(200, html, INDEX.as_bytes(), &[], ask.head_only),
+        ConsoleRoute::Overview => {
+            let body = to_vec(&overview(gw, console, now, unix_ms));
+            respond(200, json_type, &body, &[], ask.head_only)
+        }
+        ConsoleRoute::Key(Some(name)) => {
+            let hours: Vec<Value> = console
+                .book()
+                .hours(name, unix_ms)
+                .into_iter()
+                .map(|(h, t)| {
+                    let mut v = tally_json(&t);
+                    v["hour"] = json!(rfc3339_ms(h * 3_600_000));
+                    v
+                })
+                .collect();
+            let body = to_vec(&json!({ "key": name, "hours": hours }));
+            respond(200, json_type, &body, &[], ask.head_only)
+        }
+        ConsoleRoute::Key(None) => respond(
+            404,
+            json_type,
+            &error_body("not a key name"),
+            &[],
+            ask.head_only,
+        ),
+        ConsoleRoute::File(..) => unreachable!("answered above"),
+    }
+}
+
+fn to_vec(v: &Value) -> Vec<u8> {
+    let mut body = serde_json::to_vec(v).unwrap_or_default();
+    body.push(b'\n');
+    body
+}
+
+fn error_body(message: &str) -> Vec<u8> {
+    to_vec(&json!({ "error": message }))
+}
+
+fn tally_json(t: &super::Tally) -> Value {
+    let mut v = serde_json::to_value(t).unwrap_or_default();
+    v["cost_usd"] = json!(format_usd(t.cost_nano_usd));
+    v
+}
+
+/// Everything the page shows.
+fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Value {
+    let points = console.points(unix_ms);
+    let day_start = Period::Day.start(unix_ms);
+    let table = gw.keys();
+    let quota: rustc_hash::FxHashMap<String, crate::quota::QuotaStatus> =
+        gw.quota().all(unix_ms).into_iter().collect();
+    let book = console.book();
+    let mut names: Vec<&str> = table.entries().iter().map(|e| e.name.as_str()).collect();
+    let configured = names.len();
+    names.extend(book.keys(unix_ms).filter(|k| !k.is_empty()));
+    names[configured..].sort_unstable();
+    names.dedup();
+    let mut seen = std::collections::HashSet::new();
+    let keys: Vec<Value> = names
+        .into_iter()
+        .filter(|n| seen.insert(*n))
+        .map(|name| {
+            let entry = table.entries().iter().find(|e| e.name == name);
+            let today = book.since(name, day_start);
+            let status = quota.get(name);
+            let budget = entry.and_then(|e| e.quota.budget).map(|b| {
+                let spent = status.map_or(0, |s| s.spent_in(b.period));
+                json!({
+                    "limit_usd": format_usd(b.limit_nano),
+                    "limit_nano_usd": b.limit_nano,
+                    "period": b.period.as_str(),
+                    "spent_usd": format_usd(spent),
+                    "spent_nano_usd": spent,
+                    "resets_at": b.period.reset(unix_ms).map(rfc3339_ms),
+                })
+            });
+            let mut v = tally_json(&today);
+            v["name"] = json!(name);
+            v["configured"] = json!(entry.is_some());
+            v["budget"] = budget.unwrap_or(Value::Null);
+            v["max_in_flight"] = json!(entry.and_then(|e| e.quota.max_in_flight));
+            v["in_flight"] = json!(status.map_or(0, |s| s.in_flight));
+            v["queued"] = json!(status.map_or(0, |s| s.queued));
+            v
+        })
+        .collect();
+    let failures = book.failures();
+    drop(book);
+    let endpoints = gw.endpoints();
+    let providers: Vec<Value> = endpoints
+        .status(now, gw.wall())
+        .into_iter()
+        .zip(endpoints.endpoints())
+        .map(|(s, e)| {
+            let mut v = serde_json::to_value(&s).unwrap_or_default();
+            v["ttfb_p50_ms"] = json!(e.ttfb_quantile_ms(0.5));
+            v["ttfb_p99_ms"] = json!(e.ttfb_quantile_ms(0.99));
+            v
+        })
+        .collect();
+    json!({
+        "now": rfc3339_ms(unix_ms),
+        "scope": if gw.config().shared_limits.is_some() {
+            "this instance (instances share budgets through Redis, but each console shows its own requests; the usage report over the shared ledger is the cluster-wide truth)"
+        } else {
+            "this instance"
+        },
+        "slot_secs": super::SLOT_SECS,
+        "points": points,
+        "gauges": {
+            "in_flight": gw.requests_in_flight(unix_ms),
+            "streams": gw.metrics().streams_open(),
+            "connections": gw.open_connections(),
+        },
+        "keys": keys,
+        "providers": providers,
+        "failures": failures,
+    })
+}
+
+fn respond(
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+    head_only: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 512);
+    write::status_line(&mut out, status);
+    header(&mut out, "Content-Type", content_type);
+    header_u64(&mut out, "Content-Length", body.len() as u64);
+    header(&mut out, "Content-Security-Policy", CSP);
+    header(&mut out, "X-Content-Type-Options", "nosniff");
+    header(&mut out, "X-Frame-Options", "DENY");
+    header(&mut out, "Referrer-Policy", "no-referrer");
+    header(&mut out, "Cache-Control", "no-store");
+    for (name, value) in extra {
+        header(&mut out, name, value);
+    }
+    header(&mut out, "Connection", "close");
+    write::end_head(&mut out);
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(console_route(true, "/"), Some(ConsoleRoute::Page));
+        assert_eq!(console_route(false, "/"), None);
+        assert_eq!(console_route(false, "/login"), Some(ConsoleRoute::Login));
+        assert_eq!(
+            console_route(true, "/api/keys/team%40a.b"),
+            Some(ConsoleRoute::Key(Some("team@a.b".into())))
+        );
+        assert_eq!(
+            console_route(true, "/api/keys/a%2Fb"),
+            Some(ConsoleRoute::Key(None))
+        );
+        assert!(matches!(
+            console_route(true, "/console.js"),
+            Some(ConsoleRoute::File("text/javascript; charset=utf-8", _))
+        ));
+        assert_eq!(console_route(true, "/metrics"), None);
+    }
+
+    #[test]
+    fn the_files_load_nothing_from_elsewhere() {
+        for f in [INDEX, LOGIN, OFF, CSS, JS] {
+            // The SVG namespace is a name, not a place.
+            let f = f.replace("http://www.w3.org/2000/svg", "");
+            assert!(!f.contains("http://") && !f.contains("https://"));
+            assert!(!f.contains("style=\""), "no inline style");
+            assert!(!f.contains("<script>"), "no inline script");
+        }
+        assert!(LOGIN.contains("{{message}}"));
+    }
+}

@@ -1,0 +1,358 @@
+//! What the console knows of each key and of recent failures: the last 24
+//! hours by the hour, from ledger records (this process's, and the lines
+//! of its ledger file read at start), so the console's figures are the
+//! ledger's.
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::LedgerRecord;
+
+/// Hours kept per key: the last 24 and the one in progress.
+const HOURS: u64 = 25;
+/// Failures kept.
+pub const FAILURES: usize = 100;
+
+/// One key's figures over some hours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    /// Requests (every ledger line).
+    pub requests: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens (reasoning included).
+    pub completion_tokens: u64,
+    /// Reasoning tokens.
+    pub reasoning_tokens: u64,
+    /// Cached prompt tokens.
+    pub cached_tokens: u64,
+    /// Cost, nano-dollars.
+    pub cost_nano_usd: u64,
+    /// Refused by a rate limit or the in-flight cap (429
+    /// `rate_limit_exceeded`).
+    pub rate_limited: u64,
+    /// Refused by the budget (429 `insufficient_quota`).
+    pub budget_refused: u64,
+    /// Answered with a 5xx, or left incomplete by the provider.
+    pub errors: u64,
+}
+
+impl Tally {
+    fn add(&mut self, r: &Entry<'_>) {
+        self.requests += 1;
+        self.prompt_tokens += r.prompt_tokens;
+        self.completion_tokens += r.completion_tokens;
+        self.reasoning_tokens += r.reasoning_tokens;
+        self.cached_tokens += r.cached_tokens;
+        self.cost_nano_usd += r.cost_nano_usd;
+        match r.error.as_deref() {
+            Some("rate_limit_exceeded") => self.rate_limited += 1,
+            Some("insufficient_quota") => self.budget_refused += 1,
+            _ if r.status >= 500 => self.errors += 1,
+            _ => {}
+        }
+    }
+
+    fn merge(&mut self, o: &Tally) {
+        self.requests += o.requests;
+        self.prompt_tokens += o.prompt_tokens;
+        self.completion_tokens += o.completion_tokens;
+        self.reasoning_tokens += o.reasoning_tokens;
+        self.cached_tokens += o.cached_tokens;
+        self.cost_nano_usd += o.cost_nano_usd;
+        self.rate_limited += o.rate_limited;
+        self.budget_refused += o.budget_refused;
+        self.errors += o.errors;
+    }
+}
+
+/// A request that did not complete, as the console lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// When it finished (RFC 3339).
+    pub ts: String,
+    /// The key's name.
+    pub key: String,
+    /// The status the client got (499: it left first).
+    pub status: u16,
+    /// The error code it got, if any.
+    pub error: Option<String>,
+    /// The provider endpoint, when one was asked.
+    pub endpoint: Option<String>,
+    /// The request id, to find its ledger line.
+    pub request_id: String,
+    /// Streamed or not.
+    pub stream: bool,
+}
+
+/// The fields of a ledger line (or record) the console reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Entry<'a> {
+    #[serde(borrow)]
+    ts: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    key: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    request_id: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    status: u16,
+    #[serde(default)]
+    complete: bool,
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    reasoning_tokens: u64,
+    #[serde(default)]
+    cached_tokens: u64,
+    #[serde(default)]
+    cost_nano_usd: u64,
+    #[serde(borrow, default)]
+    error: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    endpoint: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> Entry<'a> {
+    pub(crate) fn of(r: &'a LedgerRecord) -> Entry<'a> {
+        Entry {
+            ts: r.ts.as_str().into(),
+            key: r.key.as_str().into(),
+            request_id: r.request_id.as_str().into(),
+            stream: r.stream,
+            status: r.status,
+            complete: r.complete,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            cached_tokens: r.cached_tokens,
+            cost_nano_usd: r.cost_nano_usd,
+            error: r.error.as_deref().map(Into::into),
+            endpoint: r.endpoint.as_deref().map(Into::into),
+        }
+    }
+}
+
+/// Per key, the hours with a request (oldest first), each as its Unix
+/// hour and tally; and the newest failures.
+#[derive(Debug, Default)]
+pub struct Book {
+    keys: FxHashMap<String, VecDeque<(u64, Tally)>>,
+    failures: VecDeque<Failure>,
+}
+
+impl Book {
+    /// Adds one request that finished at `unix_ms`.
+    pub(crate) fn add(&mut self, r: &Entry<'_>, unix_ms: u64) {
+        let hour = unix_ms / 3_600_000;
+        let hours = match self.keys.get_mut(r.key.as_ref()) {
+            Some(h) => h,
+            None => self.keys.entry(r.key.clone().into_owned()).or_default(),
+        };
+        match hours.iter_mut().rev().find(|(h, _)| *h == hour) {
+            Some((_, t)) => t.add(r),
+            None => {
+                let at = hours.partition_point(|(h, _)| *h < hour);
+                let mut t = Tally::default();
+                t.add(r);
+                hours.insert(at, (hour, t));
+                let newest = hours.back().map_or(hour, |(h, _)| *h);
+                while hours.front().is_some_and(|(h, _)| *h + HOURS <= newest) {
+                    hours.pop_front();
+                }
+            }
+        }
+        if !r.complete {
+            if self.failures.len() == FAILURES {
+                self.failures.pop_front();
+            }
+            self.failures.push_back(Failure {
+                ts: r.ts.clone().into_owned(),
+                key: r.key.clone().into_owned(),
+                status: r.status,
+                error: r.error.as_ref().map(|e| e.clone().into_owned()),
+                endpoint: r.endpoint.as_ref().map(|e| e.clone().into_owned()),
+                request_id: r.request_id.clone().into_owned(),
+                stream: r.stream,
+            });
+        }
+    }
+
+    /// Adds one line of a ledger file read at start, when it finished in
+    /// the 24 hours before `now_ms`; `false` when it cannot be read.
+    pub fn add_line(&mut self, line: &[u8], now_ms: u64) -> bool {
+        // Most of a long ledger is older than a day: its timestamp, the
+        // first member the gateway writes, tells without parsing the rest.
+        const TS: &[u8] = b"{\"ts\":\"";
+        let oldest = (now_ms / 3_600_000).saturating_sub(HOURS - 1) * 3_600_000;
+        if let Some(ts) = line
+            .strip_prefix(TS)
+            .and_then(|rest| rest.get(..rest.iter().position(|&c| c == b'"')?))
+            .and_then(|ts| std::str::from_utf8(ts).ok())
+            .and_then(crate::time::parse_rfc3339)
+            && ts * 1000 + 999 < oldest
+        {
+            return true;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return true;
+        }
+        let Ok(e) = serde_json::from_slice::<Entry<'_>>(line) else {
+            return false;
+        };
+        let Some(secs) = crate::time::parse_rfc3339(&e.ts) else {
+            return false;
+        };
+        let ms = secs * 1000 + millis(&e.ts);
+        if ms >= oldest {
+            self.add(&e, ms);
+        }
+        true
+    }
+
+    /// `key`'s tally from `since_ms` on.
+    pub fn since(&self, key: &str, since_ms: u64) -> Tally {
+        let from = since_ms / 3_600_000;
+        let mut t = Tally::default();
+        if let Some(hours) = self.keys.get(key) {
+            for (_, h) in hours.iter().filter(|(h, _)| *h >= from) {
+                t.merge(h);
+            }
+        }
+        t
+    }
+
+    /// `key`'s 24 hours up to the one holding `now_ms`, oldest first, each
+    /// with its Unix hour (hours without requests are zeros).
+    pub fn hours(&self, key: &str, now_ms: u64) -> Vec<(u64, Tally)> {
+        let last = now_ms / 3_600_000;
+        let hours = self.keys.get(key);
+        (last - 23..=last)
+            .map(|h| {
+                let t = hours
+                    .and_then(|hs| hs.iter().find(|(x, _)| *x == h))
+                    .map_or_else(Tally::default, |(_, t)| *t);
+                (h, t)
+            })
+            .collect()
+    }
+
+    /// Every key with a request in the 24 hours up to `now_ms`.
+    pub fn keys(&self, now_ms: u64) -> impl Iterator<Item = &str> {
+        let from = (now_ms / 3_600_000).saturating_sub(23);
+        self.keys
+            .iter()
+            .filter(move |(_, hours)| hours.back().is_some_and(|(h, _)| *h >= from))
+            .map(|(k, _)| k.as_str())
+    }
+
+    /// The newest failures, newest first.
+    pub fn failures(&self) -> Vec<Failure> {
+        self.failures.iter().rev().cloned().collect()
+    }
+}
+
+/// The milliseconds of an RFC 3339 time with a fraction (`…:05.123Z`).
+fn millis(ts: &str) -> u64 {
+    ts.get(20..23)
+        .filter(|_| ts.as_bytes().get(19) == Some(&b'.'))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(key: &str, unix_ms: u64, status: u16, cost: u64, error: Option<&str>) -> LedgerRecord {
+        let mut r = LedgerRecord::new(unix_ms, "req_1", key);
+        r.status = status;
+        r.complete = status == 200;
+        r.prompt_tokens = 10;
+        r.completion_tokens = 5;
+        r.cost_nano_usd = cost;
+        r.error = error.map(Into::into);
+        r
+    }
+
+    #[test]
+    fn tallies_by_hour_and_keeps_a_day() {
+        let mut b = Book::default();
+        let t0 = 1_800_000_000_000u64 / 3_600_000 * 3_600_000;
+        b.add(&Entry::of(&rec("a", t0 + 1, 200, 100, None)), t0 + 1);
+        b.add(&Entry::of(&rec("a", t0 + 2, 200, 100, None)), t0 + 2);
+        let r = rec("a", t0 + 3_600_000, 429, 0, Some("insufficient_quota"));
+        b.add(&Entry::of(&r), t0 + 3_600_000);
+        let r = rec("a", t0 + 3_600_001, 502, 0, Some("upstream_error"));
+        b.add(&Entry::of(&r), t0 + 3_600_001);
+        let all = b.since("a", t0);
+        assert_eq!(all.requests, 4);
+        assert_eq!(all.cost_nano_usd, 200);
+        assert_eq!(all.prompt_tokens, 40);
+        assert_eq!((all.budget_refused, all.errors), (1, 1));
+        assert_eq!(b.since("a", t0 + 3_600_000).requests, 2);
+        let hours = b.hours("a", t0 + 3_600_000);
+        assert_eq!(hours.len(), 24);
+        assert_eq!(hours[22], (t0 / 3_600_000, b.since("a", t0).minus_last()));
+        assert_eq!(hours[23].1.requests, 2);
+        let f = b.failures();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].error.as_deref(), Some("upstream_error"));
+        assert_eq!(b.keys(t0).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(b.keys(t0 + 30 * 3_600_000).count(), 0);
+        // A day later the old hours are gone.
+        b.add(&Entry::of(&rec("a", t0, 200, 1, None)), t0 + 30 * 3_600_000);
+        assert_eq!(b.since("a", 0).requests, 1);
+    }
+
+    impl Tally {
+        fn minus_last(mut self) -> Tally {
+            self.requests -= 2;
+            self.budget_refused -= 1;
+            self.errors -= 1;
+            self.prompt_tokens -= 20;
+            self.completion_tokens -= 10;
+            self
+        }
+    }
+
+    #[test]
+    fn reads_ledger_lines_of_the_last_day_only() {
+        let now = 1_800_000_000_000u64;
+        let mut b = Book::default();
+        let line = |ms: u64| {
+            let mut r = rec("k", ms, 200, 7, None);
+            r.request_id = "req_x".into();
+            serde_json::to_vec(&r).unwrap()
+        };
+        assert!(b.add_line(&line(now - 1000), now));
+        assert!(b.add_line(&line(now - 2 * 86_400_000), now));
+        assert!(b.add_line(b"   ", now));
+        assert!(!b.add_line(b"{not json", now));
+        // An old line is skipped on its timestamp alone, unread.
+        assert!(b.add_line(b"{\"ts\":\"2020-01-01T00:00:00.000Z\", garbage", now));
+        let t = b.since("k", 0);
+        assert_eq!((t.requests, t.cost_nano_usd), (1, 7));
+        assert_eq!(millis("2027-01-15T08:00:05.123Z"), 123);
+        assert_eq!(millis("2027-01-15T08:00:05Z"), 0);
+    }
+
+    #[test]
+    fn keeps_the_newest_hundred_failures() {
+        let mut b = Book::default();
+        for i in 0..150u64 {
+            let mut r = rec("k", 1000 + i, 502, 0, Some("upstream_error"));
+            r.request_id = format!("req_{i}");
+            b.add(&Entry::of(&r), 1000 + i);
+        }
+        let f = b.failures();
+        assert_eq!(f.len(), FAILURES);
+        assert_eq!(f[0].request_id, "req_149");
+        assert_eq!(f[99].request_id, "req_50");
+    }
+}

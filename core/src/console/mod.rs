@@ -1,0 +1,106 @@
+//! The operator's console on the admin listener: a read-only page (HTML,
+//! CSS and script embedded from `core/console/`) and the JSON it reads,
+//! behind the admin token.
+//!
+//! Its figures come from what the gateway already keeps:
+//! - the last hour in ten-second slots ([`timeline`]), recorded as requests
+//!   finish and from a one-second sample of the gauges by the runtime;
+//! - each key's last 24 hours and the newest failures ([`book`]), from the
+//!   ledger records this process writes and the lines of its ledger file
+//!   read at start, so a key's figures are its ledger lines';
+//! - spend per budget period and requests in flight from the budgets'
+//!   book, provider endpoints from the pool.
+//!
+//! Nothing is recorded while the console is off (no `--admin-token-env`).
+
+mod access;
+mod answer;
+mod book;
+mod timeline;
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+pub use access::{Access, COOKIE, SESSION_SECS};
+pub use answer::{Asking, CSP, ConsoleRoute, console_response, console_route};
+pub use book::{Failure, Tally};
+pub use timeline::{Point, SLOT_SECS, SLOTS};
+
+use crate::ledger::LedgerRecord;
+
+/// The console's state in a gateway process.
+#[derive(Debug)]
+pub struct Console {
+    access: Option<Access>,
+    timeline: Mutex<timeline::Timeline>,
+    book: Mutex<book::Book>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update leaves its state consistent: a panic elsewhere while
+    // holding the lock does not poison the figures.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Console {
+    /// The console, on when there is an admin token.
+    pub fn new(token: Option<&str>) -> Console {
+        Console {
+            access: token.map(Access::new),
+            timeline: Mutex::default(),
+            book: Mutex::default(),
+        }
+    }
+
+    /// On: an admin token is configured.
+    pub fn is_on(&self) -> bool {
+        self.access.is_some()
+    }
+
+    /// Who may read it, when it is on.
+    pub fn access(&self) -> Option<&Access> {
+        self.access.as_ref()
+    }
+
+    /// A request finished at `unix_ms` (every request the gateway answers).
+    pub(crate) fn finished(
+        &self,
+        unix_ms: u64,
+        status: u16,
+        overhead: Duration,
+        ttfb: Option<Duration>,
+    ) {
+        if self.is_on() {
+            lock(&self.timeline).finished(unix_ms, status, overhead, ttfb);
+        }
+    }
+
+    /// A ledger record of this process, finished at `unix_ms`.
+    pub(crate) fn record(&self, rec: &LedgerRecord, unix_ms: u64) {
+        if self.is_on() {
+            lock(&self.book).add(&book::Entry::of(rec), unix_ms);
+        }
+    }
+
+    /// A line of the ledger file read at start (without its newline);
+    /// `false` when it cannot be read.
+    pub fn seed_line(&self, line: &[u8], now_ms: u64) -> bool {
+        !self.is_on() || lock(&self.book).add_line(line, now_ms)
+    }
+
+    /// The gauges sampled at `unix_ms`: requests in flight and open
+    /// streams.
+    pub(crate) fn sample(&self, unix_ms: u64, in_flight: u32, streams: u32) {
+        if self.is_on() {
+            lock(&self.timeline).sample(unix_ms, in_flight, streams);
+        }
+    }
+
+    fn points(&self, unix_ms: u64) -> Vec<Point> {
+        lock(&self.timeline).points(unix_ms)
+    }
+
+    fn book(&self) -> MutexGuard<'_, book::Book> {
+        lock(&self.book)
+    }
+}
