@@ -1,12 +1,18 @@
-//! The admin listener (`--admin-listen`): `/metrics`, `/healthz`, `/readyz`
-//! on their own socket, one request per connection. The answers come from
-//! `chatgate_core::admin`; this only moves bytes and gathers readiness.
+//! The admin listener (`--admin-listen`): `/metrics`, `/healthz`, `/readyz`,
+//! `/upstreams` and the console on their own socket, one request per
+//! connection. The answers come from `chatgate_core::admin`; this only
+//! moves bytes, gathers readiness, supplies randomness for console
+//! sessions and samples the console's gauges once a second.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chatgate_core::http::HeadScanner;
 use chatgate_core::{AdminRoute, Readiness, admin_response, admin_route};
+
+/// How often the console's gauges (requests in flight, streams) are
+/// sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::driver::{Shared, linger_close};
@@ -21,6 +27,9 @@ const RECENT_CONTACT_MS: u64 = 60_000;
 
 /// Serves the admin listener until the process exits.
 pub async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
+    if shared.gateway.console().is_on() {
+        shared.rt.spawn(sample_console(Arc::clone(&shared)));
+    }
     loop {
         match shared.rt.accept(&listener).await {
             Ok(tcp) => shared.rt.spawn(serve_admin(Arc::clone(&shared), tcp)),
@@ -32,6 +41,17 @@ pub async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener
                     .await;
             }
         }
+    }
+}
+
+/// Samples the console's gauges until the process exits.
+async fn sample_console<R: Runtime>(shared: Arc<Shared<R>>) {
+    loop {
+        shared.gateway.sample_console(crate::runtime::now());
+        shared
+            .rt
+            .timer(std::time::Instant::now() + SAMPLE_EVERY)
+            .await;
     }
 }
 
@@ -54,16 +74,27 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
                 Err(_) => break buf.len(),
             }
         };
-        let (route, head_only) = admin_route(&buf[..head_len]);
-        let ready = match route {
+        let req = admin_route(&buf[..head_len]);
+        // The body (the console's login form), up to its small cap.
+        let mut body = buf.split_off(head_len);
+        while body.len() < req.body_len {
+            let n = tcp.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+        body.truncate(req.body_len);
+        let ready = match req.route {
             AdminRoute::Ready => Some(readiness(&shared).await),
             _ => None,
         };
-        if route == AdminRoute::Metrics {
+        if req.route == AdminRoute::Metrics {
             shared.gateway.metrics().pool_idle(shared.connectors.idle());
         }
         let now = crate::runtime::now();
-        let out = admin_response(route, head_only, &shared.gateway, ready.as_ref(), now);
+        let fresh = crate::runtime::random_32();
+        let out = admin_response(&req, &body, &shared.gateway, ready.as_ref(), now, fresh);
         tcp.write_all(&out).await.ok()?;
         tcp.flush().await.ok()
     };

@@ -280,13 +280,13 @@ fn start_serving<R: Runtime>(
         Some(url) => crate::spend::SpendSource::Postgres(url.clone()),
         None => crate::spend::SpendSource::File(cfg.ledger_path.clone()),
     };
+    // This process's book of spend (and its console) starts from its
+    // ledger, so a restart forgets nothing. With Redis the shared store
+    // decides admission; this book is what the console shows as this
+    // instance's spend, and what the fail-open fallback admits on.
+    seed_spend(&gateway, &cfg.ledger_path)?;
     let shared_limits = match cfg.redis.clone() {
-        None => {
-            // This process's book of spend starts from its ledger, so a
-            // restart forgets nothing.
-            seed_spend(&gateway, &cfg.ledger_path)?;
-            None
-        }
+        None => None,
         Some(url) => Some(Arc::new(crate::redis::SharedLimiter::new(
             rt.clone(),
             url,
@@ -321,10 +321,15 @@ fn start_serving<R: Runtime>(
     ))
 }
 
-/// Seeds the process's book of spend from the local ledger.
+/// Seeds the process's book of spend, and the console's last day, from the
+/// local ledger.
 fn seed_spend(gateway: &Gateway, ledger: &str) -> Result<(), String> {
     let unix_ms = now_unix_ms();
-    let tally = crate::spend::tally_file(ledger, unix_ms)?;
+    let console = gateway.console();
+    let tally = crate::spend::tally_file(ledger, unix_ms, |line| {
+        // An unreadable line is counted (and warned about) by the tally.
+        let _ = console.seed_line(line, unix_ms);
+    })?;
     for (key, spent) in &tally.keys {
         gateway.quota().seed(key, *spent, unix_ms);
     }
@@ -823,8 +828,17 @@ fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
     let ledger_path = ledger_path.to_string_lossy().into_owned();
     let ledger = Ledger::open(&ledger_path)?;
     let upstream = UpstreamTarget::parse(&format!("http://{sim_addr}/v1"))?;
+    // The console on an admin listener of its own port, with a fresh token.
+    let admin = bind("127.0.0.1:0")?;
+    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
+    let admin_token: String = random_32()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut config = GatewayConfig::new(upstream.clone());
+    config.console_token = Some(chatgate_core::Secret::new(admin_token.clone()));
     let gateway = Gateway::new(
-        GatewayConfig::new(upstream.clone()),
+        config,
         keys,
         WallClock::new(unix_ms_at_start()),
         random_u64(),
@@ -846,7 +860,8 @@ fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
          Base URL: http://{addr}/v1\nAPI key:  {key}\nModel:    reasoning-model-k3\nLedger:   {ledger_path}\n\n\
          Try (streaming):\n  curl -N http://{addr}/v1/chat/completions \\\n    -H 'Authorization: Bearer {key}' \\\n    \
          -H 'Content-Type: application/json' \\\n    -d '{{\"model\":\"reasoning-model-k3\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Why is the sky blue?\"}}]}}'\n\n\
-         Or point an OpenAI SDK at it:\n  OPENAI_BASE_URL=http://{addr}/v1 OPENAI_API_KEY={key}\n\nCtrl-C stops it.\n"
+         Or point an OpenAI SDK at it:\n  OPENAI_BASE_URL=http://{addr}/v1 OPENAI_API_KEY={key}\n\n\
+         Console:  http://{admin_addr}/\nAdmin token: {admin_token}\n\nCtrl-C stops it.\n"
     );
     let summary = format!(
         "demo upstream={} ledger={ledger_path}",
@@ -854,7 +869,7 @@ fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
     );
     let bound = Bound {
         listener,
-        admin: None,
+        admin: Some(admin),
         keys_src: None,
         pool_src: None,
         ledger_postgres: None,

@@ -21,16 +21,21 @@ impl SpendSource {
     /// call it off the executor).
     pub fn tally(&self, unix_ms: u64) -> Result<SpendTally, String> {
         match self {
-            SpendSource::File(path) => tally_file(path, unix_ms),
+            SpendSource::File(path) => tally_file(path, unix_ms, |_| {}),
             SpendSource::Postgres(url) => crate::pgledger::tally_postgres(url, unix_ms),
         }
     }
 }
 
-/// Sums a ledger file's costs per key and period. A file that does not
-/// exist yet (or is not a regular file) has spent nothing; unreadable
+/// Sums a ledger file's costs per key and period, and shows `each` line
+/// too (the console reads its last day in the same pass). A file that does
+/// not exist yet (or is not a regular file) has spent nothing; unreadable
 /// lines are skipped (and counted in a warning), as the usage report does.
-pub fn tally_file(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
+pub fn tally_file(
+    path: &str,
+    unix_ms: u64,
+    mut each: impl FnMut(&[u8]),
+) -> Result<SpendTally, String> {
     let mut tally = SpendTally::new(unix_ms);
     let f = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -49,6 +54,7 @@ pub fn tally_file(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
     let reader = std::io::BufReader::with_capacity(1 << 20, f);
     let mut bad = 0u64;
     crate::report::each_line(reader, |line| {
+        each(line);
         if !tally.add_line(line) {
             bad += 1;
         }
