@@ -6,7 +6,9 @@
 #
 #   scripts/install-package.sh PACKAGE PROGRAM    (as root, or with sudo available)
 #
-# curl runs the README's examples (tests/tests/readme_curl.rs).
+# curl runs the README's examples (tests/tests/readme_curl.rs); chromium
+# and chromium-driver drive the console in a headless browser
+# (tests/tests/console.rs).
 #
 # The package's service is not started: the tests run their own servers as
 # child processes with generated configurations.

@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it. Installs what it needs:
 # the client libraries (OpenAI Python and Node SDKs, Vercel AI SDK, into
 # .cache/ and clients/node/node_modules), nginx, redis-server,
-# postgresql and curl (Debian packages; the tests start their own servers) and
+# postgresql, curl, openssl, chromium and chromium-driver (Debian packages; the tests
+# start their own servers and a headless browser) and
 # cargo-fuzz (into .cache/). A second run reuses them.
 #
 #   scripts/test.sh
@@ -23,6 +24,9 @@ scripts/install-nginx.sh
 scripts/install-package.sh redis-server redis-server
 scripts/install-package.sh postgresql '/usr/lib/postgresql/*/bin/postgres'
 scripts/install-package.sh curl curl
+scripts/install-package.sh openssl openssl
+scripts/install-package.sh chromium chromium
+scripts/install-package.sh chromium-driver chromedriver
 
 step "format"
 cargo fmt --all -- --check

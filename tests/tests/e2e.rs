@@ -996,6 +996,28 @@ fn demo_serves_streams_answers_and_its_curl_line(bin: &str) {
         .to_owned();
     assert!(key.starts_with("sk-cg-"), "{key}");
     let chat = |b: &str| request(addr, "POST", "/v1/chat/completions", Some(&key), Some(b));
+    // The console, on its own port, with the token the banner gives.
+    let console: std::net::SocketAddr = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("Console:"))
+        .and_then(|l| l.trim().strip_prefix("http://"))
+        .and_then(|l| l.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("no console in {banner}"))
+        .parse()
+        .unwrap();
+    let admin_token = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("Admin token:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(
+        request(console, "GET", "/api/overview", None, None).status,
+        401
+    );
+    let overview = request(console, "GET", "/api/overview", Some(&admin_token), None);
+    assert_eq!(overview.status, 200);
+    assert_eq!(overview.json()["keys"][0]["name"], "demo");
 
     // Not streamed: reasoning and answer in the message.
     let r = chat(&body(""));

@@ -440,7 +440,27 @@ fn operations_guide_runs_as_written() {
     assert_eq!(exec[0], bin_path(BIN).to_string_lossy());
     let args: Vec<String> = exec[1..].iter().map(|s| (*s).to_owned()).collect();
     assert_eq!(args, ["serve", "--config", &t("etc/chatgate.toml")]);
-    let mut gw = Proc::spawn(BIN, &args, &[], &tmp.path().join("gateway.stderr"));
+    // The admin token, as the guide adds it to the unit's EnvironmentFile,
+    // which the unit hands to the gateway.
+    let (code, _, err) = sh(
+        &subst.apply(&commands.take("echo \"CHATGATE_ADMIN_TOKEN=")),
+        &[],
+        tmp.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let env_file = std::fs::read_to_string(t("etc/provider.env")).unwrap();
+    let unit_env: Vec<(String, String)> = env_file
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let admin_token = unit_env
+        .iter()
+        .find(|(k, _)| k == "CHATGATE_ADMIN_TOKEN")
+        .map(|(_, v)| v.clone())
+        .expect("the token in provider.env");
+    assert_eq!(admin_token.len(), 64, "{admin_token}");
+    let mut gw = Proc::spawn(BIN, &args, &unit_env, &tmp.path().join("gateway.stderr"));
     let addr_of = |line: String, prefix: &str| -> SocketAddr {
         line.trim()
             .strip_prefix(prefix)
@@ -516,6 +536,16 @@ fn operations_guide_runs_as_written() {
             "{out}"
         );
     }
+    // The console's data, as scripts read it; the page needs the token.
+    let (code, out, err) = sh(
+        &subst.apply(&commands.take("curl -s -H \"Authorization: Bearer $CHATGATE_ADMIN_TOKEN\"")),
+        &[("CHATGATE_ADMIN_TOKEN", &admin_token)],
+        tmp.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let overview: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(overview["keys"][0]["name"], "alice", "{out}");
+    assert_eq!(request(admin, "GET", "/", None, None).status, 401);
     let prometheus = block(&doc, "yaml", "scrape_configs");
     assert!(prometheus.contains("\"127.0.0.1:9090\""));
     std::fs::write(t("prometheus.yml"), subst.apply(&prometheus)).unwrap();

@@ -1,0 +1,901 @@
+//! The operator's console in a real browser: headless Chromium driven over
+//! WebDriver (Debian's `chromium` and `chromium-driver`, installed by the
+//! test command), against both binaries under a small load.
+//!
+//! Checked: the page loads with no console error and no request to
+//! another origin; each key's figures equal its ledger lines'; a key pushed
+//! over its budget shows it within 10 s without a reload; an endpoint that
+//! refuses connections shows as ejected; without the token the page and its
+//! data are refused; the tables work with the keyboard and every chart has
+//! a text equivalent. A screenshot of each view goes to the test's output
+//! directory (`target/tmp/console/`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use chatgate_tests::*;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "console-test-token-0123456789abcdef";
+
+cases!(
+    without_a_token_the_console_is_off_and_says_how_to_turn_it_on,
+    a_bad_admin_token_setting_refuses_to_start,
+    the_login_form_opens_a_strict_session_and_logout_ends_it,
+    after_a_restart_the_console_reads_its_figures_from_the_ledger,
+);
+
+/// A chromedriver process and one headless Chromium session.
+struct Browser {
+    driver: Child,
+    addr: SocketAddr,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.call("DELETE", &format!("/session/{}", self.session), None);
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// One WebDriver command: its JSON answer (status, body).
+fn webdriver(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut s = TcpStream::connect(addr).expect("chromedriver");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // chromedriver refuses a Host that is not local.
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        addr.port(),
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    // Read until the answer is whole (chromedriver may keep the connection).
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let n = s.read(&mut chunk).expect("chromedriver answer");
+        raw.extend_from_slice(&chunk[..n]);
+        if let Some((r, _)) =
+            chatgate_testkit::parse_response(&raw, n == 0).expect("an HTTP answer")
+            && (r.complete || n == 0)
+        {
+            return (
+                r.status,
+                serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+            );
+        }
+        assert!(n > 0, "chromedriver closed mid-answer");
+    }
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian's chromium-driver; scripts/test.sh installs it)");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "goog:chromeOptions": {
+                "binary": chromium(),
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1400,1000",
+                         "--no-first-run", "--disable-background-networking",
+                         "--disable-component-update", "--disable-sync",
+                         format!("--user-data-dir={}", profile.path().display())],
+            },
+        }}});
+        let (status, v) = webdriver(addr, "POST", "/session", Some(&caps));
+        assert_eq!(status, 200, "new session: {v}");
+        let session = v["value"]["sessionId"].as_str().unwrap().to_owned();
+        Browser {
+            driver,
+            addr,
+            session,
+            _profile: profile,
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let (status, v) = webdriver(self.addr, method, path, body);
+        assert_eq!(status, 200, "{method} {path}: {v}");
+        v["value"].clone()
+    }
+
+    fn cmd(&self, method: &str, what: &str, body: Option<Value>) -> Value {
+        self.call(
+            method,
+            &format!("/session/{}{what}", self.session),
+            body.as_ref(),
+        )
+    }
+
+    fn go(&self, url: &str) {
+        self.cmd("POST", "/url", Some(json!({ "url": url })));
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/sync",
+            Some(json!({ "script": script, "args": [] })),
+        )
+    }
+
+    /// Waits until `script` returns something truthy; returns it.
+    fn until(&self, what: &str, within: Duration, script: &str) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.js(script);
+            if !(v.is_null() || v == false || v == "" || v == json!([])) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Presses keys on the focused element (WebDriver key codes).
+    fn keys(&self, keys: &[&str]) {
+        let actions: Vec<Value> = keys
+            .iter()
+            .flat_map(|k| {
+                [
+                    json!({"type": "keyDown", "value": k}),
+                    json!({"type": "keyUp", "value": k}),
+                ]
+            })
+            .collect();
+        self.cmd(
+            "POST",
+            "/actions",
+            Some(json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})),
+        );
+    }
+
+    /// The browser's console entries since the last call.
+    fn log(&self) -> Vec<Value> {
+        self.cmd("POST", "/se/log", Some(json!({"type": "browser"})))
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// A screenshot of the window, or of the element `css` selects.
+    fn screenshot_of(&self, css: Option<&str>, path: &Path) {
+        let what = match css {
+            None => "/screenshot".to_owned(),
+            Some(css) => {
+                let e = self.cmd(
+                    "POST",
+                    "/element",
+                    Some(json!({"using": "css selector", "value": css})),
+                );
+                let id = e["element-6066-11e4-a52e-4f735466cecf"].as_str().unwrap();
+                format!("/element/{id}/screenshot")
+            }
+        };
+        let b64 = self.cmd("GET", &what, None);
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(
+                b64.as_str()
+                    .unwrap_or_else(|| panic!("a screenshot: {b64}")),
+            )
+            .expect("a PNG");
+        std::fs::write(path, png).unwrap();
+    }
+}
+
+const ENTER: &str = "\u{E007}";
+const TAB: &str = "\u{E004}";
+const ESCAPE: &str = "\u{E00C}";
+
+fn chromium() -> String {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("chromium")
+        .to_owned()
+}
+
+fn shots_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A gateway with the console on: keys `test`, `bob` (no budget) and
+/// `alice` (a budget of a tenth of a cent a day); endpoints `sim` and
+/// `dead` (a port nobody listens on).
+fn gateway(bin: &str, sim: &Sim) -> Gw {
+    let dir = tempfile::tempdir().unwrap();
+    let key = mint(bin, dir.path(), "test", None, None);
+    let bob = mint(bin, dir.path(), "bob", None, None);
+    let keys = dir.path().join("keys.toml").to_string_lossy().into_owned();
+    let (code, out, err) = run(
+        bin,
+        &[
+            "keys",
+            "new",
+            "--keys",
+            &keys,
+            "--name",
+            "alice",
+            "--budget-usd",
+            "0.001",
+            "--budget-period",
+            "day",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let alice = out.lines().next().expect("alice's key").to_owned();
+    // A port nobody listens on.
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = dir.path().join("chatgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[upstream]]\nname = \"sim\"\nurl = \"{}\"\n\n[[upstream]]\nname = \"dead\"\nurl = \"http://{dead}/v1\"\n",
+            sim.url()
+        ),
+    )
+    .unwrap();
+    let opts = GwOptions {
+        args: vec![
+            "--config".into(),
+            config.to_string_lossy().into_owned(),
+            "--admin-listen".into(),
+            "127.0.0.1:0".into(),
+            "--admin-token-env".into(),
+            "CONSOLE_TEST_TOKEN".into(),
+        ],
+        env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
+        ..GwOptions::default()
+    };
+    let mut gw = Gw::start_with_keys(bin, "", opts, dir, key);
+    gw.keys.insert("bob".into(), bob);
+    gw.keys.insert("alice".into(), alice);
+    gw
+}
+
+/// Sums of a key's ledger lines of today (UTC): requests, tokens, cost.
+fn ledger_today(gw: &Gw) -> std::collections::BTreeMap<String, [u64; 6]> {
+    let today = chatgate_core::rfc3339_ms(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    )[..10]
+        .to_owned();
+    let mut sums = std::collections::BTreeMap::new();
+    for r in gw.ledger() {
+        if !r.ts.starts_with(&today) {
+            continue;
+        }
+        let s: &mut [u64; 6] = sums.entry(r.key.clone()).or_default();
+        for (slot, v) in s.iter_mut().zip([
+            1,
+            r.prompt_tokens,
+            r.completion_tokens,
+            r.reasoning_tokens,
+            r.cached_tokens,
+            r.cost_nano_usd,
+        ]) {
+            *slot += v;
+        }
+    }
+    sums
+}
+
+/// A nano-dollar amount as the page writes it.
+fn usd(nano: u64) -> String {
+    let frac = format!("{:09}", nano % 1_000_000_000);
+    let mut frac = frac.trim_end_matches('0').to_owned();
+    while frac.len() < 2 {
+        frac.push('0');
+    }
+    format!("{}.{frac}", nano / 1_000_000_000)
+}
+
+/// The keys table as the page shows it: per key, field → text.
+const KEYS_TABLE: &str = r#"
+    const rows = {};
+    for (const tr of document.querySelectorAll('#keys-table tbody tr[data-key]')) {
+        const r = {};
+        for (const td of tr.querySelectorAll('td[data-field]')) r[td.dataset.field] = td.textContent;
+        r.class = tr.className;
+        rows[tr.dataset.key] = r;
+    }
+    return rows;"#;
+
+#[test]
+fn the_console_in_a_browser_shows_the_ledger_limits_and_providers() {
+    let shots = shots_dir();
+    let browser = Browser::start();
+    for bin in RUNTIMES {
+        console_in_a_browser(bin, &browser, &shots);
+    }
+}
+
+fn console_in_a_browser(bin: &str, browser: &Browser, shots: &Path) {
+    let name = bin.trim_start_matches("chatgate-");
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = gateway(bin, &sim);
+    let admin = gw.admin_addr();
+    let base = format!("http://{admin}");
+
+    // Without the token: the page is the login form, its data refused.
+    let page = request(admin, "GET", "/", None, None);
+    assert_eq!(page.status, 401);
+    let text = String::from_utf8_lossy(&page.body);
+    assert!(text.contains("name=\"token\"") && !text.contains("keys-table"));
+    let csp = page.header("content-security-policy").unwrap_or("");
+    assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'"));
+    for path in ["/api/overview", "/api/keys/test"] {
+        assert_eq!(
+            request(admin, "GET", path, None, None).status,
+            401,
+            "{path}"
+        );
+        assert_eq!(
+            request(admin, "GET", path, Some("not-the-admin-token-at-all"), None).status,
+            401
+        );
+    }
+    assert_eq!(
+        request(admin, "GET", "/api/overview", Some(TOKEN), None).status,
+        200
+    );
+    // The scrapers' endpoints stay open.
+    assert_eq!(request(admin, "GET", "/metrics", None, None).status, 200);
+    // The public port never serves the console.
+    assert_eq!(request(gw.addr, "GET", "/", None, None).status, 404);
+
+    // A small load: two keys, streamed and not, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = Arc::clone(&stop);
+        let (addr, test_key) = (gw.addr, gw.key.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let body = if n % 3 == 0 {
+                    stream_body("")
+                } else {
+                    body("")
+                };
+                let r = request(
+                    addr,
+                    "POST",
+                    "/v1/chat/completions",
+                    Some(&test_key),
+                    Some(&body),
+                );
+                assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+                n += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            n
+        })
+    };
+
+    // Log in through the form: a wrong token first.
+    browser.cmd(
+        "POST",
+        "/window/rect",
+        Some(json!({"width": 1400, "height": 1000})),
+    );
+    browser.go(&format!("{base}/"));
+    browser.screenshot_of(None, &shots.join(format!("{name}-login.png")));
+    browser.js(&format!(
+        "document.getElementById('token').value = 'wrong-{TOKEN}'; document.getElementById('login').submit();"
+    ));
+    browser.until(
+        "the refusal",
+        PATIENCE,
+        "return document.querySelector('.message') && document.querySelector('.message').textContent",
+    );
+    browser.js(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; document.getElementById('login').submit();"
+    ));
+    browser.until(
+        "the console",
+        PATIENCE,
+        "return document.body.dataset.updated",
+    );
+    // The session cookie is not readable by script.
+    assert_eq!(browser.js("return document.cookie"), "");
+    // The login page's 401s are behind us; from here on, nothing may fail.
+    let _ = browser.log();
+    browser.go(&format!("{base}/"));
+    browser.until(
+        "the console",
+        PATIENCE,
+        "return document.body.dataset.updated",
+    );
+
+    // The endpoint nobody listens on is ejected, and shows as ejected.
+    browser.until(
+        "the dead endpoint shown as ejected",
+        PATIENCE,
+        "const td = document.querySelector('#providers-table tr[data-endpoint=\"dead\"] td[data-field=\"state\"]'); \
+         return td && td.textContent.startsWith('ejected') && td.textContent",
+    );
+    let sim_row = browser.js(
+        "return document.querySelector('#providers-table tr[data-endpoint=\"sim\"] td[data-field=\"state\"]').textContent",
+    );
+    assert_eq!(sim_row, "healthy");
+
+    // Push alice over her budget: requests until the budget refuses one.
+    browser.js("window.notReloaded = true;");
+    let alice = read_key(&gw, "alice");
+    let mut refused_at = None;
+    for _ in 0..20 {
+        let r = request(
+            gw.addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(&alice),
+            Some(&body(r#""max_tokens":50"#)),
+        );
+        if r.status == 429 {
+            assert_eq!(r.error().2, "insufficient_quota");
+            refused_at = Some(Instant::now());
+            break;
+        }
+        assert_eq!(r.status, 200);
+    }
+    let refused_at = refused_at.expect("alice's budget refused a request");
+    browser.until(
+        "alice's budget refusal on the page",
+        Duration::from_secs(10),
+        "const r = document.querySelector('#keys-table tr[data-key=\"alice\"]'); \
+         return r && r.querySelector('td[data-field=\"budget_refused\"]').textContent !== '0' \
+                && r.querySelector('td[data-field=\"budget\"] meter') !== null",
+    );
+    assert!(refused_at.elapsed() < Duration::from_secs(10));
+    assert_eq!(browser.js("return window.notReloaded === true"), true);
+
+    // Stop the load; once the ledger holds every request, the page's
+    // figures are the ledger's, key by key.
+    stop.store(true, Ordering::Relaxed);
+    let sent = load.join().unwrap();
+    assert!(sent > 0);
+    let deadline = Instant::now() + PATIENCE;
+    let (rows, sums) = loop {
+        let sums = ledger_today(&gw);
+        // Two refreshes after the ledger was read.
+        let before = browser.js("return document.body.dataset.updated");
+        browser.until(
+            "a refresh",
+            PATIENCE,
+            &format!(
+                "return document.body.dataset.updated !== {before} && document.body.dataset.updated"
+            ),
+        );
+        let rows = browser.js(KEYS_TABLE);
+        let fits = sums.iter().all(|(key, s)| {
+            let row = &rows[key.as_str()];
+            let n = |f: &str| row[f].as_str().unwrap_or("").replace(',', "");
+            n("requests") == s[0].to_string()
+                && n("prompt_tokens") == s[1].to_string()
+                && n("completion_tokens") == s[2].to_string()
+                && n("reasoning_tokens") == s[3].to_string()
+                && n("cached_tokens") == s[4].to_string()
+                && row["cost"] == usd(s[5]).as_str()
+        });
+        if fits && sums == ledger_today(&gw) {
+            break (rows, sums);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never matched the ledger:\npage {rows:#}\nledger {sums:?}"
+        );
+    };
+    assert!(sums.contains_key("test") && sums.contains_key("alice"));
+    assert_eq!(
+        rows["bob"]["requests"], "0",
+        "a key without requests has a row"
+    );
+    // Alice's budget is a day's: what the ledger says she spent today.
+    let budget = rows["alice"]["budget"].as_str().unwrap();
+    assert!(
+        budget.starts_with(&format!("{} of 0.001 (day)", usd(sums["alice"][5]))),
+        "{budget}"
+    );
+
+    // Every chart has a text equivalent, and a table of its figures.
+    let charts = browser.js(
+        "return Array.from(document.querySelectorAll('svg.chart')).map(s => \
+           [s.getAttribute('role'), (s.getAttribute('aria-labelledby') || '').split(' ') \
+              .map(id => document.getElementById(id).textContent).join(' '), \
+            s.closest('figure').querySelectorAll('details table tbody tr').length])",
+    );
+    let charts = charts.as_array().unwrap();
+    assert_eq!(charts.len(), 5, "{charts:?}");
+    for c in charts {
+        assert_eq!(c[0], "img");
+        assert!(c[1].as_str().unwrap().contains("Last ten seconds"), "{c}");
+        assert!(c[2].as_u64().unwrap() > 0, "{c}");
+    }
+    let rps = browser.js("return document.getElementById('chart-rps-sum').textContent");
+    assert!(
+        !rps.as_str().unwrap().ends_with("Highest: requests/s 0.0."),
+        "the load shows: {rps}"
+    );
+
+    // Views, photographed.
+    browser.screenshot_of(None, &shots.join(format!("{name}-page.png")));
+    // A window as tall as the page: each view whole.
+    browser.cmd(
+        "POST",
+        "/window/rect",
+        Some(json!({"width": 1400, "height": 3000})),
+    );
+    for view in ["now", "keys", "providers", "failures"] {
+        let path = shots.join(format!("{name}-{view}.png"));
+        browser.screenshot_of(Some(&format!("#{view}")), &path);
+    }
+    // The failures list names alice's refusal.
+    let failures = browser.js(
+        "return Array.from(document.querySelectorAll('#failures-table tbody tr[data-request]')).map(tr => \
+           tr.querySelector('td[data-field=\"error\"]').textContent)",
+    );
+    assert!(
+        failures
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "insufficient_quota"),
+        "{failures}"
+    );
+
+    // The keyboard: Tab from the first sort button to the next, Enter sorts.
+    browser.js("document.querySelector('#keys-table th[data-sort=\"name\"] button').focus();");
+    browser.keys(&[TAB, ENTER]);
+    let sorted = browser.js(
+        "return [document.activeElement.closest('th').dataset.sort, \
+                 document.activeElement.closest('th').getAttribute('aria-sort')]",
+    );
+    assert_eq!(sorted, json!(["requests", "descending"]));
+    let order = browser.js(
+        "return Array.from(document.querySelectorAll('#keys-table tbody tr')).map(tr => tr.dataset.key)",
+    );
+    assert_eq!(order[0], "test", "most requests first: {order}");
+    // Enter on a key's name opens its 24 hours; Escape closes them.
+    browser.js("document.querySelector('#keys-table tr[data-key=\"alice\"] .key-open').focus();");
+    browser.keys(&[ENTER]);
+    browser.until(
+        "alice's hours",
+        PATIENCE,
+        "return !document.getElementById('key-detail').hidden && document.activeElement.id === 'key-detail-h' \
+           && document.querySelectorAll('#key-hours tbody tr').length === 24",
+    );
+    let hours_total = browser.js(
+        "return Array.from(document.querySelectorAll('#key-hours tbody tr')) \
+           .map(tr => Number(tr.children[1].textContent.replace(/,/g, ''))).reduce((a, b) => a + b, 0)",
+    );
+    assert_eq!(hours_total, json!(sums["alice"][0]));
+    browser.screenshot_of(Some("#key-detail"), &shots.join(format!("{name}-key.png")));
+    browser.keys(&[ESCAPE]);
+    browser.until(
+        "the hours closed, focus back on alice",
+        PATIENCE,
+        "return document.getElementById('key-detail').hidden && \
+           document.activeElement.closest('tr') && document.activeElement.closest('tr').dataset.key === 'alice'",
+    );
+
+    // No console error, and nothing from another origin.
+    let errors: Vec<Value> = browser
+        .log()
+        .into_iter()
+        .filter(|e| e["level"] == "SEVERE" || e["level"] == "WARNING")
+        .collect();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let foreign = browser.js(
+        "return performance.getEntriesByType('resource').map(e => e.name) \
+           .filter(n => !n.startsWith(location.origin + '/'))",
+    );
+    assert_eq!(foreign, json!([]));
+
+    // Logging out ends the session: the page is the login form again.
+    browser.js("document.querySelector('form[action=\"/logout\"]').submit();");
+    browser.until(
+        "the login form",
+        PATIENCE,
+        "return document.getElementById('login') !== null",
+    );
+    let _ = browser.log();
+    drop(sim);
+}
+
+fn read_key(gw: &Gw, name: &str) -> String {
+    gw.keys
+        .get(name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no key {name}"))
+}
+
+/// One request with extra header lines, on a new connection.
+fn raw(addr: SocketAddr, req: &str) -> Response {
+    let mut c = Conn::open(addr);
+    c.send(req.as_bytes());
+    c.response()
+}
+
+fn without_a_token_the_console_is_off_and_says_how_to_turn_it_on(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec!["--admin-listen".into(), "127.0.0.1:0".into()],
+            ..GwOptions::default()
+        },
+    );
+    let admin = gw.admin_addr();
+    let page = request(admin, "GET", "/", None, None);
+    assert_eq!(page.status, 404);
+    let text = String::from_utf8_lossy(&page.body);
+    assert!(text.contains("--admin-token-env"), "{text}");
+    let api = request(admin, "GET", "/api/overview", Some(TOKEN), None);
+    assert_eq!(api.status, 404);
+    assert!(
+        api.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("--admin-token-env")
+    );
+    // The files hold no data and are served all the same (the page above
+    // uses the stylesheet).
+    assert_eq!(
+        request(admin, "GET", "/console.css", None, None).status,
+        200
+    );
+    assert_eq!(request(admin, "GET", "/metrics", None, None).status, 200);
+    assert!(gw.proc.stderr().contains("console=off"));
+}
+
+fn a_bad_admin_token_setting_refuses_to_start(bin: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.toml").to_string_lossy().into_owned();
+    mint(bin, dir.path(), "test", None, None);
+    let base = [
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9/v1",
+        "--keys",
+        &keys,
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    for (extra, env, error) in [
+        (
+            vec!["--admin-token-env", "T"],
+            vec![("T", TOKEN)],
+            "admin_token_env: the console is served on the admin listener; set admin_listen too",
+        ),
+        (
+            vec![
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--admin-token-env",
+                "NOT_SET_HERE",
+            ],
+            vec![],
+            "admin_token_env: the environment variable NOT_SET_HERE is not set",
+        ),
+        (
+            vec!["--admin-listen", "127.0.0.1:0", "--admin-token-env", "T"],
+            vec![("T", "short-token")],
+            "admin_token_env: the token in T is shorter than 16 characters",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra).collect();
+        let (code, _, err) = run(bin, &args, &env);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(error), "{err}");
+        // The token itself is never echoed.
+        assert!(!err.contains("short-token"), "{err}");
+    }
+}
+
+fn the_login_form_opens_a_strict_session_and_logout_ends_it(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = console_gateway(bin, &sim);
+    let admin = gw.admin_addr();
+    let post = |body: &str, cookie: &str| {
+        raw(
+            admin,
+            &format!(
+                "POST {} HTTP/1.1\r\nHost: a\r\nContent-Type: application/x-www-form-urlencoded\r\n{cookie}Content-Length: {}\r\n\r\n{}",
+                if body.is_empty() { "/logout" } else { "/login" },
+                body.len(),
+                body
+            ),
+        )
+    };
+    let wrong = post("token=nope", "");
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none());
+    assert!(String::from_utf8_lossy(&wrong.body).contains("That is not the admin token."));
+    let ok = post(&format!("token={TOKEN}"), "");
+    assert_eq!(ok.status, 303);
+    assert_eq!(ok.header("location"), Some("/"));
+    let set = ok.header("set-cookie").unwrap().to_owned();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
+        assert!(set.contains(attr), "{set}");
+    }
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let get = |path: &str, cookie: &str| {
+        raw(
+            admin,
+            &format!("GET {path} HTTP/1.1\r\nHost: a\r\nCookie: {cookie}\r\n\r\n"),
+        )
+    };
+    let page = get("/", &cookie);
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("keys-table"));
+    let csp = page.header("content-security-policy").unwrap();
+    assert_eq!(csp, chatgate_core::console::CSP);
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+    assert_eq!(get("/api/overview", &cookie).status, 200);
+    // Not the key's hash, nor a key, nor the provider's key on any answer.
+    assert_eq!(gw.chat(&body("")).status, 200);
+    let overview = String::from_utf8_lossy(&get("/api/overview", &cookie).body).into_owned();
+    assert!(!overview.contains(&gw.key) && !overview.contains("sha256"));
+    let hash = chatgate_core::key_hash_hex(&gw.key);
+    assert!(!overview.contains(&hash));
+    // A forged or altered session opens nothing.
+    let forged = format!("chatgate_console={}", "ab".repeat(32));
+    assert_eq!(get("/api/overview", &forged).status, 401);
+    assert_eq!(get("/", &forged).status, 401);
+    // Logging out closes the session for good.
+    let out = post("", &format!("Cookie: {cookie}\r\n"));
+    assert_eq!(out.status, 303);
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
+    assert_eq!(get("/api/overview", &cookie).status, 401);
+    // A body too large to be a login form is not read, and opens nothing.
+    let big = raw(
+        admin,
+        "POST /login HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\ntoken=x",
+    );
+    assert_eq!(big.status, 401);
+}
+
+/// A gateway in front of `sim` with the console on.
+fn console_gateway(bin: &str, sim: &Sim) -> Gw {
+    Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec![
+                "--admin-listen".into(),
+                "127.0.0.1:0".into(),
+                "--admin-token-env".into(),
+                "CONSOLE_TEST_TOKEN".into(),
+            ],
+            env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
+            ..GwOptions::default()
+        },
+    )
+}
+
+fn after_a_restart_the_console_reads_its_figures_from_the_ledger(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = console_gateway(bin, &sim);
+    let admin = gw.admin_addr();
+    for i in 0..5 {
+        let b = if i % 2 == 0 {
+            body("")
+        } else {
+            stream_body("")
+        };
+        assert_eq!(gw.chat(&b).status, 200);
+    }
+    // A failure: the provider refuses.
+    sim.set_fault(r#"{"fault":"reject","status":500}"#);
+    assert_eq!(gw.chat(&body("")).status, 502);
+    sim.clear_fault();
+    let ledger = gw.ledger_len(6);
+    let before = overview(admin);
+    gw.proc.signal(libc::SIGTERM);
+    gw.proc.wait_exit(PATIENCE).expect("exits on SIGTERM");
+
+    // The same keys file and ledger, a new process.
+    let key = gw.key.clone();
+    let opts = GwOptions {
+        args: vec![
+            "--admin-listen".into(),
+            "127.0.0.1:0".into(),
+            "--admin-token-env".into(),
+            "CONSOLE_TEST_TOKEN".into(),
+        ],
+        env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
+        ..GwOptions::default()
+    };
+    let Gw { dir, .. } = gw;
+    let mut again = Gw::start_with_keys(bin, &sim.url(), opts, dir, key);
+    let admin = again.admin_addr();
+    let after = overview(admin);
+    let row = |o: &Value| {
+        o["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == "test")
+            .cloned()
+            .unwrap()
+    };
+    let (b, a) = (row(&before), row(&after));
+    for f in [
+        "requests",
+        "prompt_tokens",
+        "completion_tokens",
+        "reasoning_tokens",
+        "cost_nano_usd",
+        "errors",
+    ] {
+        assert_eq!(a[f], b[f], "{f}: {a} / {b}");
+    }
+    assert_eq!(a["requests"], ledger.len() as u64);
+    let cost: u64 = ledger.iter().map(|r| r.cost_nano_usd).sum();
+    assert_eq!(a["cost_nano_usd"], cost);
+    assert_eq!(a["errors"], 1);
+    let failed = ledger.iter().find(|r| r.status == 502).unwrap();
+    assert_eq!(
+        after["failures"][0]["request_id"],
+        failed.request_id.as_str()
+    );
+    assert_eq!(
+        after["failures"][0]["error"],
+        failed.error.as_deref().unwrap()
+    );
+    // The hours add up to the day.
+    let hours = request(admin, "GET", "/api/keys/test", Some(TOKEN), None).json();
+    let total: u64 = hours["hours"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, ledger.len() as u64);
+}
+
+fn overview(admin: SocketAddr) -> Value {
+    let r = request(admin, "GET", "/api/overview", Some(TOKEN), None);
+    assert_eq!(r.status, 200);
+    r.json()
+}
