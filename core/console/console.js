@@ -10,6 +10,8 @@ const state = {
   data: null,
   sort: { field: "name", descending: false },
   openKey: null,
+  // Answers for a key opened before the current one are dropped.
+  keyAsk: 0,
 };
 
 // ---- formatting -------------------------------------------------------
@@ -171,7 +173,7 @@ function keyRow(k) {
       `${usd(k.budget.spent_nano_usd)} of ${usd(k.budget.limit_nano_usd)} (${k.budget.period})${over ? " over budget" : ""}`);
   }
   const open = el("button", { type: "button", class: "key-open", "aria-expanded": String(state.openKey === k.name) }, k.name);
-  open.addEventListener("click", () => openKey(k.name));
+  open.addEventListener("click", () => openKey(k.name).catch(showFailure));
   const tr = el("tr", { dataset: { key: k.name } },
     el("th", { scope: "row", class: "text" }, open),
     cell("requests", int(k.requests)),
@@ -285,12 +287,16 @@ function drawGauges(d) {
 
 // ---- a key's 24 hours -------------------------------------------------
 
-async function openKey(name) {
+// Opens a key's 24 hours (and moves the focus there), or, with
+// `focus` false, redraws the open key's hours on a refresh.
+async function openKey(name, focus = true) {
+  const ask = ++state.keyAsk;
   state.openKey = name;
   const res = await fetch(`/api/keys/${encodeURIComponent(name)}`, { cache: "no-store" });
   if (res.status === 401) { location.reload(); return; }
   if (!res.ok) return;
   const d = await res.json();
+  if (ask !== state.keyAsk || state.openKey !== name) return;
   const section = document.getElementById("key-detail");
   const heading = document.getElementById("key-detail-h");
   heading.textContent = `${d.key}: the last 24 hours`;
@@ -316,13 +322,16 @@ async function openKey(name) {
   box.append(top, left, right);
   document.getElementById("key-chart").replaceChildren(box);
   section.hidden = false;
-  heading.focus();
-  if (state.data) drawKeys(state.data.keys);
+  if (focus) {
+    heading.focus();
+    if (state.data) drawKeys(state.data.keys);
+  }
 }
 
 function closeKey() {
   const name = state.openKey;
   state.openKey = null;
+  state.keyAsk++;
   document.getElementById("key-detail").hidden = true;
   if (state.data) drawKeys(state.data.keys);
   const b = name && document.querySelector(`#keys-table tr[data-key="${CSS.escape(name)}"] .key-open`);
@@ -330,6 +339,10 @@ function closeKey() {
 }
 
 // ---- refresh ----------------------------------------------------------
+
+function showFailure(e) {
+  document.getElementById("status").textContent = `Not updated: ${e.message}; retrying`;
+}
 
 async function refresh() {
   try {
@@ -344,10 +357,13 @@ async function refresh() {
     drawKeys(d.keys);
     drawProviders(d.providers);
     drawFailures(d.failures);
+    if (state.openKey) openKey(state.openKey, false).catch(showFailure);
     document.getElementById("updated").textContent = `Updated ${time(d.now)}`;
+    document.getElementById("status").textContent = "";
     document.body.dataset.updated = d.now;
   } catch (e) {
-    document.getElementById("updated").textContent = `Not updated: ${e.message}; retrying`;
+    // Only a failure is announced (the status region), not every update.
+    showFailure(e);
   } finally {
     setTimeout(refresh, REFRESH_MS);
   }

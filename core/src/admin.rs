@@ -53,18 +53,41 @@ pub enum AdminRoute {
 pub const MAX_ADMIN_BODY: usize = 4096;
 
 /// A request head on the admin listener, routed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AdminRequest {
     /// What it asks for.
     pub route: AdminRoute,
     /// `HEAD`: answered like `GET`, without a body.
     pub head_only: bool,
-    /// Body bytes to read before answering (`Content-Length`, at most
-    /// [`MAX_ADMIN_BODY`]; a longer or chunked body is answered without
-    /// being read).
+    /// Body bytes to read before answering: the console's login form
+    /// (`Content-Length`, at most [`MAX_ADMIN_BODY`]; a longer or chunked
+    /// one is answered without being read). Other routes read none, so a
+    /// probe that announces a body it never sends is answered at once.
     pub body_len: usize,
     authorization: Option<String>,
     cookie: Option<String>,
+}
+
+impl std::fmt::Debug for AdminRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the token or the session: they open the console.
+        let redacted = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("AdminRequest")
+            .field("route", &self.route)
+            .field("head_only", &self.head_only)
+            .field("body_len", &self.body_len)
+            .field("authorization", &redacted(&self.authorization))
+            .field("cookie", &redacted(&self.cookie))
+            .finish()
+    }
+}
+
+impl AdminRequest {
+    /// The request logs in to the console: the answer needs a fresh
+    /// random session id.
+    pub fn logs_in(&self) -> bool {
+        self.route == AdminRoute::Console(ConsoleRoute::Login)
+    }
 }
 
 /// Routes a complete request head.
@@ -93,7 +116,11 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         _ => AdminRoute::Other,
     };
     let body_len = match h.framing {
-        Framing::Length(n) if n <= MAX_ADMIN_BODY as u64 => n as usize,
+        Framing::Length(n)
+            if n <= MAX_ADMIN_BODY as u64 && route == AdminRoute::Console(ConsoleRoute::Login) =>
+        {
+            n as usize
+        }
         _ => 0,
     };
     AdminRequest {
@@ -243,8 +270,12 @@ mod tests {
         );
         assert_eq!(login.route, AdminRoute::Console(ConsoleRoute::Login));
         assert_eq!((login.body_len, login.cookie.as_deref()), (12, Some("x=1")));
+        assert!(login.logs_in());
+        assert!(!format!("{login:?}").contains("x=1"));
         let big = admin_route(b"POST /login HTTP/1.1\r\nHost: a\r\nContent-Length: 99999\r\n\r\n");
         assert_eq!(big.body_len, 0);
+        let probe = admin_route(b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n");
+        assert_eq!((probe.route, probe.body_len), (AdminRoute::Health, 0));
     }
 
     #[test]

@@ -259,7 +259,7 @@ fn console_token(r: &Resolver) -> Result<Option<Secret>, ConfigError> {
         None => Err(ConfigError(format!(
             "admin_token_env: the environment variable {var} is not set"
         ))),
-        Some(t) if t.chars().count() < 16 => Err(ConfigError(format!(
+        Some(t) if t.trim().chars().count() < 16 => Err(ConfigError(format!(
             "admin_token_env: the token in {var} is shorter than 16 characters; use a long random one (e.g. `openssl rand -hex 32`)"
         ))),
         Some(t) => Ok(Some(Secret::new(t.clone()))),

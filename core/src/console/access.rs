@@ -30,17 +30,18 @@ pub struct Access {
 }
 
 impl Access {
-    /// Access with this admin token.
+    /// Access with this admin token (surrounding whitespace is not part
+    /// of it, here or where it is presented).
     pub fn new(token: &str) -> Access {
         Access {
-            token: Sha256::digest(token.as_bytes()).into(),
+            token: Sha256::digest(token.trim().as_bytes()).into(),
             sessions: Mutex::new(Vec::new()),
         }
     }
 
     /// The token is `presented`.
     pub fn is_token(&self, presented: &[u8]) -> bool {
-        let d: [u8; 32] = Sha256::digest(presented).into();
+        let d: [u8; 32] = Sha256::digest(presented.trim_ascii()).into();
         constant_time_eq(&d, &self.token)
     }
 
@@ -136,6 +137,8 @@ mod tests {
         let a = Access::new("admin-token-0123456789");
         assert!(a.allows(Some("Bearer admin-token-0123456789"), None, 0));
         assert!(a.allows(Some("bearer  admin-token-0123456789 "), None, 0));
+        assert!(a.is_token(b"admin-token-0123456789\n"));
+        assert!(Access::new(" admin-token-0123456789\n").is_token(b"admin-token-0123456789"));
         assert!(!a.allows(Some("Bearer admin-token-012345678"), None, 0));
         assert!(!a.allows(Some("Basic admin-token-0123456789"), None, 0));
         assert!(!a.allows(None, None, 0));

@@ -71,7 +71,7 @@ pub fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
 }
 
 /// What the console needs of a request besides its route.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct Asking<'a> {
     /// `HEAD`: the head only.
     pub head_only: bool,
@@ -81,6 +81,16 @@ pub struct Asking<'a> {
     pub cookie: Option<&'a str>,
     /// The body (the login form).
     pub body: &'a [u8],
+}
+
+impl std::fmt::Debug for Asking<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the token, the session or the login form.
+        f.debug_struct("Asking")
+            .field("head_only", &self.head_only)
+            .field("body_len", &self.body.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The whole answer (with `Connection: close`) to `route` at `now`;
@@ -216,19 +226,38 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
     let table = gw.keys();
     let quota: rustc_hash::FxHashMap<String, crate::quota::QuotaStatus> =
         gw.quota().all(unix_ms).into_iter().collect();
-    let book = console.book();
-    let mut names: Vec<&str> = table.entries().iter().map(|e| e.name.as_str()).collect();
-    let configured = names.len();
-    names.extend(book.keys(unix_ms).filter(|k| !k.is_empty()));
-    names[configured..].sort_unstable();
-    names.dedup();
-    let mut seen = std::collections::HashSet::new();
-    let keys: Vec<Value> = names
-        .into_iter()
-        .filter(|n| seen.insert(*n))
-        .map(|name| {
-            let entry = table.entries().iter().find(|e| e.name == name);
-            let today = book.since(name, day_start);
+    let entries: rustc_hash::FxHashMap<&str, &crate::auth::KeyEntry> = table
+        .entries()
+        .iter()
+        .map(|e| (e.name.as_str(), e))
+        .collect();
+    // The keys file's keys in its order, then others with requests in the
+    // last day; their tallies copied out, so that requests finishing meanwhile
+    // wait on the book's lock for as little as possible.
+    let (rows, failures) = {
+        let book = console.book();
+        let mut names: Vec<String> = table.entries().iter().map(|e| e.name.clone()).collect();
+        let mut others: Vec<String> = book
+            .keys(unix_ms)
+            .filter(|k| !k.is_empty() && !entries.contains_key(k))
+            .map(str::to_owned)
+            .collect();
+        others.sort_unstable();
+        names.extend(others);
+        let rows: Vec<(String, super::Tally)> = names
+            .into_iter()
+            .map(|n| {
+                let t = book.since(&n, day_start);
+                (n, t)
+            })
+            .collect();
+        (rows, book.failures())
+    };
+    let keys: Vec<Value> = rows
+        .iter()
+        .map(|(name, today)| {
+            let name = name.as_str();
+            let entry = entries.get(name).copied();
             let status = quota.get(name);
             let budget = entry.and_then(|e| e.quota.budget).map(|b| {
                 let spent = status.map_or(0, |s| s.spent_in(b.period));
@@ -241,7 +270,7 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
                     "resets_at": b.period.reset(unix_ms).map(rfc3339_ms),
                 })
             });
-            let mut v = tally_json(&today);
+            let mut v = tally_json(today);
             v["name"] = json!(name);
             v["configured"] = json!(entry.is_some());
             v["budget"] = budget.unwrap_or(Value::Null);
@@ -251,8 +280,6 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
             v
         })
         .collect();
-    let failures = book.failures();
-    drop(book);
     let endpoints = gw.endpoints();
     let providers: Vec<Value> = endpoints
         .status(now, gw.wall())

@@ -35,7 +35,7 @@ pub struct Tally {
     pub rate_limited: u64,
     /// Refused by the budget (429 `insufficient_quota`).
     pub budget_refused: u64,
-    /// Answered with a 5xx, or left incomplete by the provider.
+    /// Answered with a 5xx.
     pub errors: u64,
 }
 
@@ -180,6 +180,16 @@ impl Book {
                 request_id: r.request_id.clone().into_owned(),
                 stream: r.stream,
             });
+        }
+    }
+
+    /// Adds one record of this process (filed under its own timestamp, as
+    /// its ledger line will be).
+    pub(crate) fn add_record(&mut self, r: &LedgerRecord) {
+        let e = Entry::of(r);
+        if let Some(secs) = crate::time::parse_rfc3339(&e.ts) {
+            let ms = secs * 1000 + millis(&e.ts);
+            self.add(&e, ms);
         }
     }
 

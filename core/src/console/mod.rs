@@ -75,10 +75,10 @@ impl Console {
         }
     }
 
-    /// A ledger record of this process, finished at `unix_ms`.
-    pub(crate) fn record(&self, rec: &LedgerRecord, unix_ms: u64) {
+    /// A ledger record of this process.
+    pub(crate) fn record(&self, rec: &LedgerRecord) {
         if self.is_on() {
-            lock(&self.book).add(&book::Entry::of(rec), unix_ms);
+            lock(&self.book).add_record(rec);
         }
     }
 

@@ -104,7 +104,8 @@ struct Slot {
 pub struct Point {
     /// Unix second the slot starts at.
     pub t: u64,
-    /// Requests finished per second.
+    /// Requests finished per second (in the slot in progress, per second
+    /// of it so far).
     pub rps: f64,
     /// Share of them answered with a 5xx, percent.
     pub error_pct: f64,
@@ -203,10 +204,17 @@ impl Timeline {
                 recorded.next();
             }
             let slot = recorded.peek().filter(|s| s.start == t);
+            // The slot in progress: per second of it so far, so the live
+            // end of the line does not dip.
+            let secs = if t == last {
+                (unix_ms / 1000 - t + 1).min(SLOT_SECS)
+            } else {
+                SLOT_SECS
+            };
             out.push(match slot {
                 Some(s) => Point {
                     t,
-                    rps: f64::from(s.requests) / SLOT_SECS as f64,
+                    rps: f64::from(s.requests) / secs as f64,
                     error_pct: if s.requests == 0 {
                         0.0
                     } else {
@@ -294,7 +302,7 @@ mod tests {
             Duration::from_micros(100),
             Some(Duration::from_millis(2)),
         );
-        let p = t.points(base + 35_000);
+        let p = t.points(base + 39_999);
         assert_eq!(p.len(), SLOTS);
         let first = &p[SLOTS - 4];
         assert_eq!(first.t, base / 1000);
@@ -303,6 +311,8 @@ mod tests {
         assert_eq!((first.in_flight, first.streams), (5, 1));
         assert_eq!(p[SLOTS - 3].rps, 0.0);
         assert_eq!(p[SLOTS - 1].rps, 0.1);
+        // Two seconds into the slot: one request is half a request a second.
+        assert_eq!(t.points(base + 31_000)[SLOTS - 1].rps, 0.5);
         assert!(p[SLOTS - 1].ttfb_p50_ms.unwrap() > 1.75);
         // An hour later everything has aged out.
         t.finished(base + 3_700_000, 200, Duration::ZERO, None);

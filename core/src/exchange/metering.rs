@@ -108,7 +108,7 @@ impl Connection {
                 finished.total.saturating_sub(finished.provider),
                 finished.ttfb,
             );
-            console.record(rec, unix_ms);
+            console.record(rec);
         }
         m.metered(
             &rec.key,
