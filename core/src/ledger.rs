@@ -81,6 +81,10 @@ pub struct LedgerRecord {
     /// in the ledger line.
     #[serde(skip)]
     pub trace_id: Option<String>,
+    /// `ts` in Unix milliseconds (not written: `ts` is; a line read back
+    /// gets it from `ts`).
+    #[serde(skip)]
+    pub unix_ms: u64,
 }
 
 impl LedgerRecord {
@@ -108,6 +112,7 @@ impl LedgerRecord {
             budget_overshoot_nano_usd: 0,
             error: None,
             trace_id: None,
+            unix_ms,
             duration_ms: 0,
             ttfb_ms: None,
         }
@@ -233,7 +238,9 @@ impl LedgerRecord {
 
     /// Parses one line (as written by [`LedgerRecord::to_line`]).
     pub fn from_line(line: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(line)
+        let mut r: LedgerRecord = serde_json::from_slice(line)?;
+        r.unix_ms = crate::time::parse_rfc3339_ms(&r.ts).unwrap_or(0);
+        Ok(r)
     }
 }
 

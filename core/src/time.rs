@@ -169,6 +169,21 @@ pub fn http_date(unix_secs: u64) -> String {
     )
 }
 
+/// [`parse_rfc3339`] to Unix milliseconds, keeping the first three digits
+/// of a fraction (`…:05.123Z`).
+pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
+    let secs = parse_rfc3339(s)?;
+    let frac = s
+        .get(20..)
+        .filter(|_| s.as_bytes().get(19) == Some(&b'.'))
+        .map_or(0, |f| {
+            let digits: Vec<u8> = f.bytes().take_while(u8::is_ascii_digit).take(3).collect();
+            let n: u64 = digits.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0'));
+            n * 10u64.pow(3 - digits.len() as u32)
+        });
+    Some(secs * 1000 + frac)
+}
+
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z` (or `+00:00`), or a bare date
 /// `YYYY-MM-DD` (midnight UTC), to Unix seconds.
 pub fn parse_rfc3339(s: &str) -> Option<u64> {

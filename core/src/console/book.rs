@@ -186,11 +186,7 @@ impl Book {
     /// Adds one record of this process (filed under its own timestamp, as
     /// its ledger line will be).
     pub(crate) fn add_record(&mut self, r: &LedgerRecord) {
-        let e = Entry::of(r);
-        if let Some(secs) = crate::time::parse_rfc3339(&e.ts) {
-            let ms = secs * 1000 + millis(&e.ts);
-            self.add(&e, ms);
-        }
+        self.add(&Entry::of(r), r.unix_ms);
     }
 
     /// Adds one line of a ledger file read at start, when it finished in
@@ -215,10 +211,9 @@ impl Book {
         let Ok(e) = serde_json::from_slice::<Entry<'_>>(line) else {
             return false;
         };
-        let Some(secs) = crate::time::parse_rfc3339(&e.ts) else {
+        let Some(ms) = crate::time::parse_rfc3339_ms(&e.ts) else {
             return false;
         };
-        let ms = secs * 1000 + millis(&e.ts);
         if ms >= oldest {
             self.add(&e, ms);
         }
@@ -265,14 +260,6 @@ impl Book {
     pub fn failures(&self) -> Vec<Failure> {
         self.failures.iter().rev().cloned().collect()
     }
-}
-
-/// The milliseconds of an RFC 3339 time with a fraction (`…:05.123Z`).
-fn millis(ts: &str) -> u64 {
-    ts.get(20..23)
-        .filter(|_| ts.as_bytes().get(19) == Some(&b'.'))
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -348,8 +335,11 @@ mod tests {
         assert!(b.add_line(b"{\"ts\":\"2020-01-01T00:00:00.000Z\", garbage", now));
         let t = b.since("k", 0);
         assert_eq!((t.requests, t.cost_nano_usd), (1, 7));
-        assert_eq!(millis("2027-01-15T08:00:05.123Z"), 123);
-        assert_eq!(millis("2027-01-15T08:00:05Z"), 0);
+        let at = |s: &str| crate::time::parse_rfc3339_ms(s).unwrap() % 1000;
+        assert_eq!(at("2027-01-15T08:00:05.123Z"), 123);
+        assert_eq!(at("2027-01-15T08:00:05.1Z"), 100);
+        assert_eq!(at("2027-01-15T08:00:05.123456Z"), 123);
+        assert_eq!(at("2027-01-15T08:00:05Z"), 0);
     }
 
     #[test]
