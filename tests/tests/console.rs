@@ -8,7 +8,9 @@
 //! refuses connections shows as ejected; without the token the page and its
 //! data are refused; the tables work with the keyboard and every chart has
 //! a text equivalent. A screenshot of each view goes to the test's output
-//! directory (`target/tmp/console/`).
+//! directory (`target/tmp/console/`). Without a browser: the console off,
+//! bad token settings, the login session, a restart, and two instances
+//! sharing Redis.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -29,6 +31,7 @@ cases!(
     a_bad_admin_token_setting_refuses_to_start,
     the_login_form_opens_a_strict_session_and_logout_ends_it,
     after_a_restart_the_console_reads_its_figures_from_the_ledger,
+    with_redis_each_instance_shows_its_own_and_says_so,
 );
 
 /// A chromedriver process and one headless Chromium session.
@@ -987,4 +990,53 @@ fn overview(admin: SocketAddr) -> Value {
     let r = request(admin, "GET", "/api/overview", Some(TOKEN), None);
     assert_eq!(r.status, 200);
     r.json()
+}
+
+fn with_redis_each_instance_shows_its_own_and_says_so(bin: &str) {
+    let redis = RedisServer::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let key = mint(bin, dir.path(), "shared", None, None);
+    let keys = std::fs::read_to_string(dir.path().join("keys.toml")).unwrap();
+    let mut gws: Vec<(Gw, SocketAddr)> = (0..2)
+        .map(|_| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("keys.toml"), &keys).unwrap();
+            let opts = GwOptions {
+                args: vec![
+                    "--redis".into(),
+                    redis.url(),
+                    "--admin-listen".into(),
+                    "127.0.0.1:0".into(),
+                    "--admin-token-env".into(),
+                    "CONSOLE_TEST_TOKEN".into(),
+                ],
+                env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
+                ..GwOptions::default()
+            };
+            let mut gw = Gw::start_with_keys(bin, &sim.url(), opts, dir, key.clone());
+            let admin = gw.admin_addr();
+            (gw, admin)
+        })
+        .collect();
+    for (i, (gw, _)) in gws.iter_mut().enumerate() {
+        for _ in 0..=i {
+            assert_eq!(gw.chat(&body("")).status, 200);
+        }
+    }
+    for (i, (gw, admin)) in gws.iter().enumerate() {
+        gw.ledger_len(i + 1);
+        let o = overview(*admin);
+        assert!(
+            o["scope"]
+                .as_str()
+                .unwrap()
+                .contains("each console shows its own"),
+            "{}",
+            o["scope"]
+        );
+        // This instance's requests: its own ledger's, not the other's.
+        assert_eq!(o["keys"][0]["name"], "shared");
+        assert_eq!(o["keys"][0]["requests"], (i + 1) as u64, "{o}");
+    }
 }
