@@ -5,7 +5,7 @@
 //! Checked: the page loads with no console error and no request to
 //! another origin; each key's figures equal its ledger lines'; a key pushed
 //! over its budget shows it within 10 s without a reload; an endpoint that
-//! refuses connections shows as ejected; without the token the page and its
+//! hangs up on every connection shows as ejected; without the token the page and its
 //! data are refused; the tables work with the keyboard and every chart has
 //! a text equivalent. A screenshot of each view goes to the test's output
 //! directory (`target/tmp/console/`). Without a browser: the console off,
