@@ -884,6 +884,26 @@ fn the_login_form_opens_a_strict_session_and_logout_ends_it(bin: &str) {
         "POST /login HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\ntoken=x",
     );
     assert_eq!(big.status, 401);
+    // While a rotated key's grace runs, its name is in the keys file
+    // twice: one row.
+    let keys = gw.dir.path().join("keys.toml");
+    let keys = keys.to_string_lossy();
+    let (code, _, err) = run(
+        bin,
+        &["keys", "rotate", "test", "--keys", &keys, "--grace", "1h"],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    eventually("the rotated keys loaded", || {
+        metric(admin, "chatgate_keys") == 2
+    });
+    let o = request(admin, "GET", "/api/overview", Some(TOKEN), None).json();
+    let rows = o["keys"].as_array().unwrap();
+    assert_eq!(
+        rows.iter().filter(|k| k["name"] == "test").count(),
+        1,
+        "{o}"
+    );
 }
 
 /// A gateway in front of `sim` with the console on.

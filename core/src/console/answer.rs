@@ -226,6 +226,8 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
     let table = gw.keys();
     let quota: rustc_hash::FxHashMap<String, crate::quota::QuotaStatus> =
         gw.quota().all(unix_ms).into_iter().collect();
+    // A name is in the keys file twice while a rotated key's grace runs:
+    // one row (its entries share limits and budget).
     let entries: rustc_hash::FxHashMap<&str, &crate::auth::KeyEntry> = table
         .entries()
         .iter()
@@ -236,7 +238,13 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
     // wait on the book's lock for as little as possible.
     let (rows, failures) = {
         let book = console.book();
-        let mut names: Vec<String> = table.entries().iter().map(|e| e.name.clone()).collect();
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut names: Vec<String> = table
+            .entries()
+            .iter()
+            .filter(|e| seen.insert(e.name.as_str()))
+            .map(|e| e.name.clone())
+            .collect();
         let mut others: Vec<String> = book
             .keys(unix_ms)
             .filter(|k| !k.is_empty() && !entries.contains_key(k))
