@@ -222,10 +222,25 @@ pub fn admin_response(
 }
 
 fn respond(status: u16, content_type: &str, body: &[u8], head_only: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + 128);
+    respond_with(status, content_type, body, [], head_only)
+}
+
+/// A whole answer with `Connection: close`, `headers` after the content
+/// type and length (the console adds its security headers here).
+pub(crate) fn respond_with<'h>(
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    head_only: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 512);
     write::status_line(&mut out, status);
     header(&mut out, "Content-Type", content_type);
     header_u64(&mut out, "Content-Length", body.len() as u64);
+    for (name, value) in headers {
+        header(&mut out, name, value);
+    }
     header(&mut out, "Connection", "close");
     write::end_head(&mut out);
     if !head_only {

@@ -4,6 +4,7 @@
 //! (tokens, nano-dollars), so totals are exact and equal the sum of the
 //! lines.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -105,30 +106,57 @@ impl Totals {
     }
 }
 
-/// The fields of a ledger line the reports (and the spend tally,
-/// `quota`) read.
+/// The fields of a ledger line the reports, the spend tally (`quota`) and
+/// the console read.
 #[derive(Deserialize)]
 pub(crate) struct Line<'a> {
     #[serde(borrow)]
     pub(crate) ts: &'a str,
     #[serde(borrow)]
-    pub(crate) key: std::borrow::Cow<'a, str>,
+    pub(crate) key: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub(crate) request_id: Cow<'a, str>,
     #[serde(default)]
-    stream: bool,
+    pub(crate) stream: bool,
     #[serde(default)]
-    complete: bool,
+    pub(crate) complete: bool,
     #[serde(default)]
-    prompt_tokens: u64,
+    pub(crate) prompt_tokens: u64,
     #[serde(default)]
-    completion_tokens: u64,
+    pub(crate) completion_tokens: u64,
     #[serde(default)]
-    reasoning_tokens: u64,
+    pub(crate) reasoning_tokens: u64,
     #[serde(default)]
-    cached_tokens: u64,
+    pub(crate) cached_tokens: u64,
     #[serde(default)]
     pub(crate) cost_nano_usd: u64,
     #[serde(default)]
-    status: u16,
+    pub(crate) status: u16,
+    #[serde(borrow, default)]
+    pub(crate) error: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(crate) endpoint: Option<Cow<'a, str>>,
+}
+
+impl<'a> Line<'a> {
+    /// The same fields of a record this process wrote.
+    pub(crate) fn of(r: &'a crate::ledger::LedgerRecord) -> Line<'a> {
+        Line {
+            ts: &r.ts,
+            key: Cow::Borrowed(&r.key),
+            request_id: Cow::Borrowed(&r.request_id),
+            stream: r.stream,
+            complete: r.complete,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            cached_tokens: r.cached_tokens,
+            cost_nano_usd: r.cost_nano_usd,
+            status: r.status,
+            error: r.error.as_deref().map(Cow::Borrowed),
+            endpoint: r.endpoint.as_deref().map(Cow::Borrowed),
+        }
+    }
 }
 
 /// A report being built.

@@ -351,18 +351,10 @@ fn gateway(bin: &str, sim: &Sim) -> Gw {
         ),
     )
     .unwrap();
-    let opts = GwOptions {
-        args: vec![
-            "--config".into(),
-            config.to_string_lossy().into_owned(),
-            "--admin-listen".into(),
-            "127.0.0.1:0".into(),
-            "--admin-token-env".into(),
-            "CONSOLE_TEST_TOKEN".into(),
-        ],
-        env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
-        ..GwOptions::default()
-    };
+    let opts = console_options(vec![
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+    ]);
     let mut gw = Gw::start_with_keys(bin, "", opts, dir, key);
     gw.keys.insert("bob".into(), bob);
     gw.keys.insert("alice".into(), alice);
@@ -906,22 +898,28 @@ fn the_login_form_opens_a_strict_session_and_logout_ends_it(bin: &str) {
     );
 }
 
+/// Options that turn the console on (the admin listener, the test's
+/// token), after `args`.
+fn console_options(mut args: Vec<String>) -> GwOptions {
+    args.extend(
+        [
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--admin-token-env",
+            "CONSOLE_TEST_TOKEN",
+        ]
+        .map(String::from),
+    );
+    GwOptions {
+        args,
+        env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
+        ..GwOptions::default()
+    }
+}
+
 /// A gateway in front of `sim` with the console on.
 fn console_gateway(bin: &str, sim: &Sim) -> Gw {
-    Gw::start(
-        bin,
-        &sim.url(),
-        GwOptions {
-            args: vec![
-                "--admin-listen".into(),
-                "127.0.0.1:0".into(),
-                "--admin-token-env".into(),
-                "CONSOLE_TEST_TOKEN".into(),
-            ],
-            env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
-            ..GwOptions::default()
-        },
-    )
+    Gw::start(bin, &sim.url(), console_options(vec![]))
 }
 
 fn after_a_restart_the_console_reads_its_figures_from_the_ledger(bin: &str) {
@@ -948,16 +946,7 @@ fn after_a_restart_the_console_reads_its_figures_from_the_ledger(bin: &str) {
 
     // The same keys file and ledger, a new process.
     let key = gw.key.clone();
-    let opts = GwOptions {
-        args: vec![
-            "--admin-listen".into(),
-            "127.0.0.1:0".into(),
-            "--admin-token-env".into(),
-            "CONSOLE_TEST_TOKEN".into(),
-        ],
-        env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
-        ..GwOptions::default()
-    };
+    let opts = console_options(vec![]);
     let Gw { dir, .. } = gw;
     let mut again = Gw::start_with_keys(bin, &sim.url(), opts, dir, key);
     let admin = again.admin_addr();
@@ -1022,18 +1011,7 @@ fn with_redis_each_instance_shows_its_own_and_says_so(bin: &str) {
         .map(|_| {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("keys.toml"), &keys).unwrap();
-            let opts = GwOptions {
-                args: vec![
-                    "--redis".into(),
-                    redis.url(),
-                    "--admin-listen".into(),
-                    "127.0.0.1:0".into(),
-                    "--admin-token-env".into(),
-                    "CONSOLE_TEST_TOKEN".into(),
-                ],
-                env: vec![("CONSOLE_TEST_TOKEN".into(), TOKEN.into())],
-                ..GwOptions::default()
-            };
+            let opts = console_options(vec!["--redis".into(), redis.url()]);
             let mut gw = Gw::start_with_keys(bin, &sim.url(), opts, dir, key.clone());
             let admin = gw.admin_addr();
             (gw, admin)

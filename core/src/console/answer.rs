@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use super::Console;
 use crate::catalog::format_usd;
 use crate::gateway::Gateway;
-use crate::http::write::{self, header, header_u64};
 use crate::quota::Period;
 use crate::time::{Instant, rfc3339_ms};
 
@@ -139,28 +138,12 @@ pub fn console_response(
         ConsoleRoute::Login => {
             let token = super::access::form_value(ask.body, "token").unwrap_or_default();
             if !token.is_empty() && access.is_token(token.as_bytes()) {
-                let cookie = access.open_session(fresh, unix_ms);
-                respond(
-                    303,
-                    html,
-                    b"",
-                    &[("Set-Cookie", &cookie), ("Location", "/")],
-                    ask.head_only,
-                )
+                back_to_page(&access.open_session(fresh, unix_ms), ask.head_only)
             } else {
                 login_form(401, "That is not the admin token.")
             }
         }
-        ConsoleRoute::Logout => {
-            let cookie = access.close_session(ask.cookie);
-            respond(
-                303,
-                html,
-                b"",
-                &[("Set-Cookie", &cookie), ("Location", "/")],
-                ask.head_only,
-            )
-        }
+        ConsoleRoute::Logout => back_to_page(&access.close_session(ask.cookie), ask.head_only),
         _ if !allowed => match route {
             ConsoleRoute::Page => login_form(401, ""),
             _ => respond(
@@ -320,6 +303,26 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
     })
 }
 
+/// 303 to `/`, setting the session cookie to `set_cookie`.
+fn back_to_page(set_cookie: &str, head_only: bool) -> Vec<u8> {
+    respond(
+        303,
+        "text/html; charset=utf-8",
+        b"",
+        &[("Set-Cookie", set_cookie), ("Location", "/")],
+        head_only,
+    )
+}
+
+/// Headers on every console answer.
+const SECURITY: [(&str, &str); 5] = [
+    ("Content-Security-Policy", CSP),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+];
+
 fn respond(
     status: u16,
     content_type: &str,
@@ -327,24 +330,8 @@ fn respond(
     extra: &[(&str, &str)],
     head_only: bool,
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + 512);
-    write::status_line(&mut out, status);
-    header(&mut out, "Content-Type", content_type);
-    header_u64(&mut out, "Content-Length", body.len() as u64);
-    header(&mut out, "Content-Security-Policy", CSP);
-    header(&mut out, "X-Content-Type-Options", "nosniff");
-    header(&mut out, "X-Frame-Options", "DENY");
-    header(&mut out, "Referrer-Policy", "no-referrer");
-    header(&mut out, "Cache-Control", "no-store");
-    for (name, value) in extra {
-        header(&mut out, name, value);
-    }
-    header(&mut out, "Connection", "close");
-    write::end_head(&mut out);
-    if !head_only {
-        out.extend_from_slice(body);
-    }
-    out
+    let headers = SECURITY.iter().chain(extra).copied();
+    crate::admin::respond_with(status, content_type, body, headers, head_only)
 }
 
 #[cfg(test)]

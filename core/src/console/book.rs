@@ -6,9 +6,10 @@
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::ledger::LedgerRecord;
+use crate::report::Line;
 
 /// Hours kept per key: the last 24 and the one in progress.
 const HOURS: u64 = 25;
@@ -40,7 +41,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, r: &Entry<'_>) {
+    fn add(&mut self, r: &Line<'_>) {
         self.requests += 1;
         self.prompt_tokens += r.prompt_tokens;
         self.completion_tokens += r.completion_tokens;
@@ -87,57 +88,6 @@ pub struct Failure {
     pub stream: bool,
 }
 
-/// The fields of a ledger line (or record) the console reads.
-#[derive(Debug, Deserialize)]
-pub(crate) struct Entry<'a> {
-    #[serde(borrow)]
-    ts: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    key: std::borrow::Cow<'a, str>,
-    #[serde(borrow, default)]
-    request_id: std::borrow::Cow<'a, str>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    status: u16,
-    #[serde(default)]
-    complete: bool,
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    #[serde(default)]
-    reasoning_tokens: u64,
-    #[serde(default)]
-    cached_tokens: u64,
-    #[serde(default)]
-    cost_nano_usd: u64,
-    #[serde(borrow, default)]
-    error: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    endpoint: Option<std::borrow::Cow<'a, str>>,
-}
-
-impl<'a> Entry<'a> {
-    pub(crate) fn of(r: &'a LedgerRecord) -> Entry<'a> {
-        Entry {
-            ts: r.ts.as_str().into(),
-            key: r.key.as_str().into(),
-            request_id: r.request_id.as_str().into(),
-            stream: r.stream,
-            status: r.status,
-            complete: r.complete,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            reasoning_tokens: r.reasoning_tokens,
-            cached_tokens: r.cached_tokens,
-            cost_nano_usd: r.cost_nano_usd,
-            error: r.error.as_deref().map(Into::into),
-            endpoint: r.endpoint.as_deref().map(Into::into),
-        }
-    }
-}
-
 /// Per key, the hours with a request (oldest first), each as its Unix
 /// hour and tally; and the newest failures.
 #[derive(Debug, Default)]
@@ -148,7 +98,7 @@ pub struct Book {
 
 impl Book {
     /// Adds one request that finished at `unix_ms`.
-    pub(crate) fn add(&mut self, r: &Entry<'_>, unix_ms: u64) {
+    pub(crate) fn add(&mut self, r: &Line<'_>, unix_ms: u64) {
         let hour = unix_ms / 3_600_000;
         let hours = match self.keys.get_mut(r.key.as_ref()) {
             Some(h) => h,
@@ -172,7 +122,7 @@ impl Book {
                 self.failures.pop_front();
             }
             self.failures.push_back(Failure {
-                ts: r.ts.clone().into_owned(),
+                ts: r.ts.to_owned(),
                 key: r.key.clone().into_owned(),
                 status: r.status,
                 error: r.error.as_ref().map(|e| e.clone().into_owned()),
@@ -186,7 +136,7 @@ impl Book {
     /// Adds one record of this process (filed under its own timestamp, as
     /// its ledger line will be).
     pub(crate) fn add_record(&mut self, r: &LedgerRecord) {
-        self.add(&Entry::of(r), r.unix_ms);
+        self.add(&Line::of(r), r.unix_ms);
     }
 
     /// Adds one line of a ledger file read at start, when it finished in
@@ -208,10 +158,10 @@ impl Book {
         if line.iter().all(u8::is_ascii_whitespace) {
             return true;
         }
-        let Ok(e) = serde_json::from_slice::<Entry<'_>>(line) else {
+        let Ok(e) = serde_json::from_slice::<Line<'_>>(line) else {
             return false;
         };
-        let Some(ms) = crate::time::parse_rfc3339_ms(&e.ts) else {
+        let Some(ms) = crate::time::parse_rfc3339_ms(e.ts) else {
             return false;
         };
         if ms >= oldest {
@@ -281,12 +231,12 @@ mod tests {
     fn tallies_by_hour_and_keeps_a_day() {
         let mut b = Book::default();
         let t0 = 1_800_000_000_000u64 / 3_600_000 * 3_600_000;
-        b.add(&Entry::of(&rec("a", t0 + 1, 200, 100, None)), t0 + 1);
-        b.add(&Entry::of(&rec("a", t0 + 2, 200, 100, None)), t0 + 2);
+        b.add(&Line::of(&rec("a", t0 + 1, 200, 100, None)), t0 + 1);
+        b.add(&Line::of(&rec("a", t0 + 2, 200, 100, None)), t0 + 2);
         let r = rec("a", t0 + 3_600_000, 429, 0, Some("insufficient_quota"));
-        b.add(&Entry::of(&r), t0 + 3_600_000);
+        b.add(&Line::of(&r), t0 + 3_600_000);
         let r = rec("a", t0 + 3_600_001, 502, 0, Some("upstream_error"));
-        b.add(&Entry::of(&r), t0 + 3_600_001);
+        b.add(&Line::of(&r), t0 + 3_600_001);
         let all = b.since("a", t0);
         assert_eq!(all.requests, 4);
         assert_eq!(all.cost_nano_usd, 200);
@@ -303,7 +253,7 @@ mod tests {
         assert_eq!(b.keys(t0).collect::<Vec<_>>(), ["a"]);
         assert_eq!(b.keys(t0 + 30 * 3_600_000).count(), 0);
         // A day later the old hours are gone.
-        b.add(&Entry::of(&rec("a", t0, 200, 1, None)), t0 + 30 * 3_600_000);
+        b.add(&Line::of(&rec("a", t0, 200, 1, None)), t0 + 30 * 3_600_000);
         assert_eq!(b.since("a", 0).requests, 1);
     }
 
@@ -348,7 +298,7 @@ mod tests {
         for i in 0..150u64 {
             let mut r = rec("k", 1000 + i, 502, 0, Some("upstream_error"));
             r.request_id = format!("req_{i}");
-            b.add(&Entry::of(&r), 1000 + i);
+            b.add(&Line::of(&r), 1000 + i);
         }
         let f = b.failures();
         assert_eq!(f.len(), FAILURES);
