@@ -63,12 +63,15 @@ fn command(bin: &'static str) -> Command {
         if let Some(d) = s.default {
             help.push_str(&format!(" [default: {d}]"));
         }
-        serve = serve.arg(
-            Arg::new(s.key)
-                .long(leak(flag_name(s.key)))
-                .value_name(s.value)
-                .help(leak(help)),
-        );
+        let mut arg = Arg::new(s.key)
+            .long(leak(flag_name(s.key)))
+            .value_name(s.value)
+            .help(leak(help));
+        if s.value == "BOOL" {
+            // A switch: given alone it means true.
+            arg = arg.num_args(0..=1).default_missing_value("true");
+        }
+        serve = serve.arg(arg);
     }
     let keys = Command::new("keys")
         .about("Manage client keys")
@@ -130,7 +133,8 @@ fn command(bin: &'static str) -> Command {
         .after_help(
             "Requests can choose their own timing and faults with an \"x_sim\" object in the body or a \
              [[sim:key=value,...]] marker in the last user message (keys: fault, after, status, message, \
-             retry_after, bytes, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms). \
+             retry_after, bytes, count, die, template_tokens, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms). \
+             POST /_sim/fault {\"fault\": NAME, …, \"for_ms\": N} sets a fault for every request (for N ms), DELETE clears it. \
              GET /_sim/journal lists what was received and how each exchange ended; GET /_sim/stats \
              gives running totals (exchanges, outcomes, tokens reported, exchanges at once) and the open \
              connections; POST /v1/traces accepts any OTLP export (a trace sink for benchmarks). Set \
@@ -145,9 +149,11 @@ fn command(bin: &'static str) -> Command {
             Arg::new("fault")
                 .long("fault")
                 .value_name("NAME")
-                .help("Apply this fault to every request: reject, reset, omit_done, stall_headers, stall, garbage, bad_chunk, huge_event, data_after_done, heartbeat_after_finish, error_event, no_usage, close_after_headers, json_for_stream"),
+                .help("Apply this fault to every request: reject, reset, omit_done, stall_headers, stall, garbage, bad_chunk, huge_event, data_after_done, heartbeat_after_finish, error_event, no_usage, close_after_headers, json_for_stream, pings"),
         )
         .arg(u64_arg("fault-after", "Events before the fault [default: 2]"))
+        .arg(u64_arg("template-tokens", "Prompt tokens a chat template adds to every reported prompt [default: 0]"))
+        .arg(Arg::new("strict-request-id").long("strict-request-id").action(ArgAction::SetTrue).help("Refuse a request whose X-Request-Id is not a UUID with a 400 and no body (as llama-cpp-python's server does)"))
         .arg(u64_arg("fault-status", "Status of the reject fault [default: 500]"));
     Command::new(bin)
         .version(env!("CARGO_PKG_VERSION"))
@@ -459,6 +465,7 @@ fn run_bound<R: Runtime>(
     if let Some(src) = pool_src {
         rt.spawn(crate::pool::watch(Arc::clone(&shared), src));
     }
+    rt.spawn(crate::probe::run(Arc::clone(&shared)));
     let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!("starting: {summary} open_files={files}");
     // The handlers go in before the address is announced: whoever reads the
@@ -932,6 +939,8 @@ fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         api_key: std::env::var("CHATGATE_SIM_API_KEY")
             .ok()
             .filter(|k| !k.is_empty()),
+        strict_request_id: m.get_flag("strict-request-id"),
+        template_tokens: m.get_one::<u64>("template-tokens").copied().unwrap_or(0),
     };
     raise_fd_limit();
     let listen = m.get_one::<String>("listen").expect("required");

@@ -59,6 +59,15 @@ pub enum Fault {
     CloseAfterHeaders,
     /// Answer a streaming request with a JSON body.
     JsonForStream,
+    /// Before the first event, `count` comments (`: ping - <time>`, as
+    /// llama.cpp's server sends while a request waits in its queue), one
+    /// per token interval; then the answer, or, with `die`, a reset.
+    Pings {
+        /// Comments first.
+        count: u32,
+        /// Reset the connection after them instead of answering.
+        die: bool,
+    },
 }
 
 impl Fault {
@@ -107,6 +116,10 @@ impl Fault {
             "no_usage" => Fault::NoUsage,
             "close_after_headers" => Fault::CloseAfterHeaders,
             "json_for_stream" => Fault::JsonForStream,
+            "pings" => Fault::Pings {
+                count: num("count", 2)? as u32,
+                die: matches!(get("die").as_deref(), Some("true" | "1")),
+            },
             other => return Err(format!("unknown sim fault '{other}'")),
         })
     }

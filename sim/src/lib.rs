@@ -51,6 +51,12 @@ pub struct SimOptions {
     pub fault: Option<Fault>,
     /// The API key the simulator requires, if any.
     pub api_key: Option<String>,
+    /// Refuse a chat request whose `X-Request-Id` is not a UUID with a 400
+    /// and an empty body, as llama-cpp-python's server does.
+    pub strict_request_id: bool,
+    /// Prompt tokens a chat template adds to every request's count (as a
+    /// real server's template adds a system prompt the gateway cannot see).
+    pub template_tokens: u64,
 }
 
 impl Default for SimOptions {
@@ -62,6 +68,8 @@ impl Default for SimOptions {
             answer_tokens: None,
             fault: None,
             api_key: None,
+            strict_request_id: false,
+            template_tokens: 0,
         }
     }
 }

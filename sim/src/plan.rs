@@ -115,7 +115,7 @@ impl Answer<'_> {
 /// its fault chosen, and then either a response without an answer (a
 /// rejection, garbage, silence), a whole completion, or a stream.
 pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) -> Plan {
-    let ask = match parse_ask(body) {
+    let mut ask = match parse_ask(body) {
         Ok(a) => a,
         Err(msg) => return plan_error(400, &msg, None, "invalid_request_error", "invalid_request"),
     };
@@ -131,6 +131,11 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
             );
         }
     };
+    ask.prompt_tokens += ask
+        .params
+        .get("template_tokens")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(opts.template_tokens);
     let ms = |k: &str, d: Duration| {
         ask.params
             .get(k)
@@ -384,6 +389,20 @@ fn apply_stream_fault(
 ) -> bool {
     let at = |after: u32, len: usize| (after as usize).min(len);
     match fault {
+        Some(Fault::Pings { count, die }) => {
+            let pings = (0..*count).map(|i| {
+                Piece::Event(
+                    format!(": ping - 2026-11-25 00:00:{:02}.000000\n\n", i % 60).into_bytes(),
+                )
+            });
+            if *die {
+                pieces.clear();
+                pieces.extend(pings);
+                pieces.push(Piece::Reset);
+                return false;
+            }
+            pieces.splice(0..0, pings);
+        }
         Some(Fault::Reset { after }) => {
             pieces.truncate(at(*after, pieces.len()));
             pieces.push(Piece::Reset);

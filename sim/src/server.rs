@@ -69,8 +69,9 @@ pub struct JournalEntry {
 pub struct SimServer {
     options: SimOptions,
     /// The fault for requests that choose none, as set at runtime
-    /// (`POST /_sim/fault`); the options' fault at start.
-    fault: Mutex<Option<crate::Fault>>,
+    /// (`POST /_sim/fault`), and until when (`for_ms`); the options'
+    /// fault at start.
+    fault: Mutex<Option<(crate::Fault, Option<Instant>)>>,
     wall: WallClock,
     seq: AtomicU64,
     connections: AtomicU64,
@@ -109,22 +110,36 @@ pub struct SimTotals {
 }
 
 impl SimServer {
-    fn fault_slot(&self) -> std::sync::MutexGuard<'_, Option<crate::Fault>> {
+    fn fault_slot(&self) -> std::sync::MutexGuard<'_, Option<(crate::Fault, Option<Instant>)>> {
         self.fault.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The options with the fault in force now.
-    fn options_now(&self) -> SimOptions {
+    /// The fault in force at `now` (one set `for_ms` lapses).
+    fn fault_now(&self, now: Instant) -> Option<crate::Fault> {
+        let mut slot = self.fault_slot();
+        if slot
+            .as_ref()
+            .is_some_and(|(_, until)| until.is_some_and(|u| now >= u))
+        {
+            *slot = None;
+        }
+        slot.as_ref().map(|(f, _)| f.clone())
+    }
+
+    /// The options with the fault in force at `now`.
+    fn options_now(&self, now: Instant) -> SimOptions {
         SimOptions {
-            fault: self.fault_slot().clone(),
+            fault: self.fault_now(now),
             ..self.options.clone()
         }
     }
 
     /// `POST /_sim/fault` with `{"fault": NAME, …its parameters}`: the fault
     /// for every request that does not choose its own, until
-    /// `DELETE /_sim/fault`.
-    fn set_fault(&self, body: &[u8]) -> Plan {
+    /// `DELETE /_sim/fault`, or for `for_ms` milliseconds (a flapping
+    /// endpoint that recovers by itself). A `reject` fault answers
+    /// `GET /v1/models` too, as a server that is down would.
+    fn set_fault(&self, body: &[u8], now: Instant) -> Plan {
         let bad = |msg: String| {
             plan_error(
                 400,
@@ -146,9 +161,14 @@ impl SimServer {
         let Some(name) = get("fault") else {
             return bad("'fault' is missing".into());
         };
+        let until = match get("for_ms").map(|v| v.parse::<u64>()) {
+            None => None,
+            Some(Ok(ms)) => Some(now + Duration::from_millis(ms)),
+            Some(Err(_)) => return bad("'for_ms' must be a number of milliseconds".into()),
+        };
         match crate::Fault::parse(&name, &get) {
             Ok(f) => {
-                *self.fault_slot() = Some(f);
+                *self.fault_slot() = Some((f, until));
                 json_plan(format!("{{\"fault\":{}}}", serde_json::Value::String(name)).into_bytes())
             }
             Err(msg) => bad(msg),
@@ -158,7 +178,7 @@ impl SimServer {
     /// A simulator with these defaults.
     pub fn new(options: SimOptions, wall: WallClock) -> Arc<SimServer> {
         Arc::new(SimServer {
-            fault: Mutex::new(options.fault.clone()),
+            fault: Mutex::new(options.fault.clone().map(|f| (f, None))),
             options,
             wall,
             seq: AtomicU64::new(1),
@@ -452,16 +472,28 @@ impl SimConnection {
             (_, "/v1/chat/completions") if !p.authorized => {
                 plan_error(401, "Incorrect API key provided.", None, "invalid_request_error", "invalid_api_key")
             }
+            (Method::Post, "/v1/chat/completions")
+                if self.server.options.strict_request_id
+                    && p.request_id.as_deref().is_some_and(|id| !is_uuid(id)) =>
+            {
+                // llama-cpp-python's server: a 400 without a body.
+                Plan::json(400, Vec::new(), Duration::ZERO)
+            }
             (Method::Post, "/v1/chat/completions") => {
-                let options = self.server.options_now();
+                let options = self.server.options_now(now);
                 plan_chat(&p.body, &options, self.server.wall.unix_secs(now), seq)
             }
-            (Method::Post, "/_sim/fault") => self.server.set_fault(&p.body),
+            (Method::Post, "/_sim/fault") => self.server.set_fault(&p.body, now),
             // A trace sink for benchmarks: every OTLP export accepted, unread.
             (Method::Post, "/v1/traces") => json_plan(Vec::new()),
             (Method::Delete, "/_sim/fault") => {
                 *self.server.fault_slot() = None;
                 json_plan(b"{\"fault\":null}".to_vec())
+            }
+            (Method::Get, "/v1/models")
+                if matches!(self.server.fault_now(now), Some(crate::Fault::Reject { .. })) =>
+            {
+                plan_error(503, "The simulated server is down.", None, "server_error", "server_error")
             }
             (Method::Get, "/v1/models") => json_plan(
                 br#"{"object":"list","data":[{"id":"reasoning-model-k3","object":"model","created":0,"owned_by":"sim"}]}"#.to_vec(),
@@ -707,6 +739,17 @@ fn head_bytes(plan: &Plan, length: Option<usize>, keep_alive: bool) -> Vec<u8> {
     }
     write::end_head(&mut out);
     out
+}
+
+/// Whether `id` is a UUID (8-4-4-4-12 hex digits), as strict servers
+/// require of `X-Request-Id`.
+fn is_uuid(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
 }
 
 #[cfg(test)]
