@@ -20,6 +20,9 @@ CREATE TABLE IF NOT EXISTS chatgate_ledger (
     upstream_status     smallint,
     endpoint            text,
     attempts            integer NOT NULL DEFAULT 0,
+    provider_request_id text,
+    usage_missing       boolean NOT NULL DEFAULT false,
+    charged_nano_usd    bigint NOT NULL DEFAULT 0,
     error               text,
     duration_ms         bigint NOT NULL,
     ttfb_ms             bigint
@@ -27,5 +30,10 @@ CREATE TABLE IF NOT EXISTS chatgate_ledger (
 -- Tables made before the endpoint pool get its two columns.
 ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS endpoint text;
 ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0;
+-- ... and the three of the provider's id and of missing usage (what the
+-- budget was charged instead of the reported cost).
+ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS provider_request_id text;
+ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS usage_missing boolean NOT NULL DEFAULT false;
+ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS charged_nano_usd bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS chatgate_ledger_key_ts ON chatgate_ledger (key, ts);
 CREATE INDEX IF NOT EXISTS chatgate_ledger_ts ON chatgate_ledger (ts);

@@ -60,6 +60,69 @@ pub struct ApiError {
     /// For 502/504: what exactly went wrong with the provider (the ledger's
     /// `error` field names it; the client sees `code`).
     pub fault: Option<UpstreamFault>,
+    /// For a 502 that carries the provider's refusal: the provider's status
+    /// and its own error fields, added to the body as `error.provider`.
+    pub provider: Option<Box<ProviderError>>,
+}
+
+/// The provider's own error, as it answered (an added member of the
+/// gateway's 502 body, so agents can tell a context overflow from a
+/// content refusal; `type` and `code` stay `upstream_error`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProviderError {
+    /// The provider's HTTP status.
+    pub status: u16,
+    /// Its error `type`, when it sent one.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// Its error `code` (a string, or a number written as one).
+    pub code: Option<String>,
+    /// Its error `param`.
+    pub param: Option<String>,
+    /// Its error message (at most 500 characters of it).
+    pub message: Option<String>,
+}
+
+impl ProviderError {
+    /// Reads a provider's error body: the OpenAI shape (`{"error":
+    /// {message, type, param, code}}`), an `error` string, or a top-level
+    /// `message`, as far as it is there.
+    pub fn read(status: u16, body: &[u8]) -> ProviderError {
+        let mut p = ProviderError {
+            status,
+            ..ProviderError::default()
+        };
+        let Ok(serde_json::Value::Object(top)) = serde_json::from_slice(body) else {
+            return p;
+        };
+        let text = |v: Option<&serde_json::Value>| -> Option<String> {
+            match v? {
+                serde_json::Value::String(s) => Some(s.chars().take(500).collect()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            }
+        };
+        match top.get("error") {
+            Some(serde_json::Value::Object(e)) => {
+                p.kind = text(e.get("type"));
+                p.code = text(e.get("code"));
+                p.param = text(e.get("param"));
+                p.message = text(e.get("message"));
+            }
+            Some(serde_json::Value::String(_)) => p.message = text(top.get("error")),
+            _ => {}
+        }
+        if p.message.is_none() {
+            p.message = text(top.get("message"));
+        }
+        p
+    }
+
+    /// Whether the request itself was refused (a 4xx other than 408 and
+    /// 429): sending it again gets the same answer.
+    pub fn is_refusal(&self) -> bool {
+        (400..500).contains(&self.status) && self.status != 408 && self.status != 429
+    }
 }
 
 /// What went wrong with the provider, as the ledger's `error` field names
@@ -141,6 +204,7 @@ impl ApiError {
             retry_after: None,
             allow: None,
             fault: None,
+            provider: None,
         }
     }
 
@@ -346,6 +410,8 @@ impl ApiError {
             kind: &'a str,
             param: Option<&'a str>,
             code: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            provider: Option<&'a ProviderError>,
         }
         let body = Body {
             error: Inner {
@@ -353,6 +419,7 @@ impl ApiError {
                 kind: self.kind.as_str(),
                 param: self.param.as_deref(),
                 code: self.code,
+                provider: self.provider.as_deref(),
             },
         };
         // Serializing plain strings into a Vec cannot fail.
@@ -384,6 +451,39 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
         assert!(v["error"]["param"].is_null());
         assert_eq!(e.status, 401);
+    }
+
+    #[test]
+    fn the_providers_own_error_is_kept_beside_the_gateways() {
+        let body = br#"{"error":{"message":"This model's maximum context length is 2048 tokens","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        let p = ProviderError::read(400, body);
+        assert!(p.is_refusal());
+        assert_eq!(p.code.as_deref(), Some("context_length_exceeded"));
+        let mut e = ApiError::upstream(UpstreamFault::Rejected, "The provider returned HTTP 400.");
+        e.provider = Some(Box::new(p));
+        let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
+        assert_eq!(v["error"]["type"], "upstream_error");
+        assert_eq!(v["error"]["code"], "upstream_error");
+        assert_eq!(v["error"]["provider"]["status"], 400);
+        assert_eq!(v["error"]["provider"]["code"], "context_length_exceeded");
+        assert_eq!(v["error"]["provider"]["param"], "messages");
+        assert_eq!(v["error"]["provider"]["type"], "invalid_request_error");
+        // Other shapes, numbers as codes, and no body at all.
+        let p = ProviderError::read(400, br#"{"error":"bad","message":"x"}"#);
+        assert_eq!(p.message.as_deref(), Some("bad"));
+        let p = ProviderError::read(422, br#"{"error":{"code":42}}"#);
+        assert_eq!(p.code.as_deref(), Some("42"));
+        let p = ProviderError::read(400, b"");
+        assert_eq!((p.status, p.message), (400, None));
+        assert!(!ProviderError::read(429, b"").is_refusal());
+        assert!(!ProviderError::read(408, b"").is_refusal());
+        assert!(!ProviderError::read(500, b"").is_refusal());
+        let e = ApiError::upstream(UpstreamFault::Rejected, "x");
+        let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
+        assert!(
+            v["error"].get("provider").is_none(),
+            "only when there is one"
+        );
     }
 
     #[test]

@@ -35,6 +35,48 @@ impl RequestIds {
     }
 }
 
+/// The id a provider is sent as `X-Request-Id` for the request `id`: a
+/// UUID (strict servers accept nothing else there), derived from the
+/// gateway's id so the two stay linked without a table: the 24 hex digits
+/// of `req_<24 hex>` in order, the version (4) and variant (`8`–`b`)
+/// digits of RFC 9562, and six digits that repeat a mix of the id. Ids
+/// that are not the gateway's shape are mixed into the same layout.
+pub fn provider_request_id(id: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = id.strip_prefix("req_").unwrap_or(id).as_bytes();
+    // FNV-1a over the id: fills what the 24 digits leave free.
+    let mix = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let own = digits.len() == 24 && digits.iter().all(u8::is_ascii_hexdigit);
+    let digit = |i: usize| -> u8 {
+        if own {
+            digits[i].to_ascii_lowercase()
+        } else {
+            HEX[((mix.rotate_left(4 * i as u32 + 1) ^ (mix >> 7)) & 0xf) as usize]
+        }
+    };
+    let mut u = [b'0'; 36];
+    let mut at = 0;
+    let mut next = 0;
+    for (pos, slot) in u.iter_mut().enumerate() {
+        *slot = match pos {
+            8 | 13 | 18 | 23 => b'-',
+            14 => b'4',
+            19 => HEX[8 | (mix & 3) as usize],
+            _ if at < 24 => {
+                at += 1;
+                digit(at - 1)
+            }
+            _ => {
+                next += 1;
+                HEX[((mix >> (4 * next + 2)) & 0xf) as usize]
+            }
+        };
+    }
+    String::from_utf8(u.to_vec()).unwrap_or_default()
+}
+
 /// State shared by every connection of a gateway process.
 pub struct Gateway {
     config: GatewayConfig,
@@ -384,6 +426,32 @@ mod tests {
             1,
         );
         assert!(!format!("{g:?}").contains("sk-provider-secret"));
+    }
+
+    #[test]
+    fn provider_ids_are_uuids_linked_to_the_request_id() {
+        let a = provider_request_id("req_000000abcdef000000000001");
+        let b = provider_request_id("req_000000abcdef000000000002");
+        assert_ne!(a, b);
+        for u in [&a, &b, &provider_request_id("anything else")] {
+            assert_eq!(u.len(), 36, "{u}");
+            let parts: Vec<&str> = u.split('-').collect();
+            assert_eq!(
+                parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+                [8, 4, 4, 4, 12]
+            );
+            assert!(
+                u.bytes()
+                    .all(|c| c == b'-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+            );
+            assert_eq!(&u[14..15], "4", "version 4: {u}");
+            assert!("89ab".contains(&u[19..20]), "RFC 9562 variant: {u}");
+        }
+        // The request id's digits, in order, are the UUID's first 24.
+        let hex: String = a.chars().filter(|c| *c != '-').collect();
+        let without = format!("{}{}{}", &hex[..12], &hex[13..16], &hex[17..]);
+        assert!(without.starts_with("000000abcdef000000000001"), "{a}");
+        assert_eq!(a, provider_request_id("req_000000abcdef000000000001"));
     }
 
     #[test]

@@ -18,6 +18,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// The status recorded when the client left before any response head.
 pub const STATUS_CLIENT_CLOSED: u16 = 499;
 
@@ -65,6 +69,22 @@ pub struct LedgerRecord {
     /// request never reached one). Failed attempts are not metered.
     #[serde(default)]
     pub attempts: u32,
+    /// The id the provider was sent as `X-Request-Id` (a UUID derived from
+    /// `request_id`, see [`crate::provider_request_id`]), when a provider
+    /// endpoint was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_request_id: Option<String>,
+    /// The provider answered but reported no usage: the token counts and
+    /// cost above are the reported ones (zero), and the key's limits and
+    /// budget were charged `charged_nano_usd` instead. Written only when
+    /// true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub usage_missing: bool,
+    /// What the key's budget was charged when that differs from
+    /// `cost_nano_usd` (usage missing: the request's worst case). Written
+    /// only when not zero; spend is `max(cost_nano_usd, charged_nano_usd)`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub charged_nano_usd: u64,
     /// What the request cost beyond its budget reservation (nano-dollars),
     /// when its key has a budget: it had no `max_tokens`, or the provider
     /// counted more prompt tokens than the estimate. Written only when not
@@ -109,6 +129,9 @@ impl LedgerRecord {
             upstream_status: None,
             endpoint: None,
             attempts: 0,
+            provider_request_id: None,
+            usage_missing: false,
+            charged_nano_usd: 0,
             budget_overshoot_nano_usd: 0,
             error: None,
             trace_id: None,
@@ -219,6 +242,17 @@ impl LedgerRecord {
         json_opt_str(&mut o, self.endpoint.as_deref());
         o.extend_from_slice(b",\"attempts\":");
         push_decimal(&mut o, u64::from(self.attempts));
+        if let Some(id) = &self.provider_request_id {
+            o.extend_from_slice(b",\"provider_request_id\":");
+            json_str(&mut o, id);
+        }
+        if self.usage_missing {
+            o.extend_from_slice(b",\"usage_missing\":true");
+        }
+        if self.charged_nano_usd > 0 {
+            o.extend_from_slice(b",\"charged_nano_usd\":");
+            push_decimal(&mut o, self.charged_nano_usd);
+        }
         if self.budget_overshoot_nano_usd > 0 {
             o.extend_from_slice(b",\"budget_overshoot_nano_usd\":");
             push_decimal(&mut o, self.budget_overshoot_nano_usd);

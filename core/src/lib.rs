@@ -125,7 +125,7 @@ mod error;
 mod time;
 mod url;
 
-pub use error::{ApiError, ErrorType, UpstreamFault};
+pub use error::{ApiError, ErrorType, ProviderError, UpstreamFault};
 pub use time::{Instant, WallClock, parse_rfc3339, rfc3339_ms};
 
 // Codecs.
@@ -185,7 +185,7 @@ pub use config::{
     env_name, flag_name, parse_duration, parse_pool,
 };
 pub use endpoints::{Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome};
-pub use gateway::Gateway;
+pub use gateway::{Gateway, provider_request_id};
 pub use metrics::Metrics;
 
 // The exchange.

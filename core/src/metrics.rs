@@ -160,6 +160,8 @@ struct PerKey {
     /// vain.
     queued: u64,
     queue_timeouts: u64,
+    /// Answers the provider gave without reporting usage.
+    usage_missing: u64,
 }
 
 /// Every figure the admin listener exposes.
@@ -252,6 +254,12 @@ impl Metrics {
         let k = per_key(&mut map, key);
         k.overshoots += 1;
         k.overshoot_nano_usd += nano;
+    }
+
+    /// The provider answered a request of `key` without reporting usage.
+    pub fn usage_missing(&self, key: &str) {
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        per_key(&mut map, key).usage_missing += 1;
     }
 
     /// A request of `key` left its queue after `waited`: admitted
@@ -591,7 +599,7 @@ impl Metrics {
                 );
             }
         }
-        let families: [PerKeyFamily; 5] = [
+        let families: [PerKeyFamily; 6] = [
             (
                 "chatgate_budget_refused_total",
                 "Requests refused (429 insufficient_quota) because the key's budget could not cover them, by key.",
@@ -606,6 +614,11 @@ impl Metrics {
                 "chatgate_budget_overshoot_usd_total",
                 "What those requests cost beyond their reservations, by key, in US dollars.",
                 |k| crate::catalog::format_usd(k.overshoot_nano_usd),
+            ),
+            (
+                "chatgate_usage_missing_total",
+                "Answers the provider gave without reporting usage (metered as reported, charged to limits and budgets at their worst case), by key.",
+                |k| k.usage_missing.to_string(),
             ),
             (
                 "chatgate_queued_total",

@@ -130,6 +130,9 @@ pub(crate) struct Line<'a> {
     pub(crate) cached_tokens: u64,
     #[serde(default)]
     pub(crate) cost_nano_usd: u64,
+    /// What the key's budget was charged instead, when usage was missing.
+    #[serde(default)]
+    pub(crate) charged_nano_usd: u64,
     #[serde(default)]
     pub(crate) status: u16,
     #[serde(borrow, default)]
@@ -139,6 +142,12 @@ pub(crate) struct Line<'a> {
 }
 
 impl<'a> Line<'a> {
+    /// What the line's request counts against its key's budget: its cost,
+    /// or what it was charged when the provider reported no usage.
+    pub(crate) fn spend_nano_usd(&self) -> u64 {
+        self.cost_nano_usd.max(self.charged_nano_usd)
+    }
+
     /// The same fields of a record this process wrote.
     pub(crate) fn of(r: &'a crate::ledger::LedgerRecord) -> Line<'a> {
         Line {
@@ -152,6 +161,7 @@ impl<'a> Line<'a> {
             reasoning_tokens: r.reasoning_tokens,
             cached_tokens: r.cached_tokens,
             cost_nano_usd: r.cost_nano_usd,
+            charged_nano_usd: r.charged_nano_usd,
             status: r.status,
             error: r.error.as_deref().map(Cow::Borrowed),
             endpoint: r.endpoint.as_deref().map(Cow::Borrowed),

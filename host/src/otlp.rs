@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate_core::http::{BodyDecoder, Framing, HeadScanner, HttpLimits, parse_response_head};
+use chatgate_core::http::{BodyDecoder, Framing, HttpLimits};
 use chatgate_core::trace::{Span, Tracer, encode_export};
 use chatgate_core::{Gateway, OtlpExport};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
@@ -268,34 +268,13 @@ where
     UpstreamStream<T>: futures_lite::AsyncRead + Unpin,
 {
     let limits = HttpLimits::default();
-    let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
-    let mut scanner = HeadScanner::new();
-    let head = loop {
-        let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("the collector closed the connection".into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(len) = scanner
-            .scan(&buf, limits.max_head)
-            .map_err(|e| e.to_string())?
-        {
-            let head = parse_response_head(&buf[..len], &limits).map_err(|e| e.to_string())?;
-            if head.is_interim() {
-                buf.drain(..len);
-                scanner.reset();
-                continue;
-            }
-            break head;
-        }
-    };
+    let (head, mut rest) = crate::upstream::read_response_head(s, &limits).await?;
     let retry_after = head
         .retry_after
         .as_deref()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
-    let mut rest = buf.split_off(head.head_len);
     let mut decoder = BodyDecoder::new(head.framing, limits);
     let mut sink = Vec::new();
     loop {

@@ -444,7 +444,7 @@ fn connect(url: &str) -> Result<postgres::Client, String> {
     Ok(c)
 }
 
-const COLUMNS: usize = 20;
+const COLUMNS: usize = 23;
 
 fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), String> {
     if records.is_empty() {
@@ -453,7 +453,8 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
     let mut sql = String::from(
         "INSERT INTO chatgate_ledger (request_id, ts, key, model, stream, status, prompt_tokens, \
          completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd, finish_reason, complete, \
-         client_disconnected, upstream_status, endpoint, attempts, error, duration_ms, ttfb_ms) VALUES ",
+         client_disconnected, upstream_status, endpoint, attempts, error, duration_ms, ttfb_ms, \
+         provider_request_id, usage_missing, charged_nano_usd) VALUES ",
     );
     for i in 0..records.len() {
         let p = |k: usize| i * COLUMNS + k;
@@ -461,8 +462,8 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
             sql.push(',');
         }
         sql.push_str(&format!(
-            "(${}, ${}::text::timestamptz, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${})",
-            p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15), p(16), p(17), p(18), p(19), p(20)
+            "(${}, ${}::text::timestamptz, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15), p(16), p(17), p(18), p(19), p(20), p(21), p(22), p(23)
         ));
     }
     sql.push_str(" ON CONFLICT (request_id) DO NOTHING");
@@ -473,6 +474,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
         reasoning: i64,
         cached: i64,
         cost: i64,
+        charged: i64,
         upstream: Option<i32>,
         attempts: i32,
         duration: i64,
@@ -488,6 +490,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
             reasoning: num(r.reasoning_tokens),
             cached: num(r.cached_tokens),
             cost: num(r.cost_nano_usd),
+            charged: num(r.charged_nano_usd),
             upstream: r.upstream_status.map(i32::from),
             attempts: i32::try_from(r.attempts).unwrap_or(i32::MAX),
             duration: num(r.duration_ms),
@@ -518,6 +521,9 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
             &r.error,
             &n.duration,
             &n.ttfb,
+            &r.provider_request_id,
+            &r.usage_missing,
+            &n.charged,
         ]);
     }
     let mut tx = c.transaction().map_err(|e| e.to_string())?;
@@ -577,10 +583,10 @@ pub fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTal
     let rows = c
         .query(
             "SELECT key, \
-               COALESCE(SUM(cost_nano_usd) FILTER (WHERE ts >= to_timestamp($1::bigint)), 0)::bigint, \
-               COALESCE(SUM(cost_nano_usd) FILTER (WHERE ts >= to_timestamp($2::bigint)), 0)::bigint, \
-               COALESCE(SUM(cost_nano_usd) FILTER (WHERE ts >= to_timestamp($3::bigint)), 0)::bigint, \
-               COALESCE(SUM(cost_nano_usd), 0)::bigint \
+               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($1::bigint)), 0)::bigint, \
+               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($2::bigint)), 0)::bigint, \
+               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($3::bigint)), 0)::bigint, \
+               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)), 0)::bigint \
              FROM chatgate_ledger GROUP BY key",
             &[&day, &week, &month],
         )

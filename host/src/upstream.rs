@@ -343,3 +343,40 @@ impl<R: Runtime> Connectors<R> {
         self.map().iter().map(|(_, c)| c.stats().0).sum()
     }
 }
+
+/// Reads a response head from `s` (after any interim ones): the head, and
+/// the bytes read beyond it. For the gateway's own requests (trace
+/// exports, probes); the exchange reads provider answers through core.
+pub(crate) async fn read_response_head<S>(
+    s: &mut S,
+    limits: &chatgate_core::http::HttpLimits,
+) -> Result<(chatgate_core::http::ResponseHead, Vec<u8>), String>
+where
+    S: futures_lite::AsyncRead + Unpin,
+{
+    use chatgate_core::http::{HeadScanner, parse_response_head};
+    use futures_lite::AsyncReadExt;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let mut scanner = HeadScanner::new();
+    loop {
+        let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the peer closed the connection before its response head".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(len) = scanner
+            .scan(&buf, limits.max_head)
+            .map_err(|e| e.to_string())?
+        {
+            let head = parse_response_head(&buf[..len], limits).map_err(|e| e.to_string())?;
+            if head.is_interim() {
+                buf.drain(..len);
+                scanner.reset();
+                continue;
+            }
+            let rest = buf.split_off(head.head_len);
+            return Ok((head, rest));
+        }
+    }
+}

@@ -169,6 +169,11 @@ impl Pair {
         let keys = KeyTable::parse_toml(&toml, Limits::default()).expect("valid keys");
         let upstream = UpstreamTarget::parse("http://sim.test/v1").expect("valid URL");
         let mut config = GatewayConfig::new(upstream);
+        // One attempt per request unless a test asks for more: most
+        // exchange tests check what a failed attempt gives the client, and
+        // retries (after a pause on the virtual clock) are tested on their
+        // own.
+        config.upstream_attempts = 1;
         configure(&mut config);
         let wall = WallClock::new(PAIR_EPOCH_MS);
         let gateway = Gateway::new(config, keys, wall, 0x5EED);

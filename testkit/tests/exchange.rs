@@ -154,9 +154,15 @@ fn non_streamed_answer_with_reasoning_and_exact_ledger() {
     assert_eq!(rec.key, "test-key");
     assert_eq!(rec.model, MODEL);
     assert_eq!(Some(rec.request_id.as_str()), r.header("x-request-id"));
-    // The simulator saw our request id and the original body.
+    // The simulator saw the provider's id for our request (a UUID, linked
+    // to ours in the ledger) and the original body.
     let j = pair.sim.journal();
-    assert_eq!(j[0].request_id.as_deref(), r.header("x-request-id"));
+    let provider_id = chatgate_core::provider_request_id(&rec.request_id);
+    assert_eq!(j[0].request_id.as_deref(), Some(provider_id.as_str()));
+    assert_eq!(
+        rec.provider_request_id.as_deref(),
+        Some(provider_id.as_str())
+    );
     assert_eq!(j[0].body, body(""));
 }
 
@@ -1751,17 +1757,30 @@ fn a_failed_ledger_append_withholds_the_end_of_the_response() {
 }
 
 #[test]
-fn a_stream_without_usage_is_complete_and_metered_as_zero() {
-    let mut pair = Pair::with_defaults();
-    send(&mut pair, &stream_body(r#""x_sim":{"fault":"no_usage"}"#));
+fn a_stream_without_usage_is_metered_as_reported_and_charged_its_worst_case() {
+    let mut pair = Pair::new(
+        |_| {},
+        SimOptions::default(),
+        Limits {
+            requests_per_minute: 60,
+            tokens_per_minute: 100_000,
+        },
+    );
+    send(
+        &mut pair,
+        &stream_body(r#""max_tokens":500,"x_sim":{"fault":"no_usage"}"#),
+    );
     let r = one(&pair);
     let data = sse_data(&r.body);
+    // What the client gets: the provider's events, its finish chunk, no
+    // usage chunk (none was reported; none is made up), then [DONE].
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
     assert!(chunks(&r).iter().all(|c| c["usage"].is_null()));
     let rec = &pair.ledger[0];
     assert!(rec.complete, "finish_reason arrived");
     assert_eq!(rec.finish_reason.as_deref(), Some("stop"));
     assert_eq!(rec.error, None);
+    // The ledger keeps what was reported, and says it was missing.
     assert_eq!(
         (
             rec.prompt_tokens,
@@ -1771,12 +1790,30 @@ fn a_stream_without_usage_is_complete_and_metered_as_zero() {
         ),
         (0, 0, 0, 0)
     );
-    // Nothing was metered, so the whole reservation went back.
+    assert!(rec.usage_missing);
+    // The budget would have been charged the worst case: the prompt's
+    // bound (estimate plus the 64-token allowance) and max_tokens.
+    assert!(rec.charged_nano_usd >= 500 * 14_250 + 64 * 2_850, "{rec:?}");
+    let line: Value = serde_json::from_slice(&rec.to_line()).unwrap();
+    assert_eq!(line["usage_missing"], true);
+    // The key's tokens per minute were charged the same worst case, not
+    // given back.
     let status =
         pair.gateway
             .limiter()
             .status("test-key", Limits::default(), chatgate_core::Instant::ZERO);
-    assert_eq!(status.remaining_tokens, Limits::default().tokens_per_minute);
+    assert!(
+        status.remaining_tokens <= 100_000 - 564,
+        "{}",
+        status.remaining_tokens
+    );
+    assert!(
+        pair.gateway
+            .metrics()
+            .render(0)
+            .contains("chatgate_usage_missing_total{key=\"test-key\"} 1"),
+        "counted"
+    );
 }
 
 /// A non-streamed answer whose body stops after a few bytes.
@@ -2282,4 +2319,224 @@ fn a_provider_connection_with_bytes_left_over_is_not_pooled() {
             pair.upstream_closed
         );
     }
+}
+
+/// Issue: real providers. One endpoint, a transient failure: the request is
+/// sent to it again after a pause, and the client sees only the answer.
+#[test]
+fn one_endpoint_retries_a_transient_failure_after_a_pause() {
+    let mut pair = Pair::new(
+        |c| c.upstream_attempts = 3,
+        SimOptions::default(),
+        Limits::default(),
+    );
+    pair.connect_failures
+        .push_back(UpstreamFailure::Broken("connection reset by peer".into()));
+    pair.connect_failures
+        .push_back(UpstreamFailure::Connect("connection refused".into()));
+    send(&mut pair, &body(""));
+    assert!(responses(&pair).is_empty(), "waiting for the pause");
+    pair.advance(Duration::from_millis(240));
+    assert!(
+        responses(&pair).is_empty(),
+        "the first pause is 250 ms or more"
+    );
+    pair.advance(Duration::from_secs(2));
+    let r = one(&pair);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let rec = &pair.ledger[0];
+    assert_eq!(
+        (rec.attempts, rec.endpoint.as_deref()),
+        (3, Some("default"))
+    );
+    assert!(rec.duration_ms >= 750, "two pauses: {}", rec.duration_ms);
+}
+
+#[test]
+fn every_retry_failing_gives_one_502_that_says_how_often_it_was_tried() {
+    let mut pair = Pair::new(
+        |c| c.upstream_attempts = 3,
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &body(r#""x_sim":{"fault":"reject","status":"503","retry_after":"1"}"#),
+    );
+    pair.advance(Duration::from_secs(5));
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(msg.contains("Tried 3 times."), "{msg}");
+    assert_eq!(pair.sim.journal().len(), 3);
+    // Retry-After (1 s) was honoured between attempts.
+    assert!(
+        pair.ledger[0].duration_ms >= 2000,
+        "{}",
+        pair.ledger[0].duration_ms
+    );
+    // A Retry-After above the cap is not waited for.
+    let mut pair = Pair::new(
+        |c| c.upstream_attempts = 3,
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &body(r#""x_sim":{"fault":"reject","status":"429","retry_after":"30"}"#),
+    );
+    pair.advance(Duration::from_secs(1));
+    let r = one(&pair);
+    assert_eq!((r.status, r.header("retry-after")), (502, Some("30")));
+    assert_eq!(pair.sim.journal().len(), 1);
+}
+
+/// A provider's refusal is not retried by the gateway, nor (told so) by
+/// the client's SDK, and keeps the provider's own code.
+#[test]
+fn a_provider_refusal_says_do_not_retry_and_keeps_the_providers_code() {
+    let mut pair = Pair::new(
+        |c| c.upstream_attempts = 3,
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &body(r#""x_sim":{"fault":"reject","status":"400","message":"context too long"}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("x-should-retry"), Some("false"));
+    let e = &r.json()["error"];
+    assert_eq!(
+        (e["type"].as_str(), e["code"].as_str()),
+        (Some("upstream_error"), Some("upstream_error"))
+    );
+    assert_eq!(e["provider"]["status"], 400);
+    assert_eq!(e["provider"]["code"], "invalid_request");
+    assert_eq!(e["provider"]["message"], "context too long");
+    assert_eq!(pair.sim.journal().len(), 1, "not tried again");
+    // A 5xx may be retried by the client.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &body(r#""x_sim":{"fault":"reject","status":"500"}"#),
+    );
+    let r = one(&pair);
+    assert_eq!((r.status, r.header("x-should-retry")), (502, None));
+    assert_eq!(r.json()["error"]["provider"]["status"], 500);
+}
+
+/// Comments before the first event (llama.cpp's `: ping` while a request
+/// is queued) do not commit the response.
+#[test]
+fn comments_before_the_first_event_do_not_commit_the_response() {
+    // The provider dies after only comments: a JSON 502, not an empty 200.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"pings","count":"3","die":"true"}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["error"]["code"], "upstream_error");
+    // With retries, the next attempt answers in full.
+    let mut pair = Pair::new(
+        |c| c.upstream_attempts = 2,
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"pings","count":"3","die":"true"}"#),
+    );
+    pair.advance(Duration::from_secs(1));
+    assert_eq!(one(&pair).status, 502, "the same body dies again");
+    assert_eq!(pair.sim.journal().len(), 2);
+    // Comments then the answer: the client gets the answer; the comments
+    // that came before it are dropped.
+    let mut pair = Pair::with_defaults();
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"pings","count":"2"}"#),
+    );
+    let r = one(&pair);
+    assert_eq!(r.status, 200);
+    assert!(!String::from_utf8_lossy(&r.body).contains(": ping"));
+    assert!(pair.ledger[0].complete);
+}
+
+/// `--stream-error-event`: a cut stream ends with an error event before
+/// `[DONE]`; off by default (the specification's ending).
+#[test]
+fn a_cut_stream_gets_an_error_event_only_when_asked() {
+    for on in [false, true] {
+        let mut pair = Pair::new(
+            |c| c.stream_error_event = on,
+            SimOptions::default(),
+            Limits::default(),
+        );
+        send(
+            &mut pair,
+            &stream_body(r#""x_sim":{"fault":"reset","after":"3"}"#),
+        );
+        let r = one(&pair);
+        assert_eq!(r.status, 200);
+        let data = sse_data(&r.body);
+        assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+        let before = &data[data.len() - 2];
+        let v: Value = serde_json::from_str(before).unwrap();
+        if on {
+            assert_eq!(v["error"]["code"], "upstream_reset", "{before}");
+            assert_eq!(v["error"]["type"], "upstream_error");
+        } else {
+            assert!(v.get("error").is_none(), "{before}");
+        }
+        assert!(!pair.ledger[0].complete);
+        // A complete stream never gets one.
+        pair.received.clear();
+        send(&mut pair, &stream_body(""));
+        pair.run();
+        let all = responses(&pair);
+        assert!(
+            all.last()
+                .is_some_and(|r| !String::from_utf8_lossy(&r.body).contains("\"error\""))
+        );
+    }
+    // A provider that sends [DONE] without finish_reason: the event goes
+    // before its [DONE].
+    let mut pair = Pair::new(
+        |c| c.stream_error_event = true,
+        SimOptions::default(),
+        Limits::default(),
+    );
+    pair.provider_script = Some(ProviderScript {
+        answer: b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 76\r\n\r\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n".to_vec(),
+        close: false,
+    });
+    send(&mut pair, &stream_body(""));
+    pair.run();
+    let data = sse_data(&one(&pair).body);
+    assert_eq!(data.len(), 3, "{data:?}");
+    assert!(data[1].contains("upstream_incomplete"), "{data:?}");
+    assert_eq!(data[2], "[DONE]");
+}
+
+/// The prompt reservation learns what the provider adds to the estimate.
+#[test]
+fn the_prompt_allowance_is_learned_from_reports() {
+    let mut pair = Pair::with_defaults();
+    let endpoint = std::sync::Arc::clone(&pair.gateway.endpoints().endpoints()[0]);
+    assert_eq!(endpoint.prompt_allowance().parts(), (0, 1000));
+    // A chat template the gateway cannot see: 100 tokens on every prompt.
+    send(&mut pair, &body(r#""x_sim":{"template_tokens":"100"}"#));
+    assert_eq!(one(&pair).status, 200);
+    let rec = pair.ledger[0].clone();
+    assert_eq!(endpoint.prompt_allowance().parts(), (100, 1000));
+    // The next request's reservation covers what was reported.
+    let estimate = rec.prompt_tokens - 100;
+    assert_eq!(
+        pair.gateway.endpoints().prompt_bound(estimate, 64),
+        rec.prompt_tokens
+    );
 }

@@ -56,14 +56,36 @@ impl Default for Timeouts {
     }
 }
 
+/// Attempts per request by default, whatever the number of endpoints: a
+/// deployment with one endpoint (most of them) gets two more tries of a
+/// transient failure (a 5xx, a reset, a 429) before its client sees it,
+/// each after a short pause; a pool tries three endpoints.
+pub const DEFAULT_ATTEMPTS: usize = 3;
+/// How often an ejected endpoint is probed by default.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
+/// The prompt allowance before anything is learned: a chat template's
+/// system prompt and role markers (SmolLM2's default system prompt is
+/// about 30 tokens; Llama 3's date header about 25).
+pub const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
+
 /// The gateway's configuration (everything but keys).
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// The provider endpoints (at least one).
     pub upstreams: Vec<EndpointConfig>,
-    /// Most endpoints tried for one request (0: three, or the number of
-    /// endpoints if fewer).
+    /// Most attempts for one request (0: [`DEFAULT_ATTEMPTS`]), on
+    /// endpoints it has not tried first, then on the best one again.
     pub upstream_attempts: usize,
+    /// How often an ejected endpoint is probed (zero: never; it then comes
+    /// back only through a trial request).
+    pub probe_interval: Duration,
+    /// `--stream-error-event`: a stream cut without `finish_reason` gets a
+    /// `data: {"error": …}` event before its `[DONE]`.
+    pub stream_error_event: bool,
+    /// Prompt tokens a request's reservation adds to its estimate before
+    /// the providers' reports say how many more they count (the chat
+    /// template): the start of every endpoint's learned allowance.
+    pub prompt_overhead_tokens: u64,
     /// Timeouts.
     pub timeouts: Timeouts,
     /// Limits on client requests (head 64 KiB, 64 headers, body 2 MiB).
@@ -115,6 +137,9 @@ impl GatewayConfig {
         GatewayConfig {
             upstreams,
             upstream_attempts: 0,
+            probe_interval: DEFAULT_PROBE_INTERVAL,
+            stream_error_event: false,
+            prompt_overhead_tokens: DEFAULT_PROMPT_OVERHEAD,
             timeouts: Timeouts::default(),
             http: HttpLimits::default(),
             max_sse_event: 1 << 20,
@@ -141,10 +166,10 @@ impl GatewayConfig {
         }
     }
 
-    /// Most endpoints tried for one request.
+    /// Most attempts for one request.
     pub fn max_attempts(&self) -> usize {
         match self.upstream_attempts {
-            0 => self.upstreams.len().clamp(1, 3),
+            0 => DEFAULT_ATTEMPTS,
             n => n,
         }
     }

@@ -133,6 +133,9 @@ impl ServeConfig {
             Some(_) => positive(&r, "upstream_attempts")? as usize,
             None => 0,
         };
+        gateway.probe_interval = r.duration("upstream_probe_interval")?;
+        gateway.stream_error_event = boolean(&r, "stream_error_event")?;
+        gateway.prompt_overhead_tokens = r.parse("prompt_overhead_tokens")?;
         gateway.timeouts = timeouts;
         gateway.default_limits = default_limits;
         quota_defaults(&r, &mut gateway)?;
@@ -267,6 +270,20 @@ fn console_token(r: &Resolver) -> Result<Option<Secret>, ConfigError> {
 }
 
 /// A setting that must be one of `choices`.
+/// A switch: `true` or `false` (also `1`/`0`, `yes`/`no`, `on`/`off`;
+/// a flag given without a value is `true`).
+fn boolean(r: &Resolver, key: &str) -> Result<bool, ConfigError> {
+    let value = r.string(key);
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => {
+            let src = r.get(key).map_or(Source::Default, |(_, s)| s);
+            Err(bad(key, &value, src, "true or false"))
+        }
+    }
+}
+
 fn one_of(
     r: &Resolver,
     key: &str,

@@ -93,8 +93,26 @@ pub const SERVE_SETTINGS: &[Setting] = &[
     s(
         "upstream_attempts",
         "N",
-        None,
-        "Most provider endpoints tried for a request before the client gets anything (default: 3, or the number of endpoints if fewer)",
+        Some("3"),
+        "Most attempts for a request before the client gets anything: endpoints not yet tried first, then the best one again after a short pause",
+    ),
+    s(
+        "upstream_probe_interval",
+        "DURATION",
+        Some("5s"),
+        "How often an ejected provider endpoint is probed (GET {upstream}/models); an answer readmits it (0: never probe)",
+    ),
+    s(
+        "stream_error_event",
+        "BOOL",
+        Some("false"),
+        "End a stream cut without finish_reason with a data: {\"error\": ...} event before [DONE], so SDKs raise instead of returning a truncated answer",
+    ),
+    s(
+        "prompt_overhead_tokens",
+        "N",
+        Some("64"),
+        "Prompt tokens added to every estimate for what the provider adds (its chat template) until its reports show more",
     ),
     s(
         "upstream_ca",

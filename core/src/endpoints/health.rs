@@ -11,6 +11,13 @@
 //! - **Trial**: the cool-down passed and one request is on its way. Its
 //!   success readmits the endpoint (and the cool-down starts over); its
 //!   failure ejects it again for twice as long.
+//!
+//! An ejected endpoint is also **probed** on a timer (`--upstream-probe-
+//! interval`, counted from its ejection): a cheap request of the runtime's
+//! (`GET {upstream}/models`) that it answers readmits it, so a recovered
+//! endpoint serves again within one interval whatever the traffic (trial
+//! requests alone depend on a request arriving just after the cool-down,
+//! and each failed one doubles it).
 
 use std::time::Duration;
 
@@ -132,6 +139,11 @@ pub struct Health {
     cooldown: Duration,
     /// Why it was last ejected (a failure kind, or `retry_after`).
     reason: Option<&'static str>,
+    /// When it was last probed (or ejected): the next probe is an interval
+    /// later.
+    probed_at: Option<Instant>,
+    /// A probe is on its way.
+    probing: bool,
 }
 
 impl Default for Health {
@@ -141,6 +153,8 @@ impl Default for Health {
             failures: 0,
             cooldown: FIRST_COOLDOWN,
             reason: None,
+            probed_at: None,
+            probing: false,
         }
     }
 }
@@ -196,6 +210,7 @@ impl Health {
                 let until = now + d.min(MAX_RETRY_AFTER);
                 let prolongs = self.back_at().is_none_or(|u| until > u);
                 self.failures = 0;
+                self.probed_at = Some(now);
                 self.reason = Some("retry_after");
                 if prolongs {
                     self.state = State::Ejected { until };
@@ -230,7 +245,38 @@ impl Health {
         }
     }
 
+    /// Whether a probe is due at `now`, `interval` after the ejection or
+    /// the last probe (never while one is on its way); when it is, the
+    /// probe counts as sent.
+    pub fn probe_due(&mut self, now: Instant, interval: Duration) -> bool {
+        let ejected = matches!(self.state, State::Ejected { .. });
+        let due = self.probed_at.is_none_or(|at| now >= at + interval);
+        if !ejected || self.probing || interval.is_zero() || !due {
+            return false;
+        }
+        self.probing = true;
+        self.probed_at = Some(now);
+        true
+    }
+
+    /// A probe ended at `now`: `alive` when the endpoint answered it (an
+    /// HTTP status below 500 other than 408 and 429). An answer readmits
+    /// an ejected endpoint; anything else leaves it as it is, to be
+    /// probed again an interval later.
+    pub fn probed(&mut self, alive: bool, now: Instant) -> Option<Change> {
+        self.probing = false;
+        self.probed_at = Some(now);
+        if alive && matches!(self.state, State::Ejected { .. }) {
+            self.state = State::Healthy;
+            self.failures = 0;
+            self.cooldown = FIRST_COOLDOWN;
+            return Some(Change::Readmitted);
+        }
+        None
+    }
+
     fn eject(&mut self, reason: &'static str, now: Instant) -> Option<Change> {
+        self.probed_at = Some(now);
         let until = now + self.cooldown;
         self.state = State::Ejected { until };
         self.failures = 0;
@@ -321,6 +367,33 @@ mod tests {
         // Capped at an hour.
         h.report(Outcome::RetryAfter(s(86_400)), false, T0);
         assert_eq!(h.back_at(), Some(T0 + MAX_RETRY_AFTER));
+    }
+
+    #[test]
+    fn an_ejected_endpoint_is_probed_each_interval_and_an_answer_readmits_it() {
+        let every = s(5);
+        let mut h = Health::default();
+        assert!(!h.probe_due(T0, every), "a healthy endpoint is not probed");
+        for _ in 0..EJECT_AFTER {
+            fail(&mut h, false, T0);
+        }
+        assert!(
+            !h.probe_due(T0 + s(4), every),
+            "an interval after the ejection"
+        );
+        assert!(h.probe_due(T0 + s(5), every));
+        assert!(!h.probe_due(T0 + s(11), every), "one probe at a time");
+        assert_eq!(h.probed(false, T0 + s(6)), None);
+        assert!(!h.probe_due(T0 + s(10), every));
+        assert!(h.probe_due(T0 + s(11), every));
+        assert_eq!(h.probed(true, T0 + s(11)), Some(Change::Readmitted));
+        assert_eq!(h.state(), State::Healthy);
+        // A failed trial meanwhile doubled the cool-down: it starts over.
+        for _ in 0..EJECT_AFTER {
+            fail(&mut h, false, T0 + s(12));
+        }
+        assert_eq!(h.back_at(), Some(T0 + s(13)));
+        assert!(!h.probe_due(T0 + s(16), s(0)), "an interval of zero: never");
     }
 
     #[test]

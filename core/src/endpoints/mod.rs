@@ -18,12 +18,14 @@
 //! and trials never leak.
 
 mod health;
+mod prompt;
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use health::{Change, FailureKind, Health, Outcome, State};
+pub use prompt::PromptAllowance;
 
 use crate::config::EndpointConfig;
 use crate::http::write::header;
@@ -46,6 +48,8 @@ pub struct Endpoint {
     requests: AtomicU64,
     failures: [AtomicU64; FailureKind::ALL.len()],
     ttfb: Histogram,
+    /// How many more prompt tokens it counts than the gateway estimates.
+    prompt: PromptAllowance,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -79,6 +83,7 @@ impl Endpoint {
             requests: AtomicU64::new(0),
             failures: Default::default(),
             ttfb: Histogram::default(),
+            prompt: PromptAllowance::default(),
         }
     }
 
@@ -100,6 +105,48 @@ impl Endpoint {
     /// The `q` quantile of its time to first byte, milliseconds.
     pub fn ttfb_quantile_ms(&self, q: f64) -> Option<f64> {
         self.ttfb.quantile_ms(q)
+    }
+
+    /// What it counts beyond the gateway's prompt estimates.
+    pub fn prompt_allowance(&self) -> &PromptAllowance {
+        &self.prompt
+    }
+
+    /// The probe the runtime sends it while it is ejected: `GET
+    /// {upstream}/models` (cheap, and served by OpenAI-compatible servers),
+    /// with its key, on a connection of its own that closes after it.
+    pub fn probe_request(&self) -> Vec<u8> {
+        let t = &self.config.target;
+        let mut p = Vec::with_capacity(256);
+        p.extend_from_slice(b"GET ");
+        p.extend_from_slice(t.base_path.as_bytes());
+        p.extend_from_slice(b"/models HTTP/1.1\r\n");
+        header(&mut p, "Host", &t.host_header());
+        if let Some(key) = &t.api_key {
+            header(&mut p, "Authorization", &format!("Bearer {}", key.expose()));
+        }
+        header(&mut p, "Accept", "application/json");
+        header(
+            &mut p,
+            "User-Agent",
+            concat!("chatgate/", env!("CARGO_PKG_VERSION")),
+        );
+        header(&mut p, "Connection", "close");
+        p.extend_from_slice(b"\r\n");
+        p
+    }
+
+    /// A probe ended at `now`, with the status the endpoint answered
+    /// (`None`: no answer: it could not connect, broke, or timed out).
+    pub fn probed(&self, status: Option<u16>, now: Instant) {
+        let alive = status.is_some_and(|s| s < 500 && s != 408 && s != 429);
+        if self.health().probed(alive, now) == Some(Change::Readmitted) {
+            tracing::info!(
+                endpoint = self.name(),
+                status = status.unwrap_or(0),
+                "provider endpoint readmitted: it answered a probe"
+            );
+        }
     }
 
     pub(crate) fn prefix(&self) -> &[u8] {
@@ -246,6 +293,27 @@ impl EndpointSet {
         }
     }
 
+    /// The prompt tokens to reserve for a request estimated at `estimate`:
+    /// the largest bound of any endpoint (the request may go to any), with
+    /// at least `floor` extra tokens.
+    pub fn prompt_bound(&self, estimate: u64, floor: u64) -> u64 {
+        self.endpoints
+            .iter()
+            .map(|e| e.prompt.bound(estimate, floor))
+            .max()
+            .unwrap_or(estimate)
+    }
+
+    /// The ejected endpoints due for a probe at `now` (each counted as
+    /// probed: report with [`Endpoint::probed`]).
+    pub fn probes_due(&self, now: Instant, interval: std::time::Duration) -> Vec<Arc<Endpoint>> {
+        self.endpoints
+            .iter()
+            .filter(|e| e.health().probe_due(now, interval))
+            .map(Arc::clone)
+            .collect()
+    }
+
     /// Whether at least one endpoint is not ejected (for `/readyz`).
     pub fn any_serving(&self, now: Instant) -> bool {
         self.endpoints.iter().any(|e| self.is_serving(e, now))
@@ -282,6 +350,8 @@ impl EndpointSet {
                         .zip(&e.failures)
                         .map(|(k, n)| (k.as_str(), n.load(Ordering::Relaxed)))
                         .collect(),
+                    prompt_extra_tokens: e.prompt.parts().0,
+                    prompt_ratio: e.prompt.parts().1 as f64 / 1000.0,
                 }
             })
             .collect()
@@ -358,7 +428,7 @@ impl EndpointSet {
 }
 
 /// One endpoint as `GET /upstreams` shows it (no key).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EndpointStatus {
     /// Its name.
     pub name: String,
@@ -382,6 +452,11 @@ pub struct EndpointStatus {
     pub requests: u64,
     /// Failed attempts, by kind.
     pub failures: std::collections::BTreeMap<&'static str, u64>,
+    /// Prompt tokens it was seen to count beyond the gateway's estimate
+    /// (its chat template), learned from its reports.
+    pub prompt_extra_tokens: u64,
+    /// The ratio of its prompt counts to the estimate on large prompts.
+    pub prompt_ratio: f64,
 }
 
 /// One attempt of a request on an endpoint: reports how it ended exactly

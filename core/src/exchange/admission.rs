@@ -22,7 +22,7 @@ use crate::ledger::LedgerRecord;
 use crate::limits::{Admission, LimitKind, Limits, Rejection};
 use crate::quota::{Quota, QuotaRefusal, worst_case_cost};
 use crate::time::Instant;
-use crate::validate::{ChatRequest, validate_chat_request};
+use crate::validate::validate_chat_request;
 
 /// How often a request waiting in its key's queue looks whether its turn
 /// came (a slot freed on another instance is seen this late at most).
@@ -108,6 +108,13 @@ impl Settlement {
 pub(super) struct QuotaHold {
     /// Its worst-case cost (nano-dollars).
     cost: u64,
+    /// Tokens reserved against its tokens per minute: the prompt's bound
+    /// plus `max_tokens`.
+    tokens: u64,
+    /// Its worst case in tokens (the prompt's bound plus `max_tokens`, or
+    /// the budget's reserve without one): what a request whose usage the
+    /// provider did not report is charged.
+    worst_tokens: u64,
     /// Reserved against the budget (0 without one).
     reserved: u64,
     /// Admitted: it holds an in-flight slot.
@@ -213,9 +220,17 @@ impl Connection {
             .catalog
             .get(&chat.model)
             .map_or(crate::catalog::Price::DEFAULT, |m| m.price);
+        // The prompt as the providers will count it: the estimate plus what
+        // they were seen to add (their chat templates), an upper bound.
+        let prompt = gw
+            .endpoints()
+            .prompt_bound(chat.estimated_prompt_tokens, config.prompt_overhead_tokens);
+        req.hold.tokens = prompt.saturating_add(chat.max_tokens.unwrap_or(0)).max(1);
+        req.hold.worst_tokens =
+            prompt.saturating_add(chat.max_tokens.unwrap_or(config.budget_reserve_tokens));
         req.hold.cost = worst_case_cost(
             &price,
-            chat.estimated_prompt_tokens,
+            prompt,
             chat.max_tokens,
             config.budget_reserve_tokens,
         );
@@ -236,7 +251,7 @@ impl Connection {
         let ask = AdmitRequest {
             key: key.name.clone(),
             limits: key.limits,
-            tokens: req.chat.as_ref().map_or(0, ChatRequest::reservation),
+            tokens: req.hold.tokens,
             quota: key.quota,
             cost: req.hold.cost,
             // Only a key with a budget or a cap holds a lease.
@@ -279,8 +294,10 @@ impl Connection {
             .quota()
             .admit(&key.name, &key.quota, req.hold.cost, ticket, unix_ms)
             .map_err(Refusal::Quota)?;
-        let tokens = req.chat.as_ref().map_or(0, ChatRequest::reservation);
-        match gw.limiter().admit(&key.name, key.limits, tokens, now) {
+        match gw
+            .limiter()
+            .admit(&key.name, key.limits, req.hold.tokens, now)
+        {
             Ok(a) => {
                 req.hold.reserved = reserved;
                 Ok(a)
@@ -404,7 +421,15 @@ impl Connection {
         let req = self.req.as_mut().expect("request");
         let Some(key) = &req.key else { return };
         let hold = std::mem::take(&mut req.hold);
-        let used = rec.prompt_tokens.saturating_add(rec.completion_tokens);
+        let mut used = rec.prompt_tokens.saturating_add(rec.completion_tokens);
+        if rec.usage_missing {
+            // The provider answered without reporting usage: the ledger
+            // keeps what it reported (nothing), the key's limits and budget
+            // are charged the request's worst case, never zero.
+            used = used.max(hold.worst_tokens);
+            rec.charged_nano_usd = rec.cost_nano_usd.max(hold.cost);
+        }
+        let spent = rec.cost_nano_usd.max(rec.charged_nano_usd);
         let reserved = std::mem::take(&mut req.reserved);
         let unix_ms = gw.wall().unix_ms(now);
         let budgeted = key.quota.budget.is_some();
@@ -420,16 +445,16 @@ impl Connection {
                 used,
                 quota: key.quota,
                 cost_reserved: hold.reserved,
-                cost: rec.cost_nano_usd,
+                cost: spent,
                 lease: (hold.held && key.quota != Quota::default()).then(|| req.id.clone()),
                 unix_ms,
             }));
             if hold.held {
                 gw.quota().count_in_flight(&key.name, false, unix_ms);
             }
-            gw.quota().spend(&key.name, rec.cost_nano_usd, unix_ms);
-            if budgeted && rec.cost_nano_usd > hold.cost {
-                rec.budget_overshoot_nano_usd = rec.cost_nano_usd - hold.cost;
+            gw.quota().spend(&key.name, spent, unix_ms);
+            if budgeted && spent > hold.cost {
+                rec.budget_overshoot_nano_usd = spent - hold.cost;
             }
         } else {
             if reserved > 0 || used > 0 {
@@ -437,15 +462,11 @@ impl Connection {
                     .settle(&key.name, key.limits, reserved, used, now);
             }
             if hold.held {
-                rec.budget_overshoot_nano_usd = gw.quota().release(
-                    &key.name,
-                    budgeted,
-                    hold.reserved,
-                    rec.cost_nano_usd,
-                    unix_ms,
-                );
-            } else if rec.cost_nano_usd > 0 {
-                gw.quota().spend(&key.name, rec.cost_nano_usd, unix_ms);
+                rec.budget_overshoot_nano_usd =
+                    gw.quota()
+                        .release(&key.name, budgeted, hold.reserved, spent, unix_ms);
+            } else if spent > 0 {
+                gw.quota().spend(&key.name, spent, unix_ms);
             }
         }
         if rec.budget_overshoot_nano_usd > 0 {

@@ -14,6 +14,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::timers::Timer;
 use super::{Connection, Event};
 use crate::endpoints::{Attempt, Endpoint, FailureKind, Outcome};
 use crate::error::{ApiError, UpstreamFault};
@@ -27,12 +28,14 @@ impl Connection {
     /// for a connection. False when no endpoint is left.
     pub(super) fn begin_attempt(&mut self, now: Instant) -> bool {
         let endpoints = self.gw.endpoints();
+        self.timers.stop(Timer::Retry);
         let req = self.req.as_mut().expect("request in progress");
         // The endpoints tried before this attempt: the list grows (and
         // allocates) only when a request is tried again.
         if let Some(previous) = &req.endpoint {
             req.tried.push(previous.id());
         }
+        req.endpoint_before_retry = None;
         let Some(attempt) = endpoints.choose(now, &req.tried) else {
             return false;
         };
@@ -112,7 +115,8 @@ impl Connection {
         if let Some(attempt) = attempt {
             attempt.finish(outcome, now);
         }
-        let config = self.gw.config();
+        let gw = Arc::clone(&self.gw);
+        let config = gw.config();
         let Some(req) = self.req.as_ref() else {
             return false;
         };
@@ -128,9 +132,45 @@ impl Connection {
             request_id = req.id.as_str(),
             endpoint = from,
             error = err.fault.map_or(err.code, UpstreamFault::as_str),
-            "provider endpoint failed before the first byte; trying another"
+            "provider endpoint failed before the first byte; trying again"
         );
-        self.begin_attempt(now)
+        if self.begin_attempt(now) {
+            return true;
+        }
+        // Every endpoint was tried: the best one again, after a pause,
+        // if the first-byte timeout leaves room for it.
+        let req = self.req.as_mut().expect("request in progress");
+        let Some(pause) = retry_pause(err.retry_after, req.retries, &req.id) else {
+            return false;
+        };
+        let deadline = req
+            .up_started
+            .map_or(now, |s| s + config.timeouts.upstream_first_byte);
+        if now + pause >= deadline {
+            return false;
+        }
+        req.retries += 1;
+        // The next attempt chooses among all endpoints again.
+        req.tried.clear();
+        req.endpoint_before_retry = req.endpoint.take();
+        self.timers.set(Timer::Retry, now + pause);
+        true
+    }
+
+    /// A retry's pause is over: the request's next attempt goes to the best
+    /// endpoint, tried or not.
+    pub(super) fn retry_now(&mut self, now: Instant) {
+        if self.up.is_some() || self.req.as_ref().is_none_or(|r| r.endpoint.is_some()) {
+            return;
+        }
+        let started = self.begin_attempt(now);
+        debug_assert!(started, "a pool has at least one endpoint");
+    }
+
+    /// While a retry waits for its pause, the request is ended (the client
+    /// left, or the gateway is shutting down): no attempt is in progress.
+    pub(super) fn waiting_to_retry(&self) -> bool {
+        self.up.is_none() && self.timers.is_set(Timer::Retry)
     }
 
     /// The error for a request whose every attempt failed: the last one's,
@@ -138,7 +178,7 @@ impl Connection {
     pub(super) fn last_error(&self, mut err: ApiError) -> ApiError {
         let attempts = self.req.as_ref().map_or(0, |r| r.attempts);
         if attempts > 1 {
-            err.message = format!("{} Tried {attempts} provider endpoints.", err.message);
+            err.message = format!("{} Tried {attempts} times.", err.message);
         }
         err
     }
@@ -153,6 +193,32 @@ impl Connection {
         self.events
             .push_back(Event::ConnectUpstream { endpoint, fresh });
     }
+}
+
+/// The first pause before a request is sent again to an endpoint it
+/// already tried; it doubles with every such retry.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+/// The longest `Retry-After` honoured by waiting: a provider that asks for
+/// a longer pause gets it, and the client its error (with that
+/// `Retry-After`) rather than a request held that long.
+pub(super) const MAX_RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long to wait before sending a request again to an endpoint it
+/// already tried (the `retries`th time): the provider's `Retry-After` when
+/// it sent one (none above [`MAX_RETRY_WAIT`]), else [`RETRY_PAUSE`]
+/// doubled per retry, plus up to a quarter more, spread by the request id
+/// so that requests failed together do not return together.
+fn retry_pause(retry_after: Option<u64>, retries: u32, id: &str) -> Option<std::time::Duration> {
+    if let Some(secs) = retry_after {
+        let wait = std::time::Duration::from_secs(secs);
+        return (wait <= MAX_RETRY_WAIT).then_some(wait);
+    }
+    let base = RETRY_PAUSE * (1u32 << retries.min(4));
+    let spread = id
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+        % 256;
+    Some(base + base / 4 * spread / 256)
 }
 
 /// What a failure says about the endpoint, and whether another endpoint may
@@ -201,7 +267,11 @@ fn provider_request(
     };
     header(&mut out, "Accept", accept);
     header_u64(&mut out, "Content-Length", body.len() as u64);
-    header(&mut out, "X-Request-Id", &req.id);
+    header(
+        &mut out,
+        "X-Request-Id",
+        &crate::gateway::provider_request_id(&req.id),
+    );
     if let Some(tp) = req.trace.as_ref().and_then(|t| t.provider_traceparent()) {
         header(&mut out, "traceparent", &tp);
         if let Some(state) = req.trace.as_ref().and_then(|t| t.state.as_deref()) {
@@ -217,6 +287,27 @@ fn provider_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retries_pause_longer_each_time_and_honour_a_short_retry_after() {
+        let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis());
+        let first = ms(retry_pause(None, 0, "req_1")).unwrap();
+        assert!((250..=312).contains(&first), "{first}");
+        let second = ms(retry_pause(None, 1, "req_1")).unwrap();
+        assert!((500..=625).contains(&second), "{second}");
+        assert_ne!(
+            retry_pause(None, 0, "req_1"),
+            retry_pause(None, 0, "req_2"),
+            "spread by the request"
+        );
+        assert_eq!(ms(retry_pause(Some(2), 0, "r")), Some(2000));
+        assert_eq!(ms(retry_pause(Some(5), 3, "r")), Some(5000));
+        assert_eq!(
+            retry_pause(Some(6), 0, "r"),
+            None,
+            "too long to hold the client"
+        );
+    }
 
     #[test]
     fn only_the_endpoints_failures_are_tried_again() {

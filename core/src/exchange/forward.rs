@@ -78,6 +78,10 @@ impl Connection {
                 provider_error_message(head.status, &up.body),
             );
             e.retry_after = head.retry_after_secs().map(|s| s.max(1));
+            e.provider = Some(Box::new(crate::error::ProviderError::read(
+                head.status,
+                &up.body,
+            )));
             return self.upstream_error_response(now, e);
         }
         let summary = match parse_completion(&up.body) {
@@ -127,8 +131,7 @@ impl Connection {
         let mut rec = self.record(now, 200);
         rec.complete = true;
         rec.finish_reason = summary.finish_reason;
-        let usage = summary.usage.unwrap_or_default();
-        self.meter(&mut rec, &usage);
+        self.meter(&mut rec, summary.usage);
         self.emit_ledger(now, rec, out);
         self.end_response(close);
     }
@@ -174,6 +177,9 @@ impl Connection {
             )
         };
         let mut batch: Option<std::ops::Range<usize>> = None;
+        // Where a `[DONE]` that ends an incomplete stream starts: the cut
+        // stream's error event (when asked for) goes before it.
+        let mut done_at: Option<usize> = None;
         loop {
             let next = match up.framer.next_event(&up.body) {
                 Ok(Some(r)) => Some(r),
@@ -197,6 +203,14 @@ impl Connection {
                 t.note_response(&up.body[r.clone()]);
             }
             let committed = self.req.as_ref().expect("request in progress").committed;
+            if !committed && batch.is_none() && kind == EventKind::NoData {
+                // A comment (a provider's keep-alive while the request
+                // waits in its queue) is not the first event: it does not
+                // commit the response, so a provider that dies after only
+                // comments is still failed over or answered with a JSON
+                // error. It is read and dropped.
+                continue;
+            }
             if !committed && batch.is_none() && kind == EventKind::Error {
                 // An error before anything was sent: a normal JSON error.
                 let msg = format!(
@@ -220,6 +234,9 @@ impl Connection {
             if kind == EventKind::Done {
                 up.done_forwarded = true;
                 end = Some(StreamEnd::Ended);
+                if !up.tracker.is_complete() {
+                    done_at = Some(r.start);
+                }
                 break;
             }
         }
@@ -251,7 +268,15 @@ impl Connection {
         let up = self.up.as_mut().expect("upstream in progress");
         let chunked = !self.req.as_ref().expect("request").http10;
         if let Some(r) = batch {
-            client_body(&mut bytes, &up.body[r], chunked);
+            match done_at.filter(|_| self.gw.config().stream_error_event) {
+                Some(at) => {
+                    client_body(&mut bytes, &up.body[r.start..at], chunked);
+                    let cut = cut_stream_event(&StreamEnd::Ended);
+                    client_body(&mut bytes, &cut, chunked);
+                    client_body(&mut bytes, &up.body[at..r.end], chunked);
+                }
+                None => client_body(&mut bytes, &up.body[r], chunked),
+            }
         }
         let n = up.framer.complete_prefix();
         up.body.drain(..n);
@@ -333,6 +358,9 @@ impl Connection {
         debug_assert!(self.req.as_ref().is_some_and(|r| r.committed));
         let chunked = !self.req.as_ref().expect("request").http10;
         if !up.tracker.is_done() {
+            if !up.tracker.is_complete() && self.gw.config().stream_error_event {
+                client_body(&mut bytes, &cut_stream_event(&end), chunked);
+            }
             client_body(&mut bytes, DONE_EVENT, chunked);
         }
         if chunked {
@@ -351,10 +379,41 @@ impl Connection {
             StreamEnd::Ended | StreamEnd::AfterUsage => None,
         };
         rec.error = fault.map(str::to_owned);
-        let usage = up.tracker.usage().unwrap_or_default();
-        self.meter(&mut rec, &usage);
+        self.meter(&mut rec, up.tracker.usage());
         self.emit_ledger(now, rec, bytes);
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);
     }
+}
+
+/// The event `--stream-error-event` puts before the `[DONE]` of a stream
+/// that ended without `finish_reason`: `data: {"error": …}` in the OpenAI
+/// shape, whose `code` says what happened (the ledger's `error` names the
+/// same), so the official SDKs raise instead of returning a truncated
+/// answer as if it were whole.
+pub(super) fn cut_stream_event(end: &StreamEnd) -> Vec<u8> {
+    let (code, what) = match end {
+        StreamEnd::Failed(fault, why) => (fault.as_str(), *why),
+        StreamEnd::Tail | StreamEnd::AfterUsage => (
+            UpstreamFault::TailTimeout.as_str(),
+            "the provider did not end the stream",
+        ),
+        StreamEnd::Shutdown => ("shutdown", "the gateway was shutting down"),
+        StreamEnd::Ended => (
+            "upstream_incomplete",
+            "the provider ended the stream without a finish_reason",
+        ),
+    };
+    let mut e = ApiError::upstream(
+        UpstreamFault::Reset,
+        format!(
+            "The stream was cut before the answer was complete ({what}); the answer is truncated."
+        ),
+    );
+    e.code = code;
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&e.body());
+    out.extend_from_slice(b"\n\n");
+    out
 }

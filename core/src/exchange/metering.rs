@@ -34,8 +34,15 @@ impl Connection {
         }
         rec.status = status;
         rec.upstream_status = req.upstream_status;
-        rec.endpoint = req.endpoint.as_ref().map(|e| e.name().to_owned());
+        rec.endpoint = req
+            .endpoint
+            .as_ref()
+            .or(req.endpoint_before_retry.as_ref())
+            .map(|e| e.name().to_owned());
         rec.attempts = req.attempts;
+        if req.attempts > 0 {
+            rec.provider_request_id = Some(crate::gateway::provider_request_id(&req.id));
+        }
         rec.duration_ms = (now - req.started).as_millis() as u64;
         rec.ttfb_ms = req.first_byte.map(|t| (t - req.started).as_millis() as u64);
         rec
@@ -49,9 +56,28 @@ impl Connection {
             .map_or(Price::DEFAULT, |m| m.price)
     }
 
-    /// Tokens and cost into the record.
-    pub(super) fn meter(&self, rec: &mut LedgerRecord, usage: &Usage) {
-        rec.meter(usage, &self.price());
+    /// Tokens and cost into the record: what the provider reported. A
+    /// provider that answered (2xx) and reported nothing leaves the counts
+    /// at zero and the record says so (`usage_missing`, counted), so that
+    /// settlement charges the key conservatively; a report teaches the
+    /// endpoint's prompt allowance.
+    pub(super) fn meter(&self, rec: &mut LedgerRecord, usage: Option<Usage>) {
+        let Some(usage) = usage else {
+            if rec.upstream_status.is_some_and(|s| (200..300).contains(&s)) {
+                rec.usage_missing = true;
+                self.gw.metrics().usage_missing(&rec.key);
+            }
+            return;
+        };
+        rec.meter(&usage, &self.price());
+        let req = self.req.as_ref().expect("a record is for a request");
+        if let (Some(endpoint), Some(chat)) = (&req.endpoint, &req.chat) {
+            endpoint.prompt_allowance().learn(
+                chat.estimated_prompt_tokens,
+                usage.prompt_tokens,
+                self.gw.config().prompt_overhead_tokens,
+            );
+        }
     }
 
     /// Hands the record to the runtime and holds `held` (the response's

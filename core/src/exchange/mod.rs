@@ -409,6 +409,7 @@ impl Connection {
                 Timer::Cut if self.phase == Phase::Upstream => self.cut_for_shutdown(now),
                 Timer::QueueTurn if self.phase == Phase::Queued => self.queue_turn(now),
                 Timer::QueueDeadline if self.phase == Phase::Queued => self.queue_expired(now),
+                Timer::Retry if self.phase == Phase::Upstream => self.retry_now(now),
                 Timer::UsageTail | Timer::StreamTail | Timer::Upstream
                     if self.phase == Phase::Upstream =>
                 {

@@ -57,7 +57,12 @@ pub(super) struct Request {
     /// last one, and how many attempts.
     pub(super) tried: Vec<u64>,
     pub(super) endpoint: Option<std::sync::Arc<crate::endpoints::Endpoint>>,
+    /// While a retry waits for its pause: the endpoint tried last (what
+    /// the record names if the request ends meanwhile).
+    pub(super) endpoint_before_retry: Option<std::sync::Arc<crate::endpoints::Endpoint>>,
     pub(super) attempts: u32,
+    /// Attempts sent again to an endpoint already tried.
+    pub(super) retries: u32,
     pub(super) committed: bool,
     pub(super) first_byte: Option<Instant>,
     pub(super) upstream_status: Option<u16>,
@@ -92,7 +97,9 @@ impl Request {
             conn_retries: 0,
             tried: Vec::new(),
             endpoint: None,
+            endpoint_before_retry: None,
             attempts: 0,
+            retries: 0,
             committed: false,
             first_byte: None,
             up_started: None,

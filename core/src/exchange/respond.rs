@@ -113,8 +113,10 @@ fn write_error(
     if let Some(allow) = err.allow {
         header(out, "Allow", allow);
     }
-    if err.kind == ErrorType::InsufficientQuota {
-        // The official SDKs retry 429s unless told not to.
+    let refused = err.provider.as_ref().is_some_and(|p| p.is_refusal());
+    if err.kind == ErrorType::InsufficientQuota || refused {
+        // The official SDKs retry 429s and 5xx unless told not to: a spent
+        // budget, or a request the provider refused, gets the same answer.
         header(out, "x-should-retry", "false");
     }
     if let Some(s) = limits {

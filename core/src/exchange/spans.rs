@@ -204,6 +204,7 @@ impl Connection {
         } else {
             format!("chat {model}")
         };
+        let provider_id = crate::gateway::provider_request_id(&req.id);
         let mut attributes: Vec<Attribute> = vec![
             ("gen_ai.operation.name", Value::Str("chat".into())),
             (
@@ -338,6 +339,11 @@ impl Connection {
             if !model.is_empty() {
                 attrs.push(("gen_ai.request.model", Value::Str(model.clone())));
             }
+            // The id the provider was sent (its logs name the request so).
+            attrs.push((
+                "http.request.header.x-request-id",
+                Value::Str(provider_id.clone()),
+            ));
             let upstream = match &a.failed {
                 Some((_, _, s)) => *s,
                 None => end.record.and_then(|r| r.upstream_status),

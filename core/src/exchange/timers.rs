@@ -31,6 +31,8 @@ pub(super) enum Timer {
     QueueDeadline,
     /// The provider's connect, response head or next bytes are overdue.
     Upstream,
+    /// A failed attempt's pause is over: the request is sent again.
+    Retry,
     /// `finish_reason` and usage arrived and only comments followed: the
     /// stream is over for the client.
     UsageTail,
@@ -39,7 +41,7 @@ pub(super) enum Timer {
 }
 
 impl Timer {
-    const ALL: [Timer; 11] = [
+    const ALL: [Timer; 12] = [
         Timer::Leftover,
         Timer::ClientSend,
         Timer::ClientIdle,
@@ -49,6 +51,7 @@ impl Timer {
         Timer::QueueTurn,
         Timer::QueueDeadline,
         Timer::Upstream,
+        Timer::Retry,
         Timer::UsageTail,
         Timer::StreamTail,
     ];

@@ -419,6 +419,13 @@ impl Connection {
     /// provider: end it now, metered, instead of dropping it unrecorded
     /// when the process exits.
     pub(super) fn cut_for_shutdown(&mut self, now: Instant) {
+        if self.waiting_to_retry() {
+            self.timers.stop(Timer::Retry);
+            let e = ApiError::overloaded(
+                "The gateway is shutting down and could not finish this request in time.",
+            );
+            return self.respond_error(now, e, true);
+        }
         let Some(up) = self.up.as_ref() else { return };
         let committed = self.req.as_ref().is_some_and(|r| r.committed);
         if up.state == UpState::Streaming && committed {
@@ -435,6 +442,13 @@ impl Connection {
     /// The client left while the provider was working: abort it, meter what
     /// was reported, close.
     pub(super) fn client_gone(&mut self, now: Instant) {
+        if self.waiting_to_retry() {
+            // Between attempts: nothing to abort.
+            self.timers.stop(Timer::Retry);
+            let mut rec = self.record(now, STATUS_CLIENT_CLOSED);
+            rec.client_disconnected = true;
+            return self.emit_ledger(now, rec, Vec::new());
+        }
         let up = self.close_upstream();
         let committed = self.req.as_ref().is_some_and(|r| r.committed);
         let status = if committed { 200 } else { STATUS_CLIENT_CLOSED };
@@ -442,8 +456,7 @@ impl Connection {
         rec.client_disconnected = true;
         rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
         rec.complete = up.tracker.is_complete();
-        let usage = up.tracker.usage();
-        self.meter(&mut rec, &usage.unwrap_or_default());
+        self.meter(&mut rec, up.tracker.usage());
         self.emit_ledger(now, rec, Vec::new());
     }
 

@@ -432,7 +432,7 @@ impl SpendTally {
         let Some(secs) = crate::time::parse_rfc3339(l.ts) else {
             return false;
         };
-        self.add(&l.key, secs * 1000, l.cost_nano_usd);
+        self.add(&l.key, secs * 1000, l.spend_nano_usd());
         true
     }
 
