@@ -298,7 +298,10 @@ async function errors() {
   assert.equal(e.type, 'upstream_error');
   assert.equal(e.code, 'upstream_error');
   assert.ok(e.message.includes('HTTP 500'), e.message);
-  assert.equal((await journal()).length, mark + 1, 'retried although maxRetries: 0');
+  assert.ok(e.message.includes('Tried 3 times.'), e.message);
+  // The gateway tried its one endpoint three times (a 500 is transient);
+  // the SDK, told maxRetries: 0, asked once.
+  assert.equal((await journal()).length, mark + 3, 'retried although maxRetries: 0');
 }
 
 async function rateLimitRetry() {
@@ -370,6 +373,63 @@ async function spentBudgetNotRetried() {
   console.log(`spent budget: 429 insufficient_quota, one request, no retry (${elapsed.toFixed(3)}s)`);
 }
 
+async function cutStreamRaises() {
+  // --stream-error-event: a stream the provider cuts throws an APIError
+  // instead of ending like a whole answer.
+  const client = new OpenAI({ baseURL: BASE_URL, apiKey: KEY, maxRetries: 0 });
+  const stream = await client.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: 'user', content: 'Tell me a story.' }],
+    stream: true,
+    x_sim: { fault: 'reset', after: 3 },
+  });
+  let thrown = null;
+  try {
+    for await (const chunk of stream) {
+      void chunk;
+    }
+  } catch (e) {
+    thrown = e;
+  }
+  assert.ok(thrown instanceof OpenAI.APIError, `a cut stream ended like a whole answer (${thrown})`);
+  assert.equal(thrown.code, 'upstream_reset');
+  assert.equal(thrown.type, 'upstream_error');
+  assert.ok(thrown.message.includes('truncated'), thrown.message);
+  console.log(`cut stream: APIError '${thrown.code}' after the events before the cut`);
+}
+
+async function providerRefusalNotRetried() {
+  // 502 for a provider's 400 with x-should-retry: false: asked once, and the
+  // provider's own code is readable.
+  let sent = 0;
+  const counting = (url, init) => {
+    sent += 1;
+    return fetch(url, init);
+  };
+  const client = new OpenAI({ baseURL: BASE_URL, apiKey: KEY, fetch: counting });
+  const before = (await journal()).length;
+  let refused = null;
+  try {
+    await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'ping' }],
+      x_sim: { fault: 'reject', status: 400, message: 'context too long' },
+    });
+  } catch (e) {
+    if (!(e instanceof OpenAI.InternalServerError)) throw e;
+    refused = e;
+  }
+  assert.ok(refused, 'a refused request succeeded');
+  assert.equal(refused.status, 502);
+  assert.equal(refused.code, 'upstream_error');
+  assert.equal(refused.headers.get('x-should-retry'), 'false');
+  assert.equal(refused.error.provider.status, 400);
+  assert.equal(refused.error.provider.message, 'context too long');
+  assert.equal(sent, 1, `${sent} requests sent`);
+  assert.equal((await journal()).length, before + 1, 'the gateway did not retry a refusal either');
+  console.log(`provider refusal: 502, provider code '${refused.error.provider.code}', one request`);
+}
+
 await run(`openai (node) ${VERSION}`, [
   environmentAndModels,
   nonStreamed,
@@ -379,4 +439,6 @@ await run(`openai (node) ${VERSION}`, [
   errors,
   rateLimitRetry,
   spentBudgetNotRetried,
+  cutStreamRaises,
+  providerRefusalNotRetried,
 ]);

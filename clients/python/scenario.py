@@ -281,7 +281,10 @@ def step_errors() -> None:
         assert e.status_code == 502, e
         assert (e.type, e.code) == ("upstream_error", "upstream_error"), e.body
         assert "HTTP 500" in e.message, e.message
-    assert len(journal()) == mark + 1, "retried although max_retries=0"
+        assert "Tried 3 times." in e.message, e.message
+    # The gateway tried its one endpoint three times (a 500 is transient);
+    # the SDK, told max_retries=0, asked once.
+    assert len(journal()) == mark + 3, "retried although max_retries=0"
 
 
 def step_rate_limit_retry() -> None:
@@ -343,6 +346,56 @@ def step_spent_budget_not_retried() -> None:
     print(f"spent budget: 429 insufficient_quota, one request, no retry ({elapsed:.3f}s)")
 
 
+def step_cut_stream_raises() -> None:
+    """--stream-error-event: a stream the provider cuts raises APIError
+    instead of ending like a whole answer."""
+    text = ""
+    code = None
+    try:
+        stream = client(max_retries=0).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me a story."}],
+            stream=True,
+            extra_body={"x_sim": {"fault": "reset", "after": 3}},
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+        raise AssertionError("a cut stream ended like a whole answer")
+    except openai.APIError as e:
+        assert not isinstance(e, openai.APIStatusError), type(e)
+        assert e.code == "upstream_reset", (e.code, e.body)
+        assert e.type == "upstream_error", e.type
+        assert "truncated" in e.message, e.message
+        code = e.code
+    print(f"cut stream: APIError {code!r} after {len(text)} characters of the answer")
+
+
+def step_provider_refusal_not_retried() -> None:
+    """502 for a provider's 400, with x-should-retry: false: asked once, and
+    the provider's own code is readable."""
+    sent = []
+    http = openai.DefaultHttpxClient(event_hooks={"request": [sent.append]})
+    default = OpenAI(base_url=BASE_URL, api_key=KEY, http_client=http)  # max_retries=2
+    before = len(journal())
+    try:
+        default.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "ping"}],
+            extra_body={"x_sim": {"fault": "reject", "status": 400, "message": "context too long"}},
+        )
+        raise AssertionError("a refused request succeeded")
+    except openai.InternalServerError as e:
+        assert e.status_code == 502, e.status_code
+        assert e.code == "upstream_error", e.code
+        assert e.response.headers["x-should-retry"] == "false"
+        provider = e.body["provider"]
+        assert provider["status"] == 400 and provider["message"] == "context too long", provider
+    assert len(sent) == 1, f"{len(sent)} requests sent"
+    assert len(journal()) == before + 1, "the gateway did not retry a refusal either"
+    print(f"provider refusal: 502, provider code {provider['code']!r}, one request")
+
+
 def report_journal() -> None:
     """What the provider received, once per shape (printed, not checked)."""
     seen = set()
@@ -367,6 +420,8 @@ STEPS = [
     step_errors,
     step_rate_limit_retry,
     step_spent_budget_not_retried,
+    step_cut_stream_raises,
+    step_provider_refusal_not_retried,
 ]
 
 

@@ -30,6 +30,17 @@ fn capped() -> String {
     body(r#""max_tokens":20"#)
 }
 
+/// The simulator adds no chat template to the prompt, so the gateways here
+/// are told so (`--prompt-overhead-tokens 0`): a reservation is then exactly
+/// what a request costs (what a template changes is tested in
+/// `real_providers.rs`).
+fn exact() -> GwOptions {
+    GwOptions {
+        env: vec![("CHATGATE_PROMPT_OVERHEAD_TOKENS".into(), "0".into())],
+        ..GwOptions::default()
+    }
+}
+
 fn keys_cmd(bin: &str, args: &[&str]) -> (i32, String, String) {
     let mut all = vec!["keys"];
     all.extend_from_slice(args);
@@ -47,7 +58,7 @@ fn assert_quota_refusal(r: &Response) {
 
 fn a_budget_refuses_with_insufficient_quota_and_a_restart_keeps_the_spend(bin: &str) {
     let sim = Sim::start(bin, &[], &[]);
-    let gw = Gw::start(bin, &sim.url(), GwOptions::default());
+    let gw = Gw::start(bin, &sim.url(), exact());
     let keys = gw.dir.path().join("keys.toml");
     let keys = keys.to_str().unwrap();
     // The first request tells what one costs.
@@ -110,7 +121,7 @@ fn a_budget_refuses_with_insufficient_quota_and_a_restart_keeps_the_spend(bin: &
     } = gw;
     proc.signal(libc::SIGTERM);
     proc.wait_exit(PATIENCE).expect("exits on SIGTERM");
-    let gw = Gw::start_with_keys(bin, &sim.url(), GwOptions::default(), dir, key);
+    let gw = Gw::start_with_keys(bin, &sim.url(), exact(), dir, key);
     assert_quota_refusal(&gw.chat(&capped()));
     // A request that fits what is left passes: a smaller max_tokens.
     let small = body(r#""max_tokens":1"#);
@@ -150,7 +161,7 @@ fn a_budget_refuses_with_insufficient_quota_and_a_restart_keeps_the_spend(bin: &
 
 fn keys_set_changes_a_budget_within_a_second_and_refuses_bad_values(bin: &str) {
     let sim = Sim::start(bin, &[], &[]);
-    let gw = Gw::start(bin, &sim.url(), GwOptions::default());
+    let gw = Gw::start(bin, &sim.url(), exact());
     let path = gw.dir.path().join("keys.toml");
     let keys = path.to_str().unwrap();
     let (code, _, err) = keys_cmd(bin, &["set", "test", "--keys", keys, "--budget-usd", "0"]);
@@ -258,6 +269,8 @@ fn set_on_each(bin: &str, gws: &[Gw], name: &str, flags: &[&str]) {
 /// Three instances (this binary, then both) sharing the key `shared`
 /// (limits high enough never to refuse) with `args` each.
 fn three_sharing(bin: &str, sim: &Sim, args: &[String]) -> Vec<Gw> {
+    let mut args = args.to_vec();
+    args.extend(["--prompt-overhead-tokens".to_owned(), "0".to_owned()]);
     gateways_sharing_a_key(
         sim,
         "shared",
@@ -284,7 +297,7 @@ fn queueing(bin: &str, sim: &Sim, timeout: &str, cap: &str) -> Gw {
                 "--default-max-in-flight".into(),
                 cap.into(),
             ],
-            ..GwOptions::default()
+            ..exact()
         },
     )
 }
@@ -323,7 +336,7 @@ fn concurrently(
 fn the_in_flight_cap_refuses_or_queues_in_order(bin: &str) {
     // Streams of about a second each.
     let sim = Sim::start(bin, &["--token-ms", "25"], &[]);
-    let gw = Gw::start(bin, &sim.url(), GwOptions::default());
+    let gw = Gw::start(bin, &sim.url(), exact());
     let keys = gw.dir.path().join("keys.toml");
     let (code, _, err) = keys_cmd(
         bin,
@@ -401,7 +414,7 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
     let pg = PgServer::start();
     let sim = Sim::start(bin, &[], &[]);
     // One request's cost, from a gateway of its own.
-    let probe = Gw::start(bin, &sim.url(), GwOptions::default());
+    let probe = Gw::start(bin, &sim.url(), exact());
     assert_eq!(probe.chat(&capped()).status, 200);
     let cost = probe.ledger_len(1)[0].cost_nano_usd;
     drop(probe);
@@ -557,14 +570,7 @@ fn cut_streams_settle_to_what_the_ledger_says(bin: &str) {
         if shared {
             args.extend(["--redis".to_owned(), redis.url()]);
         }
-        let mut gw = Gw::start(
-            bin,
-            &sim.url(),
-            GwOptions {
-                args,
-                ..GwOptions::default()
-            },
-        );
+        let mut gw = Gw::start(bin, &sim.url(), GwOptions { args, ..exact() });
         let admin = gw.admin_addr();
         set_on_each(
             bin,

@@ -140,7 +140,12 @@ fn scenario(bin: &str, program: &Path, args: &[&Path], no_retry: NoRetry) -> Str
         &[],
     );
     assert_eq!(code, 0, "{err}");
-    let gw = Gw::start_with_keys(bin, &sim.url(), GwOptions::default(), dir, key);
+    // Cut streams end with an error event, which the SDKs raise.
+    let opts = GwOptions {
+        args: vec!["--stream-error-event".into()],
+        ..GwOptions::default()
+    };
+    let gw = Gw::start_with_keys(bin, &sim.url(), opts, dir, key);
     let base_url = format!("http://{}/v1", gw.addr);
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -223,12 +228,21 @@ fn scenario(bin: &str, program: &Path, args: &[&Path], no_retry: NoRetry) -> Str
     } else {
         assert!(broke.is_empty(), "{broke:?}");
     }
-    // Every stream and answer was read to its end.
+    // Every stream and answer was read to its end, and only the stream the
+    // provider cut on purpose (the error-event step) is incomplete.
     for r in &ledger {
         assert!(!r.client_disconnected, "{r:?}\n{}", show());
-        if r.status == 200 {
+        if r.status == 200 && r.error.as_deref() != Some("upstream_reset") {
             assert!(r.complete, "{r:?}\n{}", show());
         }
+    }
+    if no_retry == NoRetry::Checked {
+        let cut: Vec<_> = ledger
+            .iter()
+            .filter(|r| r.error.as_deref() == Some("upstream_reset"))
+            .collect();
+        assert_eq!(cut.len(), 1, "{cut:?}\n{}", show());
+        assert!(!cut[0].complete && cut[0].status == 200);
     }
     out
 }

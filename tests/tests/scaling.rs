@@ -16,6 +16,10 @@ fn instances(sim: &Sim, redis: &RedisServer, rpm: u64, tpm: u64, extra: &[&str])
         redis.url(),
         "--admin-listen".into(),
         "127.0.0.1:0".into(),
+        // The simulator adds no chat template: a reservation is exactly
+        // what a request uses.
+        "--prompt-overhead-tokens".into(),
+        "0".into(),
     ];
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     let each = ["chatgate-smol", "chatgate-tokio", "chatgate-smol"].map(|bin| (bin, args.clone()));
@@ -189,6 +193,7 @@ fn token_limit_holds_across_instances_as_in_one_process() {
         GwOptions {
             rpm: Some(1000),
             tpm: Some(tpm),
+            args: vec!["--prompt-overhead-tokens".into(), "0".into()],
             ..GwOptions::default()
         },
     );

@@ -165,7 +165,9 @@ fn a_request_continues_the_clients_trace_and_its_spans_match_the_ledger(bin: &st
         // The provider was sent the attempt's context.
         let sent = journal
             .iter()
-            .find(|j| j["request_id"] == line.request_id.as_str())
+            .find(|j| {
+                j["request_id"] == chatgate_core::provider_request_id(&line.request_id).as_str()
+            })
             .expect("the provider's journal entry");
         let expected = format!(
             "00-{}-{}-01",
