@@ -2321,15 +2321,20 @@ fn a_provider_connection_with_bytes_left_over_is_not_pooled() {
     }
 }
 
+/// A pair whose gateway makes up to `attempts` attempts per request.
+fn retrying(attempts: usize) -> Pair {
+    Pair::new(
+        |c| c.upstream_attempts = attempts,
+        SimOptions::default(),
+        Limits::default(),
+    )
+}
+
 /// Issue: real providers. One endpoint, a transient failure: the request is
 /// sent to it again after a pause, and the client sees only the answer.
 #[test]
 fn one_endpoint_retries_a_transient_failure_after_a_pause() {
-    let mut pair = Pair::new(
-        |c| c.upstream_attempts = 3,
-        SimOptions::default(),
-        Limits::default(),
-    );
+    let mut pair = retrying(3);
     pair.connect_failures
         .push_back(UpstreamFailure::Broken("connection reset by peer".into()));
     pair.connect_failures
@@ -2354,11 +2359,7 @@ fn one_endpoint_retries_a_transient_failure_after_a_pause() {
 
 #[test]
 fn every_retry_failing_gives_one_502_that_says_how_often_it_was_tried() {
-    let mut pair = Pair::new(
-        |c| c.upstream_attempts = 3,
-        SimOptions::default(),
-        Limits::default(),
-    );
+    let mut pair = retrying(3);
     send(
         &mut pair,
         &body(r#""x_sim":{"fault":"reject","status":"503","retry_after":"1"}"#),
@@ -2376,11 +2377,7 @@ fn every_retry_failing_gives_one_502_that_says_how_often_it_was_tried() {
         pair.ledger[0].duration_ms
     );
     // A Retry-After above the cap is not waited for.
-    let mut pair = Pair::new(
-        |c| c.upstream_attempts = 3,
-        SimOptions::default(),
-        Limits::default(),
-    );
+    let mut pair = retrying(3);
     send(
         &mut pair,
         &body(r#""x_sim":{"fault":"reject","status":"429","retry_after":"30"}"#),
@@ -2395,11 +2392,7 @@ fn every_retry_failing_gives_one_502_that_says_how_often_it_was_tried() {
 /// the client's SDK, and keeps the provider's own code.
 #[test]
 fn a_provider_refusal_says_do_not_retry_and_keeps_the_providers_code() {
-    let mut pair = Pair::new(
-        |c| c.upstream_attempts = 3,
-        SimOptions::default(),
-        Limits::default(),
-    );
+    let mut pair = retrying(3);
     send(
         &mut pair,
         &body(r#""x_sim":{"fault":"reject","status":"400","message":"context too long"}"#),
@@ -2441,11 +2434,7 @@ fn comments_before_the_first_event_do_not_commit_the_response() {
     assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["error"]["code"], "upstream_error");
     // With retries, the next attempt answers in full.
-    let mut pair = Pair::new(
-        |c| c.upstream_attempts = 2,
-        SimOptions::default(),
-        Limits::default(),
-    );
+    let mut pair = retrying(2);
     send(
         &mut pair,
         &stream_body(r#""x_sim":{"fault":"pings","count":"3","die":"true"}"#),

@@ -116,21 +116,8 @@ impl Endpoint {
     /// {upstream}/models` (cheap, and served by OpenAI-compatible servers),
     /// with its key, on a connection of its own that closes after it.
     pub fn probe_request(&self) -> Vec<u8> {
-        let t = &self.config.target;
-        let mut p = Vec::with_capacity(256);
-        p.extend_from_slice(b"GET ");
-        p.extend_from_slice(t.base_path.as_bytes());
-        p.extend_from_slice(b"/models HTTP/1.1\r\n");
-        header(&mut p, "Host", &t.host_header());
-        if let Some(key) = &t.api_key {
-            header(&mut p, "Authorization", &format!("Bearer {}", key.expose()));
-        }
+        let mut p = request_head(&self.config, "GET", "/models");
         header(&mut p, "Accept", "application/json");
-        header(
-            &mut p,
-            "User-Agent",
-            concat!("chatgate/", env!("CARGO_PKG_VERSION")),
-        );
         header(&mut p, "Connection", "close");
         p.extend_from_slice(b"\r\n");
         p
@@ -523,16 +510,25 @@ impl Drop for Attempt {
 
 /// The fixed start of every request to `e`.
 fn request_prefix(e: &EndpointConfig) -> Vec<u8> {
+    let mut p = request_head(e, "POST", "/chat/completions");
+    header(&mut p, "Content-Type", "application/json");
+    p
+}
+
+/// A request line for `path` under `e`'s base path, and the headers every
+/// request to it carries: `Host`, `Authorization` (its key), `User-Agent`.
+fn request_head(e: &EndpointConfig, method: &str, path: &str) -> Vec<u8> {
     let t = &e.target;
     let mut p = Vec::with_capacity(256);
-    p.extend_from_slice(b"POST ");
+    p.extend_from_slice(method.as_bytes());
+    p.push(b' ');
     p.extend_from_slice(t.base_path.as_bytes());
-    p.extend_from_slice(b"/chat/completions HTTP/1.1\r\n");
+    p.extend_from_slice(path.as_bytes());
+    p.extend_from_slice(b" HTTP/1.1\r\n");
     header(&mut p, "Host", &t.host_header());
     if let Some(key) = &t.api_key {
         header(&mut p, "Authorization", &format!("Bearer {}", key.expose()));
     }
-    header(&mut p, "Content-Type", "application/json");
     header(
         &mut p,
         "User-Agent",
