@@ -319,7 +319,17 @@ fuzz_target!(|data: &[u8]| {
     assert!(pair.client_closed, "the connection outlived the client");
     check(&pair);
     check_responses(&pair);
-    let ledger: HashSet<&str> = pair.ledger.iter().map(|r| r.request_id.as_str()).collect();
+    // The provider sees each request's own UUID, which its ledger line
+    // names (and which derives from the client's id).
+    let ledger: HashSet<&str> = pair
+        .ledger
+        .iter()
+        .filter_map(|r| {
+            let id = r.provider_request_id.as_deref()?;
+            assert_eq!(id, chatgate_core::provider_request_id(&r.request_id));
+            Some(id)
+        })
+        .collect();
     for entry in pair.sim.journal() {
         let id = entry.request_id.expect("the gateway sends X-Request-Id");
         assert!(
