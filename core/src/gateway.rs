@@ -35,13 +35,15 @@ impl RequestIds {
     }
 }
 
-/// The id a provider is sent as `X-Request-Id` for the request `id`: a
-/// UUID (strict servers accept nothing else there), derived from the
-/// gateway's id so the two stay linked without a table: the 24 hex digits
-/// of `req_<24 hex>` in order, the version (4) and variant (`8`–`b`)
-/// digits of RFC 9562, and six digits that repeat a mix of the id. Ids
-/// that are not the gateway's shape are mixed into the same layout.
-pub fn provider_request_id(id: &str) -> String {
+/// The id a provider is sent as `X-Request-Id` for the `attempt`th attempt
+/// (from 1) of the request `id`: a UUID (strict servers accept nothing
+/// else there), derived from the gateway's id so the two stay linked
+/// without a table: the 24 hex digits of `req_<24 hex>` in order, the
+/// version (4) and variant (`8`–`b`) digits of RFC 9562, four digits that
+/// repeat a mix of the id, and the attempt in the last two (so a retry is
+/// not mistaken by the provider for the attempt it replaces). Ids that are
+/// not the gateway's shape are mixed into the same layout.
+pub fn provider_request_id(id: &str, attempt: u32) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digits = id.strip_prefix("req_").unwrap_or(id).as_bytes();
     // FNV-1a over the id: fills what the 24 digits leave free.
@@ -56,6 +58,7 @@ pub fn provider_request_id(id: &str) -> String {
             HEX[((mix.rotate_left(4 * i as u32 + 1) ^ (mix >> 7)) & 0xf) as usize]
         }
     };
+    let attempt = attempt.min(0xff) as usize;
     let mut u = [b'0'; 36];
     let mut at = 0;
     let mut next = 0;
@@ -64,6 +67,8 @@ pub fn provider_request_id(id: &str) -> String {
             8 | 13 | 18 | 23 => b'-',
             14 => b'4',
             19 => HEX[8 | (mix & 3) as usize],
+            34 => HEX[attempt >> 4],
+            35 => HEX[attempt & 0xf],
             _ if at < 24 => {
                 at += 1;
                 digit(at - 1)
@@ -430,10 +435,14 @@ mod tests {
 
     #[test]
     fn provider_ids_are_uuids_linked_to_the_request_id() {
-        let a = provider_request_id("req_000000abcdef000000000001");
-        let b = provider_request_id("req_000000abcdef000000000002");
+        let a = provider_request_id("req_000000abcdef000000000001", 1);
+        let b = provider_request_id("req_000000abcdef000000000002", 1);
+        let retry = provider_request_id("req_000000abcdef000000000001", 2);
         assert_ne!(a, b);
-        for u in [&a, &b, &provider_request_id("anything else")] {
+        assert_ne!(a, retry, "each attempt its own id");
+        assert_eq!(a[..34], retry[..34], "the same request");
+        assert!(a.ends_with("01") && retry.ends_with("02"), "{a} {retry}");
+        for u in [&a, &b, &retry, &provider_request_id("anything else", 300)] {
             assert_eq!(u.len(), 36, "{u}");
             let parts: Vec<&str> = u.split('-').collect();
             assert_eq!(
@@ -451,7 +460,7 @@ mod tests {
         let hex: String = a.chars().filter(|c| *c != '-').collect();
         let without = format!("{}{}{}", &hex[..12], &hex[13..16], &hex[17..]);
         assert!(without.starts_with("000000abcdef000000000001"), "{a}");
-        assert_eq!(a, provider_request_id("req_000000abcdef000000000001"));
+        assert_eq!(a, provider_request_id("req_000000abcdef000000000001", 1));
     }
 
     #[test]

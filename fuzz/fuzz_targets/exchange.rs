@@ -321,13 +321,14 @@ fuzz_target!(|data: &[u8]| {
     check_responses(&pair);
     // The provider sees each request's own UUID, which its ledger line
     // names (and which derives from the client's id).
-    let ledger: HashSet<&str> = pair
+    let ledger: HashSet<String> = pair
         .ledger
         .iter()
-        .filter_map(|r| {
-            let id = r.provider_request_id.as_deref()?;
-            assert_eq!(id, chatgate_core::provider_request_id(&r.request_id));
-            Some(id)
+        .flat_map(|r| {
+            if let Some(id) = r.provider_request_id.as_deref() {
+                assert_eq!(id, chatgate_core::provider_request_id(&r.request_id, r.attempts));
+            }
+            (1..=r.attempts).map(|a| chatgate_core::provider_request_id(&r.request_id, a))
         })
         .collect();
     for entry in pair.sim.journal() {

@@ -46,8 +46,18 @@ async fn probe<R: Runtime>(shared: Arc<Shared<R>>, endpoint: Arc<Endpoint>) {
         .probe_interval
         .clamp(Duration::from_secs(1), MAX_PROBE_TIME);
     let work = async {
+        // An endpoint a reload removed meanwhile is not probed (nor its
+        // connector made again).
+        let current = shared.gateway.endpoints();
+        if !current
+            .endpoints()
+            .iter()
+            .any(|e| Arc::ptr_eq(e, &endpoint))
+        {
+            return None;
+        }
         let connector = shared.connectors.get(&endpoint).ok()?;
-        let (mut s, _) = connector.connect(true).await.ok()?;
+        let mut s = connector.open_unpooled().await.ok()?;
         s.write_all(&endpoint.probe_request()).await.ok()?;
         s.flush().await.ok()?;
         let (head, _) = crate::upstream::read_response_head(&mut s, &HttpLimits::default())

@@ -196,6 +196,12 @@ impl<R: Runtime> Connector<R> {
         Ok((s, false))
     }
 
+    /// A new connection that is not the pool's (not counted in its
+    /// figures, never returned to it): for a probe.
+    pub async fn open_unpooled(&self) -> Result<UpstreamStream<R::Tcp>, UpstreamFailure> {
+        self.open().await
+    }
+
     async fn open(&self) -> Result<UpstreamStream<R::Tcp>, UpstreamFailure> {
         let (host, port) = (self.target.host.clone(), self.target.port);
         let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {

@@ -137,8 +137,8 @@ impl SimServer {
     /// `POST /_sim/fault` with `{"fault": NAME, …its parameters}`: the fault
     /// for every request that does not choose its own, until
     /// `DELETE /_sim/fault`, or for `for_ms` milliseconds (a flapping
-    /// endpoint that recovers by itself). A `reject` fault answers
-    /// `GET /v1/models` too, as a server that is down would.
+    /// endpoint that recovers by itself). A `reject` fault with a 5xx
+    /// status answers `GET /v1/models` too, as a server that is down would.
     fn set_fault(&self, body: &[u8], now: Instant) -> Plan {
         let bad = |msg: String| {
             plan_error(
@@ -491,7 +491,7 @@ impl SimConnection {
                 json_plan(b"{\"fault\":null}".to_vec())
             }
             (Method::Get, "/v1/models")
-                if matches!(self.server.fault_now(now), Some(crate::Fault::Reject { .. })) =>
+                if matches!(self.server.fault_now(now), Some(crate::Fault::Reject { status, .. }) if status >= 500) =>
             {
                 plan_error(503, "The simulated server is down.", None, "server_error", "server_error")
             }

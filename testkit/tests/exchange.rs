@@ -157,7 +157,7 @@ fn non_streamed_answer_with_reasoning_and_exact_ledger() {
     // The simulator saw the provider's id for our request (a UUID, linked
     // to ours in the ledger) and the original body.
     let j = pair.sim.journal();
-    let provider_id = chatgate_core::provider_request_id(&rec.request_id);
+    let provider_id = chatgate_core::provider_request_id(&rec.request_id, 1);
     assert_eq!(j[0].request_id.as_deref(), Some(provider_id.as_str()));
     assert_eq!(
         rec.provider_request_id.as_deref(),
@@ -2369,7 +2369,28 @@ fn every_retry_failing_gives_one_502_that_says_how_often_it_was_tried() {
     assert_eq!(r.status, 502);
     let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(msg.contains("Tried 3 times."), "{msg}");
-    assert_eq!(pair.sim.journal().len(), 3);
+    let journal = pair.sim.journal();
+    assert_eq!(journal.len(), 3);
+    // Each attempt has its own provider id, the same request's.
+    let ids: Vec<_> = journal
+        .iter()
+        .map(|j| j.request_id.clone().unwrap())
+        .collect();
+    assert!(
+        ids[0].ends_with("01") && ids[1].ends_with("02") && ids[2].ends_with("03"),
+        "{ids:?}"
+    );
+    assert!(ids.iter().all(|i| i[..34] == ids[0][..34]), "{ids:?}");
+    // One request's retries do not eject the endpoint on their own.
+    let wall = pair.gateway.wall();
+    let status = pair
+        .gateway
+        .endpoints()
+        .status(chatgate_core::Instant::ZERO, wall);
+    assert_eq!(
+        (status[0].state, status[0].failures_in_a_row),
+        ("healthy", 1)
+    );
     // Retry-After (1 s) was honoured between attempts.
     assert!(
         pair.ledger[0].duration_ms >= 2000,
@@ -2442,6 +2463,17 @@ fn comments_before_the_first_event_do_not_commit_the_response() {
     pair.advance(Duration::from_secs(1));
     assert_eq!(one(&pair).status, 502, "the same body dies again");
     assert_eq!(pair.sim.journal().len(), 2);
+    // Comments then `[DONE]` and nothing else: no answer, a JSON 502.
+    let mut pair = Pair::with_defaults();
+    pair.provider_script = Some(ProviderScript {
+        answer: b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 34\r\n\r\n: ping - 1\n\n: ping - 2\n\ndata: [DONE]\n\n".to_vec(),
+        close: false,
+    });
+    send(&mut pair, &stream_body(""));
+    pair.run();
+    let r = one(&pair);
+    assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(pair.ledger[0].error.as_deref(), Some("upstream_invalid"));
     // Comments then the answer: the client gets the answer; the comments
     // that came before it are dropped.
     let mut pair = Pair::with_defaults();
@@ -2528,4 +2560,61 @@ fn the_prompt_allowance_is_learned_from_reports() {
         pair.gateway.endpoints().prompt_bound(estimate, 64),
         rec.prompt_tokens
     );
+}
+
+/// An error event instead of a first event may be the request's fault (a
+/// context overflow said that way): it is not sent to the same endpoint
+/// again.
+#[test]
+fn an_error_event_first_is_not_retried_on_the_same_endpoint() {
+    let mut pair = retrying(3);
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"error_event","after":0}"#),
+    );
+    pair.advance(Duration::from_secs(2));
+    let r = one(&pair);
+    assert_eq!(r.status, 502);
+    assert_eq!(pair.sim.journal().len(), 1);
+    assert_eq!(
+        pair.ledger[0].error.as_deref(),
+        Some("upstream_error_event")
+    );
+}
+
+/// A stream the client leaves: no worst-case charge from a provider that
+/// reports usage at the end; a provider known to leave usage out is
+/// charged it.
+#[test]
+fn a_client_that_leaves_is_charged_the_worst_case_only_by_a_provider_without_usage() {
+    for omits in [false, true] {
+        let mut pair = Pair::new(
+            |_| {},
+            SimOptions {
+                token_interval: Duration::from_millis(10),
+                ..SimOptions::default()
+            },
+            Limits::default(),
+        );
+        if omits {
+            // A complete answer without usage: the endpoint omits it.
+            send(
+                &mut pair,
+                &stream_body(r#""x_sim":{"fault":"no_usage","token_ms":"0"}"#),
+            );
+            pair.advance(Duration::from_secs(1));
+            assert!(pair.ledger[0].usage_missing);
+            pair.received.clear();
+        }
+        send(
+            &mut pair,
+            &stream_body(r#""max_tokens":100,"x_sim":{"fault":"no_usage"}"#),
+        );
+        pair.advance(Duration::from_millis(50));
+        pair.client_close();
+        let rec = pair.ledger.last().unwrap();
+        assert!(rec.client_disconnected, "{rec:?}");
+        assert_eq!(rec.usage_missing, omits, "{rec:?}");
+        assert_eq!(rec.charged_nano_usd > 0, omits, "{rec:?}");
+    }
 }

@@ -76,7 +76,7 @@ fn a_strict_server_accepts_the_id_the_provider_is_sent(bin: &str) {
         assert_eq!(rec.provider_request_id.as_deref(), Some(sent));
         assert_eq!(
             sent,
-            chatgate_core::provider_request_id(&rec.request_id),
+            chatgate_core::provider_request_id(&rec.request_id, rec.attempts),
             "derived from the client's id"
         );
     }

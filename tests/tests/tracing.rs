@@ -166,7 +166,8 @@ fn a_request_continues_the_clients_trace_and_its_spans_match_the_ledger(bin: &st
         let sent = journal
             .iter()
             .find(|j| {
-                j["request_id"] == chatgate_core::provider_request_id(&line.request_id).as_str()
+                j["request_id"]
+                    == chatgate_core::provider_request_id(&line.request_id, line.attempts).as_str()
             })
             .expect("the provider's journal entry");
         let expected = format!(

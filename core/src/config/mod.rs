@@ -269,7 +269,6 @@ fn console_token(r: &Resolver) -> Result<Option<Secret>, ConfigError> {
     }
 }
 
-/// A setting that must be one of `choices`.
 /// A switch: `true` or `false` (also `1`/`0`, `yes`/`no`, `on`/`off`;
 /// a flag given without a value is `true`).
 fn boolean(r: &Resolver, key: &str) -> Result<bool, ConfigError> {
@@ -284,6 +283,7 @@ fn boolean(r: &Resolver, key: &str) -> Result<bool, ConfigError> {
     }
 }
 
+/// A setting that must be one of `choices`.
 fn one_of(
     r: &Resolver,
     key: &str,

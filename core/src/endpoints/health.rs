@@ -251,7 +251,10 @@ impl Health {
     pub fn probe_due(&mut self, now: Instant, interval: Duration) -> bool {
         let ejected = matches!(self.state, State::Ejected { .. });
         let due = self.probed_at.is_none_or(|at| now >= at + interval);
-        if !ejected || self.probing || interval.is_zero() || !due {
+        // The provider said when to come back (429 + `Retry-After`): a
+        // cheap request answering meanwhile says nothing about its limit.
+        let told = self.reason == Some("retry_after") && self.back_at().is_some_and(|u| now < u);
+        if !ejected || self.probing || interval.is_zero() || !due || told {
             return false;
         }
         self.probing = true;
@@ -394,6 +397,11 @@ mod tests {
         }
         assert_eq!(h.back_at(), Some(T0 + s(13)));
         assert!(!h.probe_due(T0 + s(16), s(0)), "an interval of zero: never");
+        // Not before the end of a `Retry-After` the provider asked for.
+        let mut h = Health::default();
+        h.report(Outcome::RetryAfter(s(60)), false, T0);
+        assert!(!h.probe_due(T0 + s(30), every));
+        assert!(h.probe_due(T0 + s(60), every));
     }
 
     #[test]

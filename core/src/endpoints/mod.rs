@@ -50,6 +50,9 @@ pub struct Endpoint {
     ttfb: Histogram,
     /// How many more prompt tokens it counts than the gateway estimates.
     prompt: PromptAllowance,
+    /// Its last complete answer reported no usage (a provider that never
+    /// does, such as llama-cpp-python's streams).
+    omits_usage: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -84,6 +87,7 @@ impl Endpoint {
             failures: Default::default(),
             ttfb: Histogram::default(),
             prompt: PromptAllowance::default(),
+            omits_usage: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -105,6 +109,19 @@ impl Endpoint {
     /// The `q` quantile of its time to first byte, milliseconds.
     pub fn ttfb_quantile_ms(&self, q: f64) -> Option<f64> {
         self.ttfb.quantile_ms(q)
+    }
+
+    /// Whether it was last seen to leave usage out of a complete answer;
+    /// `seen` (a complete answer with or without usage) updates it.
+    pub(crate) fn omits_usage(&self, seen: Option<bool>) -> bool {
+        let flag = &self.omits_usage;
+        match seen {
+            Some(omitted) => {
+                flag.store(omitted, Ordering::Relaxed);
+                omitted
+            }
+            None => flag.load(Ordering::Relaxed),
+        }
     }
 
     /// What it counts beyond the gateway's prompt estimates.
@@ -246,6 +263,7 @@ impl EndpointSet {
         Some(Attempt {
             endpoint,
             trial,
+            repeat: false,
             started: now,
             finished: false,
         })
@@ -452,6 +470,9 @@ pub struct EndpointStatus {
 pub struct Attempt {
     endpoint: Arc<Endpoint>,
     trial: bool,
+    /// The request was already sent to this endpoint (a retry after a
+    /// pause): its failure does not count again towards an ejection.
+    repeat: bool,
     started: Instant,
     finished: bool,
 }
@@ -460,6 +481,14 @@ impl Attempt {
     /// The endpoint.
     pub fn endpoint(&self) -> &Arc<Endpoint> {
         &self.endpoint
+    }
+
+    /// This attempt sends its request again to an endpoint that already
+    /// failed it: a failure counts in the endpoint's figures but not again
+    /// towards its ejection (one request retried cannot eject an endpoint
+    /// on its own), unless the attempt is the endpoint's trial.
+    pub(crate) fn mark_repeat(&mut self) {
+        self.repeat = true;
     }
 
     /// The client got its first byte from this attempt at `now`.
@@ -485,7 +514,11 @@ impl Attempt {
                 .unwrap_or(0);
             e.failures[i].fetch_add(1, Ordering::Relaxed);
         }
-        let change = e.health().report(outcome, self.trial, now);
+        let judged = match outcome {
+            Outcome::Failed(_) if self.repeat && !self.trial => Outcome::Abandoned,
+            o => o,
+        };
+        let change = e.health().report(judged, self.trial, now);
         match change {
             Some(Change::Ejected { until }) => tracing::warn!(
                 endpoint = e.name(),

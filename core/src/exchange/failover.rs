@@ -39,6 +39,10 @@ impl Connection {
         let Some(attempt) = endpoints.choose(now, &req.tried) else {
             return false;
         };
+        let mut attempt = attempt;
+        if req.retries > 0 {
+            attempt.mark_repeat();
+        }
         let endpoint = Arc::clone(attempt.endpoint());
         req.attempts += 1;
         req.upstream_status = None;
@@ -112,6 +116,7 @@ impl Connection {
         let status = self.req.as_ref().and_then(|r| r.upstream_status);
         self.trace_attempt_failed(now, err, status);
         let (outcome, retry) = verdict(err, status);
+        let retry_here = retry == Retry::Anywhere;
         if let Some(attempt) = attempt {
             attempt.finish(outcome, now);
         }
@@ -124,7 +129,7 @@ impl Connection {
             .up_started
             .is_some_and(|s| now < s + config.timeouts.upstream_first_byte);
         let cut = self.cut_at.is_some_and(|c| now >= c);
-        if !retry || !in_time || cut || req.attempts as usize >= config.max_attempts() {
+        if retry == Retry::No || !in_time || cut || req.attempts as usize >= config.max_attempts() {
             return false;
         }
         let from = req.endpoint.as_ref().map_or("", |e| e.name());
@@ -137,8 +142,12 @@ impl Connection {
         if self.begin_attempt(now) {
             return true;
         }
-        // Every endpoint was tried: the best one again, after a pause,
-        // if the first-byte timeout leaves room for it.
+        // Every endpoint was tried: the best one again, after a pause, if
+        // the failure may be the endpoint's passing state, the drain has
+        // not begun, and the first-byte timeout leaves room for it.
+        if !retry_here || self.cut_at.is_some() {
+            return false;
+        }
         let req = self.req.as_mut().expect("request in progress");
         let Some(pause) = retry_pause(err.retry_after, req.retries, &req.id) else {
             return false;
@@ -221,19 +230,35 @@ fn retry_pause(retry_after: Option<u64>, retries: u32, id: &str) -> Option<std::
     Some(base + base / 4 * spread / 256)
 }
 
-/// What a failure says about the endpoint, and whether another endpoint may
-/// answer the request instead.
-fn verdict(err: &ApiError, status: Option<u16>) -> (Outcome, bool) {
-    let failed = |kind| (Outcome::Failed(kind), true);
+/// Whether a failed attempt's request may be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// No: the provider refused the request itself, or nobody is waiting.
+    No,
+    /// Only to an endpoint it has not tried: the failure may be the
+    /// request's (an error event instead of a first event).
+    Elsewhere,
+    /// Anywhere, the same endpoint included after a pause: the failure is
+    /// the endpoint's passing state (a 5xx, a 429, a reset, a timeout).
+    Anywhere,
+}
+
+/// What a failure says about the endpoint, and whether the request may be
+/// sent again.
+fn verdict(err: &ApiError, status: Option<u16>) -> (Outcome, Retry) {
+    let failed = |kind| (Outcome::Failed(kind), Retry::Anywhere);
     match err.fault {
         Some(UpstreamFault::Rejected) => match status {
             Some(429) => match err.retry_after {
-                Some(s) => (Outcome::RetryAfter(std::time::Duration::from_secs(s)), true),
+                Some(s) => (
+                    Outcome::RetryAfter(std::time::Duration::from_secs(s)),
+                    Retry::Anywhere,
+                ),
                 None => failed(FailureKind::Status429),
             },
             Some(408) | Some(500..) => failed(FailureKind::Status5xx),
             // The provider refused the request: another would too.
-            _ => (Outcome::Answered, false),
+            _ => (Outcome::Answered, Retry::No),
         },
         Some(UpstreamFault::Dns | UpstreamFault::Connect | UpstreamFault::Tls) => {
             failed(FailureKind::Connect)
@@ -242,10 +267,13 @@ fn verdict(err: &ApiError, status: Option<u16>) -> (Outcome, bool) {
             failed(FailureKind::Timeout)
         }
         Some(UpstreamFault::Reset) => failed(FailureKind::Reset),
-        Some(UpstreamFault::Invalid | UpstreamFault::EventTooLarge | UpstreamFault::ErrorEvent) => {
-            failed(FailureKind::Invalid)
+        Some(UpstreamFault::Invalid | UpstreamFault::EventTooLarge) => failed(FailureKind::Invalid),
+        // An error event before the first: perhaps the request's fault (a
+        // context overflow said that way), so not sent to it again.
+        Some(UpstreamFault::ErrorEvent) => {
+            (Outcome::Failed(FailureKind::Invalid), Retry::Elsewhere)
         }
-        None => (Outcome::Abandoned, false),
+        None => (Outcome::Abandoned, Retry::No),
     }
 }
 
@@ -270,7 +298,7 @@ fn provider_request(
     header(
         &mut out,
         "X-Request-Id",
-        &crate::gateway::provider_request_id(&req.id),
+        &crate::gateway::provider_request_id(&req.id, req.attempts),
     );
     if let Some(tp) = req.trace.as_ref().and_then(|t| t.provider_traceparent()) {
         header(&mut out, "traceparent", &tp);
@@ -316,36 +344,43 @@ mod tests {
             e.retry_after = retry_after;
             verdict(&e, Some(status))
         };
-        assert_eq!(rejected(400, None), (Outcome::Answered, false));
-        assert_eq!(rejected(404, None), (Outcome::Answered, false));
-        assert_eq!(rejected(413, None), (Outcome::Answered, false));
+        assert_eq!(rejected(400, None), (Outcome::Answered, Retry::No));
+        assert_eq!(rejected(404, None), (Outcome::Answered, Retry::No));
+        assert_eq!(rejected(413, None), (Outcome::Answered, Retry::No));
         assert_eq!(
             rejected(408, None),
-            (Outcome::Failed(FailureKind::Status5xx), true)
+            (Outcome::Failed(FailureKind::Status5xx), Retry::Anywhere)
         );
         assert_eq!(
             rejected(503, Some(4)),
-            (Outcome::Failed(FailureKind::Status5xx), true)
+            (Outcome::Failed(FailureKind::Status5xx), Retry::Anywhere)
         );
         assert_eq!(
             rejected(429, None),
-            (Outcome::Failed(FailureKind::Status429), true)
+            (Outcome::Failed(FailureKind::Status429), Retry::Anywhere)
         );
         assert_eq!(
             rejected(429, Some(7)),
-            (Outcome::RetryAfter(std::time::Duration::from_secs(7)), true)
+            (
+                Outcome::RetryAfter(std::time::Duration::from_secs(7)),
+                Retry::Anywhere
+            )
         );
         assert_eq!(
             verdict(&ApiError::upstream_timeout("x"), None),
-            (Outcome::Failed(FailureKind::Timeout), true)
+            (Outcome::Failed(FailureKind::Timeout), Retry::Anywhere)
         );
         assert_eq!(
             verdict(&ApiError::upstream(UpstreamFault::Tls, "x"), None),
-            (Outcome::Failed(FailureKind::Connect), true)
+            (Outcome::Failed(FailureKind::Connect), Retry::Anywhere)
+        );
+        assert_eq!(
+            verdict(&ApiError::upstream(UpstreamFault::ErrorEvent, "x"), None),
+            (Outcome::Failed(FailureKind::Invalid), Retry::Elsewhere)
         );
         assert_eq!(
             verdict(&ApiError::overloaded("x"), None),
-            (Outcome::Abandoned, false)
+            (Outcome::Abandoned, Retry::No)
         );
     }
 }

@@ -131,7 +131,7 @@ impl Connection {
         let mut rec = self.record(now, 200);
         rec.complete = true;
         rec.finish_reason = summary.finish_reason;
-        self.meter(&mut rec, summary.usage);
+        self.meter(&mut rec, summary.usage, true);
         self.emit_ledger(now, rec, out);
         self.end_response(close);
     }
@@ -211,6 +211,13 @@ impl Connection {
                 // error. It is read and dropped.
                 continue;
             }
+            if !committed && batch.is_none() && kind == EventKind::Done {
+                // `[DONE]` with no event before it (comments at most): no
+                // answer, so a JSON error and another attempt, never an
+                // empty 200.
+                end = Some(StreamEnd::Ended);
+                break;
+            }
             if !committed && batch.is_none() && kind == EventKind::Error {
                 // An error before anything was sent: a normal JSON error.
                 let msg = format!(
@@ -234,7 +241,7 @@ impl Connection {
             if kind == EventKind::Done {
                 up.done_forwarded = true;
                 end = Some(StreamEnd::Ended);
-                if !up.tracker.is_complete() {
+                if !up.tracker.is_complete() && up.tracker.error().is_none() {
                     done_at = Some(r.start);
                 }
                 break;
@@ -271,7 +278,10 @@ impl Connection {
             match done_at.filter(|_| self.gw.config().stream_error_event) {
                 Some(at) => {
                     client_body(&mut bytes, &up.body[r.start..at], chunked);
-                    let cut = cut_stream_event(&StreamEnd::Ended);
+                    let cut = cut_stream_event(
+                        None,
+                        "the provider ended the stream without a finish_reason",
+                    );
                     client_body(&mut bytes, &cut, chunked);
                     client_body(&mut bytes, &up.body[at..r.end], chunked);
                 }
@@ -357,18 +367,6 @@ impl Connection {
         // instead (see `forward_events`): the head went out.
         debug_assert!(self.req.as_ref().is_some_and(|r| r.committed));
         let chunked = !self.req.as_ref().expect("request").http10;
-        if !up.tracker.is_done() {
-            if !up.tracker.is_complete() && self.gw.config().stream_error_event {
-                client_body(&mut bytes, &cut_stream_event(&end), chunked);
-            }
-            client_body(&mut bytes, DONE_EVENT, chunked);
-        }
-        if chunked {
-            write::last_chunk(&mut bytes);
-        }
-        let mut rec = self.record(now, 200);
-        rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
-        rec.complete = up.tracker.is_complete();
         let fault = match end {
             StreamEnd::Failed(fault, _) => Some(fault.as_str()),
             StreamEnd::Tail => Some(UpstreamFault::TailTimeout.as_str()),
@@ -378,8 +376,34 @@ impl Connection {
             }
             StreamEnd::Ended | StreamEnd::AfterUsage => None,
         };
+        if !up.tracker.is_done() {
+            // The cut stream's error event, unless the provider's own
+            // error event already told the client.
+            let cut = !up.tracker.is_complete() && up.tracker.error().is_none();
+            if cut && self.gw.config().stream_error_event {
+                let what = match &end {
+                    StreamEnd::Failed(_, why) => why,
+                    StreamEnd::Shutdown => "the gateway was shutting down",
+                    _ => "the provider ended the stream without a finish_reason",
+                };
+                client_body(&mut bytes, &cut_stream_event(fault, what), chunked);
+            }
+            client_body(&mut bytes, DONE_EVENT, chunked);
+        }
+        if chunked {
+            write::last_chunk(&mut bytes);
+        }
+        let mut rec = self.record(now, 200);
+        rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
+        rec.complete = up.tracker.is_complete();
         rec.error = fault.map(str::to_owned);
-        self.meter(&mut rec, up.tracker.usage());
+        // An answer the provider ended (not one cut short) tells whether
+        // it reports usage.
+        let ended = matches!(
+            end,
+            StreamEnd::Ended | StreamEnd::AfterUsage | StreamEnd::Tail
+        );
+        self.meter(&mut rec, up.tracker.usage(), ended);
         self.emit_ledger(now, rec, bytes);
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);
@@ -388,29 +412,18 @@ impl Connection {
 
 /// The event `--stream-error-event` puts before the `[DONE]` of a stream
 /// that ended without `finish_reason`: `data: {"error": …}` in the OpenAI
-/// shape, whose `code` says what happened (the ledger's `error` names the
-/// same), so the official SDKs raise instead of returning a truncated
-/// answer as if it were whole.
-pub(super) fn cut_stream_event(end: &StreamEnd) -> Vec<u8> {
-    let (code, what) = match end {
-        StreamEnd::Failed(fault, why) => (fault.as_str(), *why),
-        StreamEnd::Tail | StreamEnd::AfterUsage => (
-            UpstreamFault::TailTimeout.as_str(),
-            "the provider did not end the stream",
-        ),
-        StreamEnd::Shutdown => ("shutdown", "the gateway was shutting down"),
-        StreamEnd::Ended => (
-            "upstream_incomplete",
-            "the provider ended the stream without a finish_reason",
-        ),
-    };
+/// shape, so the official SDKs raise instead of returning a truncated
+/// answer as if it were whole. Its `code` is what the ledger's `error`
+/// names (`fault`), or `upstream_incomplete` when the provider itself ended
+/// the stream early (the ledger then has no error, only `complete: false`).
+pub(super) fn cut_stream_event(fault: Option<&'static str>, what: &str) -> Vec<u8> {
     let mut e = ApiError::upstream(
         UpstreamFault::Reset,
         format!(
             "The stream was cut before the answer was complete ({what}); the answer is truncated."
         ),
     );
-    e.code = code;
+    e.code = fault.unwrap_or("upstream_incomplete");
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(b"data: ");
     out.extend_from_slice(&e.body());

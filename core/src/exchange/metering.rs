@@ -41,7 +41,8 @@ impl Connection {
             .map(|e| e.name().to_owned());
         rec.attempts = req.attempts;
         if req.attempts > 0 {
-            rec.provider_request_id = Some(crate::gateway::provider_request_id(&req.id));
+            rec.provider_request_id =
+                Some(crate::gateway::provider_request_id(&req.id, req.attempts));
         }
         rec.duration_ms = (now - req.started).as_millis() as u64;
         rec.ttfb_ms = req.first_byte.map(|t| (t - req.started).as_millis() as u64);
@@ -56,22 +57,33 @@ impl Connection {
             .map_or(Price::DEFAULT, |m| m.price)
     }
 
-    /// Tokens and cost into the record: what the provider reported. A
-    /// provider that answered (2xx) and reported nothing leaves the counts
-    /// at zero and the record says so (`usage_missing`, counted), so that
-    /// settlement charges the key conservatively; a report teaches the
-    /// endpoint's prompt allowance.
-    pub(super) fn meter(&self, rec: &mut LedgerRecord, usage: Option<Usage>) {
+    /// Tokens and cost into the record: what the provider reported. An
+    /// answer (2xx) without a usage object leaves the counts at zero; the
+    /// record says usage was missing (`usage_missing`, counted), so that
+    /// settlement charges the key conservatively, when the provider ended
+    /// that answer itself (`ended`: not cut short by a failure or the
+    /// client) or its endpoint was last seen to leave usage out of a
+    /// complete answer (a provider that never reports it). A report teaches
+    /// the endpoint's prompt allowance.
+    pub(super) fn meter(&self, rec: &mut LedgerRecord, usage: Option<Usage>, ended: bool) {
+        let req = self.req.as_ref().expect("a record is for a request");
+        let endpoint = req.endpoint.as_ref();
         let Some(usage) = usage else {
-            if rec.upstream_status.is_some_and(|s| (200..300).contains(&s)) {
+            if !rec.upstream_status.is_some_and(|s| (200..300).contains(&s)) {
+                return;
+            }
+            let omits = endpoint.is_some_and(|e| e.omits_usage(ended.then_some(true)));
+            if ended || omits {
                 rec.usage_missing = true;
                 self.gw.metrics().usage_missing(&rec.key);
             }
             return;
         };
         rec.meter(&usage, &self.price());
-        let req = self.req.as_ref().expect("a record is for a request");
-        if let (Some(endpoint), Some(chat)) = (&req.endpoint, &req.chat) {
+        if let (Some(endpoint), Some(chat)) = (endpoint, &req.chat) {
+            if ended {
+                endpoint.omits_usage(Some(false));
+            }
             endpoint.prompt_allowance().learn(
                 chat.estimated_prompt_tokens,
                 usage.prompt_tokens,

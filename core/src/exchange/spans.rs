@@ -204,7 +204,7 @@ impl Connection {
         } else {
             format!("chat {model}")
         };
-        let provider_id = crate::gateway::provider_request_id(&req.id);
+        let request_id = req.id.clone();
         let mut attributes: Vec<Attribute> = vec![
             ("gen_ai.operation.name", Value::Str("chat".into())),
             (
@@ -342,7 +342,10 @@ impl Connection {
             // The id the provider was sent (its logs name the request so).
             attrs.push((
                 "http.request.header.x-request-id",
-                Value::Str(provider_id.clone()),
+                Value::Str(crate::gateway::provider_request_id(
+                    &request_id,
+                    i as u32 + 1,
+                )),
             ));
             let upstream = match &a.failed {
                 Some((_, _, s)) => *s,

@@ -105,12 +105,18 @@ impl Connection {
         let wait = t
             .upstream_attempt
             .map_or(t.upstream_first_byte, |a| a.min(t.upstream_first_byte));
+        // Never past the first-byte timeout counted from the first attempt.
+        let by = self
+            .req
+            .as_ref()
+            .and_then(|r| r.up_started)
+            .map_or(now + wait, |s| (now + wait).min(s + t.upstream_first_byte));
         if let Some(up) = self.up.as_mut().filter(|u| u.state == UpState::Connecting) {
             self.gw.metrics().upstream_connection(reused);
             up.state = UpState::AwaitingHead;
             up.reused = reused;
-            up.first_byte_by = Some(now + wait);
-            self.timers.set(Timer::Upstream, now + wait);
+            up.first_byte_by = Some(by);
+            self.timers.set(Timer::Upstream, by);
         }
         self.after(now);
     }
@@ -456,7 +462,7 @@ impl Connection {
         rec.client_disconnected = true;
         rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
         rec.complete = up.tracker.is_complete();
-        self.meter(&mut rec, up.tracker.usage());
+        self.meter(&mut rec, up.tracker.usage(), false);
         self.emit_ledger(now, rec, Vec::new());
     }
 
