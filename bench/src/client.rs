@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// What one exchange measured.
-pub struct Exchange {
+pub(crate) struct Exchange {
     /// Status code.
     pub status: u16,
     /// Arrival of each complete SSE event (streams), from the send.
@@ -29,7 +29,7 @@ pub struct Exchange {
 }
 
 /// Sends `request` on `stream` and reads the whole response.
-pub async fn exchange(
+pub(crate) async fn exchange(
     stream: &mut TcpStream,
     request: &[u8],
     stop_after_first_event: bool,
@@ -92,7 +92,7 @@ pub async fn exchange(
 }
 
 /// A POST of `body` to the chat endpoint.
-pub fn chat_request(key: &str, body: &str) -> Vec<u8> {
+pub(crate) fn chat_request(key: &str, body: &str) -> Vec<u8> {
     format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {key}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -107,7 +107,7 @@ pub fn chat_request(key: &str, body: &str) -> Vec<u8> {
 /// slow the offered load down. Latency runs from the moment the request is
 /// written (the timer that schedules sends has millisecond granularity; the
 /// send itself is timed to the microsecond).
-pub async fn open_loop(
+pub(crate) async fn open_loop(
     addr: SocketAddr,
     request: Rc<Vec<u8>>,
     rate: u32,
@@ -155,7 +155,7 @@ pub async fn open_loop(
 
 /// Timed streams: `concurrency` clients each running streams back to back
 /// for `duration`; returns, per stream, the arrival of every event.
-pub async fn timed_streams(
+pub(crate) async fn timed_streams(
     addr: SocketAddr,
     request: Rc<Vec<u8>>,
     concurrency: usize,
@@ -190,7 +190,7 @@ pub async fn timed_streams(
 /// Opens `n` streams (at most `batch` connecting at once) and returns their
 /// connections once each has delivered its first event; the caller keeps
 /// them open (unread) for as long as it measures.
-pub async fn hold_streams(
+pub(crate) async fn hold_streams(
     addr: SocketAddr,
     request: Rc<Vec<u8>>,
     n: usize,
@@ -223,7 +223,7 @@ pub async fn hold_streams(
 }
 
 /// The p-th percentile (0–100) of sorted durations.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }

@@ -25,14 +25,14 @@ use crate::procs::{Child, free_port, wait_accepting};
 use crate::{Setup, Target, gateway_with, measured, nginx_args, ratio, write_conf, wrk};
 
 /// The non-streamed answer's length, bytes.
-pub const COMPLETION_BYTES: usize = 460;
+pub(crate) const COMPLETION_BYTES: usize = 460;
 /// Events in the streamed answer: the role, 100 deltas, the finish, the
 /// usage chunk and `[DONE]`.
-pub const STREAM_EVENTS: usize = 104;
+pub(crate) const STREAM_EVENTS: usize = 104;
 
 /// The fixed non-streamed answer: an OpenAI-shaped completion of exactly
 /// [`COMPLETION_BYTES`] (its content padded to length).
-pub fn completion() -> String {
+pub(crate) fn completion() -> String {
     let shape = |content: &str| {
         format!(
             r#"{{"id":"chatcmpl-lean0000000000000001","object":"chat.completion","created":1795000000,"model":"reasoning-model-k3","choices":[{{"index":0,"message":{{"role":"assistant","content":"{content}","reasoning_content":"The user asks for a capital."}},"logprobs":null,"finish_reason":"stop"}}],"usage":{{"prompt_tokens":38,"completion_tokens":30,"total_tokens":68,"completion_tokens_details":{{"reasoning_tokens":20}}}}}}"#
@@ -60,7 +60,7 @@ pub fn completion() -> String {
 /// The fixed streamed answer: [`STREAM_EVENTS`] events as an OpenAI
 /// provider sends them (60 reasoning deltas, 40 content deltas), about
 /// 21.7 KB.
-pub fn stream() -> String {
+pub(crate) fn stream() -> String {
     let chunk = |choices: &str, usage: &str| {
         format!(
             "data: {{\"id\":\"chatcmpl-lean2\",\"object\":\"chat.completion.chunk\",\"created\":1795000000,\"model\":\"reasoning-model-k3\",\"choices\":[{choices}],\"usage\":{usage}}}\n\n"
@@ -138,7 +138,7 @@ fn write_proxy_conf(
 
 /// Appends the lean tables to `report`: non-streamed and streamed, at 8
 /// and 64 connections.
-pub fn report(report: &mut String, s: &Setup<'_>) {
+pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let Setup {
         tools,
         dir,

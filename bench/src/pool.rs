@@ -18,7 +18,7 @@ use crate::{NONSTREAM, Setup, args, gateway, interleaved_cpu, ms};
 const ROUNDS: usize = 15;
 
 /// Appends the pool's tables to `report`.
-pub fn report(report: &mut String, s: &Setup<'_>) {
+pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let Setup {
         tools,
         dir,

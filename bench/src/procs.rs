@@ -9,13 +9,18 @@ use std::time::{Duration, Instant};
 
 /// A child process in a process group of its own, stopped with everything
 /// it started when dropped.
-pub struct Child {
+pub(crate) struct Child {
     child: std::process::Child,
 }
 
 impl Child {
     /// Starts `program args…`, stdout piped, stderr to `stderr`.
-    pub fn spawn(program: &Path, args: &[String], env: &[(&str, &str)], stderr: &Path) -> Child {
+    pub(crate) fn spawn(
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        stderr: &Path,
+    ) -> Child {
         let err = std::fs::File::create(stderr).expect("stderr file");
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -45,12 +50,12 @@ impl Child {
     }
 
     /// The process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Waits for the line saying where it listens (`... http://ADDR/v1`).
-    pub fn listening_address(&mut self) -> SocketAddr {
+    pub(crate) fn listening_address(&mut self) -> SocketAddr {
         let out = self.child.stdout.take().expect("piped stdout");
         let mut line = String::new();
         BufReader::new(out)
@@ -87,7 +92,7 @@ impl Drop for Child {
 }
 
 /// utime + stime of the processes, in clock ticks.
-pub fn cpu_ticks(pids: &[u32]) -> u64 {
+pub(crate) fn cpu_ticks(pids: &[u32]) -> u64 {
     pids.iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
         .map(|stat| {
@@ -101,12 +106,12 @@ pub fn cpu_ticks(pids: &[u32]) -> u64 {
 }
 
 /// Clock ticks per second.
-pub fn ticks_per_second() -> u64 {
+pub(crate) fn ticks_per_second() -> u64 {
     rustix::param::clock_ticks_per_second()
 }
 
 /// Resident memory of the processes, KiB.
-pub fn rss_kib(pids: &[u32]) -> u64 {
+pub(crate) fn rss_kib(pids: &[u32]) -> u64 {
     pids.iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
         .filter_map(|s| {
@@ -119,7 +124,7 @@ pub fn rss_kib(pids: &[u32]) -> u64 {
 }
 
 /// The worker processes of an nginx master, once `expected` of them run.
-pub fn nginx_workers(master: u32, expected: usize) -> Vec<u32> {
+pub(crate) fn nginx_workers(master: u32, expected: usize) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let workers: Vec<u32> = std::fs::read_dir("/proc")
@@ -145,7 +150,7 @@ pub fn nginx_workers(master: u32, expected: usize) -> Vec<u32> {
 }
 
 /// Waits until something accepts connections at `addr`; returns how long.
-pub fn wait_accepting(addr: SocketAddr, since: Instant) -> Duration {
+pub(crate) fn wait_accepting(addr: SocketAddr, since: Instant) -> Duration {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if TcpStream::connect(addr).is_ok() {
@@ -157,7 +162,7 @@ pub fn wait_accepting(addr: SocketAddr, since: Instant) -> Duration {
 }
 
 /// A free TCP port on loopback (bound, then released).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -165,7 +170,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Raises this process's open-files limit as far as it may.
-pub fn raise_fd_limit() -> u64 {
+pub(crate) fn raise_fd_limit() -> u64 {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let l = getrlimit(Resource::Nofile);
     let _ = setrlimit(

@@ -20,7 +20,7 @@ const QUOTA: &[&str] = &[
 ];
 
 /// Appends the table to `report`.
-pub fn report(report: &mut String, s: &Setup<'_>) {
+pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let Setup {
         tools,
         dir,

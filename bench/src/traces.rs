@@ -12,7 +12,7 @@ use crate::procs::Child;
 use crate::{Setup, args, gateway_with, interleaved_cpu};
 
 /// Appends the table to `report`.
-pub fn report(report: &mut String, s: &Setup<'_>) {
+pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let Setup {
         tools,
         dir,

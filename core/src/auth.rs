@@ -17,7 +17,7 @@ use crate::quota::{Budget, Period, Quota, usd_to_nano};
 /// Every client key starts with this.
 pub const KEY_PREFIX: &str = "sk-cg-";
 /// Fewest base62 characters after the prefix.
-pub const MIN_KEY_CHARS: usize = 40;
+pub(crate) const MIN_KEY_CHARS: usize = 40;
 
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
@@ -209,7 +209,7 @@ impl KeyTable {
 }
 
 /// `sk-cg-` followed by at least 40 base62 characters.
-pub fn is_well_formed(key: &str) -> bool {
+pub(crate) fn is_well_formed(key: &str) -> bool {
     key.strip_prefix(KEY_PREFIX).is_some_and(|rest| {
         rest.len() >= MIN_KEY_CHARS && rest.bytes().all(|b| b.is_ascii_alphanumeric())
     })

@@ -7,10 +7,10 @@
 use serde::Serialize;
 
 /// The one model of the specification.
-pub const DEFAULT_MODEL_ID: &str = "reasoning-model-k3";
+pub(crate) const DEFAULT_MODEL_ID: &str = "reasoning-model-k3";
 
 /// The owner label used when the configuration names none.
-pub const DEFAULT_OWNER: &str = "chatgate";
+pub(crate) const DEFAULT_OWNER: &str = "chatgate";
 
 /// Prices in integer nano-dollars (1e-9 USD) per million tokens, so every
 /// cost is exact integer arithmetic.

@@ -23,7 +23,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The status recorded when the client left before any response head.
-pub const STATUS_CLIENT_CLOSED: u16 = 499;
+pub(crate) const STATUS_CLIENT_CLOSED: u16 = 499;
 
 /// One metered request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -362,19 +362,19 @@ mod decimal_usd {
     use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
     use serde_json::value::RawValue;
 
-    pub fn serialize<S: Serializer>(nanos: &u64, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(nanos: &u64, s: S) -> Result<S::Ok, S::Error> {
         let raw =
             RawValue::from_string(super::format_usd(*nanos)).map_err(serde::ser::Error::custom)?;
         serde::Serialize::serialize(&raw, s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         let raw: Box<RawValue> = Deserialize::deserialize(d)?;
         parse_decimal_nanos(raw.get()).ok_or_else(|| D::Error::custom("invalid cost_usd"))
     }
 
     /// `"0.000313500"` (up to nine decimals) to nano-dollars, exactly.
-    pub fn parse_decimal_nanos(s: &str) -> Option<u64> {
+    pub(super) fn parse_decimal_nanos(s: &str) -> Option<u64> {
         let (int, frac) = s.split_once('.').unwrap_or((s, ""));
         if int.is_empty()
             || frac.len() > 9

@@ -184,7 +184,9 @@ pub use config::{
     SERVE_SETTINGS, Secret, ServeConfig, Setting, SharedLimits, Sources, Timeouts, UpstreamTarget,
     env_name, flag_name, parse_duration, parse_pool,
 };
-pub use endpoints::{Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome};
+pub use endpoints::{
+    Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome, PromptAllowance,
+};
 pub use gateway::{Gateway, provider_request_id};
 pub use metrics::Metrics;
 

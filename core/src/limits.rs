@@ -24,9 +24,9 @@ use crate::time::Instant;
 const UNITS_PER_TOKEN: i64 = 60_000;
 
 /// Default requests per minute per key.
-pub const DEFAULT_RPM: u64 = 60;
+pub(crate) const DEFAULT_RPM: u64 = 60;
 /// Default tokens per minute per key.
-pub const DEFAULT_TPM: u64 = 100_000;
+pub(crate) const DEFAULT_TPM: u64 = 100_000;
 
 /// The limits of one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl Default for Limits {
 
 /// A continuously refilled bucket of `per_minute` tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     per_minute: u64,
     /// Current content in units (may be negative: debt).
     level: i64,
@@ -58,7 +58,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket.
-    pub fn full(per_minute: u64, now_ms: u64) -> Self {
+    pub(crate) fn full(per_minute: u64, now_ms: u64) -> Self {
         let per_minute = per_minute.clamp(1, i64::MAX as u64 / UNITS_PER_TOKEN as u64 / 2);
         TokenBucket {
             per_minute,
@@ -68,7 +68,7 @@ impl TokenBucket {
     }
 
     /// Capacity (and refill per minute).
-    pub fn per_minute(&self) -> u64 {
+    pub(crate) fn per_minute(&self) -> u64 {
         self.per_minute
     }
 
@@ -77,7 +77,7 @@ impl TokenBucket {
     }
 
     /// Adds what the time since the last refill earned, up to capacity.
-    pub fn refill(&mut self, now_ms: u64) {
+    pub(crate) fn refill(&mut self, now_ms: u64) {
         let elapsed = now_ms.saturating_sub(self.updated_ms);
         if elapsed == 0 {
             return;
@@ -89,19 +89,19 @@ impl TokenBucket {
 
     /// Changes the capacity (a key's limits were edited), keeping the level
     /// within the new capacity.
-    pub fn set_per_minute(&mut self, per_minute: u64) {
+    pub(crate) fn set_per_minute(&mut self, per_minute: u64) {
         let fresh = TokenBucket::full(per_minute, self.updated_ms);
         self.per_minute = fresh.per_minute;
         self.level = self.level.min(fresh.level);
     }
 
     /// Whole tokens available now (0 when in debt).
-    pub fn available(&self) -> u64 {
+    pub(crate) fn available(&self) -> u64 {
         (self.level.max(0) / UNITS_PER_TOKEN) as u64
     }
 
     /// Milliseconds until `n` tokens are available (0 if they are).
-    pub fn wait_ms(&self, n: u64) -> u64 {
+    pub(crate) fn wait_ms(&self, n: u64) -> u64 {
         let need = (n.min(self.per_minute) as i64) * UNITS_PER_TOKEN - self.level;
         if need <= 0 {
             0
@@ -111,7 +111,7 @@ impl TokenBucket {
     }
 
     /// Milliseconds until the bucket is full again.
-    pub fn ms_until_full(&self) -> u64 {
+    pub(crate) fn ms_until_full(&self) -> u64 {
         let need = self.capacity_units() - self.level;
         if need <= 0 {
             0
@@ -127,7 +127,7 @@ impl TokenBucket {
 
     /// Adds (positive) or removes (negative) tokens, without exceeding
     /// capacity or going below one minute of debt.
-    pub fn adjust(&mut self, delta_tokens: i64) {
+    pub(crate) fn adjust(&mut self, delta_tokens: i64) {
         let delta = delta_tokens.saturating_mul(UNITS_PER_TOKEN);
         self.level = self
             .level
@@ -192,7 +192,7 @@ impl LimitStatus {
 }
 
 /// A duration as OpenAI writes its reset headers: `20ms`, `1.5s`, `6m0s`.
-pub fn format_reset(ms: u64) -> String {
+pub(crate) fn format_reset(ms: u64) -> String {
     let mut out = Vec::with_capacity(12);
     push_reset(&mut out, ms);
     String::from_utf8(out).unwrap_or_default()
@@ -200,7 +200,7 @@ pub fn format_reset(ms: u64) -> String {
 
 /// [`format_reset`] appended to `out` (response heads are built without
 /// `core::fmt`).
-pub fn push_reset(out: &mut Vec<u8>, ms: u64) {
+pub(crate) fn push_reset(out: &mut Vec<u8>, ms: u64) {
     use crate::http::write::push_decimal;
     if ms < 1000 {
         push_decimal(out, ms);

@@ -16,14 +16,14 @@ use crate::error::UpstreamFault;
 use crate::limits::LimitKind;
 
 /// Upper bounds of the latency histograms, in seconds.
-pub const LATENCY_BUCKETS: [f64; 18] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 18] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 120.0, 300.0,
 ];
 
 /// A cumulative histogram over [`LATENCY_BUCKETS`].
 #[derive(Debug, Default)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Per bucket (not cumulative; the last slot is +Inf).
     counts: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     sum_us: AtomicU64,
@@ -31,7 +31,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// Records one observation.
-    pub fn observe(&self, d: Duration) {
+    pub(crate) fn observe(&self, d: Duration) {
         let s = d.as_secs_f64();
         let i = LATENCY_BUCKETS
             .iter()
@@ -79,7 +79,7 @@ impl Histogram {
     /// The `q` quantile (0–1) in milliseconds, interpolated within its
     /// bucket (the last bucket's lower bound past the largest); `None`
     /// without observations.
-    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_ms(&self, q: f64) -> Option<f64> {
         let counts: Vec<u64> = self
             .counts
             .iter()

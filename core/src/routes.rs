@@ -4,9 +4,9 @@ use crate::error::ApiError;
 use crate::http::Method;
 
 /// The path of the chat endpoint.
-pub const CHAT_PATH: &str = "/v1/chat/completions";
+pub(crate) const CHAT_PATH: &str = "/v1/chat/completions";
 /// The path of the model list.
-pub const MODELS_PATH: &str = "/v1/models";
+pub(crate) const MODELS_PATH: &str = "/v1/models";
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

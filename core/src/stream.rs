@@ -20,7 +20,7 @@ const LONGEST_KEY: usize = 15;
 const PREFIX_MEMORY: usize = 512;
 
 /// The bytes the gateway appends when a stream ends without `[DONE]`.
-pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
+pub(crate) const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
 
 /// What one event was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -97,7 +97,7 @@ thread_local! {
 
 /// [`rfc3339_ms`], with the date and time of day formatted once per second
 /// per thread.
-pub fn rfc3339_ms_cached(unix_ms: u64) -> String {
+pub(crate) fn rfc3339_ms_cached(unix_ms: u64) -> String {
     let secs = unix_ms / 1000;
     RFC3339.with(|cell| {
         let mut cached = cell.borrow_mut();
@@ -139,7 +139,7 @@ thread_local! {
 
 /// Appends the HTTP date of `unix_secs`, formatting each second once per
 /// thread (a response head is written many times a second).
-pub fn push_http_date(out: &mut Vec<u8>, unix_secs: u64) {
+pub(crate) fn push_http_date(out: &mut Vec<u8>, unix_secs: u64) {
     HTTP_DATE.with(|cell| {
         let mut cached = cell.borrow_mut();
         if cached.0 != unix_secs {
@@ -151,7 +151,7 @@ pub fn push_http_date(out: &mut Vec<u8>, unix_secs: u64) {
 
 /// Formats Unix seconds as an HTTP date (IMF-fixdate),
 /// e.g. `Sun, 22 Nov 2026 03:34:00 GMT`.
-pub fn http_date(unix_secs: u64) -> String {
+pub(crate) fn http_date(unix_secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
@@ -171,7 +171,7 @@ pub fn http_date(unix_secs: u64) -> String {
 
 /// [`parse_rfc3339`] to Unix milliseconds, keeping the first three digits
 /// of a fraction (`…:05.123Z`).
-pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
+pub(crate) fn parse_rfc3339_ms(s: &str) -> Option<u64> {
     let secs = parse_rfc3339(s)?;
     let frac = s
         .get(20..)
@@ -229,7 +229,7 @@ pub fn parse_rfc3339(s: &str) -> Option<u64> {
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
 /// (H. Hinnant's `civil_from_days`).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -243,7 +243,7 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// (year, month, day) to days since 1970-01-01; inverse of [`civil_from_days`].
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);

@@ -47,11 +47,11 @@ pub(crate) use rewrite::with_model;
 mod tests;
 
 /// The roles a message may have.
-pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+pub(crate) const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 /// Most stop sequences.
-pub const MAX_STOP: usize = 4;
+pub(crate) const MAX_STOP: usize = 4;
 /// Tokens assumed for one image part when estimating a prompt.
-pub const IMAGE_TOKEN_ESTIMATE: u64 = 765;
+pub(crate) const IMAGE_TOKEN_ESTIMATE: u64 = 765;
 
 /// A validated chat completion request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatReque
 /// body must be a JSON object without repeated keys (its values are only
 /// skipped), `model` a string (at most 128 characters of it are kept) and
 /// `stream` exactly `true`.
-pub fn peek_model_and_stream(body: &[u8]) -> (String, bool) {
+pub(crate) fn peek_model_and_stream(body: &[u8]) -> (String, bool) {
     body::peek(body).unwrap_or_default()
 }
 

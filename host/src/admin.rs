@@ -26,7 +26,7 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 const RECENT_CONTACT_MS: u64 = 60_000;
 
 /// Serves the admin listener until the process exits.
-pub async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
+pub(crate) async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
     if shared.gateway.console().is_on() {
         shared.rt.spawn(sample_console(Arc::clone(&shared)));
     }

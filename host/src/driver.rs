@@ -34,7 +34,7 @@ const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 256 * 1024;
 
 /// What every connection task shares.
-pub struct Shared<R: Runtime> {
+pub(crate) struct Shared<R: Runtime> {
     /// The runtime.
     pub rt: R,
     /// The gateway state.
@@ -77,7 +77,7 @@ type ConnectFuture<'a, R> = Pin<
 >;
 
 /// Serves one client connection until it closes.
-pub async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, client: R::Tcp) {
+pub(crate) async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, client: R::Tcp) {
     let rt = &shared.rt;
     rt.set_nodelay(&client);
     let conn = match Connection::accept(&shared.gateway, now()) {
@@ -467,7 +467,7 @@ fn broken(e: Option<io::Error>) -> UpstreamFailure {
 /// Half-closes (the peer sees the end at once), then reads and drops what
 /// the client still sends for a moment, so a client that had more bytes in
 /// flight sees the response instead of a reset.
-pub async fn linger_close<R: Runtime>(rt: &R, mut stream: R::Tcp) {
+pub(crate) async fn linger_close<R: Runtime>(rt: &R, mut stream: R::Tcp) {
     let discard = async {
         let _ = stream.flush().await;
         rt.shutdown_write(&stream);

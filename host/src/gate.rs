@@ -32,7 +32,7 @@ impl Wake for Shared {
 }
 
 /// One source's wake-up bookkeeping.
-pub struct Gate {
+pub(crate) struct Gate {
     shared: Arc<Shared>,
     waker: Waker,
     waiting: bool,
@@ -55,14 +55,14 @@ impl Default for Gate {
 
 impl Gate {
     /// The source changed: poll it at the next opportunity.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.waiting = false;
     }
 
     /// Polls the source through `f` with this gate's waker — unless it said
     /// "pending" before and has not woken since, in which case this returns
     /// `Pending` at once. The task is woken (through `cx`) when the source is.
-    pub fn poll<T>(
+    pub(crate) fn poll<T>(
         &mut self,
         cx: &Context<'_>,
         f: impl FnOnce(&mut Context<'_>) -> Poll<T>,

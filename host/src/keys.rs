@@ -27,7 +27,7 @@ const FILE_EVERY: u32 = 4;
 
 /// Where a running gateway's keys come from.
 #[derive(Debug, Clone)]
-pub struct KeysSource {
+pub(crate) struct KeysSource {
     /// The keys file.
     pub path: String,
     /// Limits, budget and in-flight cap for keys that set none.
@@ -43,7 +43,7 @@ pub(crate) type Stamp = (std::time::SystemTime, u64, u64);
 /// byte but blanks is refused (it is what a truncated or half-written file
 /// looks like); a file with content and no key is accepted: every key was
 /// revoked, and every request now gets 401.
-pub fn load(src: &KeysSource) -> Result<KeyTable, String> {
+pub(crate) fn load(src: &KeysSource) -> Result<KeyTable, String> {
     let text = std::fs::read_to_string(&src.path)
         .map_err(|e| format!("cannot read the keys file '{}': {e}", src.path))?;
     if text.trim().is_empty() {
@@ -64,7 +64,7 @@ pub(crate) fn stamp(path: &str) -> Option<Stamp> {
 /// recreated at its path.
 /// The handler is registered before this returns, so a SIGHUP that comes
 /// before the watcher's first turn reloads instead of ending the process.
-pub fn watch<R: Runtime>(
+pub(crate) fn watch<R: Runtime>(
     shared: Arc<Shared<R>>,
     src: KeysSource,
 ) -> impl std::future::Future<Output = ()> {
@@ -134,7 +134,7 @@ fn read_raw(path: &str) -> Result<Vec<RawKey>, String> {
 
 /// Replaces the file's content atomically (a temporary file renamed over
 /// it, mode 0600), after checking that it still parses.
-pub fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
+pub(crate) fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
     use std::io::Write as _;
     let text = render_keys_file(keys);
     KeyTable::parse_toml(&text, KeyDefaults::default()).map_err(|e| format!("{e} ({path})"))?;
@@ -161,7 +161,7 @@ pub fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
 /// What `keys set` changes (`None`: left as it is; `Some(None)`: removed,
 /// so the default applies).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct KeyChanges {
+pub(crate) struct KeyChanges {
     /// `--rpm`.
     pub rpm: Option<u64>,
     /// `--tpm`.
@@ -178,7 +178,7 @@ pub struct KeyChanges {
 /// rotated key's entries share them) without minting a secret. The file
 /// is written only if the result is valid; a running gateway applies it
 /// within a second.
-pub fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), String> {
+pub(crate) fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), String> {
     let mut raw = read_raw(path)?;
     let mut found = false;
     for k in raw.iter_mut().filter(|k| k.name == name) {
@@ -208,7 +208,7 @@ pub fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), String> {
 /// `keys list`: one line per entry: name, limits, budget, in-flight cap,
 /// created, expires, and the first 8 hexadecimal characters of the hash
 /// (never the full hash).
-pub fn list(path: &str, now_unix: u64) -> Result<String, String> {
+pub(crate) fn list(path: &str, now_unix: u64) -> Result<String, String> {
     let raw = read_raw(path)?;
     let mut rows = vec![[
         "name".to_owned(),
@@ -267,7 +267,7 @@ pub fn list(path: &str, now_unix: u64) -> Result<String, String> {
 
 /// `keys revoke NAME`: removes every entry of that name (a rotated key's
 /// old entry included). Returns how many were removed.
-pub fn revoke(path: &str, name: &str) -> Result<usize, String> {
+pub(crate) fn revoke(path: &str, name: &str) -> Result<usize, String> {
     let mut raw = read_raw(path)?;
     let before = raw.len();
     raw.retain(|k| k.name != name);
@@ -283,7 +283,7 @@ pub fn revoke(path: &str, name: &str) -> Result<usize, String> {
 /// current one stays valid for `grace`, then is refused (its entry gets
 /// `expires`). Older expired entries of that name are dropped. Returns the
 /// new key and when the old one expires.
-pub fn rotate(
+pub(crate) fn rotate(
     path: &str,
     name: &str,
     grace: Duration,

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A file's identity: what a path names can change (rotation), this cannot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId {
+pub(crate) struct FileId {
     /// Device.
     pub dev: u64,
     /// Inode.
@@ -28,7 +28,7 @@ pub struct FileId {
 
 impl FileId {
     /// The identity in `m`.
-    pub fn of(m: &std::fs::Metadata) -> FileId {
+    pub(crate) fn of(m: &std::fs::Metadata) -> FileId {
         FileId {
             dev: m.dev(),
             ino: m.ino(),
@@ -51,14 +51,14 @@ fn publish(path: &str, id: Option<FileId>) {
 /// (`None` when no ledger of this process has that path). Once this names
 /// another file, no append reaches the previous one any more: the switch
 /// is published after every append to the old file has returned.
-pub fn appending_to(path: &str) -> Option<FileId> {
+pub(crate) fn appending_to(path: &str) -> Option<FileId> {
     let all = APPENDING.lock().unwrap_or_else(|e| e.into_inner());
     all.iter().find(|(p, _)| p == path).map(|(_, id)| *id)
 }
 
 /// An append-only JSON-lines file.
 #[derive(Debug)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     file: Mutex<File>,
     path: String,
     lines: AtomicU64,
@@ -69,7 +69,7 @@ pub struct Ledger {
 
 impl Ledger {
     /// Opens (creating) the ledger at `path` for appending.
-    pub fn open(path: &str) -> Result<Ledger, String> {
+    pub(crate) fn open(path: &str) -> Result<Ledger, String> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -87,7 +87,7 @@ impl Ledger {
 
     /// Appends one line (newline included) with a single write; false when
     /// it failed (logged at error level).
-    pub fn append(&self, line: &[u8]) -> bool {
+    pub(crate) fn append(&self, line: &[u8]) -> bool {
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         match file.write_all(line) {
             Ok(()) => {
@@ -106,7 +106,7 @@ impl Ledger {
 
     /// Whether the ledger can be written: the last append succeeded (or
     /// none was made) and the file is still there.
-    pub fn writable(&self) -> bool {
+    pub(crate) fn writable(&self) -> bool {
         !self.failing.load(Ordering::Relaxed) && std::path::Path::new(&self.path).exists()
     }
 
@@ -118,7 +118,7 @@ impl Ledger {
     /// the path, every append to the old file has returned, so a reader
     /// that sees the new file and then reads the old one to its end has
     /// all of the old one.
-    pub fn reopen(&self) -> Result<(), String> {
+    pub(crate) fn reopen(&self) -> Result<(), String> {
         let old = {
             let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
             let fresh = OpenOptions::new()
@@ -136,7 +136,7 @@ impl Ledger {
     }
 
     /// Forces the file to stable storage (at shutdown).
-    pub fn sync(&self) {
+    pub(crate) fn sync(&self) {
         let file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = file.sync_all() {
             tracing::error!(path = %self.path, error = %e, "ledger sync failed");
@@ -144,7 +144,7 @@ impl Ledger {
     }
 
     /// Lines appended and failed appends so far.
-    pub fn counts(&self) -> (u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64) {
         (
             self.lines.load(Ordering::Relaxed),
             self.errors.load(Ordering::Relaxed),

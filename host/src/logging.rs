@@ -36,7 +36,7 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// Sets up logging to stderr at `level`, as text or JSON lines.
-pub fn init_logging(level: &str, json: bool) {
+pub(crate) fn init_logging(level: &str, json: bool) {
     let level: tracing::Level = level.parse().unwrap_or(tracing::Level::INFO);
     let mode = match (level >= tracing::Level::INFO, json) {
         (false, _) => ACCESS_OFF,
@@ -55,10 +55,10 @@ pub fn init_logging(level: &str, json: bool) {
 }
 
 /// How long an access line may wait in memory before it is written.
-pub const ACCESS_FLUSH: Duration = Duration::from_millis(100);
+pub(crate) const ACCESS_FLUSH: Duration = Duration::from_millis(100);
 
 /// Waiting access lines are written at once past this many bytes.
-pub const ACCESS_BATCH: usize = 64 * 1024;
+pub(crate) const ACCESS_BATCH: usize = 64 * 1024;
 
 /// The access lines waiting to be written, and the writer thread's signal.
 struct Sink {
@@ -156,7 +156,7 @@ impl Sink {
 
 /// Writes every access line still waiting. Called before the process
 /// exits.
-pub fn flush() {
+pub(crate) fn flush() {
     if let Some(sink) = SINK.get() {
         sink.flush_with(&mut Vec::new(), &[]);
     }
@@ -218,7 +218,7 @@ thread_local! {
 /// the configured format (the same line `tracing` would write for an
 /// `INFO` event of target `chatgate::access`, without its per-field
 /// dispatch: this is one line per request).
-pub fn access(rec: &LedgerRecord) {
+pub(crate) fn access(rec: &LedgerRecord) {
     let mode = ACCESS.load(Ordering::Relaxed);
     if mode == ACCESS_OFF {
         return;

@@ -108,7 +108,7 @@ impl<R: Runtime> Exporter<R> {
 }
 
 /// Runs the exporter for the life of the process.
-pub async fn run<R: Runtime>(
+pub(crate) async fn run<R: Runtime>(
     rt: R,
     gateway: Arc<Gateway>,
     export: OtlpExport,
@@ -160,7 +160,7 @@ pub async fn run<R: Runtime>(
 /// At shutdown, after the drain: what is still queued, sent once (no
 /// retries) within `within`; what cannot be sent in time is dropped and
 /// counted.
-pub async fn flush<R: Runtime>(
+pub(crate) async fn flush<R: Runtime>(
     rt: R,
     gateway: Arc<Gateway>,
     export: OtlpExport,

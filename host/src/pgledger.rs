@@ -34,7 +34,7 @@ use chatgate_core::LedgerRecord;
 use crate::ledger::FileId;
 
 /// The table's schema (created when missing).
-pub const SCHEMA: &str = include_str!("../ledger.sql");
+pub(crate) const SCHEMA: &str = include_str!("../ledger.sql");
 /// The advisory lock taken while creating the schema ("chatgate" in ASCII).
 const SCHEMA_LOCK: i64 = 0x0063_6861_7467_6174;
 /// Most lines per insert.
@@ -49,7 +49,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Figures shared with the metrics and the shutdown.
 #[derive(Debug, Default)]
-pub struct ShipperState {
+pub(crate) struct ShipperState {
     /// Rows inserted (or found already there) so far.
     pub shipped: AtomicU64,
     /// Failed attempts (connection or insert).
@@ -82,7 +82,7 @@ impl ShipperState {
 }
 
 /// Starts the shipping thread.
-pub fn start(
+pub(crate) fn start(
     url: String,
     ledger_path: String,
     gateway: Arc<Gateway>,
@@ -534,7 +534,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
 
 /// `usage --postgres URL`: feeds the table's rows, in the filter's time
 /// range, to `report` (streamed with a server-side cursor).
-pub fn report_from_postgres(
+pub(crate) fn report_from_postgres(
     url: &str,
     report: &mut chatgate_core::report::Report,
     since: Option<u64>,
@@ -576,7 +576,7 @@ pub fn report_from_postgres(
 
 /// Every key's spend in the periods that hold `unix_ms`, summed by
 /// PostgreSQL over the shared ledger (one query).
-pub fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTally, String> {
+pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTally, String> {
     let mut tally = chatgate_core::SpendTally::new(unix_ms);
     let [day, week, month, _] = tally.starts().map(|ms| (ms / 1000) as i64);
     let mut c = connect(url).map_err(|e| format!("cannot read the ledger from PostgreSQL: {e}"))?;

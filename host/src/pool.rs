@@ -29,7 +29,7 @@ const TICK: Duration = Duration::from_millis(250);
 /// Where a running gateway's pool reloads from: the config file, resolved
 /// with the flags and environment it started with.
 #[derive(Debug, Clone)]
-pub struct PoolSource {
+pub(crate) struct PoolSource {
     /// The config file.
     pub path: String,
     /// The `serve` flags given, by setting key.
@@ -43,7 +43,7 @@ pub struct PoolSource {
 
 /// Watches the config file (and SIGHUP) for the life of the process.
 /// The handler is registered before this returns (see `keys::watch`).
-pub fn watch<R: Runtime>(
+pub(crate) fn watch<R: Runtime>(
     shared: Arc<Shared<R>>,
     src: PoolSource,
 ) -> impl std::future::Future<Output = ()> {

@@ -19,7 +19,7 @@ const MAX_PROBE_TIME: Duration = Duration::from_secs(10);
 
 /// Probes ejected endpoints for the life of the process (nothing when the
 /// interval is zero).
-pub async fn run<R: Runtime>(shared: Arc<Shared<R>>) {
+pub(crate) async fn run<R: Runtime>(shared: Arc<Shared<R>>) {
     let interval = shared.gateway.config().probe_interval;
     if interval.is_zero() {
         return;

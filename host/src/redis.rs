@@ -27,14 +27,14 @@ use crate::upstream::{Connector, UpstreamStream};
 /// How long a lease (an in-flight slot and its budget reservation) lives
 /// unless its instance renews it: a killed instance's slots come back
 /// within this.
-pub const LEASE: Duration = Duration::from_secs(10);
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
 /// How often an instance renews the leases of its requests in flight.
 const RENEW_EVERY: Duration = Duration::from_secs(3);
 
 /// Why `keys` cannot be shared through Redis, if they cannot: a key whose
 /// limits are above what the script computes exactly
 /// ([`chatgate_core::SHARED_MAX_PER_MINUTE`]), named with its limit.
-pub fn check_keys(keys: &KeyTable) -> Result<(), String> {
+pub(crate) fn check_keys(keys: &KeyTable) -> Result<(), String> {
     for k in keys.entries() {
         if let Some(e) = shared_limits_error(k.limits) {
             return Err(format!(
@@ -47,7 +47,7 @@ pub fn check_keys(keys: &KeyTable) -> Result<(), String> {
 }
 
 /// Admissions and settlements through Redis.
-pub struct SharedLimiter<R: Runtime> {
+pub(crate) struct SharedLimiter<R: Runtime> {
     rt: R,
     url: RedisUrl,
     connector: Connector<R>,
@@ -71,7 +71,7 @@ const SEED_FAILURE_HOLDS: Duration = Duration::from_secs(1);
 
 impl<R: Runtime> SharedLimiter<R> {
     /// A limiter on `url`; `extra_ca` is trusted for `rediss://` too.
-    pub fn new(
+    pub(crate) fn new(
         rt: R,
         url: RedisUrl,
         extra_ca: Option<&str>,
@@ -102,7 +102,7 @@ impl<R: Runtime> SharedLimiter<R> {
     /// Admits one request (`Err`: Redis could not be reached or answered
     /// wrongly within the timeout). A key whose spend Redis does not have
     /// is seeded from the ledger first.
-    pub async fn admit(&self, ask: &AdmitRequest) -> SharedAdmission {
+    pub(crate) async fn admit(&self, ask: &AdmitRequest) -> SharedAdmission {
         let quota = ScriptQuota {
             quota: ask.quota,
             cost: ask.cost,
@@ -190,7 +190,7 @@ impl<R: Runtime> SharedLimiter<R> {
     }
 
     /// Replaces a reservation by what was used, and ends its lease.
-    pub async fn settle(&self, s: &Settlement) -> Result<(), String> {
+    pub(crate) async fn settle(&self, s: &Settlement) -> Result<(), String> {
         let op = ScriptOp::Settle {
             reserved: s.reserved,
             used: s.used,
@@ -217,7 +217,7 @@ impl<R: Runtime> SharedLimiter<R> {
     }
 
     /// Renews this instance's leases for as long as it runs.
-    pub async fn renew_leases(self: Arc<Self>) {
+    pub(crate) async fn renew_leases(self: Arc<Self>) {
         loop {
             self.rt.timer(std::time::Instant::now() + RENEW_EVERY).await;
             let batch: Vec<(String, Limits, String)> = {

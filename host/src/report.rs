@@ -8,7 +8,7 @@ use chatgate_core::SpendTally;
 use chatgate_core::report::{By, Filter, Format, Report};
 
 /// Reads `path` (or stdin for `-`) and renders the report.
-pub fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<String, String> {
+pub(crate) fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<String, String> {
     let mut r = Report::new(by, filter);
     each_line(open(path)?, |l| r.add_line(l))
         .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
@@ -18,7 +18,7 @@ pub fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<Stri
 
 /// Reads `path` (or stdin for `-`) into a spend tally of the periods that
 /// hold `unix_ms` (`usage --budgets`).
-pub fn tally(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
+pub(crate) fn tally(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
     let mut t = SpendTally::new(unix_ms);
     let mut bad = 0;
     each_line(open(path)?, |l| {

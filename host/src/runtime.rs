@@ -67,7 +67,7 @@ pub trait Runtime: Clone + Send + Sync + 'static {
 }
 
 /// A runtime timer that follows a state machine's `poll_timeout`.
-pub struct Alarm<R: Runtime> {
+pub(crate) struct Alarm<R: Runtime> {
     timer: Option<R::Timer>,
     armed: Option<std::time::Instant>,
 }
@@ -89,7 +89,7 @@ impl<R: Runtime> Alarm<R> {
     /// moving a timer costs reactor work (and, on some runtimes, system
     /// calls); an early wake-up every few seconds costs nothing. True when
     /// the timer was moved.
-    pub fn set(&mut self, rt: &R, deadline: Option<Instant>) -> bool {
+    pub(crate) fn set(&mut self, rt: &R, deadline: Option<Instant>) -> bool {
         let Some(at) = deadline.map(to_std) else {
             return false;
         };
@@ -106,7 +106,7 @@ impl<R: Runtime> Alarm<R> {
 
     /// True once the deadline has passed; the alarm is then disarmed, so the
     /// next [`Alarm::set`] re-arms it even for the same instant.
-    pub fn poll(&mut self, cx: &mut Context<'_>) -> bool {
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> bool {
         if self.armed.is_none() {
             return false;
         }
@@ -126,7 +126,7 @@ thread_local! {
 }
 
 /// Size of the per-thread read buffer.
-pub const SCRATCH_LEN: usize = 16 * 1024;
+pub(crate) const SCRATCH_LEN: usize = 16 * 1024;
 
 /// Runs `f` with this thread's read buffer.
 ///
@@ -135,25 +135,25 @@ pub const SCRATCH_LEN: usize = 16 * 1024;
 /// and an idle or streaming connection holds no read buffer of its own (at
 /// ten thousand open streams that is 320 MiB not spent). Never hold the
 /// bytes across an `.await`.
-pub fn with_scratch<T>(f: impl FnOnce(&mut [u8]) -> T) -> T {
+pub(crate) fn with_scratch<T>(f: impl FnOnce(&mut [u8]) -> T) -> T {
     SCRATCH.with(|s| f(&mut s.borrow_mut()))
 }
 
 static START: OnceLock<std::time::Instant> = OnceLock::new();
 
 /// Core time (since the process started) for now.
-pub fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     let start = *START.get_or_init(std::time::Instant::now);
     Instant::from_start(start.elapsed())
 }
 
 /// The standard instant for a core instant.
-pub fn to_std(t: Instant) -> std::time::Instant {
+pub(crate) fn to_std(t: Instant) -> std::time::Instant {
     *START.get_or_init(std::time::Instant::now) + t.since_start()
 }
 
 /// Unix milliseconds at core time zero (read once).
-pub fn unix_ms_at_start() -> u64 {
+pub(crate) fn unix_ms_at_start() -> u64 {
     let start = *START.get_or_init(std::time::Instant::now);
     let unix_now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -165,7 +165,7 @@ pub fn unix_ms_at_start() -> u64 {
 /// is a descriptor; ten thousand streams need twenty thousand): to a
 /// million when the process may raise its hard limit (root), else to the
 /// hard limit. Returns the limit now in force.
-pub fn raise_fd_limit() -> Option<u64> {
+pub(crate) fn raise_fd_limit() -> Option<u64> {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let wanted = 1 << 20;
     let current = getrlimit(Resource::Nofile);
@@ -188,14 +188,14 @@ pub fn raise_fd_limit() -> Option<u64> {
 }
 
 /// 64 random bits from the operating system.
-pub fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     getrandom::fill(&mut b).expect("the operating system provides randomness");
     u64::from_le_bytes(b)
 }
 
 /// 32 random bytes from the operating system.
-pub fn random_32() -> [u8; 32] {
+pub(crate) fn random_32() -> [u8; 32] {
     let mut b = [0u8; 32];
     getrandom::fill(&mut b).expect("the operating system provides randomness");
     b

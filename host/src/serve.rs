@@ -13,7 +13,7 @@ use crate::driver::{Shared, serve_connection};
 use crate::runtime::Runtime;
 
 /// Binds a listening socket (non-blocking, ready for any runtime).
-pub fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
+pub(crate) fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
     let l =
         std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     l.set_nonblocking(true)
@@ -25,7 +25,7 @@ pub fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
 /// [`Runtime::shutdown_signal`], installed before readiness is announced),
 /// then drains: no new connections, idle ones closed, in-flight requests
 /// finished within the drain timeout, the ledger synced.
-pub async fn run_gateway<R: Runtime>(
+pub(crate) async fn run_gateway<R: Runtime>(
     shared: Arc<Shared<R>>,
     listener: R::Listener,
     stop: impl Future<Output = ()>,

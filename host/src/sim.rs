@@ -13,7 +13,7 @@ use crate::runtime::{Alarm, Runtime, now, with_scratch};
 /// Serves simulator connections until `stop` completes (the caller passes
 /// [`Runtime::shutdown_signal`], installed before it announces the address,
 /// so a SIGTERM/SIGINT right after the line stops the simulator cleanly).
-pub async fn run_sim<R: Runtime>(
+pub(crate) async fn run_sim<R: Runtime>(
     rt: R,
     listener: R::Listener,
     server: Arc<SimServer>,

@@ -9,7 +9,7 @@ use chatgate_core::SpendTally;
 
 /// Where spend is rebuilt from.
 #[derive(Debug, Clone)]
-pub enum SpendSource {
+pub(crate) enum SpendSource {
     /// The local ledger file.
     File(String),
     /// The shared ledger's PostgreSQL URL.
@@ -19,7 +19,7 @@ pub enum SpendSource {
 impl SpendSource {
     /// Every key's spend in the periods that hold `unix_ms` (blocking:
     /// call it off the executor).
-    pub fn tally(&self, unix_ms: u64) -> Result<SpendTally, String> {
+    pub(crate) fn tally(&self, unix_ms: u64) -> Result<SpendTally, String> {
         match self {
             SpendSource::File(path) => tally_file(path, unix_ms, |_| {}),
             SpendSource::Postgres(url) => crate::pgledger::tally_postgres(url, unix_ms),
@@ -31,7 +31,7 @@ impl SpendSource {
 /// too (the console reads its last day in the same pass). A file that does
 /// not exist yet (or is not a regular file) has spent nothing; unreadable
 /// lines are skipped (and counted in a warning), as the usage report does.
-pub fn tally_file(
+pub(crate) fn tally_file(
     path: &str,
     unix_ms: u64,
     mut each: impl FnMut(&[u8]),

@@ -16,7 +16,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 /// The client configuration: webpki roots, plus the certificates of the PEM
 /// file at `extra_ca`, HTTP/1.1 by ALPN.
-pub fn client_config(extra_ca: Option<&str>) -> Result<Arc<ClientConfig>, String> {
+pub(crate) fn client_config(extra_ca: Option<&str>) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = extra_ca {
@@ -44,13 +44,13 @@ pub fn client_config(extra_ca: Option<&str>) -> Result<Arc<ClientConfig>, String
 }
 
 /// The server name to verify for `host`.
-pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, String> {
     ServerName::try_from(host.to_owned())
         .map_err(|e| format!("'{host}' is not a valid TLS server name: {e}"))
 }
 
 /// A TLS client stream over `S`.
-pub struct TlsStream<S> {
+pub(crate) struct TlsStream<S> {
     io: S,
     conn: ClientConnection,
 }
@@ -94,7 +94,7 @@ fn pending_if_would_block<T>(r: io::Result<T>) -> Poll<io::Result<T>> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream<S> {
     /// Performs the handshake (certificate and name verified).
-    pub async fn connect(
+    pub(crate) async fn connect(
         io: S,
         config: Arc<ClientConfig>,
         name: ServerName<'static>,

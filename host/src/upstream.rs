@@ -17,7 +17,7 @@ use crate::runtime::{Runtime, now, to_std};
 use crate::tls::{self, TlsStream};
 
 /// A connection to the provider, plain or TLS.
-pub enum UpstreamStream<T> {
+pub(crate) enum UpstreamStream<T> {
     /// `http://`
     Plain(T),
     /// `https://`
@@ -27,7 +27,7 @@ pub enum UpstreamStream<T> {
 impl<T> UpstreamStream<T> {
     /// The TCP stream of a plain connection. (A TLS stream may hold
     /// decrypted bytes its socket no longer signals.)
-    pub fn plain(&self) -> Option<&T> {
+    pub(crate) fn plain(&self) -> Option<&T> {
         match self {
             UpstreamStream::Plain(s) => Some(s),
             UpstreamStream::Tls(_) => None,
@@ -79,7 +79,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for UpstreamStream<T> {
 /// request comes to take them: a reaper task (started with the first
 /// release) sleeps until the pool's [`Pool::poll_timeout`], closes what has
 /// expired, and waits for the next connection when the pool is empty.
-pub struct Connector<R: Runtime> {
+pub(crate) struct Connector<R: Runtime> {
     rt: R,
     target: UpstreamTarget,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
@@ -135,7 +135,7 @@ impl<R: Runtime> Drop for Connector<R> {
 
 impl<R: Runtime> Connector<R> {
     /// A connector for `target`; `extra_ca` is a PEM file of CAs to trust.
-    pub fn new(
+    pub(crate) fn new(
         rt: R,
         target: UpstreamTarget,
         extra_ca: Option<&str>,
@@ -167,7 +167,7 @@ impl<R: Runtime> Connector<R> {
     }
 
     /// An idle pooled connection, if one is fresh enough.
-    pub fn take_idle(&self) -> Option<UpstreamStream<R::Tcp>> {
+    pub(crate) fn take_idle(&self) -> Option<UpstreamStream<R::Tcp>> {
         let mut expired = Vec::new();
         let candidate = self.pool().take(now(), &mut expired);
         drop(expired);
@@ -176,7 +176,7 @@ impl<R: Runtime> Connector<R> {
 
     /// A connection: an idle pooled one that still looks alive (unless
     /// `fresh`), or a new one. The flag says whether it was reused.
-    pub async fn connect(
+    pub(crate) async fn connect(
         &self,
         fresh: bool,
     ) -> Result<(UpstreamStream<R::Tcp>, bool), UpstreamFailure> {
@@ -198,7 +198,7 @@ impl<R: Runtime> Connector<R> {
 
     /// A new connection that is not the pool's (not counted in its
     /// figures, never returned to it): for a probe.
-    pub async fn open_unpooled(&self) -> Result<UpstreamStream<R::Tcp>, UpstreamFailure> {
+    pub(crate) async fn open_unpooled(&self) -> Result<UpstreamStream<R::Tcp>, UpstreamFailure> {
         self.open().await
     }
 
@@ -243,7 +243,7 @@ impl<R: Runtime> Connector<R> {
     }
 
     /// Returns a connection whose response is complete to the pool.
-    pub fn release(&self, s: UpstreamStream<R::Tcp>) {
+    pub(crate) fn release(&self, s: UpstreamStream<R::Tcp>) {
         let evicted = self.pool().put(s, now());
         drop(evicted);
         if !self.reaper.swap(true, Ordering::Relaxed) {
@@ -254,7 +254,7 @@ impl<R: Runtime> Connector<R> {
     }
 
     /// Pooled idle connections, reused and opened so far.
-    pub fn stats(&self) -> (usize, u64, u64) {
+    pub(crate) fn stats(&self) -> (usize, u64, u64) {
         let p = self.pool();
         let (reused, opened) = p.stats();
         (p.idle_len(), reused, opened)
@@ -264,7 +264,7 @@ impl<R: Runtime> Connector<R> {
 /// One [`Connector`] (and so one keep-alive pool) per provider endpoint,
 /// made when an endpoint first appears and dropped when a reload removes
 /// it (requests still on it keep theirs until they end).
-pub struct Connectors<R: Runtime> {
+pub(crate) struct Connectors<R: Runtime> {
     rt: R,
     max_idle: usize,
     idle_timeout: Duration,
@@ -275,7 +275,7 @@ pub struct Connectors<R: Runtime> {
 impl<R: Runtime> Connectors<R> {
     /// Connectors for `endpoints`; an endpoint whose TLS cannot be set up
     /// (an unreadable CA file, a host that is no TLS name) is refused.
-    pub fn new(
+    pub(crate) fn new(
         rt: R,
         endpoints: &EndpointSet,
         max_idle: usize,
@@ -305,7 +305,7 @@ impl<R: Runtime> Connectors<R> {
     /// Makes connectors for the endpoints of `set` that have none, and
     /// drops those of endpoints no longer in it. Nothing changes when one
     /// of them cannot be made.
-    pub fn prepare(&self, set: &EndpointSet) -> Result<(), String> {
+    pub(crate) fn prepare(&self, set: &EndpointSet) -> Result<(), String> {
         let mut fresh = Vec::new();
         for e in set.endpoints() {
             if self.find(e.id()).is_some() {
@@ -323,7 +323,7 @@ impl<R: Runtime> Connectors<R> {
     }
 
     /// The connector of `endpoint` (made now if a reload raced ahead).
-    pub fn get(&self, endpoint: &Endpoint) -> Result<Arc<Connector<R>>, UpstreamFailure> {
+    pub(crate) fn get(&self, endpoint: &Endpoint) -> Result<Arc<Connector<R>>, UpstreamFailure> {
         if let Some(c) = self.find(endpoint.id()) {
             return Ok(c);
         }
@@ -345,7 +345,7 @@ impl<R: Runtime> Connectors<R> {
     }
 
     /// Idle pooled connections over all endpoints.
-    pub fn idle(&self) -> usize {
+    pub(crate) fn idle(&self) -> usize {
         self.map().iter().map(|(_, c)| c.stats().0).sum()
     }
 }

@@ -778,10 +778,10 @@ fn operations_guide_runs_as_written() {
 
 /// The config sample's `key = "value"` lines (the sample is flat).
 mod toml_like {
-    pub struct Table(Vec<(String, String)>);
+    pub(crate) struct Table(Vec<(String, String)>);
 
     impl Table {
-        pub fn get(&self, key: &str) -> &str {
+        pub(crate) fn get(&self, key: &str) -> &str {
             self.0
                 .iter()
                 .find(|(k, _)| k == key)
@@ -790,7 +790,7 @@ mod toml_like {
         }
     }
 
-    pub fn parse(text: &str) -> Table {
+    pub(crate) fn parse(text: &str) -> Table {
         Table(
             text.lines()
                 .filter_map(|l| l.split_once(" = "))

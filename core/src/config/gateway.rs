@@ -60,13 +60,13 @@ impl Default for Timeouts {
 /// deployment with one endpoint (most of them) gets two more tries of a
 /// transient failure (a 5xx, a reset, a 429) before its client sees it,
 /// each after a short pause; a pool tries three endpoints.
-pub const DEFAULT_ATTEMPTS: usize = 3;
+pub(super) const DEFAULT_ATTEMPTS: usize = 3;
 /// How often an ejected endpoint is probed by default.
-pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
+pub(super) const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// The prompt allowance before anything is learned: a chat template's
 /// system prompt and role markers (SmolLM2's default system prompt is
 /// about 30 tokens; Llama 3's date header about 25).
-pub const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
+pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
 
 /// The gateway's configuration (everything but keys).
 #[derive(Debug, Clone)]

@@ -26,9 +26,8 @@ pub use gateway::{GatewayConfig, SharedLimits, Timeouts};
 pub use otlp::OtlpExport;
 pub use redis::RedisUrl;
 use settings::{Resolver, bad};
-pub use settings::{
-    SERVE_SETTINGS, Setting, Source, Sources, UPSTREAM_KEY_ENV, env_name, flag_name, parse_duration,
-};
+pub use settings::{SERVE_SETTINGS, Setting, Sources, env_name, flag_name, parse_duration};
+pub(crate) use settings::{Source, UPSTREAM_KEY_ENV};
 pub use upstream::{DEFAULT_ENDPOINT, EndpointConfig, Secret, UpstreamTarget, parse_pool};
 
 /// The resolved configuration of `serve`.

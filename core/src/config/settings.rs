@@ -10,7 +10,7 @@ use crate::catalog::DEFAULT_OWNER;
 
 /// The environment variable holding the provider's API key (never a flag,
 /// never in a file: argv is world-readable and files get committed).
-pub const UPSTREAM_KEY_ENV: &str = "CHATGATE_UPSTREAM_API_KEY";
+pub(crate) const UPSTREAM_KEY_ENV: &str = "CHATGATE_UPSTREAM_API_KEY";
 
 /// One setting of `serve` (and `demo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -338,7 +338,7 @@ pub fn env_name(key: &str) -> String {
 
 /// Where a resolved value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// A command-line flag.
     Flag,
     /// An environment variable.

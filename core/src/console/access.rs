@@ -19,7 +19,7 @@ pub const COOKIE: &str = "chatgate_console";
 /// How long a session lasts.
 pub const SESSION_SECS: u64 = 12 * 3600;
 /// Most sessions open at once.
-pub const MAX_SESSIONS: usize = 64;
+pub(super) const MAX_SESSIONS: usize = 64;
 
 /// The admin token's digest and the sessions it opened.
 #[derive(Debug)]
@@ -120,7 +120,7 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 }
 
 /// The value of `name` in an `application/x-www-form-urlencoded` body.
-pub fn form_value(body: &[u8], name: &str) -> Option<String> {
+pub(super) fn form_value(body: &[u8], name: &str) -> Option<String> {
     let body = std::str::from_utf8(body).ok()?;
     body.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));

@@ -14,7 +14,7 @@ use crate::report::Line;
 /// Hours kept per key: the last 24 and the one in progress.
 const HOURS: u64 = 25;
 /// Failures kept.
-pub const FAILURES: usize = 100;
+pub(super) const FAILURES: usize = 100;
 
 /// One key's figures over some hours.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -91,7 +91,7 @@ pub struct Failure {
 /// Per key, the hours with a request (oldest first), each as its Unix
 /// hour and tally; and the newest failures.
 #[derive(Debug, Default)]
-pub struct Book {
+pub(super) struct Book {
     keys: FxHashMap<String, VecDeque<(u64, Tally)>>,
     failures: VecDeque<Failure>,
 }
@@ -141,7 +141,7 @@ impl Book {
 
     /// Adds one line of a ledger file read at start, when it finished in
     /// the 24 hours before `now_ms`; `false` when it cannot be read.
-    pub fn add_line(&mut self, line: &[u8], now_ms: u64) -> bool {
+    pub(super) fn add_line(&mut self, line: &[u8], now_ms: u64) -> bool {
         // Most of a long ledger is older than a day: its timestamp, the
         // first member the gateway writes, tells without parsing the rest.
         const TS: &[u8] = b"{\"ts\":\"";
@@ -171,7 +171,7 @@ impl Book {
     }
 
     /// `key`'s tally from `since_ms` on.
-    pub fn since(&self, key: &str, since_ms: u64) -> Tally {
+    pub(super) fn since(&self, key: &str, since_ms: u64) -> Tally {
         let from = since_ms / 3_600_000;
         let mut t = Tally::default();
         if let Some(hours) = self.keys.get(key) {
@@ -184,7 +184,7 @@ impl Book {
 
     /// `key`'s 24 hours up to the one holding `now_ms`, oldest first, each
     /// with its Unix hour (hours without requests are zeros).
-    pub fn hours(&self, key: &str, now_ms: u64) -> Vec<(u64, Tally)> {
+    pub(super) fn hours(&self, key: &str, now_ms: u64) -> Vec<(u64, Tally)> {
         let last = now_ms / 3_600_000;
         let hours = self.keys.get(key);
         (last - 23..=last)
@@ -198,7 +198,7 @@ impl Book {
     }
 
     /// Every key with a request in the 24 hours up to `now_ms`.
-    pub fn keys(&self, now_ms: u64) -> impl Iterator<Item = &str> {
+    pub(super) fn keys(&self, now_ms: u64) -> impl Iterator<Item = &str> {
         let from = (now_ms / 3_600_000).saturating_sub(23);
         self.keys
             .iter()
@@ -207,7 +207,7 @@ impl Book {
     }
 
     /// The newest failures, newest first.
-    pub fn failures(&self) -> Vec<Failure> {
+    pub(super) fn failures(&self) -> Vec<Failure> {
         self.failures.iter().rev().cloned().collect()
     }
 }

@@ -24,14 +24,14 @@ use std::time::Duration;
 use crate::time::Instant;
 
 /// Failures in a row that eject a healthy endpoint.
-pub const EJECT_AFTER: u32 = 3;
+pub(super) const EJECT_AFTER: u32 = 3;
 /// The first cool-down.
-pub const FIRST_COOLDOWN: Duration = Duration::from_secs(1);
+pub(super) const FIRST_COOLDOWN: Duration = Duration::from_secs(1);
 /// The longest cool-down.
-pub const MAX_COOLDOWN: Duration = Duration::from_secs(60);
+pub(super) const MAX_COOLDOWN: Duration = Duration::from_secs(60);
 /// The longest a `Retry-After` ejects for (a provider's hour-long value
 /// would otherwise take the endpoint out of the pool for good).
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// How an attempt on an endpoint ended, for its health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl FailureKind {
 
 /// Where an endpoint stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// Requests go to it.
     Healthy,
     /// No request goes to it before `until`.
@@ -110,7 +110,7 @@ pub enum State {
 
 impl State {
     /// The metric and admin label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             State::Healthy => "healthy",
             State::Ejected { .. } => "ejected",
@@ -121,7 +121,7 @@ impl State {
 
 /// A change worth a log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Ejected until `until` (for `cooldown`).
     Ejected {
         /// When it may be tried again.
@@ -133,7 +133,7 @@ pub enum Change {
 
 /// One endpoint's health.
 #[derive(Debug, Clone)]
-pub struct Health {
+pub(crate) struct Health {
     state: State,
     failures: u32,
     cooldown: Duration,
@@ -161,22 +161,22 @@ impl Default for Health {
 
 impl Health {
     /// Where it stands.
-    pub fn state(&self) -> State {
+    pub(crate) fn state(&self) -> State {
         self.state
     }
 
     /// Failures in a row.
-    pub fn failures(&self) -> u32 {
+    pub(crate) fn failures(&self) -> u32 {
         self.failures
     }
 
     /// Why it was last ejected.
-    pub fn reason(&self) -> Option<&'static str> {
+    pub(crate) fn reason(&self) -> Option<&'static str> {
         self.reason
     }
 
     /// Whether a request may go to it at `now` without waiting for others.
-    pub fn available(&self, now: Instant) -> bool {
+    pub(crate) fn available(&self, now: Instant) -> bool {
         match self.state {
             State::Healthy => true,
             State::Ejected { until } => now >= until,
@@ -185,7 +185,7 @@ impl Health {
     }
 
     /// When it comes back, if ejected.
-    pub fn back_at(&self) -> Option<Instant> {
+    pub(crate) fn back_at(&self) -> Option<Instant> {
         match self.state {
             State::Ejected { until } => Some(until),
             _ => None,
@@ -194,7 +194,7 @@ impl Health {
 
     /// A request goes to it at `now`: an ejected endpoint (its cool-down
     /// over, or every endpoint ejected) is on trial from now on.
-    pub fn sent(&mut self) {
+    pub(crate) fn sent(&mut self) {
         if let State::Ejected { .. } = self.state {
             self.state = State::Trial;
         }
@@ -203,7 +203,7 @@ impl Health {
     /// How a request sent to it ended, at `now`. `trial` says whether that
     /// request was the trial (other requests that were already on their
     /// way when it was ejected do not decide its fate).
-    pub fn report(&mut self, outcome: Outcome, trial: bool, now: Instant) -> Option<Change> {
+    pub(crate) fn report(&mut self, outcome: Outcome, trial: bool, now: Instant) -> Option<Change> {
         let on_trial = trial && self.state == State::Trial;
         match (self.state, outcome) {
             (_, Outcome::RetryAfter(d)) => {
@@ -248,7 +248,7 @@ impl Health {
     /// Whether a probe is due at `now`, `interval` after the ejection or
     /// the last probe (never while one is on its way); when it is, the
     /// probe counts as sent.
-    pub fn probe_due(&mut self, now: Instant, interval: Duration) -> bool {
+    pub(crate) fn probe_due(&mut self, now: Instant, interval: Duration) -> bool {
         let ejected = matches!(self.state, State::Ejected { .. });
         let due = self.probed_at.is_none_or(|at| now >= at + interval);
         // The provider said when to come back (429 + `Retry-After`): a
@@ -266,7 +266,7 @@ impl Health {
     /// HTTP status below 500 other than 408 and 429). An answer readmits
     /// an ejected endpoint; anything else leaves it as it is, to be
     /// probed again an interval later.
-    pub fn probed(&mut self, alive: bool, now: Instant) -> Option<Change> {
+    pub(crate) fn probed(&mut self, alive: bool, now: Instant) -> Option<Change> {
         self.probing = false;
         self.probed_at = Some(now);
         if alive && matches!(self.state, State::Ejected { .. }) {

@@ -24,7 +24,8 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use health::{Change, FailureKind, Health, Outcome, State};
+pub(crate) use health::{Change, Health, State};
+pub use health::{FailureKind, Outcome};
 pub use prompt::PromptAllowance;
 
 use crate::config::EndpointConfig;
@@ -167,7 +168,7 @@ impl Endpoint {
 }
 
 /// Most endpoints in a pool.
-pub const MAX_ENDPOINTS: usize = 64;
+pub(crate) const MAX_ENDPOINTS: usize = 64;
 
 /// The indices of the set bits of `set`, lowest first.
 fn bits(mut set: u64) -> impl Iterator<Item = usize> {

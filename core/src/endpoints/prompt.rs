@@ -26,12 +26,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Estimates at or above this are *large*: their excess teaches the ratio.
-pub const LARGE_PROMPT: u64 = 2048;
+pub(super) const LARGE_PROMPT: u64 = 2048;
 /// The most `extra` tokens learned.
-pub const MAX_EXTRA: u64 = 4096;
+pub(super) const MAX_EXTRA: u64 = 4096;
 /// The largest ratio learned, thousandths (four times the estimate: about
 /// one token per byte, the most a byte-level tokenizer can count).
-pub const MAX_RATIO: u64 = 4000;
+pub(super) const MAX_RATIO: u64 = 4000;
 
 /// One endpoint's learned prompt allowance.
 #[derive(Debug)]
