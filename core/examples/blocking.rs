@@ -21,7 +21,7 @@ use std::time::Duration;
 use chatgate_core::Gateway;
 use chatgate_core::KeyTable;
 use chatgate_core::Limits;
-use chatgate_core::{Accept, Connection, Event, UpstreamFailure};
+use chatgate_core::{Accept, Connection, Event, SharedAdmission, StoreError, UpstreamFailure};
 use chatgate_core::{GatewayConfig, UpstreamTarget};
 use chatgate_core::{Instant, WallClock};
 
@@ -176,12 +176,11 @@ fn serve(client: TcpStream, gateway: &Arc<Gateway>, ledger: &Mutex<std::fs::File
                 // core applies the fallback (`--redis-fallback`) and
                 // settles with this process's own limiter.
                 Event::Admit(_) => {
-                    let unreachable = Err("this runtime has no shared limiter".to_owned());
-                    conn.handle_admission(clock.now(), unreachable);
+                    let none = SharedAdmission::Unavailable(StoreError::NotConfigured);
+                    conn.handle_admission(clock.now(), none);
                 }
                 Event::Settle(settlement) => {
-                    let unreachable = Err("this runtime has no shared limiter".to_owned());
-                    settlement.finish(gateway, clock.now(), unreachable);
+                    settlement.finish(gateway, clock.now(), Err(StoreError::NotConfigured));
                 }
                 Event::CloseClient => {
                     let _ = client_w.shutdown(Shutdown::Both);

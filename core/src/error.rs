@@ -125,6 +125,43 @@ impl ProviderError {
     }
 }
 
+/// Why the store the instances share (the shared limiter's Redis) could
+/// not decide: what a driver hands [`crate::Connection::handle_admission`]
+/// and [`crate::Settlement::finish`] instead of a verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// This runtime has no shared store (the blocking example, or no
+    /// `--redis`): the configured fallback applies.
+    NotConfigured,
+    /// It could not be reached, or the connection broke (the cause).
+    Unreachable(String),
+    /// It did not answer within the timeout.
+    Timeout(std::time::Duration),
+    /// It refused the gateway (authentication, database selection).
+    Refused(String),
+    /// It answered something that is not a verdict.
+    Protocol(String),
+    /// A key's spend had to be rebuilt from the ledger first, and could
+    /// not be.
+    Ledger(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::NotConfigured => f.write_str("no shared store is configured"),
+            StoreError::Unreachable(why) => write!(f, "the shared store is unreachable: {why}"),
+            StoreError::Timeout(d) => write!(f, "the shared store did not answer within {d:?}"),
+            StoreError::Refused(why) => write!(f, "the shared store refused the gateway: {why}"),
+            StoreError::Protocol(why) => write!(f, "the shared store answered wrongly: {why}"),
+            StoreError::Ledger(why) => write!(f, "the spend could not be rebuilt: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
 /// What went wrong with the provider, as the ledger's `error` field names
 /// it. Clients see only CONTRACT's `upstream_error`/`upstream_timeout`
 /// codes (and a message); operators see which of these happened.

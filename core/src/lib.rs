@@ -47,7 +47,7 @@
 //!     fn log_access(&mut self, fields: &[u8]);
 //!     /// The shared limiter (Redis), when limits are shared.
 //!     fn shared_admit(&mut self, ask: &AdmitRequest) -> chatgate_core::SharedAdmission;
-//!     fn shared_settle(&mut self, settlement: &Settlement) -> Result<(), String>;
+//!     fn shared_settle(&mut self, settlement: &Settlement) -> Result<(), chatgate_core::StoreError>;
 //!     /// Waits for client bytes, provider bytes, or the deadline.
 //!     fn wait(&mut self, read_client: bool, read_upstream: bool, deadline: Option<Instant>) -> Happened;
 //! }
@@ -125,7 +125,7 @@ mod error;
 mod time;
 mod url;
 
-pub use error::{ApiError, ErrorType, ProviderError, UpstreamFault};
+pub use error::{ApiError, ErrorType, ProviderError, StoreError, UpstreamFault};
 pub use time::{Instant, WallClock, parse_rfc3339, rfc3339_ms};
 
 // Codecs.

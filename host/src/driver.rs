@@ -226,7 +226,9 @@ impl<'s, R: Runtime> Task<'s, R> {
                     self.admitting = Some(Box::pin(async move {
                         match &shared.shared_limits {
                             Some(l) => l.admit(&ask).await,
-                            None => Err("no shared limiter configured".into()),
+                            None => chatgate_core::SharedAdmission::Unavailable(
+                                chatgate_core::StoreError::NotConfigured,
+                            ),
                         }
                     }));
                     self.g_admit.reset();
@@ -236,7 +238,7 @@ impl<'s, R: Runtime> Task<'s, R> {
                     shared.rt.clone().spawn(async move {
                         let outcome = match &shared.shared_limits {
                             Some(l) => l.settle(&settlement).await,
-                            None => Err("no shared limiter configured".into()),
+                            None => Err(chatgate_core::StoreError::NotConfigured),
                         };
                         settlement.finish(&shared.gateway, now(), outcome);
                     });

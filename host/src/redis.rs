@@ -17,7 +17,7 @@ use chatgate_core::{
     ScriptOutcome, ScriptQuota, decode_script_reply, script_args, script_keys, shared_limits_error,
 };
 use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply};
-use chatgate_core::{Settlement, SharedAdmission};
+use chatgate_core::{Settlement, SharedAdmission, StoreError};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::runtime::Runtime;
@@ -62,7 +62,7 @@ pub(crate) struct SharedLimiter<R: Runtime> {
     /// PostgreSQL's connections and leave each to the fallback). It keeps
     /// the last failed rebuild, so that the requests queued behind it do
     /// not each wait for the same failure again.
-    seeding: async_lock::Mutex<Option<(std::time::Instant, String)>>,
+    seeding: async_lock::Mutex<Option<(std::time::Instant, StoreError)>>,
 }
 
 /// How long a failed rebuild answers for the admissions that queued
@@ -103,6 +103,13 @@ impl<R: Runtime> SharedLimiter<R> {
     /// wrongly within the timeout). A key whose spend Redis does not have
     /// is seeded from the ledger first.
     pub(crate) async fn admit(&self, ask: &AdmitRequest) -> SharedAdmission {
+        match self.verdict(ask).await {
+            Ok(v) => v,
+            Err(e) => SharedAdmission::Unavailable(e),
+        }
+    }
+
+    async fn verdict(&self, ask: &AdmitRequest) -> Result<SharedAdmission, StoreError> {
         let quota = ScriptQuota {
             quota: ask.quota,
             cost: ask.cost,
@@ -141,14 +148,13 @@ impl<R: Runtime> SharedLimiter<R> {
                         .1
                         .insert(ask.lease.clone());
                 }
-                return Ok(Ok(a));
+                return Ok(SharedAdmission::Admitted(a));
             }
             ScriptOutcome::Refused(r) => Refusal::Rate(r),
             ScriptOutcome::OverBudget { spent, reserved } => {
-                let budget = ask
-                    .quota
-                    .budget
-                    .ok_or("the script refused a budget the key has not")?;
+                let budget = ask.quota.budget.ok_or_else(|| {
+                    StoreError::Protocol("the script refused a budget the key has not".into())
+                })?;
                 Refusal::Quota(QuotaRefusal::Budget(BudgetRefusal {
                     budget,
                     spent,
@@ -161,19 +167,23 @@ impl<R: Runtime> SharedLimiter<R> {
                 limit: ask.quota.max_in_flight.unwrap_or(0),
             }),
             ScriptOutcome::Unseeded | ScriptOutcome::Status(_) => {
-                return Err(format!(
+                return Err(StoreError::Protocol(format!(
                     "the limiter script answered {out:?} to an admission"
-                ));
+                )));
             }
         };
-        Ok(Err(refusal))
+        Ok(SharedAdmission::Refused(refusal))
     }
 
     /// Sets `key`'s spend from the ledger, unless another instance did
     /// meanwhile.
-    async fn seed(&self, key: &str, limits: Limits, unix_ms: u64) -> Result<(), String> {
+    async fn seed(&self, key: &str, limits: Limits, unix_ms: u64) -> Result<(), StoreError> {
         let source = self.spend.clone();
-        let tally = self.rt.unblock(move || source.tally(unix_ms)).await?;
+        let tally = self
+            .rt
+            .unblock(move || source.tally(unix_ms))
+            .await
+            .map_err(StoreError::Ledger)?;
         let spent = tally.get(key);
         tracing::info!(
             key,
@@ -190,7 +200,7 @@ impl<R: Runtime> SharedLimiter<R> {
     }
 
     /// Replaces a reservation by what was used, and ends its lease.
-    pub(crate) async fn settle(&self, s: &Settlement) -> Result<(), String> {
+    pub(crate) async fn settle(&self, s: &Settlement) -> Result<(), StoreError> {
         let op = ScriptOp::Settle {
             reserved: s.reserved,
             used: s.used,
@@ -237,7 +247,7 @@ impl<R: Runtime> SharedLimiter<R> {
                     ..ScriptQuota::default()
                 };
                 if let Err(e) = self.call(ScriptOp::Renew, &key, limits, &quota).await {
-                    tracing::warn!(key, error = e.as_str(), "could not renew leases");
+                    tracing::warn!(key, error = %e, "could not renew leases");
                 }
             }
         }
@@ -249,17 +259,15 @@ impl<R: Runtime> SharedLimiter<R> {
         key: &str,
         limits: Limits,
         quota: &ScriptQuota<'_>,
-    ) -> Result<ScriptOutcome, String> {
+    ) -> Result<ScriptOutcome, StoreError> {
         let work = async {
-            let mut last = String::new();
+            let mut last = StoreError::Unreachable("no connection".into());
             // A pooled connection may have been closed by the server: one
             // retry on a fresh one.
             for fresh in [false, true] {
-                let (mut s, reused) = self
-                    .connector
-                    .connect(fresh)
-                    .await
-                    .map_err(|e| format!("redis {}: {e}", self.url.display()))?;
+                let (mut s, reused) = self.connector.connect(fresh).await.map_err(|e| {
+                    StoreError::Unreachable(format!("redis {}: {e}", self.url.display()))
+                })?;
                 if !reused {
                     self.handshake(&mut s).await?;
                 }
@@ -278,12 +286,12 @@ impl<R: Runtime> SharedLimiter<R> {
         let timeout = self.timeout;
         future::or(work, async move {
             rt.timer(std::time::Instant::now() + timeout).await;
-            Err(format!("redis: no answer within {timeout:?}"))
+            Err(StoreError::Timeout(timeout))
         })
         .await
     }
 
-    async fn handshake(&self, s: &mut UpstreamStream<R::Tcp>) -> Result<(), String> {
+    async fn handshake(&self, s: &mut UpstreamStream<R::Tcp>) -> Result<(), StoreError> {
         if let Some(password) = &self.url.password {
             let reply = match &self.url.user {
                 Some(user) => {
@@ -292,13 +300,15 @@ impl<R: Runtime> SharedLimiter<R> {
                 None => roundtrip(s, &[b"AUTH", password.as_bytes()]).await?,
             };
             if let RedisReply::Error(e) = reply {
-                return Err(format!("redis AUTH failed: {e}"));
+                return Err(StoreError::Refused(format!("redis AUTH failed: {e}")));
             }
         }
         if self.url.db != 0 {
             let db = self.url.db.to_string();
             if let RedisReply::Error(e) = roundtrip(s, &[b"SELECT", db.as_bytes()]).await? {
-                return Err(format!("redis SELECT {db} failed: {e}"));
+                return Err(StoreError::Refused(format!(
+                    "redis SELECT {db} failed: {e}"
+                )));
             }
         }
         Ok(())
@@ -311,7 +321,7 @@ impl<R: Runtime> SharedLimiter<R> {
         key: &str,
         limits: Limits,
         quota: &ScriptQuota<'_>,
-    ) -> Result<ScriptOutcome, String> {
+    ) -> Result<ScriptOutcome, StoreError> {
         let redis_key = script_keys(key);
         let args = script_args(op, limits, quota, None);
         let known = self.sha.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -326,21 +336,25 @@ impl<R: Runtime> SharedLimiter<R> {
             reply = evalsha(s, &sha, &redis_key, &args).await?;
         }
         let ints = match &reply {
-            RedisReply::Error(e) => return Err(format!("redis script error: {e}")),
+            RedisReply::Error(e) => {
+                return Err(StoreError::Protocol(format!("redis script error: {e}")));
+            }
             r => r.integers(),
         };
         ints.as_deref()
             .and_then(decode_script_reply)
-            .ok_or_else(|| format!("redis: unexpected script answer {reply:?}"))
+            .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {reply:?}")))
     }
 
-    async fn load(&self, s: &mut UpstreamStream<R::Tcp>) -> Result<Vec<u8>, String> {
+    async fn load(&self, s: &mut UpstreamStream<R::Tcp>) -> Result<Vec<u8>, StoreError> {
         match roundtrip(s, &[b"SCRIPT", b"LOAD", REDIS_SCRIPT.as_bytes()]).await? {
             RedisReply::Bulk(Some(sha)) => {
                 *self.sha.lock().unwrap_or_else(|e| e.into_inner()) = Some(sha.clone());
                 Ok(sha)
             }
-            other => Err(format!("redis SCRIPT LOAD failed: {other:?}")),
+            other => Err(StoreError::Protocol(format!(
+                "redis SCRIPT LOAD failed: {other:?}"
+            ))),
         }
     }
 }
@@ -350,7 +364,7 @@ async fn evalsha<T>(
     sha: &[u8],
     keys: &[String; 4],
     args: &[String],
-) -> Result<RedisReply, String>
+) -> Result<RedisReply, StoreError>
 where
     UpstreamStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
@@ -360,7 +374,7 @@ where
     roundtrip(s, &cmd).await
 }
 
-async fn roundtrip<T>(s: &mut UpstreamStream<T>, args: &[&[u8]]) -> Result<RedisReply, String>
+async fn roundtrip<T>(s: &mut UpstreamStream<T>, args: &[&[u8]]) -> Result<RedisReply, StoreError>
 where
     UpstreamStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
@@ -368,22 +382,26 @@ where
     encode_redis_command(&mut out, args);
     s.write_all(&out)
         .await
-        .map_err(|e| format!("redis write: {e}"))?;
-    s.flush().await.map_err(|e| format!("redis write: {e}"))?;
+        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
+    s.flush()
+        .await
+        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 1024];
     loop {
         match parse_redis_reply(&buf, &RedisReplyLimits::default()) {
             Ok(Some((r, _))) => return Ok(r),
             Ok(None) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(StoreError::Protocol(e.to_string())),
         }
         let n = s
             .read(&mut chunk)
             .await
-            .map_err(|e| format!("redis read: {e}"))?;
+            .map_err(|e| StoreError::Unreachable(format!("redis read: {e}")))?;
         if n == 0 {
-            return Err("redis closed the connection".into());
+            return Err(StoreError::Unreachable(
+                "redis closed the connection".into(),
+            ));
         }
         buf.extend_from_slice(&chunk[..n]);
     }

@@ -384,13 +384,16 @@ impl Pair {
     /// The shared limiter answers an admission now.
     fn answer_admission(&mut self, key: &str, limits: Limits, tokens: u64) {
         let now = self.now;
+        use chatgate_core::SharedAdmission;
         let verdict = if self.shared_down {
-            Err("connection refused".to_owned())
+            SharedAdmission::Unavailable(chatgate_core::StoreError::Unreachable(
+                "connection refused".to_owned(),
+            ))
         } else {
-            Ok(self
-                .shared
-                .admit(key, limits, tokens, now)
-                .map_err(chatgate_core::Refusal::Rate))
+            match self.shared.admit(key, limits, tokens, now) {
+                Ok(a) => SharedAdmission::Admitted(a),
+                Err(r) => SharedAdmission::Refused(chatgate_core::Refusal::Rate(r)),
+            }
         };
         if let Some(c) = self.conn.as_mut() {
             c.handle_admission(now, verdict);

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::timers::Timer;
 use super::{Connection, Event, Phase};
-use crate::error::ApiError;
+use crate::error::{ApiError, StoreError};
 use crate::gateway::Gateway;
 use crate::ledger::LedgerRecord;
 use crate::limits::{Admission, LimitKind, Limits, Rejection};
@@ -38,8 +38,16 @@ pub enum Refusal {
 }
 
 /// The shared limiter's answer to [`Event::Admit`]: its verdict, or why it
-/// could not be asked.
-pub type SharedAdmission = Result<Result<Admission, Refusal>, String>;
+/// could not give one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SharedAdmission {
+    /// Admitted, with what was reserved.
+    Admitted(Admission),
+    /// Refused by a limit, the budget or the in-flight cap.
+    Refused(Refusal),
+    /// No verdict: the configured fallback applies.
+    Unavailable(StoreError),
+}
 
 /// A request for the shared limiter ([`Event::Admit`]): admit one request
 /// of `key`, reserving `tokens` of its rate limit and, when it has a
@@ -90,13 +98,13 @@ pub struct Settlement {
 }
 
 impl Settlement {
-    /// The shared limiter settled it (`Ok`), or could not be reached
-    /// (`Err`, why): then this process's own limiter settles the tokens,
-    /// so this instance's limits stay right; the shared bucket refills in
-    /// time, and the lease (slot and budget reservation) lapses.
-    pub fn finish(self, gw: &Gateway, now: Instant, outcome: Result<(), String>) {
+    /// The shared limiter settled it (`Ok`), or could not (`Err`, why):
+    /// then this process's own limiter settles the tokens, so this
+    /// instance's limits stay right; the shared bucket refills in time,
+    /// and the lease (slot and budget reservation) lapses.
+    pub fn finish(self, gw: &Gateway, now: Instant, outcome: Result<(), StoreError>) {
         if let Err(why) = outcome {
-            tracing::warn!(error = why.as_str(), "shared settlement failed");
+            tracing::warn!(error = %why, "shared settlement failed");
             gw.limiter()
                 .settle(&self.key, self.limits, self.reserved, self.used, now);
         }
@@ -124,14 +132,13 @@ pub(super) struct QuotaHold {
 }
 
 impl Connection {
-    /// The shared limiter answered [`Event::Admit`] (`Err`: it could not be
-    /// reached).
+    /// The shared limiter answered [`Event::Admit`].
     pub fn handle_admission(&mut self, now: Instant, verdict: SharedAdmission) {
         let asked = self.admitting.take();
         if self.phase != Phase::Admitting {
             // The client left meanwhile: give the reservation back, then
             // close.
-            if let (Ok(Ok(a)), Some(mut give_back)) = (&verdict, asked) {
+            if let (SharedAdmission::Admitted(a), Some(mut give_back)) = (&verdict, asked) {
                 give_back.reserved = a.reserved_tokens;
                 self.events.push_back(Event::Settle(give_back));
             }
@@ -140,17 +147,14 @@ impl Connection {
         }
         let gw = Arc::clone(&self.gw);
         let fail_closed = gw.config().shared_limits.is_some_and(|s| s.fail_closed);
+        let shared_verdict = !matches!(verdict, SharedAdmission::Unavailable(_));
         let verdict = match verdict {
-            Ok(v) => {
-                if let Some(req) = self.req.as_mut() {
-                    req.shared = true;
-                }
-                v
-            }
-            Err(why) => {
+            SharedAdmission::Admitted(a) => Ok(a),
+            SharedAdmission::Refused(r) => Err(r),
+            SharedAdmission::Unavailable(why) => {
                 gw.metrics().shared_limits_unavailable();
                 tracing::warn!(
-                    error = why.as_str(),
+                    error = %why,
                     fallback = if fail_closed {
                         "refuse (503)"
                     } else {
@@ -167,6 +171,11 @@ impl Connection {
                 self.admit_here(now)
             }
         };
+        if shared_verdict {
+            if let Some(req) = self.req.as_mut() {
+                req.shared = true;
+            }
+        }
         self.admitted(now, verdict);
         self.after(now);
     }

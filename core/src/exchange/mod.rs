@@ -108,12 +108,14 @@ pub enum Event {
     /// request; then call [`Connection::handle_admission`] with its answer,
     /// or with why it could not be asked, even if the client has gone
     /// meanwhile (a granted reservation is then given back). A runtime
-    /// without a shared limiter answers `Err`: the configured fallback
+    /// without a shared limiter answers [`SharedAdmission::Unavailable`]
+    /// ([`crate::StoreError::NotConfigured`]): the configured fallback
     /// applies.
     Admit(AdmitRequest),
     /// Tell the shared limiter what a request used of its reservation, then
     /// hand its outcome to [`Settlement::finish`] (nothing goes back to the
-    /// connection). A runtime without a shared limiter hands over `Err`.
+    /// connection). A runtime without a shared limiter hands over
+    /// `Err(StoreError::NotConfigured)`.
     Settle(Settlement),
 }
 
