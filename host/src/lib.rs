@@ -5,37 +5,29 @@
 //! TCP, timers and signals). A runtime crate implements [`Runtime`] and
 //! calls [`main`]; that is the whole public API.
 //!
-//! | part | modules | what they do |
+//! Its modules are rooms by job, each a folder named for it (as pingora
+//! separates connectors, listeners, protocols and apps):
+//!
+//! | room | modules | what they do |
 //! |---|---|---|
-//! | the runtime's side | `runtime`, `gate` | the [`Runtime`] trait, the clock and alarm that follow core's deadlines, the per-thread read buffer; per-source wakers, so a loop polls only what woke |
-//! | serving | `serve`, `driver`, `admin`, `sim` | accept loops and the shutdown sequence; the per-connection loop that obeys core's `Connection` — the only place bytes move between client, provider and ledger; the admin listener; the simulator's server |
-//! | the provider | `upstream`, `tls`, `probe` | resolving, connecting, rustls over any futures-io stream, the keep-alive pool; probing ejected endpoints |
-//! | records | `ledger`, `pgledger`, `logging`, `report` | the append-only ledger file; shipping it to PostgreSQL; stderr logs with batched access lines; the `usage` report command |
-//! | shared state | `keys`, `pool`, `redis` | the keys file's live reload and the `keys` commands; the provider pool's live reload from the config file; the shared rate limiter over Redis |
-//! | the command line | `cli` | every binary's commands (`serve`, `keys`, `usage`, `demo`, `sim`) |
+//! | `runtime/` | `mod.rs`, `gate` | the [`Runtime`] trait, the clock and alarm that follow core's deadlines, the per-thread read buffer; per-source wakers, so a loop polls only what woke |
+//! | `serving/` | `listener`, `driver`, `admin`, `sim` | accept loops and the shutdown sequence; the per-connection loop that obeys core's `Connection` — the only place bytes move between client, provider and ledger; the admin listener; the simulator's server |
+//! | `provider/` | `connector`, `tls`, `probe` | resolving, connecting, rustls over any futures-io stream, each endpoint's keep-alive pool; probing ejected endpoints |
+//! | `stores/` | `keys_file`, `ledger`, `postgres`, `redis`, `spend` | the keys file and its edits; the append-only ledger file; shipping it to PostgreSQL; the shared limiter over Redis; where spend is rebuilt from |
+//! | `telemetry/` | `logging`, `otlp` | stderr logs with batched access lines; the OTLP trace exporter |
+//! | `reload/` | `mod.rs`, `keys`, `pool` | one watcher (files and SIGHUP) that reloads the keys file and the config file's provider pool |
+//! | `cli/` | `mod.rs`, `serve`, `keys`, `usage`, `demo` | the command schema and dispatch; `serve`'s wiring; the `keys` commands; the `usage` report and budgets; `demo` and `sim` |
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod admin;
 mod cli;
-mod driver;
-mod gate;
-mod keys;
-mod ledger;
-mod logging;
-mod otlp;
-mod pgledger;
-mod pool;
-mod probe;
-mod redis;
-mod report;
+mod provider;
+mod reload;
 mod runtime;
-mod serve;
-mod sim;
-mod spend;
-mod tls;
-mod upstream;
+mod serving;
+mod stores;
+mod telemetry;
 
 pub use cli::{EXIT_CONFIG, main};
 pub use runtime::Runtime;

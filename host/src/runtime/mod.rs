@@ -1,5 +1,7 @@
 //! What a runtime supplies, and the clock that maps core time to it.
 
+pub(crate) mod gate;
+
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;

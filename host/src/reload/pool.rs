@@ -12,19 +12,11 @@
 //! pool in force stays.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use chatgate_core::{EndpointSet, ServeConfig, Sources};
 
-use crate::driver::Shared;
-use crate::keys::stamp;
 use crate::runtime::Runtime;
-
-/// How often the watcher looks at the SIGHUP flag; the file is checked
-/// every fourth look.
-const TICK: Duration = Duration::from_millis(250);
+use crate::serving::driver::Shared;
 
 /// Where a running gateway's pool reloads from: the config file, resolved
 /// with the flags and environment it started with.
@@ -38,53 +30,22 @@ pub(crate) struct PoolSource {
     /// come from), read again at each reload.
     pub env: HashMap<String, String>,
     /// The file's stamp when the settings in force were read.
-    pub loaded: Option<crate::keys::Stamp>,
+    pub loaded: Option<super::Stamp>,
 }
 
-/// Watches the config file (and SIGHUP) for the life of the process.
-/// The handler is registered before this returns (see `keys::watch`).
-pub(crate) fn watch<R: Runtime>(
-    shared: Arc<Shared<R>>,
-    src: PoolSource,
-) -> impl std::future::Future<Output = ()> {
-    let hangup = Arc::new(AtomicBool::new(false));
-    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
-        tracing::warn!(error = %e, "SIGHUP will not reload the provider pool");
-    }
-    watching(shared, src, hangup)
-}
-
-async fn watching<R: Runtime>(
-    shared: Arc<Shared<R>>,
-    mut src: PoolSource,
-    hangup: Arc<AtomicBool>,
-) {
-    let mut last = src.loaded;
-    let mut tick = 0u32;
-    loop {
-        shared.rt.timer(std::time::Instant::now() + TICK).await;
-        tick = tick.wrapping_add(1);
-        let hup = hangup.swap(false, Ordering::Relaxed);
-        if !hup && tick % 4 != 0 {
-            continue;
+/// Re-reads the config file (`why`: a change, or SIGHUP; the environment
+/// is read again too) and applies its pool if it changed.
+pub(crate) fn apply<R: Runtime>(shared: &Shared<R>, src: &mut PoolSource, why: &str) {
+    src.env = std::env::vars().collect();
+    match reload(shared, src) {
+        Ok(Some(names)) => {
+            tracing::info!(endpoints = names.as_str(), "provider pool reloaded ({why})")
         }
-        let now = stamp(&src.path);
-        if !hup && now == last {
-            continue;
-        }
-        last = now;
-        let why = if hup { "SIGHUP" } else { "the file changed" };
-        src.env = std::env::vars().collect();
-        match reload(&shared, &src) {
-            Ok(Some(names)) => {
-                tracing::info!(endpoints = names.as_str(), "provider pool reloaded ({why})")
-            }
-            Ok(None) => tracing::info!(
-                "config file reread ({why}): the provider pool is unchanged; other settings apply at the next start"
-            ),
-            Err(e) => tracing::error!(
-                "provider pool reload refused ({why}): {e}; the pool in force stays"
-            ),
+        Ok(None) => tracing::info!(
+            "config file reread ({why}): the provider pool is unchanged; other settings apply at the next start"
+        ),
+        Err(e) => {
+            tracing::error!("provider pool reload refused ({why}): {e}; the pool in force stays")
         }
     }
 }

@@ -20,9 +20,9 @@ use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_re
 use chatgate_core::{Settlement, SharedAdmission, StoreError};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
+use crate::provider::connector::{Connector, UpstreamStream};
 use crate::runtime::Runtime;
-use crate::spend::SpendSource;
-use crate::upstream::{Connector, UpstreamStream};
+use crate::stores::spend::SpendSource;
 
 /// How long a lease (an in-flight slot and its budget reservation) lives
 /// unless its instance renews it: a killed instance's slots come back

@@ -11,8 +11,8 @@ use chatgate_core::Endpoint;
 use chatgate_core::http::HttpLimits;
 use futures_lite::{AsyncWriteExt, future};
 
-use crate::driver::Shared;
 use crate::runtime::{Runtime, now};
+use crate::serving::driver::Shared;
 
 /// The longest a probe may take, whatever the interval.
 const MAX_PROBE_TIME: Duration = Duration::from_secs(10);
@@ -60,9 +60,10 @@ async fn probe<R: Runtime>(shared: Arc<Shared<R>>, endpoint: Arc<Endpoint>) {
         let mut s = connector.open_unpooled().await.ok()?;
         s.write_all(&endpoint.probe_request()).await.ok()?;
         s.flush().await.ok()?;
-        let (head, _) = crate::upstream::read_response_head(&mut s, &HttpLimits::default())
-            .await
-            .ok()?;
+        let (head, _) =
+            crate::provider::connector::read_response_head(&mut s, &HttpLimits::default())
+                .await
+                .ok()?;
         Some(head.status)
     };
     let timeout = async {

@@ -1,130 +1,13 @@
-//! The keys file: live reload in a running gateway, and the `keys list`,
-//! `keys revoke` and `keys rotate` commands that edit it.
-//!
-//! A running gateway re-reads the file when it changes (checked every
-//! second: modification time, size, inode) or on SIGHUP. A file that does
-//! not parse, or is empty, or (with `--redis`) has a limit above what the
-//! shared limiter computes exactly, is reported at error level and the
-//! previous keys stay in force (a file whose keys were all revoked is
-//! applied). Connections are never dropped: a reload only swaps
-//! the table new requests are checked against.
+//! The keys file as a store: read and written whole (a temporary file
+//! renamed over it, mode 0600, checked to parse first), and the edits the
+//! `keys` commands make: `set`, `list`, `revoke`, `rotate`. A running
+//! gateway picks a change up within a second (`crate::reload::keys`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chatgate_core::KeyDefaults;
 use chatgate_core::rfc3339_ms;
 use chatgate_core::{KeyTable, RawKey, parse_keys_file, render_keys_file};
-
-use crate::driver::Shared;
-use crate::runtime::Runtime;
-
-/// How often the watcher looks at the file and the SIGHUP flag.
-const TICK: Duration = Duration::from_millis(250);
-/// File checks happen every this many ticks (one second).
-const FILE_EVERY: u32 = 4;
-
-/// Where a running gateway's keys come from.
-#[derive(Debug, Clone)]
-pub(crate) struct KeysSource {
-    /// The keys file.
-    pub path: String,
-    /// Limits, budget and in-flight cap for keys that set none.
-    pub defaults: KeyDefaults,
-    /// The file's stamp when the keys in force were read.
-    pub loaded: Option<Stamp>,
-}
-
-/// What tells a changed file: modification time, length, inode.
-pub(crate) type Stamp = (std::time::SystemTime, u64, u64);
-
-/// Reads and checks the keys file for a reload. A file without a single
-/// byte but blanks is refused (it is what a truncated or half-written file
-/// looks like); a file with content and no key is accepted: every key was
-/// revoked, and every request now gets 401.
-pub(crate) fn load(src: &KeysSource) -> Result<KeyTable, String> {
-    let text = std::fs::read_to_string(&src.path)
-        .map_err(|e| format!("cannot read the keys file '{}': {e}", src.path))?;
-    if text.trim().is_empty() {
-        return Err(format!("the keys file '{}' is empty", src.path));
-    }
-    KeyTable::parse_toml(&text, src.defaults).map_err(|e| format!("{e} ({})", src.path))
-}
-
-/// What tells a file changed: modification time, size, inode.
-pub(crate) fn stamp(path: &str) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len(), m.ino()))
-}
-
-/// Watches the keys file (and SIGHUP) for the life of the process. SIGHUP
-/// also reopens the ledger, so that a ledger moved away (rotated) is
-/// recreated at its path.
-/// The handler is registered before this returns, so a SIGHUP that comes
-/// before the watcher's first turn reloads instead of ending the process.
-pub(crate) fn watch<R: Runtime>(
-    shared: Arc<Shared<R>>,
-    src: KeysSource,
-) -> impl std::future::Future<Output = ()> {
-    let hangup = Arc::new(AtomicBool::new(false));
-    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
-        tracing::warn!(error = %e, "SIGHUP will not reload the keys");
-    }
-    watching(shared, src, hangup)
-}
-
-async fn watching<R: Runtime>(shared: Arc<Shared<R>>, src: KeysSource, hangup: Arc<AtomicBool>) {
-    let rt = shared.rt.clone();
-    let gateway = Arc::clone(&shared.gateway);
-    let mut last = src.loaded;
-    let mut tick = 0u32;
-    loop {
-        rt.timer(std::time::Instant::now() + TICK).await;
-        tick = tick.wrapping_add(1);
-        let hup = hangup.swap(false, Ordering::Relaxed);
-        let changed = if hup || tick % FILE_EVERY == 0 {
-            let now = stamp(&src.path);
-            let changed = now != last;
-            last = now;
-            changed
-        } else {
-            false
-        };
-        if hup {
-            match shared.ledger.reopen() {
-                Ok(()) => tracing::info!("ledger reopened (SIGHUP)"),
-                Err(e) => tracing::error!("{e}; still appending to the previous file"),
-            }
-        }
-        if !hup && !changed {
-            continue;
-        }
-        let why = if hup { "SIGHUP" } else { "the file changed" };
-        let loaded = load(&src).and_then(|keys| match &shared.shared_limits {
-            Some(_) => crate::redis::check_keys(&keys)
-                .map(|()| keys)
-                .map_err(|e| format!("{e} ({})", src.path)),
-            None => Ok(keys),
-        });
-        match loaded {
-            Ok(keys) => {
-                let n = keys.len();
-                gateway.replace_keys(keys);
-                gateway.metrics().key_reload(true);
-                tracing::info!(keys = n, path = %src.path, "keys reloaded ({why})");
-            }
-            Err(e) => {
-                gateway.metrics().key_reload(false);
-                tracing::error!(
-                    keys_in_force = gateway.keys().len(),
-                    "keys reload refused ({why}): {e}; the previous keys stay in force"
-                );
-            }
-        }
-    }
-}
 
 fn read_raw(path: &str) -> Result<Vec<RawKey>, String> {
     let text = std::fs::read_to_string(path)

@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use chatgate_core::Gateway;
 use chatgate_core::LedgerRecord;
 
-use crate::ledger::FileId;
+use crate::stores::ledger::FileId;
 
 /// The table's schema (created when missing).
-pub(crate) const SCHEMA: &str = include_str!("../ledger.sql");
+pub(crate) const SCHEMA: &str = include_str!("../../ledger.sql");
 /// The advisory lock taken while creating the schema ("chatgate" in ASCII).
 const SCHEMA_LOCK: i64 = 0x0063_6861_7467_6174;
 /// Most lines per insert.
@@ -255,7 +255,7 @@ impl Spool {
             return false;
         };
         self.files.len() > 1
-            && crate::ledger::appending_to(&self.path).is_none_or(|id| id != head.id)
+            && crate::stores::ledger::appending_to(&self.path).is_none_or(|id| id != head.id)
     }
 
     /// Ships up to one batch from the oldest file, moving past files that
@@ -602,7 +602,7 @@ pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Ledger;
+    use crate::stores::ledger::Ledger;
 
     fn line(id: &str) -> Vec<u8> {
         LedgerRecord::new(1_795_000_000_000, id, "k").to_line()

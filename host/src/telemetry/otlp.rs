@@ -18,8 +18,8 @@ use chatgate_core::trace::{Span, Tracer, encode_export};
 use chatgate_core::{Gateway, OtlpExport};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
+use crate::provider::connector::{Connector, UpstreamStream};
 use crate::runtime::Runtime;
-use crate::upstream::{Connector, UpstreamStream};
 
 /// Spans per export, at most.
 const BATCH: usize = 512;
@@ -269,7 +269,7 @@ where
 {
     let limits = HttpLimits::default();
     let mut chunk = [0u8; 4096];
-    let (head, mut rest) = crate::upstream::read_response_head(s, &limits).await?;
+    let (head, mut rest) = crate::provider::connector::read_response_head(s, &limits).await?;
     let retry_after = head
         .retry_after
         .as_deref()

@@ -15,8 +15,8 @@ use chatgate_core::{AdminRoute, Readiness, admin_response, admin_route};
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
-use crate::driver::{Shared, linger_close};
 use crate::runtime::Runtime;
+use crate::serving::driver::{Shared, linger_close};
 
 /// Largest request head read on the admin listener.
 const MAX_ADMIN_HEAD: usize = 16 * 1024;

@@ -13,8 +13,8 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
+use crate::provider::tls::{self, TlsStream};
 use crate::runtime::{Runtime, now, to_std};
-use crate::tls::{self, TlsStream};
 
 /// A connection to the provider, plain or TLS.
 pub(crate) enum UpstreamStream<T> {

@@ -22,7 +22,7 @@ impl SpendSource {
     pub(crate) fn tally(&self, unix_ms: u64) -> Result<SpendTally, String> {
         match self {
             SpendSource::File(path) => tally_file(path, unix_ms, |_| {}),
-            SpendSource::Postgres(url) => crate::pgledger::tally_postgres(url, unix_ms),
+            SpendSource::Postgres(url) => crate::stores::postgres::tally_postgres(url, unix_ms),
         }
     }
 }
@@ -53,7 +53,7 @@ pub(crate) fn tally_file(
     }
     let reader = std::io::BufReader::with_capacity(1 << 20, f);
     let mut bad = 0u64;
-    crate::report::each_line(reader, |line| {
+    crate::cli::usage::each_line(reader, |line| {
         each(line);
         if !tally.add_line(line) {
             bad += 1;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures_lite::future;
 
-use crate::driver::{Shared, serve_connection};
 use crate::runtime::Runtime;
+use crate::serving::driver::{Shared, serve_connection};
 
 /// Binds a listening socket (non-blocking, ready for any runtime).
 pub(crate) fn bind(addr: &str) -> Result<std::net::TcpListener, String> {

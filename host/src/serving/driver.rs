@@ -22,10 +22,10 @@ use chatgate_core::Instant;
 use chatgate_core::{Accept, Connection, Event, UpstreamFailure};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
-use crate::gate::Gate;
-use crate::ledger::Ledger;
+use crate::provider::connector::{Connector, Connectors, UpstreamStream};
+use crate::runtime::gate::Gate;
 use crate::runtime::{Alarm, Runtime, SCRATCH_LEN, now, with_scratch};
-use crate::upstream::{Connector, Connectors, UpstreamStream};
+use crate::stores::ledger::Ledger;
 
 /// How long a closing connection keeps reading (and dropping) what the
 /// client still sends, so the last response is not destroyed by a reset.
@@ -44,7 +44,7 @@ pub(crate) struct Shared<R: Runtime> {
     /// The ledger file.
     pub ledger: Ledger,
     /// The shared limiter (Redis), when configured.
-    pub shared_limits: Option<Arc<crate::redis::SharedLimiter<R>>>,
+    pub shared_limits: Option<Arc<crate::stores::redis::SharedLimiter<R>>>,
     /// Notified when draining starts.
     pub draining: event_listener::Event,
 }
@@ -218,7 +218,7 @@ impl<'s, R: Runtime> Task<'s, R> {
                     self.clock = now();
                     let took = self.clock.saturating_duration_since(started);
                     shared.gateway.metrics().ledger_write(took, ok);
-                    crate::logging::access(&record);
+                    crate::telemetry::logging::access(&record);
                     self.conn.handle_ledger_written(self.clock, ok);
                 }
                 Event::Admit(ask) => {

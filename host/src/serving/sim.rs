@@ -7,7 +7,7 @@ use std::task::Poll;
 use chatgate_sim::{SimAction, SimConnection, SimServer};
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 
-use crate::gate::Gate;
+use crate::runtime::gate::Gate;
 use crate::runtime::{Alarm, Runtime, now, with_scratch};
 
 /// Serves simulator connections until `stop` completes (the caller passes

@@ -1,0 +1,187 @@
+//! `demo` (the gateway with the simulator in-process and a throwaway key)
+//! and `sim` (the simulator alone).
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use chatgate_core::Gateway;
+use chatgate_core::Limits;
+use chatgate_core::WallClock;
+use chatgate_core::{GatewayConfig, UpstreamTarget};
+use chatgate_core::{KeyEntry, KeyTable, key_sha256, mint_key};
+use chatgate_sim::{Fault, SimOptions, SimServer};
+use clap::ArgMatches;
+
+use crate::provider::connector::Connectors;
+use crate::runtime::{Runtime, raise_fd_limit, random_32, random_u64, unix_ms_at_start};
+use crate::serving::listener::bind;
+use crate::serving::sim::run_sim;
+use crate::stores::ledger::Ledger;
+use crate::telemetry::logging::init_logging;
+
+use super::serve::{Bound, run_bound};
+use super::*;
+
+pub(super) fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
+    init_logging("info", false);
+    match start_demo(rt, m) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+/// `demo`: the simulator on an ephemeral port, a throwaway key and ledger,
+/// and the gateway in front of them.
+pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
+    let listen = m
+        .get_one::<String>("listen")
+        .cloned()
+        .or_else(|| std::env::var("CHATGATE_LISTEN").ok())
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let sim_addr = start_demo_sim(&rt)?;
+    let key = mint_key(&random_32());
+    let keys = KeyTable::new(vec![KeyEntry {
+        name: "demo".into(),
+        sha256: key_sha256(&key),
+        limits: Limits::default(),
+        quota: chatgate_core::Quota::default(),
+        created: None,
+        expires: None,
+        expires_unix: None,
+    }])
+    .map_err(|e| e.to_string())?;
+    let ledger_path =
+        std::env::temp_dir().join(format!("chatgate-demo-{}.jsonl", std::process::id()));
+    let ledger_path = ledger_path.to_string_lossy().into_owned();
+    let ledger = Ledger::open(&ledger_path)?;
+    let upstream = UpstreamTarget::parse(&format!("http://{sim_addr}/v1"))?;
+    // The console on an admin listener of its own port, with a fresh token.
+    let admin = bind("127.0.0.1:0")?;
+    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
+    let admin_token: String = random_32()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut config = GatewayConfig::new(upstream.clone());
+    config.console_token = Some(chatgate_core::Secret::new(admin_token.clone()));
+    let gateway = Gateway::new(
+        config,
+        keys,
+        WallClock::new(unix_ms_at_start()),
+        random_u64(),
+    );
+    let connectors = Connectors::new(
+        rt.clone(),
+        &gateway.endpoints(),
+        64,
+        Duration::from_secs(30),
+    )?;
+    let listener =
+        bind(&listen).map_err(|e| format!("{e} (choose another address with --listen)"))?;
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or(listen);
+    eprintln!(
+        "\nchatgate demo: a simulated reasoning provider is built in; nothing leaves this machine.\n\
+         Base URL: http://{addr}/v1\nAPI key:  {key}\nModel:    reasoning-model-k3\nLedger:   {ledger_path}\n\n\
+         Try (streaming):\n  curl -N http://{addr}/v1/chat/completions \\\n    -H 'Authorization: Bearer {key}' \\\n    \
+         -H 'Content-Type: application/json' \\\n    -d '{{\"model\":\"reasoning-model-k3\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Why is the sky blue?\"}}]}}'\n\n\
+         Or point an OpenAI SDK at it:\n  OPENAI_BASE_URL=http://{addr}/v1 OPENAI_API_KEY={key}\n\n\
+         Console:  http://{admin_addr}/\nAdmin token: {admin_token}\n\nCtrl-C stops it.\n"
+    );
+    let summary = format!(
+        "demo upstream={} ledger={ledger_path}",
+        upstream.display_url()
+    );
+    let bound = Bound {
+        listener,
+        admin: Some(admin),
+        keys_src: None,
+        pool_src: None,
+        ledger_postgres: None,
+        otlp: None,
+    };
+    Ok(run_bound(
+        rt,
+        bound,
+        (gateway, None),
+        connectors,
+        ledger,
+        &summary,
+    ))
+}
+
+/// The demo's simulator, on an ephemeral port, for as long as the process
+/// lives (the gateway's drain decides when that ends).
+pub(super) fn start_demo_sim<R: Runtime>(rt: &R) -> Result<std::net::SocketAddr, String> {
+    let listener = bind("127.0.0.1:0")?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let wall = WallClock::new(unix_ms_at_start());
+    let sim = SimServer::new(
+        SimOptions {
+            ttft: Duration::from_millis(300),
+            token_interval: Duration::from_millis(20),
+            ..SimOptions::default()
+        },
+        wall,
+    );
+    let listener = rt.listener(listener).map_err(|e| e.to_string())?;
+    rt.spawn(run_sim(rt.clone(), listener, sim, std::future::pending()));
+    Ok(addr)
+}
+
+pub(super) fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
+    init_logging("warn", false);
+    let ms = |k: &str| m.get_one::<u64>(k).copied().map(Duration::from_millis);
+    let fault = match m.get_one::<String>("fault") {
+        Some(name) => {
+            let after = m.get_one::<u64>("fault-after").map(u64::to_string);
+            let status = m.get_one::<u64>("fault-status").map(u64::to_string);
+            let get = |k: &str| match k {
+                "after" => after.clone(),
+                "status" => status.clone(),
+                _ => None,
+            };
+            match Fault::parse(name, &get) {
+                Ok(f) => Some(f),
+                Err(e) => return fail(e),
+            }
+        }
+        None => None,
+    };
+    let options = SimOptions {
+        ttft: ms("ttft-ms").unwrap_or(Duration::ZERO),
+        token_interval: ms("token-ms").unwrap_or(Duration::ZERO),
+        reasoning_tokens: m.get_one::<u64>("reasoning-tokens").map(|&n| n as u32),
+        answer_tokens: m.get_one::<u64>("answer-tokens").map(|&n| n as u32),
+        fault,
+        api_key: std::env::var("CHATGATE_SIM_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()),
+        strict_request_id: m.get_flag("strict-request-id"),
+        template_tokens: m.get_one::<u64>("template-tokens").copied().unwrap_or(0),
+    };
+    raise_fd_limit();
+    let listen = m.get_one::<String>("listen").expect("required");
+    let listener = match bind(listen) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let listener = match rt.listener(listener) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    // Handlers first: whoever reads the line may signal at once.
+    let stop = rt.shutdown_signal();
+    println!("sim listening on http://{addr}/v1");
+    let _ = std::io::stdout().flush();
+    let server = SimServer::new(options, WallClock::new(unix_ms_at_start()));
+    rt.block_on(run_sim(rt.clone(), listener, server, stop));
+    ExitCode::SUCCESS
+}

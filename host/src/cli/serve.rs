@@ -1,0 +1,301 @@
+//! `serve`: the settings resolved, keys and ledger opened, every task
+//! started, the address announced, and the drain on SIGTERM.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatgate_core::Gateway;
+use chatgate_core::KeyTable;
+use chatgate_core::WallClock;
+use chatgate_core::{SERVE_SETTINGS, ServeConfig, Sources};
+use clap::ArgMatches;
+
+use crate::provider::connector::Connectors;
+use crate::reload::keys::KeysSource;
+use crate::runtime::{Runtime, raise_fd_limit, random_u64, unix_ms_at_start};
+use crate::serving::driver::Shared;
+use crate::serving::listener::{bind, run_gateway};
+use crate::stores::ledger::Ledger;
+use crate::telemetry::logging::init_logging;
+
+use super::*;
+
+pub(super) fn serve<R: Runtime>(
+    runtime: impl FnOnce(Option<usize>) -> Result<R, ExitCode>,
+    m: &ArgMatches,
+    bin: &str,
+) -> ExitCode {
+    match start_serving(runtime, m, bin) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+/// `serve`: resolves the configuration, loads the keys, opens the ledger,
+/// the provider connector, the listeners and the shared limiter, then
+/// serves until a signal; `Err` is a start-up problem, in one line.
+pub(super) fn start_serving<R: Runtime>(
+    runtime: impl FnOnce(Option<usize>) -> Result<R, ExitCode>,
+    m: &ArgMatches,
+    bin: &str,
+) -> Result<ExitCode, String> {
+    // Stamped before the reads: a change that lands between a read and
+    // its watcher's first look is still a change.
+    let config_stamp = config_path(m).and_then(|p| crate::reload::stamp(&p));
+    let cfg = resolve_serve_config(m)?;
+    init_logging(&cfg.log_level, cfg.log_json);
+    let rt = match runtime(cfg.worker_threads) {
+        Ok(rt) => rt,
+        Err(code) => return Ok(code),
+    };
+    let keys_stamp = crate::reload::stamp(&cfg.keys_path);
+    let keys = load_keys(&cfg, bin)?;
+    let summary = cfg.summary(keys.len());
+    let ledger = Ledger::open(&cfg.ledger_path)?;
+    let gateway = Gateway::new(
+        cfg.gateway.clone(),
+        keys,
+        WallClock::new(unix_ms_at_start()),
+        random_u64(),
+    );
+    let connectors = Connectors::new(
+        rt.clone(),
+        &gateway.endpoints(),
+        cfg.pool_max_idle,
+        cfg.pool_idle_timeout,
+    )?;
+    let listener = bind(&cfg.listen)?;
+    let admin = match cfg.admin_listen.as_deref().map(bind) {
+        None => None,
+        Some(Ok(l)) => Some(l),
+        Some(Err(e)) => return Err(format!("admin listener: {e}")),
+    };
+    let keys_src = KeysSource {
+        path: cfg.keys_path.clone(),
+        defaults: cfg.gateway.key_defaults(),
+        loaded: keys_stamp,
+    };
+    let spend = match &cfg.ledger_postgres {
+        Some(url) => crate::stores::spend::SpendSource::Postgres(url.clone()),
+        None => crate::stores::spend::SpendSource::File(cfg.ledger_path.clone()),
+    };
+    // This process's book of spend (and its console) starts from its
+    // ledger, so a restart forgets nothing. With Redis the shared store
+    // decides admission; this book is what the console shows as this
+    // instance's spend, and what the fail-open fallback admits on.
+    seed_spend(&gateway, &cfg.ledger_path)?;
+    let shared_limits = match cfg.redis.clone() {
+        None => None,
+        Some(url) => Some(Arc::new(crate::stores::redis::SharedLimiter::new(
+            rt.clone(),
+            url,
+            cfg.upstream_ca.as_deref(),
+            cfg.redis_timeout,
+            spend,
+        )?)),
+    };
+    let bound = Bound {
+        listener,
+        admin,
+        keys_src: Some(keys_src),
+        pool_src: config_path(m).map(|path| crate::reload::pool::PoolSource {
+            path,
+            flags: serve_flags(m),
+            env: std::env::vars().collect(),
+            loaded: config_stamp,
+        }),
+        ledger_postgres: cfg
+            .ledger_postgres
+            .clone()
+            .map(|url| (url, cfg.ledger_path.clone())),
+        otlp: cfg.otlp.clone().map(|e| (e, cfg.upstream_ca.clone())),
+    };
+    Ok(run_bound(
+        rt,
+        bound,
+        (gateway, shared_limits),
+        connectors,
+        ledger,
+        &summary,
+    ))
+}
+
+/// Seeds the process's book of spend, and the console's last day, from the
+/// local ledger.
+pub(super) fn seed_spend(gateway: &Gateway, ledger: &str) -> Result<(), String> {
+    let unix_ms = now_unix_ms();
+    let console = gateway.console();
+    let tally = crate::stores::spend::tally_file(ledger, unix_ms, |line| {
+        // An unreadable line is counted (and warned about) by the tally.
+        let _ = console.seed_line(line, unix_ms);
+    })?;
+    for (key, spent) in &tally.keys {
+        gateway.quota().seed(key, *spent, unix_ms);
+    }
+    Ok(())
+}
+
+/// The `serve` flags given, by setting key.
+pub(super) fn serve_flags(m: &ArgMatches) -> HashMap<String, String> {
+    SERVE_SETTINGS
+        .iter()
+        .filter_map(|s| {
+            m.get_one::<String>(s.key)
+                .map(|v| (s.key.to_owned(), v.clone()))
+        })
+        .collect()
+}
+
+/// The config file's path (`--config`, or `CHATGATE_CONFIG`).
+pub(super) fn config_path(m: &ArgMatches) -> Option<String> {
+    m.get_one::<String>("config")
+        .cloned()
+        .or_else(|| std::env::var("CHATGATE_CONFIG").ok())
+}
+
+/// Flags, `CHATGATE_*` variables and the config file, resolved.
+pub(super) fn resolve_serve_config(m: &ArgMatches) -> Result<ServeConfig, String> {
+    // All of it: `[[upstream]]` tables name the variables their keys are in.
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let flags = serve_flags(m);
+    let file = match &config_path(m) {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read the config file '{p}': {e}"))?,
+        ),
+        None => None,
+    };
+    ServeConfig::resolve(Sources { flags, env, file }).map_err(|e| e.to_string())
+}
+
+/// The keys file: readable, valid, not empty (and within what the shared
+/// limiter computes exactly, with Redis).
+pub(super) fn load_keys(cfg: &ServeConfig, bin: &str) -> Result<KeyTable, String> {
+    let path = &cfg.keys_path;
+    let new = format!("`{bin} keys new --keys {path} --name NAME`");
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the keys file '{path}': {e}; create it with {new}"))?;
+    let keys = KeyTable::parse_toml(&text, cfg.gateway.key_defaults())
+        .map_err(|e| format!("{e} ({path})"))?;
+    if keys.is_empty() {
+        return Err(format!(
+            "the keys file '{path}' has no keys; create one with {new}"
+        ));
+    }
+    if cfg.redis.is_some() {
+        crate::stores::redis::check_keys(&keys).map_err(|e| format!("{e} ({path})"))?;
+    }
+    Ok(keys)
+}
+
+/// The sockets a gateway serves, and where its keys reload from.
+pub(super) struct Bound {
+    pub(super) listener: std::net::TcpListener,
+    pub(super) admin: Option<std::net::TcpListener>,
+    pub(super) keys_src: Option<KeysSource>,
+    /// Where the provider pool reloads from (the config file).
+    pub(super) pool_src: Option<crate::reload::pool::PoolSource>,
+    /// PostgreSQL URL and the local ledger it ships from.
+    pub(super) ledger_postgres: Option<(String, String)>,
+    /// Where traces go (and the extra CA for TLS to the collector).
+    pub(super) otlp: Option<(chatgate_core::OtlpExport, Option<String>)>,
+}
+
+pub(super) fn run_bound<R: Runtime>(
+    rt: R,
+    bound: Bound,
+    (gateway, shared_limits): (
+        Arc<Gateway>,
+        Option<Arc<crate::stores::redis::SharedLimiter<R>>>,
+    ),
+    connectors: Connectors<R>,
+    ledger: Ledger,
+    summary: &str,
+) -> ExitCode {
+    let Bound {
+        listener,
+        admin,
+        keys_src,
+        pool_src,
+        ledger_postgres,
+        otlp,
+    } = bound;
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => return fail(format!("cannot read the listening address: {e}")),
+    };
+    let shared = Arc::new(Shared {
+        rt: rt.clone(),
+        gateway,
+        connectors,
+        ledger,
+        shared_limits,
+        draining: event_listener::Event::new(),
+    });
+    let listener = match rt.listener(listener) {
+        Ok(l) => l,
+        Err(e) => return fail(format!("cannot listen on {addr}: {e}")),
+    };
+    let mut admin_addr = None;
+    if let Some(admin) = admin {
+        admin_addr = admin.local_addr().ok();
+        match rt.listener(admin) {
+            Ok(l) => rt.spawn(crate::serving::admin::run_admin(Arc::clone(&shared), l)),
+            Err(e) => return fail(format!("admin listener: {e}")),
+        }
+    }
+    rt.spawn(crate::reload::watch(
+        Arc::clone(&shared),
+        keys_src,
+        pool_src,
+    ));
+    if let Some(l) = &shared.shared_limits {
+        rt.spawn(Arc::clone(l).renew_leases());
+    }
+    if let Some((export, ca)) = otlp.clone() {
+        rt.spawn(crate::telemetry::otlp::run(
+            rt.clone(),
+            Arc::clone(&shared.gateway),
+            export,
+            ca,
+        ));
+    }
+    rt.spawn(crate::provider::probe::run(Arc::clone(&shared)));
+    let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+    tracing::info!("starting: {summary} open_files={files}");
+    // The handlers go in before the address is announced: whoever reads the
+    // line may signal at once, and that must drain, not kill.
+    let stop = rt.shutdown_signal();
+    println!("chatgate listening on http://{addr}/v1");
+    if let Some(a) = admin_addr {
+        println!("chatgate admin listening on http://{a}");
+    }
+    let _ = std::io::stdout().flush();
+    let shipper = ledger_postgres
+        .map(|(url, path)| crate::stores::postgres::start(url, path, Arc::clone(&shared.gateway)));
+    let gateway = Arc::clone(&shared.gateway);
+    rt.block_on(run_gateway(shared, listener, stop));
+    if let Some((export, ca)) = otlp {
+        // The spans of the requests the drain finished, before exit.
+        rt.block_on(crate::telemetry::otlp::flush(
+            rt.clone(),
+            gateway,
+            export,
+            ca,
+            Duration::from_secs(5),
+        ));
+    }
+    if let Some((state, thread)) = shipper {
+        // A last pass ships what the drain appended; what PostgreSQL cannot
+        // take now stays in the local ledger for the next start.
+        state.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !thread.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    ExitCode::SUCCESS
+}
