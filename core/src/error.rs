@@ -1,4 +1,4 @@
-//! The client-facing error: CONTRACT's JSON error body and the HTTP status it
+//! The client-facing error: the documented JSON error body and the HTTP status it
 //! travels with.
 //!
 //! Every error the gateway answers with, from a malformed request line to a
@@ -47,7 +47,7 @@ pub struct ApiError {
     pub status: u16,
     /// The `type` field.
     pub kind: ErrorType,
-    /// The `code` field (CONTRACT's table), e.g. `invalid_value`.
+    /// The `code` field (README, *Errors*), e.g. `invalid_value`.
     pub code: &'static str,
     /// The offending parameter, e.g. `messages[0].role`, when there is one.
     pub param: Option<String>,
@@ -163,7 +163,7 @@ impl std::fmt::Display for StoreError {
 impl std::error::Error for StoreError {}
 
 /// What went wrong with the provider, as the ledger's `error` field names
-/// it. Clients see only CONTRACT's `upstream_error`/`upstream_timeout`
+/// it. Clients see only the documented `upstream_error`/`upstream_timeout`
 /// codes (and a message); operators see which of these happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UpstreamFault {

@@ -7,6 +7,8 @@
 //! are not metered. The runtime appends the line, and only then lets the last
 //! bytes of the response go to the client.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Price, format_usd};
@@ -388,6 +390,70 @@ mod decimal_usd {
             frac_nanos += u64::from(b - b'0') * 10u64.pow(8 - i as u32);
         }
         int.checked_mul(1_000_000_000)?.checked_add(frac_nanos)
+    }
+}
+
+/// The fields of a ledger line that are read back: by the usage report
+/// (`report`), the spend tally (`quota`) and the console; the one reader
+/// of ledger lines.
+#[derive(Deserialize)]
+pub(crate) struct Line<'a> {
+    #[serde(borrow)]
+    pub(crate) ts: &'a str,
+    #[serde(borrow)]
+    pub(crate) key: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub(crate) request_id: Cow<'a, str>,
+    #[serde(default)]
+    pub(crate) stream: bool,
+    #[serde(default)]
+    pub(crate) complete: bool,
+    #[serde(default)]
+    pub(crate) prompt_tokens: u64,
+    #[serde(default)]
+    pub(crate) completion_tokens: u64,
+    #[serde(default)]
+    pub(crate) reasoning_tokens: u64,
+    #[serde(default)]
+    pub(crate) cached_tokens: u64,
+    #[serde(default)]
+    pub(crate) cost_nano_usd: u64,
+    /// What the key's budget was charged instead, when usage was missing.
+    #[serde(default)]
+    pub(crate) charged_nano_usd: u64,
+    #[serde(default)]
+    pub(crate) status: u16,
+    #[serde(borrow, default)]
+    pub(crate) error: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(crate) endpoint: Option<Cow<'a, str>>,
+}
+
+impl<'a> Line<'a> {
+    /// What the line's request counts against its key's budget: its cost,
+    /// or what it was charged when the provider reported no usage.
+    pub(crate) fn spend_nano_usd(&self) -> u64 {
+        self.cost_nano_usd.max(self.charged_nano_usd)
+    }
+
+    /// The same fields of a record this process wrote.
+    pub(crate) fn of(r: &'a crate::ledger::LedgerRecord) -> Line<'a> {
+        Line {
+            ts: &r.ts,
+            key: Cow::Borrowed(&r.key),
+            request_id: Cow::Borrowed(&r.request_id),
+            stream: r.stream,
+            complete: r.complete,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            cached_tokens: r.cached_tokens,
+            cost_nano_usd: r.cost_nano_usd,
+            charged_nano_usd: r.charged_nano_usd,
+            status: r.status,
+            error: r.error.as_deref().map(Cow::Borrowed),
+            endpoint: r.endpoint.as_deref().map(Cow::Borrowed),
+        }
     }
 }
 

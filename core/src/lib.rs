@@ -7,17 +7,17 @@
 //!
 //! The crate root is the whole public API, grouped by layer below; each
 //! layer uses only the layers above it, and the modules are private (the
-//! HTTP codecs and the usage report keep a namespace of their own:
-//! [`http`] and [`report`]). Where each concern lives, for contributors:
+//! HTTP codecs, the usage report, traces and the console keep a namespace
+//! of their own: [`http`], [`report`], [`trace`] and [`console`]). Where each concern lives, for contributors:
 //! `docs/architecture.md`.
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (CONTRACT's error body) and [`UpstreamFault`]; the one URL reader |
+//! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; the one URL reader |
 //! | codecs | [`http`], `json`, `sse`, `redis_protocol` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]) |
-//! | rules | `routes`, `validate`, `usage`, `stream`, `catalog`, `limits`, `auth`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); keys; the ledger line; the pool's policy; usage reports |
-//! | shared state | `config`, `endpoints`, `metrics`, `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what connections share ([`Gateway`]) |
-//! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers |
+//! | rules | `routes`, `validate`, `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; the ledger line; the keep-alive pool's policy; usage reports |
+//! | shared state | `config`, `endpoints`, `metrics`, [`console`], `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what the operator's console records, and its sessions; what connections share ([`Gateway`]) |
+//! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers, the console's pages and JSON among them |
 //!
 //! ## The driving loop
 //!
@@ -195,7 +195,9 @@ mod admin;
 pub mod console;
 mod exchange;
 
-pub use admin::{AdminRequest, AdminRoute, MAX_ADMIN_BODY, Readiness, admin_response, admin_route};
+pub use admin::{
+    AdminRequest, AdminRoute, ConsoleRoute, MAX_ADMIN_BODY, Readiness, admin_response, admin_route,
+};
 pub use exchange::{
     Accept, AdmitRequest, Connection, Event, Refusal, Settlement, SharedAdmission, UpstreamFailure,
 };

@@ -4,11 +4,9 @@
 //! (tokens, nano-dollars), so totals are exact and equal the sum of the
 //! lines.
 
-use std::borrow::Cow;
+use crate::ledger::Line;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-
-use serde::Deserialize;
 
 /// How rows are grouped in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,69 +101,6 @@ impl Totals {
         self.cached_tokens += o.cached_tokens;
         self.incomplete_streams += o.incomplete_streams;
         self.cost_nano_usd += o.cost_nano_usd;
-    }
-}
-
-/// The fields of a ledger line the reports, the spend tally (`quota`) and
-/// the console read.
-#[derive(Deserialize)]
-pub(crate) struct Line<'a> {
-    #[serde(borrow)]
-    pub(crate) ts: &'a str,
-    #[serde(borrow)]
-    pub(crate) key: Cow<'a, str>,
-    #[serde(borrow, default)]
-    pub(crate) request_id: Cow<'a, str>,
-    #[serde(default)]
-    pub(crate) stream: bool,
-    #[serde(default)]
-    pub(crate) complete: bool,
-    #[serde(default)]
-    pub(crate) prompt_tokens: u64,
-    #[serde(default)]
-    pub(crate) completion_tokens: u64,
-    #[serde(default)]
-    pub(crate) reasoning_tokens: u64,
-    #[serde(default)]
-    pub(crate) cached_tokens: u64,
-    #[serde(default)]
-    pub(crate) cost_nano_usd: u64,
-    /// What the key's budget was charged instead, when usage was missing.
-    #[serde(default)]
-    pub(crate) charged_nano_usd: u64,
-    #[serde(default)]
-    pub(crate) status: u16,
-    #[serde(borrow, default)]
-    pub(crate) error: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub(crate) endpoint: Option<Cow<'a, str>>,
-}
-
-impl<'a> Line<'a> {
-    /// What the line's request counts against its key's budget: its cost,
-    /// or what it was charged when the provider reported no usage.
-    pub(crate) fn spend_nano_usd(&self) -> u64 {
-        self.cost_nano_usd.max(self.charged_nano_usd)
-    }
-
-    /// The same fields of a record this process wrote.
-    pub(crate) fn of(r: &'a crate::ledger::LedgerRecord) -> Line<'a> {
-        Line {
-            ts: &r.ts,
-            key: Cow::Borrowed(&r.key),
-            request_id: Cow::Borrowed(&r.request_id),
-            stream: r.stream,
-            complete: r.complete,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            reasoning_tokens: r.reasoning_tokens,
-            cached_tokens: r.cached_tokens,
-            cost_nano_usd: r.cost_nano_usd,
-            charged_nano_usd: r.charged_nano_usd,
-            status: r.status,
-            error: r.error.as_deref().map(Cow::Borrowed),
-            endpoint: r.endpoint.as_deref().map(Cow::Borrowed),
-        }
     }
 }
 

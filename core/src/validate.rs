@@ -26,6 +26,14 @@
 //! The serde_json implementation this replaced is kept, in tests only, as
 //! the oracle (`reference`): the tests (`agree`, `tests`) hold the two to
 //! the same answers, error messages and rewritten bodies included.
+//!
+//! | file | job |
+//! |---|---|
+//! | `body.rs` | the one pass over the body and the [`ChatRequest`] it yields |
+//! | `messages.rs` | `messages` and their content parts, with the prompt estimate |
+//! | `params.rs` | the other parameters, checked on their text |
+//! | `checked.rs` | what the pass found, for the rewrite |
+//! | `rewrite.rs` | the body for the provider, by splicing raw member text |
 
 use std::fmt;
 

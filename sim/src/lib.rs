@@ -15,7 +15,8 @@
 //!
 //! | key | meaning |
 //! |---|---|
-//! | `fault` | `reject`, `reset`, `omit_done`, `stall_headers`, `stall`, `garbage`, `bad_chunk`, `huge_event`, `data_after_done`, `heartbeat_after_finish`, `keepalive_after_usage`, `error_event`, `no_usage`, `close_after_headers`, `json_for_stream` |
+//! | `fault` | `reject`, `reset`, `omit_done`, `stall_headers`, `stall`, `garbage`, `bad_chunk`, `huge_event`, `data_after_done`, `heartbeat_after_finish`, `keepalive_after_usage`, `error_event`, `no_usage`, `close_after_headers`, `json_for_stream`, `pings` (with `count`, `die`) |
+//! | `template_tokens` | prompt tokens added to the reported count (a chat template) |
 //! | `after` | events sent before `reset`, `stall`, `bad_chunk`, `error_event`, `huge_event` (default 2) |
 //! | `status`, `message`, `retry_after` | for `reject` (default 500; `Retry-After` for 429) |
 //! | `bytes` | size of the `huge_event` event |
@@ -24,6 +25,14 @@
 //! | `framing` | `chunked` (default for streams) or `close` |
 //! | `usage_every` | `true`: cumulative usage on every chunk (with `include_usage`), as some providers do |
 //! | `split_ms` | stream events go out in two writes this many milliseconds apart, split alternately in the middle and before the last byte (a provider whose events straddle reads) |
+//!
+//! | file | job |
+//! |---|---|
+//! | `ask.rs` | what the simulator understood of a request |
+//! | `script.rs` | the deterministic answer: reasoning, words, a tool call |
+//! | `plan.rs` | the response planned for a request: status, framing, pieces, timing |
+//! | `fault.rs` | the misbehaviours it can imitate |
+//! | `server.rs` | the server state machine, the runtime fault, journal and totals |
 
 mod ask;
 mod fault;

@@ -995,7 +995,8 @@ impl Drop for RedisServer {
     }
 }
 
-/// A blocking Redis connection speaking RESP through `chatgate_core::resp`.
+/// A blocking Redis connection speaking RESP through core's `redis_protocol`
+/// ([`chatgate_core::parse_redis_reply`], [`chatgate_core::encode_redis_command`]).
 pub struct RedisClient {
     stream: TcpStream,
     buf: Vec<u8>,

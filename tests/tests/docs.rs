@@ -194,3 +194,79 @@ fn documented_pools_resolve() {
         assert!(pool.iter().any(|e| e.model.is_some()), "{file}");
     }
 }
+
+/// Every module a crate root or a folder's `mod.rs` declares is named in
+/// that file's own doc (its table of rooms), and every module of core and
+/// host in `docs/architecture.md`: a module added without a line in the
+/// table that says what it holds fails here, so the tables cannot drift.
+#[test]
+fn every_module_is_in_its_doc_table() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let architecture =
+        std::fs::read_to_string(root.join("docs/architecture.md")).expect("architecture.md");
+    let mut missing = Vec::new();
+    for krate in ["core/src", "host/src", "sim/src"] {
+        let mut dirs = vec![root.join(krate)];
+        while let Some(dir) = dirs.pop() {
+            // A folder's index: the crate root, its `mod.rs`, or the file
+            // of the same name beside it (`validate.rs` for `validate/`).
+            let index = ["lib.rs", "mod.rs"]
+                .iter()
+                .map(|f| dir.join(f))
+                .chain([dir.with_extension("rs")])
+                .find(|p| p.exists());
+            let Some(index) = index else { continue };
+            let text = std::fs::read_to_string(&index).unwrap();
+            let doc: String = text
+                .lines()
+                .filter(|l| l.trim_start().starts_with("//!"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut after_cfg_test = false;
+            for line in text.lines().map(str::trim) {
+                let declared = line
+                    .strip_prefix("pub mod ")
+                    .or_else(|| line.strip_prefix("pub(crate) mod "))
+                    .or_else(|| line.strip_prefix("mod "))
+                    .and_then(|rest| rest.strip_suffix(';'));
+                let test_only = std::mem::replace(&mut after_cfg_test, line == "#[cfg(test)]");
+                let Some(name) = declared else { continue };
+                let at = index.strip_prefix(&root).unwrap().display().to_string();
+                if test_only || name == "tests" {
+                    continue;
+                }
+                let named = |text: &str| {
+                    [
+                        format!("`{name}`"),
+                        format!("`{name}/`"),
+                        format!("`{name}.rs`"),
+                    ]
+                    .iter()
+                    .any(|n| text.contains(n.as_str()))
+                };
+                if !named(&doc) {
+                    missing.push(format!("{at}'s doc does not name `{name}`"));
+                }
+                // The architecture page names the crates' rooms and the
+                // exchange's: a module at most one folder deep, in core or
+                // host (deeper ones are their folder's business).
+                let depth = dir
+                    .strip_prefix(root.join(krate))
+                    .map_or(9, |p| p.components().count());
+                let in_map = krate != "sim/src"
+                    && (depth == 0
+                        || (depth == 1 && (krate == "host/src" || at.contains("exchange"))));
+                if in_map && !named(&architecture) {
+                    missing.push(format!(
+                        "docs/architecture.md does not name `{name}` ({at})"
+                    ));
+                }
+                let sub = dir.join(name);
+                if sub.is_dir() {
+                    dirs.push(sub);
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

@@ -73,7 +73,7 @@ pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
 pub struct GatewayConfig {
     /// The provider endpoints (at least one).
     pub upstreams: Vec<EndpointConfig>,
-    /// Most attempts for one request (0: [`DEFAULT_ATTEMPTS`]), on
+    /// Most attempts for one request (0: three, `DEFAULT_ATTEMPTS`), on
     /// endpoints it has not tried first, then on the best one again.
     pub upstream_attempts: usize,
     /// How often an ejected endpoint is probed (zero: never; it then comes

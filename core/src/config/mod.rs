@@ -7,6 +7,14 @@
 //! The runtime collects flags (argv) and the environment and reads the file;
 //! everything else — names, parsing, validation, messages — happens here,
 //! once, for every binary.
+//!
+//! | file | job |
+//! |---|---|
+//! | `settings.rs` | every setting's flag, variable, file key and default, and the precedence |
+//! | `gateway.rs` | [`GatewayConfig`] and [`Timeouts`]: what the exchange reads |
+//! | `upstream.rs` | a provider endpoint's configuration ([`EndpointConfig`], [`UpstreamTarget`]) and the `[[upstream]]` tables |
+//! | `redis.rs` | the shared limiter's URL ([`RedisUrl`]) |
+//! | `otlp.rs` | the trace exporter's settings, from chatgate's and the `OTEL_*` variables |
 
 mod gateway;
 mod otlp;

@@ -120,7 +120,7 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 }
 
 /// The value of `name` in an `application/x-www-form-urlencoded` body.
-pub(super) fn form_value(body: &[u8], name: &str) -> Option<String> {
+pub(crate) fn form_value(body: &[u8], name: &str) -> Option<String> {
     let body = std::str::from_utf8(body).ok()?;
     body.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));

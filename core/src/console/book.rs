@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::ledger::LedgerRecord;
-use crate::report::Line;
+use crate::ledger::Line;
 
 /// Hours kept per key: the last 24 and the one in progress.
 const HOURS: u64 = 25;
@@ -91,7 +91,7 @@ pub struct Failure {
 /// Per key, the hours with a request (oldest first), each as its Unix
 /// hour and tally; and the newest failures.
 #[derive(Debug, Default)]
-pub(super) struct Book {
+pub(crate) struct Book {
     keys: FxHashMap<String, VecDeque<(u64, Tally)>>,
     failures: VecDeque<Failure>,
 }
@@ -141,7 +141,7 @@ impl Book {
 
     /// Adds one line of a ledger file read at start, when it finished in
     /// the 24 hours before `now_ms`; `false` when it cannot be read.
-    pub(super) fn add_line(&mut self, line: &[u8], now_ms: u64) -> bool {
+    pub(crate) fn add_line(&mut self, line: &[u8], now_ms: u64) -> bool {
         // Most of a long ledger is older than a day: its timestamp, the
         // first member the gateway writes, tells without parsing the rest.
         const TS: &[u8] = b"{\"ts\":\"";
@@ -171,7 +171,7 @@ impl Book {
     }
 
     /// `key`'s tally from `since_ms` on.
-    pub(super) fn since(&self, key: &str, since_ms: u64) -> Tally {
+    pub(crate) fn since(&self, key: &str, since_ms: u64) -> Tally {
         let from = since_ms / 3_600_000;
         let mut t = Tally::default();
         if let Some(hours) = self.keys.get(key) {
@@ -184,7 +184,7 @@ impl Book {
 
     /// `key`'s 24 hours up to the one holding `now_ms`, oldest first, each
     /// with its Unix hour (hours without requests are zeros).
-    pub(super) fn hours(&self, key: &str, now_ms: u64) -> Vec<(u64, Tally)> {
+    pub(crate) fn hours(&self, key: &str, now_ms: u64) -> Vec<(u64, Tally)> {
         let last = now_ms / 3_600_000;
         let hours = self.keys.get(key);
         (last - 23..=last)
@@ -198,7 +198,7 @@ impl Book {
     }
 
     /// Every key with a request in the 24 hours up to `now_ms`.
-    pub(super) fn keys(&self, now_ms: u64) -> impl Iterator<Item = &str> {
+    pub(crate) fn keys(&self, now_ms: u64) -> impl Iterator<Item = &str> {
         let from = (now_ms / 3_600_000).saturating_sub(23);
         self.keys
             .iter()
@@ -207,7 +207,7 @@ impl Book {
     }
 
     /// The newest failures, newest first.
-    pub(super) fn failures(&self) -> Vec<Failure> {
+    pub(crate) fn failures(&self) -> Vec<Failure> {
         self.failures.iter().rev().cloned().collect()
     }
 }

@@ -1,28 +1,39 @@
-//! The operator's console on the admin listener: a read-only page (HTML,
-//! CSS and script embedded from `core/console/`) and the JSON it reads,
-//! behind the admin token.
+//! What the operator's console shows, recorded as the gateway runs, and who
+//! may see it: its figures and sessions. The page (HTML, CSS and script
+//! embedded from `core/console/`) and the JSON it reads are answered by the
+//! admin listener (`admin/console.rs`), behind the admin token.
 //!
 //! Its figures come from what the gateway already keeps:
-//! - the last hour in ten-second slots ([`timeline`]), recorded as requests
+//! - the last hour in ten-second slots (`timeline`), recorded as requests
 //!   finish and from a one-second sample of the gauges by the runtime;
-//! - each key's last 24 hours and the newest failures ([`book`]), from the
+//! - each key's last 24 hours and the newest failures (`book`), from the
 //!   ledger records this process writes and the lines of its ledger file
 //!   read at start, so a key's figures are its ledger lines';
 //! - spend per budget period and requests in flight from the budgets'
 //!   book, provider endpoints from the pool.
 //!
 //! Nothing is recorded while the console is off (no `--admin-token-env`).
+//!
+//! | file | job |
+//! |---|---|
+//! | `access.rs` | the admin token, the login form and the sessions |
+//! | `answer.rs` | the console's routes and the JSON it answers |
+//! | `book.rs` | each key's last 24 hours by the hour, and the newest failures |
+//! | `timeline.rs` | the last hour in ten-second slots, with latency histograms |
 
 mod access;
-mod answer;
 mod book;
 mod timeline;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+/// The policy on every console answer.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+pub(crate) use access::form_value;
 pub use access::{Access, COOKIE, SESSION_SECS};
-pub use answer::{Asking, CSP, ConsoleRoute, console_response, console_route};
 pub use book::{Failure, Tally};
 pub use timeline::{Point, SLOT_SECS, SLOTS};
 
@@ -96,11 +107,11 @@ impl Console {
         }
     }
 
-    fn points(&self, unix_ms: u64) -> Vec<Point> {
+    pub(crate) fn points(&self, unix_ms: u64) -> Vec<Point> {
         lock(&self.timeline).points(unix_ms)
     }
 
-    fn book(&self) -> MutexGuard<'_, book::Book> {
+    pub(crate) fn book(&self) -> MutexGuard<'_, book::Book> {
         lock(&self.book)
     }
 }

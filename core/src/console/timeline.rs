@@ -20,7 +20,7 @@ const BUCKETS: usize = 8 + 26 * 4;
 
 /// Counts of durations in buckets a quarter of a power of two wide.
 #[derive(Debug, Clone)]
-pub(super) struct LogHistogram {
+pub(crate) struct LogHistogram {
     counts: Box<[u32; BUCKETS]>,
     total: u32,
 }
@@ -59,7 +59,7 @@ impl LogHistogram {
     }
 
     /// Records one duration.
-    pub(super) fn observe(&mut self, d: Duration) {
+    pub(crate) fn observe(&mut self, d: Duration) {
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         self.counts[Self::index(us)] = self.counts[Self::index(us)].saturating_add(1);
         self.total = self.total.saturating_add(1);
@@ -67,7 +67,7 @@ impl LogHistogram {
 
     /// The `q` quantile (0–1) in milliseconds: the middle of its bucket;
     /// `None` without observations.
-    pub(super) fn quantile_ms(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_ms(&self, q: f64) -> Option<f64> {
         if self.total == 0 {
             return None;
         }
@@ -126,7 +126,7 @@ pub struct Point {
 
 /// The last hour of slots.
 #[derive(Debug, Default)]
-pub(super) struct Timeline {
+pub(crate) struct Timeline {
     slots: VecDeque<Slot>,
 }
 
@@ -166,7 +166,7 @@ impl Timeline {
     }
 
     /// A request finished at `unix_ms`.
-    pub(super) fn finished(
+    pub(crate) fn finished(
         &mut self,
         unix_ms: u64,
         status: u16,
@@ -185,7 +185,7 @@ impl Timeline {
     }
 
     /// The gauges sampled at `unix_ms`.
-    pub(super) fn sample(&mut self, unix_ms: u64, in_flight: u32, streams: u32) {
+    pub(crate) fn sample(&mut self, unix_ms: u64, in_flight: u32, streams: u32) {
         let Some(s) = self.slot(unix_ms) else { return };
         s.in_flight = s.in_flight.max(in_flight);
         s.streams = s.streams.max(streams);
@@ -193,7 +193,7 @@ impl Timeline {
 
     /// The hour before `unix_ms`, one point per slot, oldest first; slots
     /// without anything recorded are zeros.
-    pub(super) fn points(&self, unix_ms: u64) -> Vec<Point> {
+    pub(crate) fn points(&self, unix_ms: u64) -> Vec<Point> {
         let last = unix_ms / 1000 / SLOT_SECS * SLOT_SECS;
         let first = last.saturating_sub(SLOT_SECS * (SLOTS as u64 - 1));
         let mut recorded = self.slots.iter().filter(|s| s.start >= first).peekable();

@@ -16,6 +16,12 @@
 //! Every choice is an [`Attempt`], which reports how it ended exactly once
 //! (a dropped attempt reports that it was abandoned), so in-flight counts
 //! and trials never leak.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the endpoint set, the choice, attempts, what `GET /upstreams` shows |
+//! | `health.rs` | passive health, ejection and trials, probes |
+//! | `prompt.rs` | each endpoint's learned prompt allowance (what it counts beyond the estimate) |
 
 mod health;
 mod prompt;

@@ -39,6 +39,7 @@
 //! | `upstream.rs` | the provider connection: connecting, its response head, failures, timeouts, the leftover after `[DONE]` |
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
 //! | `metering.rs` | the ledger record, metrics and access lines |
+//! | `spans.rs` | the request's trace: its server span and a client span per attempt |
 //! | `respond.rs` | response heads and error responses |
 //! | `timers.rs` | every deadline, in one table |
 

@@ -12,6 +12,14 @@
 //! Every parser resumes where it stopped, so feeding a message one byte at a
 //! time costs O(bytes), and every buffer that grows has a cap with a typed
 //! error ([`HttpError`]) that knows the HTTP status it maps to.
+//!
+//! | file | job |
+//! |---|---|
+//! | `head.rs` | the resumable head scanner |
+//! | `request.rs` | request heads (strict) |
+//! | `response.rs` | response heads |
+//! | `body.rs`, `chunked.rs` | body framing by length, chunks or close |
+//! | `write.rs` | head and chunk writers |
 
 mod body;
 mod chunked;

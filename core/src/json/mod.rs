@@ -28,6 +28,13 @@
 //! holds the error as serde_json words it, at the line and column
 //! serde_json reports ([`Cursor::error`]): the request validator answers
 //! with that text.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | [`Cursor`]: positions, errors, skipping |
+//! | `strings.rs` | strings: escapes, UTF-8, surrogates |
+//! | `values.rs` | numbers, literals, objects' members and arrays' elements |
+//! | `shape.rs` | the shape-only walk of an answer forwarded unread |
 
 use std::fmt;
 

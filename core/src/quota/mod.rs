@@ -21,6 +21,11 @@
 //! reservations and its requests in flight. The same rules run as part of
 //! the shared limiter's Redis script for several instances
 //! (`limits.lua`).
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | [`QuotaBook`], reservations, the in-flight queue, the spend tally |
+//! | `period.rs` | budget periods (day, ISO week, month, total) and their resets, in UTC |
 
 mod period;
 #[cfg(test)]
@@ -425,7 +430,7 @@ impl SpendTally {
         if line.iter().all(u8::is_ascii_whitespace) {
             return true;
         }
-        let Ok(l) = serde_json::from_slice::<crate::report::Line<'_>>(line) else {
+        let Ok(l) = serde_json::from_slice::<crate::ledger::Line<'_>>(line) else {
             return false;
         };
         // Periods begin on whole seconds: seconds place a line exactly.

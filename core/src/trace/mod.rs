@@ -2,6 +2,13 @@
 //! on, which requests are sampled, the spans a request makes, the bounded
 //! queue they wait in, and their OTLP protobuf encoding. Pure: times come
 //! from the caller; sending is the host's.
+//!
+//! | file | job |
+//! |---|---|
+//! | `context.rs` | W3C `traceparent` and `tracestate`, read and written |
+//! | `sampler.rs` | the OTEL samplers (ratio by trace id, parent-based) |
+//! | `tracer.rs` | trace and span ids, and the bounded queue of finished spans |
+//! | `otlp.rs` | spans encoded as an OTLP `ExportTraceServiceRequest` (protobuf by hand) |
 
 mod context;
 mod otlp;

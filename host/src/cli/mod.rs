@@ -12,6 +12,14 @@
 //! Flags, `CHATGATE_*` variables and the config file are resolved by
 //! `chatgate_core::config` (flag > environment > file > default). Start-up
 //! problems print one clear line and exit with status 2.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the command schema (clap) and the dispatch |
+//! | `serve.rs` | `serve`: settings, keys, ledger, every task, the drain |
+//! | `keys.rs` | the `keys` commands |
+//! | `usage.rs` | the `usage` report and `usage --budgets` |
+//! | `demo.rs` | `demo` and `sim` |
 
 mod demo;
 mod keys;

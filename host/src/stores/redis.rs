@@ -1,7 +1,7 @@
 //! The shared limiter's client: admissions and settlements as one Redis
 //! script call each (`EVALSHA`, loading the script on `NOSCRIPT`), on
 //! pooled connections opened by the same connector as the provider's (DNS,
-//! TCP, TLS for `rediss://`). The protocol is `chatgate_core::resp`; the
+//! TCP, TLS for `rediss://`). The protocol is `chatgate_core`'s `redis_protocol` (RESP); the
 //! limiter's arithmetic is the script's (`core/src/limits.lua`), which the
 //! tests check against the in-process limiter.
 

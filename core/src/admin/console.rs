@@ -15,8 +15,9 @@
 
 use serde_json::{Value, json};
 
-use super::Console;
 use crate::catalog::format_usd;
+use crate::console::CSP;
+use crate::console::{Console, SLOT_SECS, Tally};
 use crate::gateway::Gateway;
 use crate::quota::Period;
 use crate::time::{Instant, rfc3339_ms};
@@ -27,10 +28,6 @@ const OFF: &str = include_str!("../../console/off.html");
 const CSS: &str = include_str!("../../console/console.css");
 const JS: &str = include_str!("../../console/console.js");
 const ICON: &str = include_str!("../../console/favicon.svg");
-
-/// The policy on every console answer.
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// What a request to the console asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +49,7 @@ pub enum ConsoleRoute {
 
 /// The console's route for `method` (`GET` also for `HEAD`) and `path`,
 /// if it is one.
-pub fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
+pub(super) fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
     Some(match (get, path) {
         (true, "/") => ConsoleRoute::Page,
         (true, "/console.css") => ConsoleRoute::File("text/css; charset=utf-8", CSS),
@@ -71,7 +68,7 @@ pub fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
 
 /// What the console needs of a request besides its route.
 #[derive(Clone, Copy, Default)]
-pub struct Asking<'a> {
+pub(super) struct Asking<'a> {
     /// `HEAD`: the head only.
     pub head_only: bool,
     /// The `Authorization` value.
@@ -95,7 +92,7 @@ impl std::fmt::Debug for Asking<'_> {
 /// The whole answer (with `Connection: close`) to `route` at `now`;
 /// `fresh` is 32 random bytes from the runtime, a session id if this
 /// request logs in.
-pub fn console_response(
+pub(super) fn console_response(
     route: &ConsoleRoute,
     ask: Asking<'_>,
     gw: &Gateway,
@@ -136,7 +133,7 @@ pub fn console_response(
     };
     match route {
         ConsoleRoute::Login => {
-            let token = super::access::form_value(ask.body, "token").unwrap_or_default();
+            let token = crate::console::form_value(ask.body, "token").unwrap_or_default();
             if !token.is_empty() && access.is_token(token.as_bytes()) {
                 back_to_page(&access.open_session(fresh, unix_ms), ask.head_only)
             } else {
@@ -196,7 +193,7 @@ fn error_body(message: &str) -> Vec<u8> {
     to_vec(&json!({ "error": message }))
 }
 
-fn tally_json(t: &super::Tally) -> Value {
+fn tally_json(t: &Tally) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or_default();
     v["cost_usd"] = json!(format_usd(t.cost_nano_usd));
     v
@@ -235,7 +232,7 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
             .collect();
         others.sort_unstable();
         names.extend(others);
-        let rows: Vec<(String, super::Tally)> = names
+        let rows: Vec<(String, Tally)> = names
             .into_iter()
             .map(|n| {
                 let t = book.since(&n, day_start);
@@ -290,7 +287,7 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
         } else {
             "this instance"
         },
-        "slot_secs": super::SLOT_SECS,
+        "slot_secs": SLOT_SECS,
         "points": points,
         "gauges": {
             "in_flight": gw.requests_in_flight(unix_ms),
@@ -331,7 +328,7 @@ fn respond(
     head_only: bool,
 ) -> Vec<u8> {
     let headers = SECURITY.iter().chain(extra).copied();
-    crate::admin::respond_with(status, content_type, body, headers, head_only)
+    super::respond_with(status, content_type, body, headers, head_only)
 }
 
 #[cfg(test)]

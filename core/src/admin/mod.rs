@@ -1,16 +1,19 @@
 //! The admin listener's answers: `/metrics` (Prometheus text), `/healthz`
 //! (the process answers), `/readyz` (it can serve: keys loaded, ledger
 //! writable, a provider endpoint not ejected and reachable), `/upstreams`
-//! (each provider endpoint's state, as JSON) and the console
-//! ([`crate::console`]). Pure: the runtime reads a request head (and a
+//! (each provider endpoint's state, as JSON) and the console: its page,
+//! login and JSON (`console.rs`), from what [`crate::console`] records. Pure: the runtime reads a request head (and a
 //! small body), gathers a [`Readiness`] when asked, and writes the bytes
 //! returned here.
 
-use crate::console::{Asking, ConsoleRoute, console_response, console_route};
+mod console;
+
 use crate::gateway::Gateway;
 use crate::http::write::{self, header, header_u64};
 use crate::http::{Framing, HttpLimits, Method, header_value, parse_request_head};
 use crate::time::Instant;
+pub use console::ConsoleRoute;
+use console::{Asking, console_response, console_route};
 
 /// What `/readyz` checks, gathered by the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
