@@ -126,14 +126,14 @@ impl Connection {
     /// The trace of a chat request that just arrived, when tracing is on.
     pub(super) fn open_trace(&self, head: &RequestHead) -> Option<Box<RequestTrace>> {
         let tracer = self.gw.tracer()?;
-        let parent = head.trace_parent;
+        let (parent, state) = crate::trace::client_context(head);
         let trace_id = parent.map_or_else(|| tracer.trace_id(), |p| p.trace_id);
         let sampled = tracer.settings().sampler.sample(parent.as_ref(), &trace_id);
         Some(Box::new(RequestTrace {
             trace_id,
             span_id: tracer.span_id(),
             parent,
-            state: head.trace_state.clone(),
+            state,
             sampled,
             attempts: Vec::new(),
             response: None,

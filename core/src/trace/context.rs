@@ -59,6 +59,17 @@ impl SpanContext {
     }
 }
 
+/// The trace context a request head carries: its `traceparent`, when
+/// valid and sent once, and its `tracestate` (every field, joined), when
+/// valid and with such a `traceparent`.
+pub fn client_context(head: &crate::http::RequestHead) -> (Option<SpanContext>, Option<String>) {
+    let parent = head.traceparent.as_deref().and_then(parse_traceparent);
+    let state = parent
+        .and(head.tracestate.as_deref())
+        .and_then(parse_tracestate);
+    (parent, state)
+}
+
 /// Reads a `traceparent` header value. Version `00` must be exactly
 /// `00-<32 hex>-<16 hex>-<2 hex>`; a later version (`01` to `fe`) is read
 /// by the same first 55 characters, followed by nothing or by `-` and
@@ -201,6 +212,38 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reads_the_trace_context_and_ignores_a_broken_one() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let head = |extra: &str| {
+            let raw = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\n{extra}Content-Length: 2\r\n\r\n"
+            );
+            let limits = crate::http::HttpLimits::default();
+            let h = crate::http::parse_request_head(raw.as_bytes(), &limits).unwrap();
+            client_context(&h)
+        };
+        let h = head(&format!(
+            "traceparent: {tp}\r\ntracestate: a=1\r\nTraceState: b=2\r\n"
+        ));
+        assert_eq!(
+            h.0.unwrap().trace_id.hex(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(h.1.as_deref(), Some("a=1,b=2"));
+        // Two traceparents: neither; a tracestate without a valid one: none.
+        let h = head(&format!(
+            "traceparent: {tp}\r\ntraceparent: {tp}\r\ntracestate: a=1\r\n"
+        ));
+        assert_eq!(h, (None, None));
+        let h = head("traceparent: garbage\r\ntracestate: a=1\r\n");
+        assert_eq!(h, (None, None));
+        // A broken tracestate is dropped; the traceparent stays.
+        let h = head(&format!("traceparent: {tp}\r\ntracestate: A=1\r\n"));
+        assert!(h.0.is_some() && h.1.is_none());
+        assert_eq!(head("").0, None);
+    }
+
     use super::*;
 
     const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

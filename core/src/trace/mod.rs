@@ -16,7 +16,8 @@ mod sampler;
 mod tracer;
 
 pub use context::{
-    SAMPLED, SpanContext, SpanId, TraceId, format_traceparent, parse_traceparent, parse_tracestate,
+    SAMPLED, SpanContext, SpanId, TraceId, client_context, format_traceparent, parse_traceparent,
+    parse_tracestate,
 };
 pub use otlp::{Attribute, Source, Span, SpanEvent, SpanKind, Status, Value, encode_export};
 pub use sampler::Sampler;
