@@ -50,36 +50,36 @@ pub fn provider_request_id(id: &str, attempt: u32) -> String {
     let mix = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    let own = digits.len() == 24 && digits.iter().all(u8::is_ascii_hexdigit);
-    let digit = |i: usize| -> u8 {
-        if own {
-            digits[i].to_ascii_lowercase()
-        } else {
-            HEX[((mix.rotate_left(4 * i as u32 + 1) ^ (mix >> 7)) & 0xf) as usize]
+    // The 30 free digits: the id's 24, four of the mix, the attempt's two.
+    let mut h = [0u8; 30];
+    if digits.len() == 24 && digits.iter().all(u8::is_ascii_hexdigit) {
+        for (d, c) in h.iter_mut().zip(digits) {
+            *d = c.to_ascii_lowercase();
         }
-    };
-    let attempt = attempt.min(0xff) as usize;
-    let mut u = [b'0'; 36];
-    let mut at = 0;
-    let mut next = 0;
-    for (pos, slot) in u.iter_mut().enumerate() {
-        *slot = match pos {
-            8 | 13 | 18 | 23 => b'-',
-            14 => b'4',
-            19 => HEX[8 | (mix & 3) as usize],
-            34 => HEX[attempt >> 4],
-            35 => HEX[attempt & 0xf],
-            _ if at < 24 => {
-                at += 1;
-                digit(at - 1)
-            }
-            _ => {
-                next += 1;
-                HEX[((mix >> (4 * next + 2)) & 0xf) as usize]
-            }
-        };
+    } else {
+        for (i, d) in h[..24].iter_mut().enumerate() {
+            *d = HEX[((mix.rotate_left(4 * i as u32 + 1) ^ (mix >> 7)) & 0xf) as usize];
+        }
     }
-    String::from_utf8(u.to_vec()).unwrap_or_default()
+    for (k, d) in h[24..28].iter_mut().enumerate() {
+        *d = HEX[((mix >> (4 * (k + 1) + 2)) & 0xf) as usize];
+    }
+    let attempt = attempt.min(0xff) as usize;
+    h[28] = HEX[attempt >> 4];
+    h[29] = HEX[attempt & 0xf];
+    let mut u = Vec::with_capacity(36);
+    u.extend_from_slice(&h[..8]);
+    u.push(b'-');
+    u.extend_from_slice(&h[8..12]);
+    u.extend_from_slice(b"-4");
+    u.extend_from_slice(&h[12..15]);
+    u.push(b'-');
+    u.push(HEX[8 | (mix & 3) as usize]);
+    u.extend_from_slice(&h[15..18]);
+    u.push(b'-');
+    u.extend_from_slice(&h[18..30]);
+    // Hex digits and dashes: ASCII.
+    String::from_utf8(u).unwrap_or_default()
 }
 
 /// State shared by every connection of a gateway process.

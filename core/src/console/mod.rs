@@ -17,7 +17,6 @@
 //! | file | job |
 //! |---|---|
 //! | `access.rs` | the admin token, the login form and the sessions |
-//! | `answer.rs` | the console's routes and the JSON it answers |
 //! | `book.rs` | each key's last 24 hours by the hour, and the newest failures |
 //! | `timeline.rs` | the last hour in ten-second slots, with latency histograms |
 

@@ -45,6 +45,7 @@ impl Connection {
         }
         let endpoint = Arc::clone(attempt.endpoint());
         req.attempts += 1;
+        req.provider_id = crate::gateway::provider_request_id(&req.id, req.attempts);
         req.upstream_status = None;
         req.endpoint = Some(Arc::clone(&endpoint));
         self.trace_attempt(now);
@@ -295,11 +296,7 @@ fn provider_request(
     };
     header(&mut out, "Accept", accept);
     header_u64(&mut out, "Content-Length", body.len() as u64);
-    header(
-        &mut out,
-        "X-Request-Id",
-        &crate::gateway::provider_request_id(&req.id, req.attempts),
-    );
+    header(&mut out, "X-Request-Id", &req.provider_id);
     if let Some(tp) = req.trace.as_ref().and_then(|t| t.provider_traceparent()) {
         header(&mut out, "traceparent", &tp);
         if let Some(state) = req.trace.as_ref().and_then(|t| t.state.as_deref()) {

@@ -41,8 +41,7 @@ impl Connection {
             .map(|e| e.name().to_owned());
         rec.attempts = req.attempts;
         if req.attempts > 0 {
-            rec.provider_request_id =
-                Some(crate::gateway::provider_request_id(&req.id, req.attempts));
+            rec.provider_request_id = Some(req.provider_id.clone());
         }
         rec.duration_ms = (now - req.started).as_millis() as u64;
         rec.ttfb_ms = req.first_byte.map(|t| (t - req.started).as_millis() as u64);

@@ -63,6 +63,8 @@ pub(super) struct Request {
     pub(super) attempts: u32,
     /// Attempts sent again to an endpoint already tried.
     pub(super) retries: u32,
+    /// The current attempt's `X-Request-Id` for the provider.
+    pub(super) provider_id: String,
     pub(super) committed: bool,
     pub(super) first_byte: Option<Instant>,
     pub(super) upstream_status: Option<u16>,
@@ -100,6 +102,7 @@ impl Request {
             endpoint_before_retry: None,
             attempts: 0,
             retries: 0,
+            provider_id: String::new(),
             committed: false,
             first_byte: None,
             up_started: None,

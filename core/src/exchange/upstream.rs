@@ -1,7 +1,7 @@
-//! The provider connection: the request sent to it, connecting (and the
-//! one retry on a fresh connection), its response head, its failures and
-//! timeouts, a client that leaves meanwhile, and the leftover framing
-//! read after `[DONE]`.
+//! The provider connection: connecting (and the one retry on a fresh
+//! connection), its response head, its failures and timeouts, a client that
+//! leaves meanwhile, and the leftover framing read after `[DONE]` (the
+//! request each attempt sends is built in `failover.rs`).
 
 use std::time::Duration;
 
