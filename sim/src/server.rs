@@ -64,6 +64,15 @@ pub struct JournalEntry {
     pub outcome: Outcome,
 }
 
+/// The fault set for every request that chooses none: until when, and for
+/// how many more chat requests.
+#[derive(Debug)]
+struct RuntimeFault {
+    fault: crate::Fault,
+    until: Option<Instant>,
+    times: Option<u32>,
+}
+
 /// Shared state of a simulator process.
 #[derive(Debug)]
 pub struct SimServer {
@@ -71,7 +80,7 @@ pub struct SimServer {
     /// The fault for requests that choose none, as set at runtime
     /// (`POST /_sim/fault`), and until when (`for_ms`); the options'
     /// fault at start.
-    fault: Mutex<Option<(crate::Fault, Option<Instant>)>>,
+    fault: Mutex<Option<RuntimeFault>>,
     wall: WallClock,
     seq: AtomicU64,
     connections: AtomicU64,
@@ -110,34 +119,48 @@ pub struct SimTotals {
 }
 
 impl SimServer {
-    fn fault_slot(&self) -> std::sync::MutexGuard<'_, Option<(crate::Fault, Option<Instant>)>> {
+    fn fault_slot(&self) -> std::sync::MutexGuard<'_, Option<RuntimeFault>> {
         self.fault.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The fault in force at `now` (one set `for_ms` lapses).
+    /// The fault in force at `now` (one set `for_ms` lapses), without
+    /// using one of its `times`.
     fn fault_now(&self, now: Instant) -> Option<crate::Fault> {
         let mut slot = self.fault_slot();
         if slot
             .as_ref()
-            .is_some_and(|(_, until)| until.is_some_and(|u| now >= u))
+            .is_some_and(|f| f.until.is_some_and(|u| now >= u))
         {
             *slot = None;
         }
-        slot.as_ref().map(|(f, _)| f.clone())
+        slot.as_ref().map(|f| f.fault.clone())
     }
 
-    /// The options with the fault in force at `now`.
+    /// The options for a chat request at `now`: the fault in force, one of
+    /// its `times` used (the last clears it).
     fn options_now(&self, now: Instant) -> SimOptions {
+        let fault = self.fault_now(now);
+        let mut slot = self.fault_slot();
+        if let Some(f) = slot.as_mut()
+            && let Some(left) = f.times.as_mut()
+        {
+            *left -= 1;
+            if *left == 0 {
+                *slot = None;
+            }
+        }
+        drop(slot);
         SimOptions {
-            fault: self.fault_now(now),
+            fault,
             ..self.options.clone()
         }
     }
 
     /// `POST /_sim/fault` with `{"fault": NAME, …its parameters}`: the fault
     /// for every request that does not choose its own, until
-    /// `DELETE /_sim/fault`, or for `for_ms` milliseconds (a flapping
-    /// endpoint that recovers by itself). A `reject` fault with a 5xx
+    /// `DELETE /_sim/fault`, for `for_ms` milliseconds (a flapping
+    /// endpoint that recovers by itself), or for the next `times` chat
+    /// requests. A `reject` fault with a 5xx
     /// status answers `GET /v1/models` too, as a server that is down would.
     fn set_fault(&self, body: &[u8], now: Instant) -> Plan {
         let bad = |msg: String| {
@@ -166,9 +189,18 @@ impl SimServer {
             Some(Ok(ms)) => Some(now + Duration::from_millis(ms)),
             Some(Err(_)) => return bad("'for_ms' must be a number of milliseconds".into()),
         };
+        let times = match get("times").map(|v| v.parse::<u32>()) {
+            None => None,
+            Some(Ok(n)) if n > 0 => Some(n),
+            Some(_) => return bad("'times' must be a positive number of requests".into()),
+        };
         match crate::Fault::parse(&name, &get) {
             Ok(f) => {
-                *self.fault_slot() = Some((f, until));
+                *self.fault_slot() = Some(RuntimeFault {
+                    fault: f,
+                    until,
+                    times,
+                });
                 json_plan(format!("{{\"fault\":{}}}", serde_json::Value::String(name)).into_bytes())
             }
             Err(msg) => bad(msg),
@@ -178,7 +210,11 @@ impl SimServer {
     /// A simulator with these defaults.
     pub fn new(options: SimOptions, wall: WallClock) -> Arc<SimServer> {
         Arc::new(SimServer {
-            fault: Mutex::new(options.fault.clone().map(|f| (f, None))),
+            fault: Mutex::new(options.fault.clone().map(|fault| RuntimeFault {
+                fault,
+                until: None,
+                times: None,
+            })),
             options,
             wall,
             seq: AtomicU64::new(1),
@@ -801,6 +837,16 @@ mod tests {
         assert_eq!(status(&request(ask)), "503", "a bad fault changes nothing");
         assert_eq!(status(&control("DELETE", "")), "200");
         assert_eq!(status(&request(ask)), "200");
+        // For the next two requests only.
+        let twice = r#"{"fault":"reject","status":500,"times":2}"#;
+        assert_eq!(status(&control("POST", twice)), "200");
+        assert_eq!(status(&request(ask)), "500");
+        assert_eq!(status(&request(ask)), "500");
+        assert_eq!(status(&request(ask)), "200");
+        assert_eq!(
+            status(&control("POST", r#"{"fault":"reject","times":0}"#)),
+            "400"
+        );
     }
 
     #[test]

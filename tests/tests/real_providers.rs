@@ -252,9 +252,9 @@ fn one_endpoint_is_retried_through_a_transient_failure(bin: &str) {
     let sim = Sim::start(bin, &[], &[]);
     let gw = Gw::start(bin, &sim.url(), GwOptions::default());
     for fault in [
-        r#"{"fault":"reject","status":500,"for_ms":200}"#,
-        r#"{"fault":"reset","after":0,"for_ms":200}"#,
-        r#"{"fault":"reject","status":429,"retry_after":1,"for_ms":200}"#,
+        r#"{"fault":"reject","status":500,"times":1}"#,
+        r#"{"fault":"reset","after":0,"times":2}"#,
+        r#"{"fault":"reject","status":429,"retry_after":1,"times":1}"#,
     ] {
         sim.set_fault(fault);
         let started = Instant::now();
@@ -270,7 +270,7 @@ fn one_endpoint_is_retried_through_a_transient_failure(bin: &str) {
                 .iter()
                 .any(|c| c["choices"][0]["finish_reason"] == "stop")
         );
-        assert!(started.elapsed() >= Duration::from_millis(200), "{fault}");
+        assert!(started.elapsed() >= Duration::from_millis(250), "{fault}");
     }
     let ledger = gw.ledger_len(3);
     for rec in &ledger {

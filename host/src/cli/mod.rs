@@ -129,7 +129,7 @@ fn command(bin: &'static str) -> Command {
             "Requests can choose their own timing and faults with an \"x_sim\" object in the body or a \
              [[sim:key=value,...]] marker in the last user message (keys: fault, after, status, message, \
              retry_after, bytes, count, die, template_tokens, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms). \
-             POST /_sim/fault {\"fault\": NAME, …, \"for_ms\": N} sets a fault for every request (for N ms), DELETE clears it. \
+             POST /_sim/fault {\"fault\": NAME, …, \"for_ms\": N or \"times\": N} sets a fault for every request (for N ms, or the next N), DELETE clears it. \
              GET /_sim/journal lists what was received and how each exchange ended; GET /_sim/stats \
              gives running totals (exchanges, outcomes, tokens reported, exchanges at once) and the open \
              connections; POST /v1/traces accepts any OTLP export (a trace sink for benchmarks). Set \
