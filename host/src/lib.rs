@@ -15,7 +15,7 @@
 //! | `provider/` | `connector`, `tls`, `probe` | resolving, connecting, rustls over any futures-io stream, each endpoint's keep-alive pool; probing ejected endpoints |
 //! | `stores/` | `keys_file`, `ledger`, `postgres`, `redis`, `spend` | the keys file and its edits; the append-only ledger file; shipping it to PostgreSQL; the shared limiter over Redis; where spend is rebuilt from |
 //! | `telemetry/` | `logging`, `otlp` | stderr logs with batched access lines; the OTLP trace exporter |
-//! | `reload/` | `mod.rs`, `keys`, `pool` | one watcher (files and SIGHUP) that reloads the keys file and the config file's provider pool |
+//! | `reload/` | `mod.rs`, `keys`, `endpoints` | one watcher (files and SIGHUP) that reloads the keys file and the config file's endpoint set |
 //! | `cli/` | `mod.rs`, `serve`, `keys`, `usage`, `demo` | the command schema and dispatch; `serve`'s wiring; the `keys` commands; the `usage` report and budgets; `demo` and `sim` |
 
 #![warn(missing_docs)]

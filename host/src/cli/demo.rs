@@ -99,7 +99,7 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         listener,
         admin: Some(admin),
         keys_src: None,
-        pool_src: None,
+        endpoints_src: None,
         ledger_postgres: None,
         otlp: None,
     };

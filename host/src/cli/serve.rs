@@ -101,7 +101,7 @@ pub(super) fn start_serving<R: Runtime>(
         listener,
         admin,
         keys_src: Some(keys_src),
-        pool_src: config_path(m).map(|path| crate::reload::pool::PoolSource {
+        endpoints_src: config_path(m).map(|path| crate::reload::endpoints::EndpointsSource {
             path,
             flags: serve_flags(m),
             env: std::env::vars().collect(),
@@ -197,7 +197,7 @@ pub(super) struct Bound {
     pub(super) admin: Option<std::net::TcpListener>,
     pub(super) keys_src: Option<KeysSource>,
     /// Where the provider pool reloads from (the config file).
-    pub(super) pool_src: Option<crate::reload::pool::PoolSource>,
+    pub(super) endpoints_src: Option<crate::reload::endpoints::EndpointsSource>,
     /// PostgreSQL URL and the local ledger it ships from.
     pub(super) ledger_postgres: Option<(String, String)>,
     /// Where traces go (and the extra CA for TLS to the collector).
@@ -219,7 +219,7 @@ pub(super) fn run_bound<R: Runtime>(
         listener,
         admin,
         keys_src,
-        pool_src,
+        endpoints_src,
         ledger_postgres,
         otlp,
     } = bound;
@@ -250,7 +250,7 @@ pub(super) fn run_bound<R: Runtime>(
     rt.spawn(crate::reload::watch(
         Arc::clone(&shared),
         keys_src,
-        pool_src,
+        endpoints_src,
     ));
     if let Some(l) = &shared.shared_limits {
         rt.spawn(Arc::clone(l).renew_leases());

@@ -1,12 +1,12 @@
 //! Reloading watched files, in one watcher: the keys file (`keys`) and the
-//! provider pool of the config file (`pool`), each checked every second
+//! endpoint set of the config file (`endpoints`), each checked every second
 //! (modification time, size, inode) and re-read at once on SIGHUP, which
 //! also reopens the ledger (so that a ledger moved away by a rotation is
 //! recreated at its path). Each applies a change without dropping anything
 //! in flight, and keeps what is in force when the file does not load.
 
+pub(crate) mod endpoints;
 pub(crate) mod keys;
-pub(crate) mod pool;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,14 +46,14 @@ impl<S> Watched<S> {
     }
 }
 
-/// Watches the keys file, the config file's pool and SIGHUP for the life
+/// Watches the keys file, the config file's endpoint set and SIGHUP for the life
 /// of the process. The SIGHUP handler is registered before this returns,
 /// so a SIGHUP that comes before the watcher's first turn reloads instead
 /// of ending the process.
 pub(crate) fn watch<R: Runtime>(
     shared: Arc<Shared<R>>,
     keys: Option<keys::KeysSource>,
-    pool: Option<pool::PoolSource>,
+    endpoint_set: Option<endpoints::EndpointsSource>,
 ) -> impl std::future::Future<Output = ()> {
     let hangup = Arc::new(AtomicBool::new(false));
     if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
@@ -63,17 +63,17 @@ pub(crate) fn watch<R: Runtime>(
         last: src.loaded,
         src,
     });
-    let pool = pool.map(|src| Watched {
+    let endpoint_set = endpoint_set.map(|src| Watched {
         last: src.loaded,
         src,
     });
-    watching(shared, keys, pool, hangup)
+    watching(shared, keys, endpoint_set, hangup)
 }
 
 async fn watching<R: Runtime>(
     shared: Arc<Shared<R>>,
     mut keys: Option<Watched<keys::KeysSource>>,
-    mut pool: Option<Watched<pool::PoolSource>>,
+    mut endpoint_set: Option<Watched<endpoints::EndpointsSource>>,
     hangup: Arc<AtomicBool>,
 ) {
     let mut tick = 0u32;
@@ -97,10 +97,10 @@ async fn watching<R: Runtime>(
                 keys::reload(&shared, &w.src, why);
             }
         }
-        if let Some(w) = pool.as_mut() {
+        if let Some(w) = endpoint_set.as_mut() {
             let path = w.src.path.clone();
             if w.changed(&path) || hup {
-                pool::apply(&shared, &mut w.src, why);
+                endpoints::apply(&shared, &mut w.src, why);
             }
         }
     }

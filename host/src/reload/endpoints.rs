@@ -1,4 +1,5 @@
-//! The provider pool's live reload: the config file is watched (checked
+//! The endpoint set's live reload (its log lines still say "provider
+//! pool", as operators' alerts know them): the config file is watched (checked
 //! every second: modification time, size, inode) and re-read on SIGHUP;
 //! a changed pool of `[[upstream]]` endpoints is applied without dropping
 //! anything in flight.
@@ -18,10 +19,10 @@ use chatgate_core::{EndpointSet, ServeConfig, Sources};
 use crate::runtime::Runtime;
 use crate::serving::driver::Shared;
 
-/// Where a running gateway's pool reloads from: the config file, resolved
+/// Where a running gateway's endpoint set reloads from: the config file, resolved
 /// with the flags and environment it started with.
 #[derive(Debug, Clone)]
-pub(crate) struct PoolSource {
+pub(crate) struct EndpointsSource {
     /// The config file.
     pub path: String,
     /// The `serve` flags given, by setting key.
@@ -34,8 +35,8 @@ pub(crate) struct PoolSource {
 }
 
 /// Re-reads the config file (`why`: a change, or SIGHUP; the environment
-/// is read again too) and applies its pool if it changed.
-pub(crate) fn apply<R: Runtime>(shared: &Shared<R>, src: &mut PoolSource, why: &str) {
+/// is read again too) and applies its endpoint set if it changed.
+pub(crate) fn apply<R: Runtime>(shared: &Shared<R>, src: &mut EndpointsSource, why: &str) {
     src.env = std::env::vars().collect();
     match reload(shared, src) {
         Ok(Some(names)) => {
@@ -50,9 +51,9 @@ pub(crate) fn apply<R: Runtime>(shared: &Shared<R>, src: &mut PoolSource, why: &
     }
 }
 
-/// Applies the file's pool; `Ok(None)` when it did not change, else the
-/// new pool's endpoint names.
-fn reload<R: Runtime>(shared: &Shared<R>, src: &PoolSource) -> Result<Option<String>, String> {
+/// Applies the file's endpoint set; `Ok(None)` when it did not change,
+/// else the new set's endpoint names.
+fn reload<R: Runtime>(shared: &Shared<R>, src: &EndpointsSource) -> Result<Option<String>, String> {
     let file = std::fs::read_to_string(&src.path)
         .map_err(|e| format!("cannot read the config file '{}': {e}", src.path))?;
     let sources = Sources {
