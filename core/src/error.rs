@@ -102,18 +102,21 @@ impl ProviderError {
                 _ => None,
             }
         };
+        // A message is a string, or not there.
+        let message =
+            |v: Option<&serde_json::Value>| v.filter(|m| m.is_string()).and_then(|m| text(Some(m)));
         match top.get("error") {
             Some(serde_json::Value::Object(e)) => {
                 p.kind = text(e.get("type"));
                 p.code = text(e.get("code"));
                 p.param = text(e.get("param"));
-                p.message = text(e.get("message"));
+                p.message = message(e.get("message"));
             }
-            Some(serde_json::Value::String(_)) => p.message = text(top.get("error")),
+            Some(serde_json::Value::String(_)) => p.message = message(top.get("error")),
             _ => {}
         }
         if p.message.is_none() {
-            p.message = text(top.get("message"));
+            p.message = message(top.get("message"));
         }
         p
     }

@@ -79,7 +79,9 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    /// Tokens to reserve at admission: the prompt estimate plus `max_tokens`.
+    /// The prompt estimate plus `max_tokens`: the reservation before what
+    /// the providers add is known (admission adds the endpoints' learned
+    /// prompt allowance, `endpoints/prompt.rs`).
     pub fn reservation(&self) -> u64 {
         self.estimated_prompt_tokens
             .saturating_add(self.max_tokens.unwrap_or(0))

@@ -123,35 +123,30 @@ impl SimServer {
         self.fault.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The fault in force at `now` (one set `for_ms` lapses), without
-    /// using one of its `times`.
-    fn fault_now(&self, now: Instant) -> Option<crate::Fault> {
+    /// The fault in force at `now` (one set `for_ms` lapses); a chat
+    /// request (`use_one`) uses one of its `times` (the last clears it).
+    fn fault_now(&self, now: Instant, use_one: bool) -> Option<crate::Fault> {
         let mut slot = self.fault_slot();
-        if slot
-            .as_ref()
-            .is_some_and(|f| f.until.is_some_and(|u| now >= u))
-        {
+        let f = slot.as_mut()?;
+        let fault = f.fault.clone();
+        let lapsed = f.until.is_some_and(|u| now >= u);
+        let used_up = match f.times.as_mut() {
+            Some(left) if use_one && !lapsed => {
+                *left -= 1;
+                *left == 0
+            }
+            _ => false,
+        };
+        if lapsed || used_up {
             *slot = None;
         }
-        slot.as_ref().map(|f| f.fault.clone())
+        (!lapsed).then_some(fault)
     }
 
-    /// The options for a chat request at `now`: the fault in force, one of
-    /// its `times` used (the last clears it).
+    /// The options for a chat request at `now`, with the fault in force.
     fn options_now(&self, now: Instant) -> SimOptions {
-        let fault = self.fault_now(now);
-        let mut slot = self.fault_slot();
-        if let Some(f) = slot.as_mut()
-            && let Some(left) = f.times.as_mut()
-        {
-            *left -= 1;
-            if *left == 0 {
-                *slot = None;
-            }
-        }
-        drop(slot);
         SimOptions {
-            fault,
+            fault: self.fault_now(now, true),
             ..self.options.clone()
         }
     }
@@ -527,7 +522,7 @@ impl SimConnection {
                 json_plan(b"{\"fault\":null}".to_vec())
             }
             (Method::Get, "/v1/models")
-                if matches!(self.server.fault_now(now), Some(crate::Fault::Reject { status, .. }) if status >= 500) =>
+                if matches!(self.server.fault_now(now, false), Some(crate::Fault::Reject { status, .. }) if status >= 500) =>
             {
                 plan_error(503, "The simulated server is down.", None, "server_error", "server_error")
             }

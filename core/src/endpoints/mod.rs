@@ -118,17 +118,14 @@ impl Endpoint {
         self.ttfb.quantile_ms(q)
     }
 
-    /// Whether it was last seen to leave usage out of a complete answer;
-    /// `seen` (a complete answer with or without usage) updates it.
-    pub(crate) fn omits_usage(&self, seen: Option<bool>) -> bool {
-        let flag = &self.omits_usage;
-        match seen {
-            Some(omitted) => {
-                flag.store(omitted, Ordering::Relaxed);
-                omitted
-            }
-            None => flag.load(Ordering::Relaxed),
-        }
+    /// Whether its last complete answer left usage out.
+    pub(crate) fn omits_usage(&self) -> bool {
+        self.omits_usage.load(Ordering::Relaxed)
+    }
+
+    /// A complete answer of its came with usage (`false`) or without.
+    pub(crate) fn saw_usage_omitted(&self, omitted: bool) {
+        self.omits_usage.store(omitted, Ordering::Relaxed);
     }
 
     /// What it counts beyond the gateway's prompt estimates.

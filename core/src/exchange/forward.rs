@@ -73,15 +73,15 @@ impl Connection {
         let up = self.up.as_mut().expect("upstream in progress");
         let head = up.head.as_ref().expect("body follows head");
         if up.state == UpState::ErrorBody {
+            // The provider's error body, read once: its fields for
+            // `error.provider`, its message for ours.
+            let provider = crate::error::ProviderError::read(head.status, &up.body);
             let mut e = ApiError::upstream(
                 UpstreamFault::Rejected,
-                provider_error_message(head.status, &up.body),
+                provider_error_message(&provider, &up.body),
             );
             e.retry_after = head.retry_after_secs().map(|s| s.max(1));
-            e.provider = Some(Box::new(crate::error::ProviderError::read(
-                head.status,
-                &up.body,
-            )));
+            e.provider = Some(Box::new(provider));
             return self.upstream_error_response(now, e);
         }
         let summary = match parse_completion(&up.body) {

@@ -71,8 +71,10 @@ impl Connection {
             if !rec.upstream_status.is_some_and(|s| (200..300).contains(&s)) {
                 return;
             }
-            let omits = endpoint.is_some_and(|e| e.omits_usage(ended.then_some(true)));
-            if ended || omits {
+            if let Some(e) = endpoint.filter(|_| ended) {
+                e.saw_usage_omitted(true);
+            }
+            if ended || endpoint.is_some_and(|e| e.omits_usage()) {
                 rec.usage_missing = true;
                 self.gw.metrics().usage_missing(&rec.key);
             }
@@ -81,7 +83,7 @@ impl Connection {
         rec.meter(&usage, &self.price());
         if let (Some(endpoint), Some(chat)) = (endpoint, &req.chat) {
             if ended {
-                endpoint.omits_usage(Some(false));
+                endpoint.saw_usage_omitted(false);
             }
             endpoint.prompt_allowance().learn(
                 chat.estimated_prompt_tokens,

@@ -146,30 +146,20 @@ pub(super) fn http_error(e: &HttpError, limits: &HttpLimits) -> ApiError {
     }
 }
 
-/// `The provider returned HTTP 400: its message` from an error body.
-pub(super) fn provider_error_message(status: u16, body: &[u8]) -> String {
-    #[derive(serde::Deserialize)]
-    struct E {
-        error: Option<serde_json::Value>,
-        message: Option<String>,
-    }
-    let detail = serde_json::from_slice::<E>(body).ok().and_then(|e| {
-        match e.error {
-            Some(serde_json::Value::Object(o)) => {
-                o.get("message").and_then(|m| m.as_str()).map(str::to_owned)
-            }
-            Some(serde_json::Value::String(s)) => Some(s),
-            _ => None,
-        }
-        .or(e.message)
-    });
-    let detail = detail.unwrap_or_else(|| {
+/// `The provider returned HTTP 400: its message` from an error body (read
+/// into `provider` already), or from its first bytes when it has none.
+pub(super) fn provider_error_message(
+    provider: &crate::error::ProviderError,
+    body: &[u8],
+) -> String {
+    let status = provider.status;
+    let detail = provider.message.clone().unwrap_or_else(|| {
         String::from_utf8_lossy(&body[..body.len().min(200)])
             .chars()
             .filter(|c| !c.is_control())
+            .take(500)
             .collect()
     });
-    let detail: String = detail.chars().take(500).collect();
     if detail.trim().is_empty() {
         format!("The provider returned HTTP {status}.")
     } else {
