@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use crate::procs::{Child, free_port, wait_accepting};
-use crate::{Setup, Target, gateway_with, measured, nginx_args, ratio, write_conf, wrk};
+use crate::{Contender, Setup, gateway_with, measured, nginx_args, ratio, write_conf, wrk};
 
 /// The non-streamed answer's length, bytes.
 pub(crate) const COMPLETION_BYTES: usize = 460;
@@ -209,7 +209,7 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         };
         let (smol, smol_addr) = lean_gateway(&tools.smol, "smol");
         let (tokio, tokio_addr) = lean_gateway(&tools.tokio, "tokio");
-        let target = |name, addr, pids| Target { name, addr, pids };
+        let target = |name, addr, pids| Contender { name, addr, pids };
         let targets = [
             target("upstream direct", up, vec![]),
             target("nginx (lean)", nginx_addr, worker),

@@ -49,7 +49,7 @@ struct Opts {
     only: Option<String>,
 }
 
-struct Target {
+struct Contender {
     name: &'static str,
     addr: SocketAddr,
     /// Processes whose CPU and memory are the proxy's (none for direct).
@@ -101,22 +101,22 @@ fn main() {
     let mut tokio = gateway(&tools.tokio, &dir, &upstream, "tokio");
     let (smol_addr, tokio_addr) = (smol.listening_address(), tokio.listening_address());
     let targets = [
-        Target {
+        Contender {
             name: "direct",
             addr: sim_addr,
             pids: vec![],
         },
-        Target {
+        Contender {
             name: "nginx",
             addr: nginx_addr,
             pids: workers,
         },
-        Target {
+        Contender {
             name: "chatgate-smol",
             addr: smol_addr,
             pids: vec![smol.pid()],
         },
-        Target {
+        Contender {
             name: "chatgate-tokio",
             addr: tokio_addr,
             pids: vec![tokio.pid()],
@@ -864,7 +864,7 @@ fn wrk(
 #[allow(clippy::too_many_arguments)]
 fn measured(
     wrk_bin: &Path,
-    t: &Target,
+    t: &Contender,
     lua: &Path,
     body: &Path,
     key: &str,

@@ -22,7 +22,7 @@ use chatgate_core::Gateway;
 use chatgate_core::KeyTable;
 use chatgate_core::Limits;
 use chatgate_core::{Accept, Connection, Event, SharedAdmission, StoreError, UpstreamFailure};
-use chatgate_core::{GatewayConfig, UpstreamTarget};
+use chatgate_core::{GatewayConfig, Target};
 use chatgate_core::{Instant, WallClock};
 
 /// What the reader threads report.
@@ -49,7 +49,7 @@ fn main() {
         eprintln!("usage: blocking LISTEN UPSTREAM_URL KEYS_FILE LEDGER_FILE");
         std::process::exit(2);
     }
-    let upstream = UpstreamTarget::parse(&args[2]).unwrap_or_else(|e| fail(&e));
+    let upstream = Target::parse(&args[2]).unwrap_or_else(|e| fail(&e));
     if upstream.tls {
         fail("this example speaks plain http:// to the provider only");
     }
@@ -232,7 +232,7 @@ fn serve(client: TcpStream, gateway: &Arc<Gateway>, ledger: &Mutex<std::fs::File
     }
 }
 
-fn connect(t: &UpstreamTarget, timeout: Duration) -> Result<TcpStream, UpstreamFailure> {
+fn connect(t: &Target, timeout: Duration) -> Result<TcpStream, UpstreamFailure> {
     let addrs: Vec<_> = (t.host.as_str(), t.port)
         .to_socket_addrs()
         .map_err(|e| UpstreamFailure::Resolve(e.to_string()))?

@@ -119,7 +119,7 @@ impl Gateway {
         wall: WallClock,
         random: u64,
     ) -> Arc<Gateway> {
-        let endpoints = EndpointSet::new(config.upstreams.clone(), None);
+        let endpoints = EndpointSet::new(config.endpoints.clone(), None);
         let metrics = Metrics::default();
         metrics.keys_loaded(keys.len());
         // Trace ids from another stream than request ids.
@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn the_provider_key_does_not_print() {
-        let mut t = crate::config::UpstreamTarget::parse("https://h/v1").unwrap();
+        let mut t = crate::config::Target::parse("https://h/v1").unwrap();
         t.api_key = Some(crate::config::Secret::new("sk-provider-secret"));
         let g = Gateway::new(
             GatewayConfig::new(t),
@@ -466,7 +466,7 @@ mod tests {
     #[test]
     fn request_ids_are_unique() {
         let g = Gateway::new(
-            GatewayConfig::new(crate::config::UpstreamTarget::parse("http://h/v1").unwrap()),
+            GatewayConfig::new(crate::config::Target::parse("http://h/v1").unwrap()),
             KeyTable::default(),
             WallClock::new(0),
             0xABCDEF,

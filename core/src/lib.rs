@@ -181,8 +181,8 @@ mod metrics;
 
 pub use config::{
     ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, OtlpExport, RedisUrl,
-    SERVE_SETTINGS, Secret, ServeConfig, Setting, SharedLimits, Sources, Timeouts, UpstreamTarget,
-    env_name, flag_name, parse_duration, parse_pool,
+    SERVE_SETTINGS, Secret, ServeConfig, Setting, SharedLimits, Sources, Target, Timeouts,
+    env_name, flag_name, parse_duration, parse_endpoints,
 };
 pub use endpoints::{
     Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome, PromptAllowance,

@@ -10,11 +10,11 @@
 //!
 //! | room | modules | what they do |
 //! |---|---|---|
-//! | `runtime/` | `mod.rs`, `gate` | the [`Runtime`] trait, the clock and alarm that follow core's deadlines, the per-thread read buffer; per-source wakers, so a loop polls only what woke |
+//! | `runtime/` | `mod.rs`, `wakeup` | the [`Runtime`] trait, the clock and alarm that follow core's deadlines, the per-thread read buffer; per-source wakers, so a loop polls only what woke |
 //! | `serving/` | `listener`, `driver`, `admin`, `sim` | accept loops and the shutdown sequence; the per-connection loop that obeys core's `Connection` — the only place bytes move between client, provider and ledger; the admin listener; the simulator's server |
 //! | `provider/` | `connector`, `tls`, `probe` | resolving, connecting, rustls over any futures-io stream, each endpoint's keep-alive pool; probing ejected endpoints |
 //! | `stores/` | `keys_file`, `ledger`, `postgres`, `redis`, `spend` | the keys file and its edits; the append-only ledger file; shipping it to PostgreSQL; the shared limiter over Redis; where spend is rebuilt from |
-//! | `telemetry/` | `logging`, `otlp` | stderr logs with batched access lines; the OTLP trace exporter |
+//! | `telemetry/` | `logging`, `exporter` | stderr logs with batched access lines; the OTLP trace exporter |
 //! | `reload/` | `mod.rs`, `keys`, `endpoints` | one watcher (files and SIGHUP) that reloads the keys file and the config file's endpoint set |
 //! | `cli/` | `mod.rs`, `serve`, `keys`, `usage`, `demo` | the command schema and dispatch; `serve`'s wiring; the `keys` commands; the `usage` report and budgets; `demo` and `sim` |
 

@@ -43,7 +43,7 @@ mod server;
 use std::time::Duration;
 
 pub use fault::Fault;
-pub use server::{JournalEntry, Outcome, SimAction, SimConnection, SimServer};
+pub use server::{ExchangeEnd, JournalEntry, SimAction, SimConnection, SimServer};
 
 /// Server-wide defaults (the `sim` subcommand's flags).
 #[derive(Debug, Clone, PartialEq, Eq)]

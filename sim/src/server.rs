@@ -26,7 +26,7 @@ const HEARTBEAT: Duration = Duration::from_millis(200);
 /// How an exchange with the simulator ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum ExchangeEnd {
     /// Still being answered.
     InProgress,
     /// The whole planned response was sent.
@@ -61,7 +61,7 @@ pub struct JournalEntry {
     /// framing; UTF-8, lossy; truncated past 256 KiB).
     pub response: String,
     /// How it ended.
-    pub outcome: Outcome,
+    pub outcome: ExchangeEnd,
 }
 
 /// The fault set for every request that chooses none: until when, and for
@@ -228,16 +228,16 @@ impl SimServer {
         }
     }
 
-    fn count(&self, outcome: Outcome, sent: &[u8]) {
+    fn count(&self, outcome: ExchangeEnd, sent: &[u8]) {
         let usage = last_usage(sent).unwrap_or_default();
         let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
         t.in_progress = t.in_progress.saturating_sub(1);
         t.exchanges += 1;
         match outcome {
-            Outcome::Completed => t.completed += 1,
-            Outcome::Aborted => t.aborted += 1,
-            Outcome::Reset => t.reset += 1,
-            Outcome::InProgress => {}
+            ExchangeEnd::Completed => t.completed += 1,
+            ExchangeEnd::Aborted => t.aborted += 1,
+            ExchangeEnd::Reset => t.reset += 1,
+            ExchangeEnd::InProgress => {}
         }
         t.prompt_tokens += usage.prompt_tokens;
         t.completion_tokens += usage.completion_tokens;
@@ -398,7 +398,7 @@ impl SimConnection {
     /// The client closed: an unfinished response was aborted.
     pub fn handle_eof(&mut self, _now: Instant) {
         if let Some(a) = self.active.take() {
-            self.finish(&a, Outcome::Aborted);
+            self.finish(&a, ExchangeEnd::Aborted);
         }
         if !self.closed {
             self.closed = true;
@@ -586,7 +586,7 @@ impl SimConnection {
                 stream: plan.stream,
                 events_sent: 0,
                 response: String::new(),
-                outcome: Outcome::InProgress,
+                outcome: ExchangeEnd::InProgress,
             });
         }
         let keep_alive = keep_alive && plan.framing != PlanFraming::Close && plan.send_head;
@@ -663,7 +663,7 @@ impl SimConnection {
                 }
                 Piece::Raw(bytes) => self.push(&bytes),
                 Piece::Reset => {
-                    self.finish(&a, Outcome::Reset);
+                    self.finish(&a, ExchangeEnd::Reset);
                     self.actions.push_back(SimAction::Reset);
                     self.closed = true;
                     return;
@@ -689,7 +689,7 @@ impl SimConnection {
             }
             PlanFraming::Length => {}
         }
-        self.finish(&a, Outcome::Completed);
+        self.finish(&a, ExchangeEnd::Completed);
         if !a.keep_alive {
             self.closed = true;
             self.actions.push_back(SimAction::Close);
@@ -705,13 +705,13 @@ impl SimConnection {
         }
     }
 
-    fn finish(&self, a: &Active, outcome: Outcome) {
+    fn finish(&self, a: &Active, outcome: ExchangeEnd) {
         if a.chat {
             self.server.count(outcome, &a.sent);
         }
         let sent = a.next as u32;
         self.server.update(a.seq, |e| {
-            if e.outcome == Outcome::InProgress {
+            if e.outcome == ExchangeEnd::InProgress {
                 e.outcome = outcome;
                 e.events_sent = sent;
                 e.response = String::from_utf8_lossy(&a.sent).into_owned();
@@ -724,7 +724,7 @@ impl Drop for SimConnection {
     fn drop(&mut self) {
         // A connection given up (a failed write) with an answer unfinished.
         if let Some(a) = self.active.take() {
-            self.finish(&a, Outcome::Aborted);
+            self.finish(&a, ExchangeEnd::Aborted);
         }
         self.server.open.fetch_sub(1, Ordering::Relaxed);
     }
@@ -864,7 +864,7 @@ mod tests {
         assert_eq!(j.len(), 1);
         assert_eq!(
             (j[0].outcome, j[0].request_id.as_deref(), j[0].stream),
-            (Outcome::Completed, Some("r1"), true)
+            (ExchangeEnd::Completed, Some("r1"), true)
         );
         assert!(j[0].body.contains("x_sim"));
     }
@@ -900,7 +900,7 @@ mod tests {
         }
         assert!(bodies.last().unwrap().ends_with("\n"));
         let j = server.journal();
-        assert_eq!(j[0].outcome, Outcome::Completed);
+        assert_eq!(j[0].outcome, ExchangeEnd::Completed);
         let first = String::from_utf8_lossy(&writes[0]).into_owned();
         let (_, first_body) = first.split_once("\r\n\r\n").unwrap();
         let mut d = BodyDecoder::new(Framing::Chunked, HttpLimits::default());
@@ -933,7 +933,7 @@ mod tests {
         c.handle_timeout(at(25));
         c.handle_eof(at(26));
         let j = server.journal();
-        assert_eq!(j[0].outcome, Outcome::Aborted);
+        assert_eq!(j[0].outcome, ExchangeEnd::Aborted);
         assert_eq!(j[0].events_sent, 3);
         assert_eq!(c.poll_action(), Some(SimAction::Close));
     }
@@ -953,7 +953,7 @@ mod tests {
         assert!(c.poll_action().is_none());
         drain(&mut c);
         assert_eq!(c.poll_action(), Some(SimAction::Reset));
-        assert_eq!(server.journal()[2].outcome, Outcome::Reset);
+        assert_eq!(server.journal()[2].outcome, ExchangeEnd::Reset);
         // Two answers with usage, one reset before its usage chunk.
         let t = server.totals();
         assert_eq!((t.exchanges, t.completed, t.reset), (3, 2, 1));

@@ -29,7 +29,7 @@ use chatgate_core::http::BodyDecoder;
 use chatgate_core::http::parse_response_head;
 use chatgate_core::http::{HeadScanner, HttpError, HttpLimits};
 use chatgate_core::{Accept, AdmitRequest, Connection, Event, UpstreamFailure};
-use chatgate_core::{GatewayConfig, UpstreamTarget};
+use chatgate_core::{GatewayConfig, Target};
 use chatgate_core::{Instant, WallClock};
 use chatgate_core::{KeyTable, entry_toml, key_hash_hex, mint_key};
 use chatgate_sim::{SimAction, SimConnection, SimOptions, SimServer};
@@ -167,7 +167,7 @@ impl Pair {
             "2026-11-22T00:00:00.000Z",
         );
         let keys = KeyTable::parse_toml(&toml, Limits::default()).expect("valid keys");
-        let upstream = UpstreamTarget::parse("http://sim.test/v1").expect("valid URL");
+        let upstream = Target::parse("http://sim.test/v1").expect("valid URL");
         let mut config = GatewayConfig::new(upstream);
         // One attempt per request unless a test asks for more: most
         // exchange tests check what a failed attempt gives the client, and

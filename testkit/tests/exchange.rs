@@ -9,7 +9,7 @@ use chatgate_core::UpstreamFailure;
 use chatgate_core::http::BodyDecoder;
 use chatgate_core::http::parse_response_head;
 use chatgate_core::http::{HeadScanner, HttpLimits};
-use chatgate_sim::{Outcome, SimOptions};
+use chatgate_sim::{ExchangeEnd, SimOptions};
 use chatgate_testkit::{
     ClientResponse, Pair, ProviderScript, UpstreamReads, parse_responses, sse_data,
 };
@@ -615,7 +615,7 @@ fn client_disconnect_aborts_the_provider_at_every_phase() {
         }
         pair.client_close();
         let j = pair.sim.journal();
-        assert_eq!(j[0].outcome, Outcome::Aborted, "{extra}");
+        assert_eq!(j[0].outcome, ExchangeEnd::Aborted, "{extra}");
         let rec = &pair.ledger[0];
         assert!(rec.client_disconnected);
         assert!(pair.client_closed);
@@ -819,7 +819,7 @@ fn keep_alive_comments_after_the_usage_chunk_end_the_stream_within_2_s() {
     assert!(rec.complete);
     assert_eq!(rec.finish_reason.as_deref(), Some("stop"));
     assert_eq!(rec.error, None);
-    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+    assert_eq!(pair.sim.journal()[0].outcome, ExchangeEnd::Aborted);
     assert_eq!(pair.upstream_closed, 1);
 }
 
@@ -866,7 +866,7 @@ fn provider_stalls_and_garbage() {
             Value::Null
         )
     );
-    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+    assert_eq!(pair.sim.journal()[0].outcome, ExchangeEnd::Aborted);
 
     // A stream that stalls mid-way: [DONE] after the idle timeout, incomplete.
     let mut pair = Pair::new(
@@ -899,7 +899,7 @@ fn provider_stalls_and_garbage() {
     assert!(String::from_utf8_lossy(&r.body).contains(": heartbeat"));
     assert_eq!(sse_data(&r.body).last().map(String::as_str), Some("[DONE]"));
     assert!(pair.ledger[0].complete);
-    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+    assert_eq!(pair.sim.journal()[0].outcome, ExchangeEnd::Aborted);
 
     // Garbage instead of HTTP.
     let mut pair = Pair::with_defaults();
@@ -1130,7 +1130,7 @@ fn a_client_that_stops_reading_is_cut_and_the_provider_aborted() {
     pair.advance(Duration::from_secs(10));
     assert!(pair.client_closed);
     assert!(pair.ledger[0].client_disconnected);
-    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+    assert_eq!(pair.sim.journal()[0].outcome, ExchangeEnd::Aborted);
 }
 
 #[test]
@@ -1173,7 +1173,7 @@ fn the_drain_timeout_cuts_and_meters_what_is_still_waiting() {
     let rec = &pair.ledger[0];
     assert!(!rec.complete);
     assert_eq!(rec.error.as_deref(), Some("shutdown"));
-    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Aborted);
+    assert_eq!(pair.sim.journal()[0].outcome, ExchangeEnd::Aborted);
     // A non-streamed request still waiting: 503, metered.
     let mut pair = Pair::new(
         |c| c.timeouts.drain = Duration::from_secs(2),
@@ -1210,7 +1210,7 @@ fn provider_key_is_sent_and_required() {
         ..SimOptions::default()
     };
     let mut pair = Pair::new(
-        |c| c.upstreams[0].target.api_key = Some(Secret::new("provider-secret")),
+        |c| c.endpoints[0].target.api_key = Some(Secret::new("provider-secret")),
         sim.clone(),
         Limits::default(),
     );
@@ -1738,7 +1738,7 @@ fn a_failed_ledger_append_withholds_the_end_of_the_response() {
     assert!(pair.client_closed);
     assert!(pair.received.is_empty());
     assert_eq!(pair.ledger_failed, 1);
-    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Completed);
+    assert_eq!(pair.sim.journal()[0].outcome, ExchangeEnd::Completed);
 
     // A metered error: the same.
     let mut pair = Pair::with_defaults();
@@ -1887,7 +1887,7 @@ fn client_disconnect_while_the_ledger_line_is_unacknowledged() {
     assert!(pair.client_closed);
     assert_eq!(pair.received.len(), before, "nothing sent after the close");
     assert_eq!(pair.ledger.len(), 1, "one line per request");
-    assert_eq!(pair.sim.journal()[0].outcome, Outcome::Completed);
+    assert_eq!(pair.sim.journal()[0].outcome, ExchangeEnd::Completed);
 
     // A non-streamed answer, held whole.
     let mut pair = Pair::with_defaults();

@@ -185,7 +185,7 @@ fn documented_pools_resolve() {
             file: Some(block.to_owned()),
         })
         .unwrap_or_else(|e| panic!("{file}: {e}"));
-        let pool = &cfg.gateway.upstreams;
+        let pool = &cfg.gateway.endpoints;
         assert_eq!(pool.len(), names.len(), "{file}");
         for (e, var) in pool.iter().zip(&names) {
             let key = e.target.api_key.as_ref().map(|k| k.expose().to_owned());

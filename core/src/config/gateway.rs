@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{EndpointConfig, UpstreamTarget};
+use super::{EndpointConfig, Target};
 use crate::auth::KeyDefaults;
 use crate::catalog::Catalog;
 use crate::http::HttpLimits;
@@ -59,7 +59,7 @@ impl Default for Timeouts {
 /// Attempts per request by default, whatever the number of endpoints: a
 /// deployment with one endpoint (most of them) gets two more tries of a
 /// transient failure (a 5xx, a reset, a 429) before its client sees it,
-/// each after a short pause; a pool tries three endpoints.
+/// each after a short pause; a set of three endpoints tries each once.
 pub(super) const DEFAULT_ATTEMPTS: usize = 3;
 /// How often an ejected endpoint is probed by default.
 pub(super) const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -72,7 +72,7 @@ pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// The provider endpoints (at least one).
-    pub upstreams: Vec<EndpointConfig>,
+    pub endpoints: Vec<EndpointConfig>,
     /// Most attempts for one request (0: three, `DEFAULT_ATTEMPTS`), on
     /// endpoints it has not tried first, then on the best one again.
     pub upstream_attempts: usize,
@@ -128,14 +128,14 @@ pub struct SharedLimits {
 
 impl GatewayConfig {
     /// Defaults around one upstream (an endpoint named `default`).
-    pub fn new(upstream: UpstreamTarget) -> Self {
+    pub fn new(upstream: Target) -> Self {
         Self::with_endpoints(vec![EndpointConfig::single(upstream, None)])
     }
 
-    /// Defaults around a pool of endpoints.
-    pub fn with_endpoints(upstreams: Vec<EndpointConfig>) -> Self {
+    /// Defaults around a set of endpoints.
+    pub fn with_endpoints(endpoints: Vec<EndpointConfig>) -> Self {
         GatewayConfig {
-            upstreams,
+            endpoints,
             upstream_attempts: 0,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             stream_error_event: false,

@@ -2,7 +2,7 @@
 //! (precedence flag > environment > file > default, in `settings.rs`), and
 //! the configuration types the rest of core reads — the gateway's
 //! ([`GatewayConfig`], [`Timeouts`], [`SharedLimits`]), the provider's
-//! ([`UpstreamTarget`], [`Secret`]) and the shared limiter's ([`RedisUrl`]).
+//! ([`Target`], [`Secret`]) and the shared limiter's ([`RedisUrl`]).
 //!
 //! The runtime collects flags (argv) and the environment and reads the file;
 //! everything else — names, parsing, validation, messages — happens here,
@@ -12,15 +12,15 @@
 //! |---|---|
 //! | `settings.rs` | every setting's flag, variable, file key and default, and the precedence |
 //! | `gateway.rs` | [`GatewayConfig`] and [`Timeouts`]: what the exchange reads |
-//! | `upstream.rs` | a provider endpoint's configuration ([`EndpointConfig`], [`UpstreamTarget`]) and the `[[upstream]]` tables |
+//! | `endpoints.rs` | a provider endpoint's configuration ([`EndpointConfig`], [`Target`]) and the `[[upstream]]` tables |
 //! | `redis.rs` | the shared limiter's URL ([`RedisUrl`]) |
-//! | `otlp.rs` | the trace exporter's settings, from chatgate's and the `OTEL_*` variables |
+//! | `traces.rs` | the trace exporter's settings, from chatgate's and the `OTEL_*` variables |
 
+mod endpoints;
 mod gateway;
-mod otlp;
 mod redis;
 mod settings;
-mod upstream;
+mod traces;
 
 use std::time::Duration;
 
@@ -30,13 +30,14 @@ use crate::catalog::{Catalog, Model, Price};
 use crate::limits::Limits;
 use crate::quota::{Budget, Period, usd_to_nano};
 
+pub(crate) use endpoints::MAX_ENDPOINTS;
+pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Secret, Target, parse_endpoints};
 pub use gateway::{GatewayConfig, SharedLimits, Timeouts};
-pub use otlp::OtlpExport;
 pub use redis::RedisUrl;
 use settings::{Resolver, bad};
 pub use settings::{SERVE_SETTINGS, Setting, Sources, env_name, flag_name, parse_duration};
 pub(crate) use settings::{Source, UPSTREAM_KEY_ENV};
-pub use upstream::{DEFAULT_ENDPOINT, EndpointConfig, Secret, UpstreamTarget, parse_pool};
+pub use traces::OtlpExport;
 
 /// The resolved configuration of `serve`.
 #[derive(Debug, Clone)]
@@ -105,8 +106,9 @@ impl ServeConfig {
             None => toml::Table::new(),
         };
         let models = file.remove("model");
-        // `upstream` is a URL, or a list of `[[upstream]]` tables (a pool).
-        let pool = match file.get("upstream") {
+        // `upstream` is a URL, or a list of `[[upstream]]` tables (one per
+        // endpoint).
+        let tables = match file.get("upstream") {
             Some(toml::Value::Array(_)) => file.remove("upstream"),
             _ => None,
         };
@@ -120,7 +122,7 @@ impl ServeConfig {
             env: sources.env,
             file,
         };
-        let upstreams = upstreams(&r, pool)?;
+        let endpoints = endpoint_configs(&r, tables)?;
         let keys_path = r.required("keys", "create one with `keys new --keys FILE --name NAME`")?;
         let log_format = one_of(&r, "log_format", &["text", "json"], "text or json")?;
         let log_level = one_of(
@@ -135,7 +137,7 @@ impl ServeConfig {
         };
         let timeouts = timeouts(&r)?;
         let catalog = catalog(models, &r.string("owned_by"))?;
-        let mut gateway = GatewayConfig::with_endpoints(upstreams);
+        let mut gateway = GatewayConfig::with_endpoints(endpoints);
         gateway.upstream_attempts = match r.get("upstream_attempts") {
             Some(_) => positive(&r, "upstream_attempts")? as usize,
             None => 0,
@@ -150,7 +152,7 @@ impl ServeConfig {
         gateway.max_sse_event = positive(&r, "max_sse_event")? as usize;
         gateway.max_upstream_body = positive(&r, "max_upstream_body")?;
         gateway.catalog = catalog;
-        let otlp = match otlp::tracing(&r)? {
+        let otlp = match traces::traces(&r)? {
             Some((export, settings)) => {
                 gateway.trace = Some(settings);
                 Some(export)
@@ -228,7 +230,7 @@ impl ServeConfig {
                 || "off".to_owned(),
                 |o| format!("{} (headers: {})", o.display_url(), o.headers.len())
             ),
-            endpoints_summary(&g.upstreams),
+            endpoints_summary(&g.endpoints),
             keys,
             self.keys_path,
             g.default_limits.requests_per_minute,
@@ -305,34 +307,37 @@ fn one_of(
     Err(bad(key, &value, src, expected))
 }
 
-/// The provider: its base URL, and its key from the environment.
-/// The provider endpoints: the one `upstream` URL (a flag or variable wins
-/// over the file), or the file's `[[upstream]]` pool.
-fn upstreams(r: &Resolver, pool: Option<toml::Value>) -> Result<Vec<EndpointConfig>, ConfigError> {
+/// The provider's endpoints: the one `upstream` URL (a flag or variable
+/// wins over the file) with its key from the environment, or the file's
+/// `[[upstream]]` tables.
+fn endpoint_configs(
+    r: &Resolver,
+    tables: Option<toml::Value>,
+) -> Result<Vec<EndpointConfig>, ConfigError> {
     let ca = r.get("upstream_ca").map(|(v, _)| v);
-    let pool = match pool {
+    let tables = match tables {
         Some(tables) if r.get("upstream").is_none() => tables,
         _ => {
             let url = r.required("upstream", "say where the provider is")?;
-            let mut upstream = UpstreamTarget::parse(&url).map_err(ConfigError)?;
-            upstream.api_key = r
+            let mut target = Target::parse(&url).map_err(ConfigError)?;
+            target.api_key = r
                 .env
                 .get(UPSTREAM_KEY_ENV)
                 .filter(|k| !k.is_empty())
                 .map(Secret::new);
-            return Ok(vec![EndpointConfig::single(upstream, ca)]);
+            return Ok(vec![EndpointConfig::single(target, ca)]);
         }
     };
-    let mut pool = parse_pool(&pool, &r.env)?;
-    for endpoint in &mut pool {
+    let mut endpoints = parse_endpoints(&tables, &r.env)?;
+    for endpoint in &mut endpoints {
         endpoint.ca = endpoint.ca.take().or_else(|| ca.clone());
     }
-    Ok(pool)
+    Ok(endpoints)
 }
 
-/// `upstream=URL provider_key=set` for one endpoint, the pool's names,
+/// `upstream=URL provider_key=set` for one endpoint; otherwise the endpoints' names,
 /// addresses, weights and whether each has a key otherwise.
-fn endpoints_summary(pool: &[EndpointConfig]) -> String {
+fn endpoints_summary(endpoints: &[EndpointConfig]) -> String {
     let key = |e: &EndpointConfig| {
         if e.target.api_key.is_some() {
             "set"
@@ -340,14 +345,14 @@ fn endpoints_summary(pool: &[EndpointConfig]) -> String {
             "none"
         }
     };
-    match pool {
+    match endpoints {
         [one] if one.name == DEFAULT_ENDPOINT => format!(
             "upstream={} provider_key={}",
             one.target.display_url(),
             key(one)
         ),
         _ => {
-            let list: Vec<String> = pool
+            let list: Vec<String> = endpoints
                 .iter()
                 .map(|e| {
                     format!(
@@ -530,7 +535,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.listen, "flag:1");
-        assert_eq!(c.gateway.upstreams[0].target.host, "env");
+        assert_eq!(c.gateway.endpoints[0].target.host, "env");
         assert_eq!(c.keys_path, "k.toml");
         assert_eq!(c.gateway.default_limits.requests_per_minute, 7);
         assert_eq!(c.gateway.default_limits.tokens_per_minute, 100_000);
@@ -550,7 +555,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            c.gateway.upstreams[0]
+            c.gateway.endpoints[0]
                 .target
                 .api_key
                 .as_ref()

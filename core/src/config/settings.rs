@@ -88,7 +88,7 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "upstream",
         "URL",
         None,
-        "Provider base URL including its version prefix, e.g. https://api.provider.example/v1 (one endpoint; [[upstream]] tables in the config file give a pool)",
+        "Provider base URL including its version prefix, e.g. https://api.provider.example/v1 (one endpoint; [[upstream]] tables in the config file give several)",
     ),
     s(
         "upstream_attempts",

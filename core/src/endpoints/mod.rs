@@ -34,7 +34,7 @@ pub(crate) use health::{Change, Health, State};
 pub use health::{FailureKind, Outcome};
 pub use prompt::PromptAllowance;
 
-use crate::config::EndpointConfig;
+use crate::config::{EndpointConfig, MAX_ENDPOINTS};
 use crate::http::write::header;
 use crate::metrics::{Histogram, header as metric_header};
 use crate::time::{Instant, WallClock, rfc3339_ms};
@@ -170,9 +170,6 @@ impl Endpoint {
     }
 }
 
-/// Most endpoints in a pool.
-pub(crate) const MAX_ENDPOINTS: usize = 64;
-
 /// The indices of the set bits of `set`, lowest first.
 fn bits(mut set: u64) -> impl Iterator<Item = usize> {
     std::iter::from_fn(move || {
@@ -207,7 +204,7 @@ impl EndpointSet {
             .collect();
         assert!(
             (1..=MAX_ENDPOINTS).contains(&endpoints.len()),
-            "a pool has 1 to {MAX_ENDPOINTS} endpoints (checked by the configuration)"
+            "a set has 1 to {MAX_ENDPOINTS} endpoints (checked by the configuration)"
         );
         EndpointSet {
             current: Mutex::new(vec![0; endpoints.len()]),

@@ -1,14 +1,14 @@
 use std::time::Duration;
 
 use super::*;
-use crate::config::UpstreamTarget;
+use crate::config::Target;
 
 const T0: Instant = Instant::ZERO;
 
 fn endpoint(name: &str, weight: u32) -> EndpointConfig {
     EndpointConfig {
         name: name.to_owned(),
-        target: UpstreamTarget::parse(&format!("http://{name}.test/v1")).unwrap(),
+        target: Target::parse(&format!("http://{name}.test/v1")).unwrap(),
         weight,
         model: None,
         ca: None,
@@ -142,7 +142,7 @@ fn a_reload_keeps_unchanged_endpoints_and_their_health() {
             .finish(Outcome::Failed(FailureKind::Connect), T0);
     }
     let mut moved = endpoint("b", 1);
-    moved.target = UpstreamTarget::parse("http://b2.test/v1").unwrap();
+    moved.target = Target::parse("http://b2.test/v1").unwrap();
     let next = EndpointSet::new(vec![endpoint("a", 1), moved, endpoint("c", 2)], Some(&s));
     assert_eq!(next.endpoints()[0].id(), s.endpoints()[0].id());
     assert_eq!(next.status(T0, WallClock::new(0))[0].state, "ejected");

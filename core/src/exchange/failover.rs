@@ -116,7 +116,7 @@ impl Connection {
     ) -> bool {
         let status = self.req.as_ref().and_then(|r| r.upstream_status);
         self.trace_attempt_failed(now, err, status);
-        let (outcome, retry) = verdict(err, status);
+        let (outcome, retry) = classify(err, status);
         let retry_here = retry == Retry::Anywhere;
         if let Some(attempt) = attempt {
             attempt.finish(outcome, now);
@@ -246,7 +246,7 @@ enum Retry {
 
 /// What a failure says about the endpoint, and whether the request may be
 /// sent again.
-fn verdict(err: &ApiError, status: Option<u16>) -> (Outcome, Retry) {
+fn classify(err: &ApiError, status: Option<u16>) -> (Outcome, Retry) {
     let failed = |kind| (Outcome::Failed(kind), Retry::Anywhere);
     match err.fault {
         Some(UpstreamFault::Rejected) => match status {
@@ -339,7 +339,7 @@ mod tests {
         let rejected = |status: u16, retry_after: Option<u64>| {
             let mut e = ApiError::upstream(UpstreamFault::Rejected, "x");
             e.retry_after = retry_after;
-            verdict(&e, Some(status))
+            classify(&e, Some(status))
         };
         assert_eq!(rejected(400, None), (Outcome::Answered, Retry::No));
         assert_eq!(rejected(404, None), (Outcome::Answered, Retry::No));
@@ -364,19 +364,19 @@ mod tests {
             )
         );
         assert_eq!(
-            verdict(&ApiError::upstream_timeout("x"), None),
+            classify(&ApiError::upstream_timeout("x"), None),
             (Outcome::Failed(FailureKind::Timeout), Retry::Anywhere)
         );
         assert_eq!(
-            verdict(&ApiError::upstream(UpstreamFault::Tls, "x"), None),
+            classify(&ApiError::upstream(UpstreamFault::Tls, "x"), None),
             (Outcome::Failed(FailureKind::Connect), Retry::Anywhere)
         );
         assert_eq!(
-            verdict(&ApiError::upstream(UpstreamFault::ErrorEvent, "x"), None),
+            classify(&ApiError::upstream(UpstreamFault::ErrorEvent, "x"), None),
             (Outcome::Failed(FailureKind::Invalid), Retry::Elsewhere)
         );
         assert_eq!(
-            verdict(&ApiError::overloaded("x"), None),
+            classify(&ApiError::overloaded("x"), None),
             (Outcome::Abandoned, Retry::No)
         );
     }

@@ -56,7 +56,7 @@ pub(super) struct Upstream {
     pub(super) trailing_garbage: bool,
     /// `[DONE]` was forwarded: later data is ignored.
     pub(super) done_forwarded: bool,
-    /// The attempt this connection serves, until it has a verdict.
+    /// The attempt this connection serves, until its outcome is known.
     pub(super) attempt: Option<Attempt>,
     /// When the client's first byte is due from this attempt (set once
     /// connected).

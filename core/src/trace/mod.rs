@@ -8,17 +8,17 @@
 //! | `context.rs` | W3C `traceparent` and `tracestate`, read and written |
 //! | `sampler.rs` | the OTEL samplers (ratio by trace id, parent-based) |
 //! | `tracer.rs` | trace and span ids, and the bounded queue of finished spans |
-//! | `otlp.rs` | spans encoded as an OTLP `ExportTraceServiceRequest` (protobuf by hand) |
+//! | `wire.rs` | spans encoded as an OTLP `ExportTraceServiceRequest` (protobuf by hand) |
 
 mod context;
-mod otlp;
 mod sampler;
 mod tracer;
+mod wire;
 
 pub use context::{
     SAMPLED, SpanContext, SpanId, TraceId, client_context, format_traceparent, parse_traceparent,
     parse_tracestate,
 };
-pub use otlp::{Attribute, Source, Span, SpanEvent, SpanKind, Status, Value, encode_export};
 pub use sampler::Sampler;
 pub use tracer::{QUEUE_SPANS, TraceSettings, Tracer};
+pub use wire::{Attribute, Source, Span, SpanEvent, SpanKind, Status, Value, encode_export};

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::context::{SpanId, TraceId};
-use super::otlp::{Source, Span};
 use super::sampler::Sampler;
+use super::wire::{Source, Span};
 
 /// Spans waiting for the exporter, at most (about 8 MiB at most of spans of
 /// a gateway's size).
@@ -133,7 +133,7 @@ impl Tracer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::otlp::{SpanKind, Status};
+    use crate::trace::wire::{SpanKind, Status};
 
     fn tracer() -> Tracer {
         Tracer::new(

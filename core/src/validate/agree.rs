@@ -1,5 +1,5 @@
 //! The validator agrees with the oracle (the serde_json implementation it
-//! replaced, [`super::reference`]): for every body, the same verdict — the
+//! replaced, [`super::reference`]): for every body, the same finding — the
 //! same request and rewritten body, or the same error, message included.
 //! Bodies are generated as text, so key order, duplicates, whitespace,
 //! escapes and broken grammar all occur.

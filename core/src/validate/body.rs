@@ -1,4 +1,4 @@
-//! The one pass over a request body, and the order of the verdicts.
+//! The one pass over a request body, and the order of the findings.
 //!
 //! The body is read as serde_json reads it into an object of raw members
 //! (keys read as strings, values skipped as it skips them), so a body it
@@ -7,7 +7,7 @@
 //! trailing characters. Then what a provider's parser would refuse
 //! (nesting deeper than [`MAX_DEPTH`](crate::json::MAX_DEPTH), a lone surrogate
 //! escape: the first in the text). Then the rules, in the reference's
-//! order: `model`, `messages` (checked during the pass, its verdict kept),
+//! order: `model`, `messages` (checked during the pass, its finding kept),
 //! `stream`, `stream_options`, `temperature`, `top_p`, `max_tokens`,
 //! `stop`, `tools`, `tool_choice`.
 
@@ -77,7 +77,7 @@ pub(super) struct Top {
     pub(super) compact: bool,
     /// The model is a string without escapes.
     plain_model: bool,
-    /// The verdict on `messages` (when checked).
+    /// The finding on `messages` (when checked).
     messages: Option<Result<Checked, Refused>>,
 }
 

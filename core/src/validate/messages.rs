@@ -1,6 +1,6 @@
 //! `messages`, checked while the pass reads it: its syntax as the pass
 //! checks any value's, and the reference's rules for each message, whose
-//! verdict (the first error, in the order the reference checks) is kept
+//! finding (the first error, in the order the reference checks) is kept
 //! until the pass has read the whole body — a syntax error anywhere comes
 //! first.
 //!
@@ -25,10 +25,10 @@ pub(super) struct Checked {
     pub(super) strip: Vec<usize>,
 }
 
-/// What is wrong with `messages` (boxed: the usual verdict is small).
+/// What is wrong with `messages` (boxed: the usual finding is small).
 pub(super) type Refused = Box<ApiError>;
 
-/// Reads `messages` at the cursor; the verdict on its contents.
+/// Reads `messages` at the cursor; the finding on its contents.
 pub(super) fn read(
     c: &mut Cursor<'_>,
     keys: &mut KeySet,
@@ -39,7 +39,7 @@ pub(super) fn read(
             "messages", "an array",
         ))));
     }
-    let mut verdict = Ok(Checked {
+    let mut finding = Ok(Checked {
         estimate: 3,
         strip: Vec::new(),
     });
@@ -47,7 +47,7 @@ pub(super) fn read(
     c.elements(|c| {
         let i = n;
         n += 1;
-        match &mut verdict {
+        match &mut finding {
             Ok(checked) => match message(c, keys, i)? {
                 Ok((estimate, strip)) => {
                     checked.estimate += estimate;
@@ -55,9 +55,9 @@ pub(super) fn read(
                         checked.strip.push(i);
                     }
                 }
-                Err(e) => verdict = Err(e),
+                Err(e) => finding = Err(e),
             },
-            // The verdict is in; the rest is read for its syntax only.
+            // The finding is in; the rest is read for its syntax only.
             Err(_) => c.skip()?,
         }
         Ok(())
@@ -68,7 +68,7 @@ pub(super) fn read(
             "'messages' must contain at least one message.",
         ))));
     }
-    Ok(verdict)
+    Ok(finding)
 }
 
 /// The roles a message may have.

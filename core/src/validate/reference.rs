@@ -1,5 +1,5 @@
 //! The serde_json validator the one-pass validator replaced, kept as the
-//! oracle its tests compare it with (verdict, error and rewritten body).
+//! oracle its tests compare it with (finding, error and rewritten body).
 //!
 //! serde_json reads the top level as an object of members whose values
 //! stay raw JSON text ([`RawValue`]); only the parameters the specification

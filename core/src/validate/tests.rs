@@ -1,4 +1,4 @@
-//! The validator's unit tests: every verdict is also the oracle's
+//! The validator's unit tests: every finding is also the oracle's
 //! ([`super::reference`]), error wording included.
 
 use super::reference::{json_hazard, validate_reference};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chatgate_core::Gateway;
 use chatgate_core::Limits;
 use chatgate_core::WallClock;
-use chatgate_core::{GatewayConfig, UpstreamTarget};
+use chatgate_core::{GatewayConfig, Target};
 use chatgate_core::{KeyEntry, KeyTable, key_sha256, mint_key};
 use chatgate_sim::{Fault, SimOptions, SimServer};
 use clap::ArgMatches;
@@ -55,7 +55,7 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         std::env::temp_dir().join(format!("chatgate-demo-{}.jsonl", std::process::id()));
     let ledger_path = ledger_path.to_string_lossy().into_owned();
     let ledger = Ledger::open(&ledger_path)?;
-    let upstream = UpstreamTarget::parse(&format!("http://{sim_addr}/v1"))?;
+    let upstream = Target::parse(&format!("http://{sim_addr}/v1"))?;
     // The console on an admin listener of its own port, with a fresh token.
     let admin = bind("127.0.0.1:0")?;
     let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;

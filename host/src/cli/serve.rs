@@ -256,7 +256,7 @@ pub(super) fn run_bound<R: Runtime>(
         rt.spawn(Arc::clone(l).renew_leases());
     }
     if let Some((export, ca)) = otlp.clone() {
-        rt.spawn(crate::telemetry::otlp::run(
+        rt.spawn(crate::telemetry::exporter::run(
             rt.clone(),
             Arc::clone(&shared.gateway),
             export,
@@ -280,7 +280,7 @@ pub(super) fn run_bound<R: Runtime>(
     rt.block_on(run_gateway(shared, listener, stop));
     if let Some((export, ca)) = otlp {
         // The spans of the requests the drain finished, before exit.
-        rt.block_on(crate::telemetry::otlp::flush(
+        rt.block_on(crate::telemetry::exporter::flush(
             rt.clone(),
             gateway,
             export,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use chatgate_core::{Endpoint, EndpointSet, Pool, UpstreamFailure, UpstreamTarget};
+use chatgate_core::{Endpoint, EndpointSet, Pool, Target, UpstreamFailure};
 use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
@@ -17,58 +17,58 @@ use crate::provider::tls::{self, TlsStream};
 use crate::runtime::{Runtime, now, to_std};
 
 /// A connection to the provider, plain or TLS.
-pub(crate) enum UpstreamStream<T> {
+pub(crate) enum OutboundStream<T> {
     /// `http://`
     Plain(T),
     /// `https://`
     Tls(Box<TlsStream<T>>),
 }
 
-impl<T> UpstreamStream<T> {
+impl<T> OutboundStream<T> {
     /// The TCP stream of a plain connection. (A TLS stream may hold
     /// decrypted bytes its socket no longer signals.)
     pub(crate) fn plain(&self) -> Option<&T> {
         match self {
-            UpstreamStream::Plain(s) => Some(s),
-            UpstreamStream::Tls(_) => None,
+            OutboundStream::Plain(s) => Some(s),
+            OutboundStream::Tls(_) => None,
         }
     }
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for UpstreamStream<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for OutboundStream<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            OutboundStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for UpstreamStream<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for OutboundStream<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            OutboundStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            OutboundStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_close(cx),
-            UpstreamStream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+            OutboundStream::Plain(s) => Pin::new(s).poll_close(cx),
+            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }
 }
@@ -81,9 +81,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for UpstreamStream<T> {
 /// expired, and waits for the next connection when the pool is empty.
 pub(crate) struct Connector<R: Runtime> {
     rt: R,
-    target: UpstreamTarget,
+    target: Target,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
-    idle: Arc<Idle<UpstreamStream<R::Tcp>>>,
+    idle: Arc<Idle<OutboundStream<R::Tcp>>>,
     reaper: AtomicBool,
 }
 
@@ -137,7 +137,7 @@ impl<R: Runtime> Connector<R> {
     /// A connector for `target`; `extra_ca` is a PEM file of CAs to trust.
     pub(crate) fn new(
         rt: R,
-        target: UpstreamTarget,
+        target: Target,
         extra_ca: Option<&str>,
         max_idle: usize,
         idle_timeout: Duration,
@@ -162,12 +162,12 @@ impl<R: Runtime> Connector<R> {
         })
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, Pool<UpstreamStream<R::Tcp>>> {
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool<OutboundStream<R::Tcp>>> {
         self.idle.lock()
     }
 
     /// An idle pooled connection, if one is fresh enough.
-    pub(crate) fn take_idle(&self) -> Option<UpstreamStream<R::Tcp>> {
+    pub(crate) fn take_idle(&self) -> Option<OutboundStream<R::Tcp>> {
         let mut expired = Vec::new();
         let candidate = self.pool().take(now(), &mut expired);
         drop(expired);
@@ -179,7 +179,7 @@ impl<R: Runtime> Connector<R> {
     pub(crate) async fn connect(
         &self,
         fresh: bool,
-    ) -> Result<(UpstreamStream<R::Tcp>, bool), UpstreamFailure> {
+    ) -> Result<(OutboundStream<R::Tcp>, bool), UpstreamFailure> {
         if !fresh {
             // No liveness probe: a pooled connection the provider closed is
             // noticed when it answers nothing, and core retries that request
@@ -198,11 +198,11 @@ impl<R: Runtime> Connector<R> {
 
     /// A new connection that is not the pool's (not counted in its
     /// figures, never returned to it): for a probe.
-    pub(crate) async fn open_unpooled(&self) -> Result<UpstreamStream<R::Tcp>, UpstreamFailure> {
+    pub(crate) async fn open_unpooled(&self) -> Result<OutboundStream<R::Tcp>, UpstreamFailure> {
         self.open().await
     }
 
-    async fn open(&self) -> Result<UpstreamStream<R::Tcp>, UpstreamFailure> {
+    async fn open(&self) -> Result<OutboundStream<R::Tcp>, UpstreamFailure> {
         let (host, port) = (self.target.host.clone(), self.target.port);
         let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, port)],
@@ -234,16 +234,16 @@ impl<R: Runtime> Connector<R> {
         })?;
         self.rt.set_nodelay(&tcp);
         match &self.tls {
-            None => Ok(UpstreamStream::Plain(tcp)),
+            None => Ok(OutboundStream::Plain(tcp)),
             Some((config, name)) => TlsStream::connect(tcp, Arc::clone(config), name.clone())
                 .await
-                .map(|s| UpstreamStream::Tls(Box::new(s)))
+                .map(|s| OutboundStream::Tls(Box::new(s)))
                 .map_err(|e| UpstreamFailure::Tls(e.to_string())),
         }
     }
 
     /// Returns a connection whose response is complete to the pool.
-    pub(crate) fn release(&self, s: UpstreamStream<R::Tcp>) {
+    pub(crate) fn release(&self, s: OutboundStream<R::Tcp>) {
         let evicted = self.pool().put(s, now());
         drop(evicted);
         if !self.reaper.swap(true, Ordering::Relaxed) {

@@ -64,16 +64,16 @@ fn reload<R: Runtime>(shared: &Shared<R>, src: &EndpointsSource) -> Result<Optio
     let cfg = ServeConfig::resolve(sources).map_err(|e| e.to_string())?;
     let gateway = &shared.gateway;
     let current = gateway.endpoints();
-    let unchanged = current.endpoints().len() == cfg.gateway.upstreams.len()
+    let unchanged = current.endpoints().len() == cfg.gateway.endpoints.len()
         && current
             .endpoints()
             .iter()
-            .zip(&cfg.gateway.upstreams)
+            .zip(&cfg.gateway.endpoints)
             .all(|(e, c)| e.config() == c);
     if unchanged {
         return Ok(None);
     }
-    let next = EndpointSet::new(cfg.gateway.upstreams, Some(&current));
+    let next = EndpointSet::new(cfg.gateway.endpoints, Some(&current));
     shared.connectors.prepare(&next)?;
     let names: Vec<&str> = next.endpoints().iter().map(|e| e.name()).collect();
     let names = names.join(",");

@@ -1,9 +1,9 @@
 //! What a runtime supplies, and the clock that maps core time to it.
 //!
-//! `gate` is the per-source waker set a connection's task polls through, so
+//! `wakeup` is the per-source waker set a connection's task polls through, so
 //! a loop polls only what woke.
 
-pub(crate) mod gate;
+pub(crate) mod wakeup;
 
 use std::future::Future;
 use std::io;

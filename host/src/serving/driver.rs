@@ -22,8 +22,8 @@ use chatgate_core::Instant;
 use chatgate_core::{Accept, Connection, Event, UpstreamFailure};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 
-use crate::provider::connector::{Connector, Connectors, UpstreamStream};
-use crate::runtime::gate::Gate;
+use crate::provider::connector::{Connector, Connectors, OutboundStream};
+use crate::runtime::wakeup::Wakeup;
 use crate::runtime::{Alarm, Runtime, SCRATCH_LEN, now, with_scratch};
 use crate::stores::ledger::Ledger;
 
@@ -68,7 +68,7 @@ type ConnectFuture<'a, R> = Pin<
     Box<
         dyn Future<
                 Output = Result<
-                    (UpstreamStream<<R as Runtime>::Tcp>, bool, Arc<Connector<R>>),
+                    (OutboundStream<<R as Runtime>::Tcp>, bool, Arc<Connector<R>>),
                     UpstreamFailure,
                 >,
             > + Send
@@ -108,13 +108,13 @@ async fn refuse<R: Runtime>(rt: &R, mut client: R::Tcp, bytes: &[u8]) {
 }
 
 /// One connection's task: the core's state machine, the sockets and
-/// futures it asked for, and one [`Gate`] per source of wake-ups (each is
+/// futures it asked for, and one [`Wakeup`] per source of wake-ups (each is
 /// polled again only when it woke or changed).
 struct Task<'s, R: Runtime> {
     shared: &'s Arc<Shared<R>>,
     conn: Box<Connection>,
     client: R::Tcp,
-    upstream: Option<UpstreamStream<R::Tcp>>,
+    upstream: Option<OutboundStream<R::Tcp>>,
     /// The endpoint connector `upstream` came from (it goes back there).
     upstream_from: Option<Arc<Connector<R>>>,
     connecting: Option<ConnectFuture<'s, R>>,
@@ -130,14 +130,14 @@ struct Task<'s, R: Runtime> {
     /// waits for readiness first (see `Runtime::poll_readable`).
     client_emptied: bool,
     upstream_emptied: bool,
-    g_drain: Gate,
-    g_admit: Gate,
-    g_connect: Gate,
-    g_timer: Gate,
-    g_up_read: Gate,
-    g_up_write: Gate,
-    g_client_read: Gate,
-    g_client_write: Gate,
+    g_drain: Wakeup,
+    g_admit: Wakeup,
+    g_connect: Wakeup,
+    g_timer: Wakeup,
+    g_up_read: Wakeup,
+    g_up_write: Wakeup,
+    g_client_read: Wakeup,
+    g_client_write: Wakeup,
 }
 
 impl<'s, R: Runtime> Task<'s, R> {
@@ -162,14 +162,14 @@ impl<'s, R: Runtime> Task<'s, R> {
             drain_seen,
             client_emptied: false,
             upstream_emptied: false,
-            g_drain: Gate::default(),
-            g_admit: Gate::default(),
-            g_connect: Gate::default(),
-            g_timer: Gate::default(),
-            g_up_read: Gate::default(),
-            g_up_write: Gate::default(),
-            g_client_read: Gate::default(),
-            g_client_write: Gate::default(),
+            g_drain: Wakeup::default(),
+            g_admit: Wakeup::default(),
+            g_connect: Wakeup::default(),
+            g_timer: Wakeup::default(),
+            g_up_read: Wakeup::default(),
+            g_up_write: Wakeup::default(),
+            g_client_read: Wakeup::default(),
+            g_client_write: Wakeup::default(),
         }
     }
 
@@ -250,7 +250,7 @@ impl<'s, R: Runtime> Task<'s, R> {
     }
 
     /// A provider connection is ready: the core hears it now.
-    fn connected(&mut self, s: UpstreamStream<R::Tcp>, connector: Arc<Connector<R>>, reused: bool) {
+    fn connected(&mut self, s: OutboundStream<R::Tcp>, connector: Arc<Connector<R>>, reused: bool) {
         self.upstream = Some(s);
         self.upstream_from = Some(connector);
         self.ready_upstream();
@@ -299,7 +299,7 @@ impl<'s, R: Runtime> Task<'s, R> {
         wake
     }
 
-    /// Polls each source whose gate lets it through, in a fixed order:
+    /// Polls each source whose wakeup lets it through, in a fixed order:
     /// drain, admission, connect, writes, reads, the timer.
     fn poll_wake(&mut self, cx: &mut Context<'_>, want_client: bool, want_up: bool) -> Poll<Wake> {
         let rt = &self.shared.rt;

@@ -7,7 +7,7 @@ use std::task::Poll;
 use chatgate_sim::{SimAction, SimConnection, SimServer};
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 
-use crate::runtime::gate::Gate;
+use crate::runtime::wakeup::Wakeup;
 use crate::runtime::{Alarm, Runtime, now, with_scratch};
 
 /// Serves simulator connections until `stop` completes (the caller passes
@@ -40,7 +40,7 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
     let mut sc = SimConnection::new(server);
     let mut alarm = Alarm::<R>::default();
     let (mut g_read, mut g_write, mut g_timer) =
-        (Gate::default(), Gate::default(), Gate::default());
+        (Wakeup::default(), Wakeup::default(), Wakeup::default());
     loop {
         if let Some(action) = sc.poll_action() {
             match action {

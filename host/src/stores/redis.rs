@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chatgate_core::KeyTable;
 use chatgate_core::RedisUrl;
-use chatgate_core::UpstreamTarget;
+use chatgate_core::Target;
 use chatgate_core::{
     AdmitRequest, BudgetRefusal, Limits, QuotaRefusal, REDIS_SCRIPT, Refusal, ScriptOp,
     ScriptOutcome, ScriptQuota, decode_script_reply, script_args, script_keys, shared_limits_error,
@@ -20,7 +20,7 @@ use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_re
 use chatgate_core::{Settlement, SharedAdmission, StoreError};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
-use crate::provider::connector::{Connector, UpstreamStream};
+use crate::provider::connector::{Connector, OutboundStream};
 use crate::runtime::Runtime;
 use crate::stores::spend::SpendSource;
 
@@ -78,7 +78,7 @@ impl<R: Runtime> SharedLimiter<R> {
         timeout: Duration,
         spend: SpendSource,
     ) -> Result<Self, String> {
-        let target = UpstreamTarget {
+        let target = Target {
             tls: url.tls,
             host: url.host.clone(),
             port: url.port,
@@ -291,7 +291,7 @@ impl<R: Runtime> SharedLimiter<R> {
         .await
     }
 
-    async fn handshake(&self, s: &mut UpstreamStream<R::Tcp>) -> Result<(), StoreError> {
+    async fn handshake(&self, s: &mut OutboundStream<R::Tcp>) -> Result<(), StoreError> {
         if let Some(password) = &self.url.password {
             let reply = match &self.url.user {
                 Some(user) => {
@@ -316,7 +316,7 @@ impl<R: Runtime> SharedLimiter<R> {
 
     async fn eval(
         &self,
-        s: &mut UpstreamStream<R::Tcp>,
+        s: &mut OutboundStream<R::Tcp>,
         op: ScriptOp,
         key: &str,
         limits: Limits,
@@ -346,7 +346,7 @@ impl<R: Runtime> SharedLimiter<R> {
             .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {reply:?}")))
     }
 
-    async fn load(&self, s: &mut UpstreamStream<R::Tcp>) -> Result<Vec<u8>, StoreError> {
+    async fn load(&self, s: &mut OutboundStream<R::Tcp>) -> Result<Vec<u8>, StoreError> {
         match roundtrip(s, &[b"SCRIPT", b"LOAD", REDIS_SCRIPT.as_bytes()]).await? {
             RedisReply::Bulk(Some(sha)) => {
                 *self.sha.lock().unwrap_or_else(|e| e.into_inner()) = Some(sha.clone());
@@ -360,13 +360,13 @@ impl<R: Runtime> SharedLimiter<R> {
 }
 
 async fn evalsha<T>(
-    s: &mut UpstreamStream<T>,
+    s: &mut OutboundStream<T>,
     sha: &[u8],
     keys: &[String; 4],
     args: &[String],
 ) -> Result<RedisReply, StoreError>
 where
-    UpstreamStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
     let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"4"];
     cmd.extend(keys.iter().map(|k| k.as_bytes()));
@@ -374,9 +374,9 @@ where
     roundtrip(s, &cmd).await
 }
 
-async fn roundtrip<T>(s: &mut UpstreamStream<T>, args: &[&[u8]]) -> Result<RedisReply, StoreError>
+async fn roundtrip<T>(s: &mut OutboundStream<T>, args: &[&[u8]]) -> Result<RedisReply, StoreError>
 where
-    UpstreamStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
     let mut out = Vec::with_capacity(256);
     encode_redis_command(&mut out, args);

@@ -1,5 +1,5 @@
 //! Telemetry: stderr logs with batched access lines (`logging`) and the
-//! OTLP trace exporter (`otlp`).
+//! OTLP trace exporter (`exporter`).
 
+pub(crate) mod exporter;
 pub(crate) mod logging;
-pub(crate) mod otlp;

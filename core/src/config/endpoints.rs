@@ -1,10 +1,14 @@
-//! Where the provider is, and its key: the endpoints of the pool, from
-//! `[[upstream]]` tables or the one `--upstream` URL.
+//! Where the provider is, and its key: its endpoints, from `[[upstream]]`
+//! tables or the one `--upstream` URL.
 
 use std::collections::HashMap;
 
 use super::ConfigError;
 use crate::url::{Url, UrlError, host_for_url};
+
+/// Most endpoints a provider may have: the endpoint set keeps their
+/// indices in the bits of a `u64`.
+pub(crate) const MAX_ENDPOINTS: usize = 64;
 
 /// The name of the one endpoint `--upstream` configures.
 pub const DEFAULT_ENDPOINT: &str = "default";
@@ -15,8 +19,8 @@ pub const DEFAULT_ENDPOINT: &str = "default";
 pub struct EndpointConfig {
     /// Its name (logs, metrics, the ledger, `GET /upstreams`).
     pub name: String,
-    /// Where it is (its key in [`UpstreamTarget::api_key`]).
-    pub target: UpstreamTarget,
+    /// Where it is (its key in [`Target::api_key`]).
+    pub target: Target,
     /// Its share of the requests, relative to the others' (at least 1).
     pub weight: u32,
     /// The model id this endpoint expects, when it names the model
@@ -28,7 +32,7 @@ pub struct EndpointConfig {
 
 impl EndpointConfig {
     /// The one endpoint of a `--upstream` URL.
-    pub fn single(target: UpstreamTarget, ca: Option<String>) -> EndpointConfig {
+    pub fn single(target: Target, ca: Option<String>) -> EndpointConfig {
         EndpointConfig {
             name: DEFAULT_ENDPOINT.to_owned(),
             target,
@@ -42,10 +46,10 @@ impl EndpointConfig {
 /// The fields an `[[upstream]]` table may have.
 const FIELDS: [&str; 6] = ["name", "url", "api_key_env", "weight", "model", "ca"];
 
-/// The pool from the config file's `[[upstream]]` tables; `env` holds the
+/// The endpoints of the config file's `[[upstream]]` tables; `env` holds the
 /// variables their `api_key_env` name. Every refusal is one line naming the
 /// table and the field.
-pub fn parse_pool(
+pub fn parse_endpoints(
     tables: &toml::Value,
     env: &HashMap<String, String>,
 ) -> Result<Vec<EndpointConfig>, ConfigError> {
@@ -59,26 +63,26 @@ pub fn parse_pool(
             "config file: [[upstream]]: the pool has no endpoint".into(),
         ));
     }
-    let most = crate::endpoints::MAX_ENDPOINTS;
+    let most = MAX_ENDPOINTS;
     if tables.len() > most {
         return Err(ConfigError(format!(
             "config file: [[upstream]]: {} endpoints; a pool has at most {most}",
             tables.len()
         )));
     }
-    let mut pool: Vec<EndpointConfig> = Vec::with_capacity(tables.len());
+    let mut endpoints: Vec<EndpointConfig> = Vec::with_capacity(tables.len());
     for (i, table) in tables.iter().enumerate() {
         let endpoint = parse_endpoint(i + 1, table, env)?;
-        if pool.iter().any(|e| e.name == endpoint.name) {
+        if endpoints.iter().any(|e| e.name == endpoint.name) {
             return Err(ConfigError(format!(
                 "config file: [[upstream]] #{} name: '{}' is the name of an earlier endpoint",
                 i + 1,
                 endpoint.name
             )));
         }
-        pool.push(endpoint);
+        endpoints.push(endpoint);
     }
-    Ok(pool)
+    Ok(endpoints)
 }
 
 fn parse_endpoint(
@@ -117,7 +121,7 @@ fn parse_endpoint(
         ));
     }
     let url = string("url")?.ok_or_else(|| bad("url", "is missing".into()))?;
-    let mut target = UpstreamTarget::parse(&url).map_err(|e| bad("url", e))?;
+    let mut target = Target::parse(&url).map_err(|e| bad("url", e))?;
     if let Some(var) = string("api_key_env")? {
         match env.get(&var).filter(|v| !v.is_empty()) {
             Some(key) => target.api_key = Some(Secret::new(key.clone())),
@@ -172,7 +176,7 @@ impl std::fmt::Debug for Secret {
 
 /// Where the provider is: `{scheme}://{host}:{port}{base_path}/chat/completions`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamTarget {
+pub struct Target {
     /// `https`.
     pub tls: bool,
     /// Host name or IP literal (no brackets).
@@ -185,9 +189,9 @@ pub struct UpstreamTarget {
     pub api_key: Option<Secret>,
 }
 
-impl UpstreamTarget {
+impl Target {
     /// Parses a base URL such as `https://api.provider.example/v1`.
-    pub fn parse(url: &str) -> Result<UpstreamTarget, String> {
+    pub fn parse(url: &str) -> Result<Target, String> {
         let u = Url::parse(url, &["http", "https"]).map_err(|e| match e {
             UrlError::Scheme => format!("upstream URL '{url}' must start with http:// or https://"),
             UrlError::Ipv6 => format!("bad IPv6 address in '{url}'"),
@@ -203,7 +207,7 @@ impl UpstreamTarget {
             );
         }
         let tls = u.scheme == "https";
-        Ok(UpstreamTarget {
+        Ok(Target {
             tls,
             host: u.host.to_owned(),
             port: u.port.unwrap_or(if tls { 443 } else { 80 }),
@@ -237,18 +241,18 @@ impl UpstreamTarget {
 mod tests {
     use super::*;
 
-    fn pool(text: &str, env: &[(&str, &str)]) -> Result<Vec<EndpointConfig>, String> {
+    fn endpoints(text: &str, env: &[(&str, &str)]) -> Result<Vec<EndpointConfig>, String> {
         let file: toml::Table = toml::from_str(text).unwrap();
         let env = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        parse_pool(&file["upstream"], &env).map_err(|e| e.0)
+        parse_endpoints(&file["upstream"], &env).map_err(|e| e.0)
     }
 
     #[test]
-    fn pools_from_tables() {
-        let p = pool(
+    fn endpoints_from_tables() {
+        let p = endpoints(
             r#"
             [[upstream]]
             name = "east"
@@ -278,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn every_bad_pool_names_its_table_and_field() {
+    fn every_bad_table_names_its_table_and_field() {
         let one = |body: &str| format!("[[upstream]]\n{body}");
         for (text, env, want) in [
             (
@@ -341,7 +345,7 @@ mod tests {
                 "[[upstream]] #2 name: 'a' is the name of an earlier endpoint",
             ),
         ] {
-            let e = pool(&text, &env).unwrap_err();
+            let e = endpoints(&text, &env).unwrap_err();
             assert!(
                 e.starts_with(&format!("config file: {want}")),
                 "{e}\n{text}"
@@ -353,19 +357,19 @@ mod tests {
 
     #[test]
     fn parses_upstream_urls() {
-        let t = UpstreamTarget::parse("https://api.provider.example/v1").unwrap();
+        let t = Target::parse("https://api.provider.example/v1").unwrap();
         assert_eq!(
             (t.tls, t.host.as_str(), t.port, t.base_path.as_str()),
             (true, "api.provider.example", 443, "/v1")
         );
         assert_eq!(t.host_header(), "api.provider.example");
-        let t = UpstreamTarget::parse("http://127.0.0.1:8080/v1/").unwrap();
+        let t = Target::parse("http://127.0.0.1:8080/v1/").unwrap();
         assert_eq!((t.tls, t.port, t.base_path.as_str()), (false, 8080, "/v1"));
         assert_eq!(t.host_header(), "127.0.0.1:8080");
-        let t = UpstreamTarget::parse("http://[::1]:9/x").unwrap();
+        let t = Target::parse("http://[::1]:9/x").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 9));
         assert_eq!(t.host_header(), "[::1]:9");
-        let t = UpstreamTarget::parse("https://[2001:db8::7]/v1").unwrap();
+        let t = Target::parse("https://[2001:db8::7]/v1").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("2001:db8::7", 443));
         assert_eq!(t.host_header(), "[2001:db8::7]");
         assert_eq!(t.display_url(), "https://[2001:db8::7]/v1");
@@ -378,17 +382,17 @@ mod tests {
             "http://[::1/v1",
             "http://::1/v1",
         ] {
-            assert!(UpstreamTarget::parse(bad).is_err(), "{bad}");
+            assert!(Target::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(
-            UpstreamTarget::parse("http://u:p@h/v1").unwrap_err(),
+            Target::parse("http://u:p@h/v1").unwrap_err(),
             "upstream URL must not carry credentials; use CHATGATE_UPSTREAM_API_KEY"
         );
     }
 
     #[test]
     fn secrets_do_not_print() {
-        let mut t = UpstreamTarget::parse("https://h/v1").unwrap();
+        let mut t = Target::parse("https://h/v1").unwrap();
         t.api_key = Some(Secret::new("sk-provider-secret"));
         assert!(!format!("{t:?}").contains("sk-provider-secret"));
         assert!(!t.display_url().contains("secret"));

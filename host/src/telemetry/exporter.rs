@@ -18,7 +18,7 @@ use chatgate_core::trace::{Span, Tracer, encode_export};
 use chatgate_core::{Gateway, OtlpExport};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
-use crate::provider::connector::{Connector, UpstreamStream};
+use crate::provider::connector::{Connector, OutboundStream};
 use crate::runtime::Runtime;
 
 /// Spans per export, at most.
@@ -26,7 +26,7 @@ const BATCH: usize = 512;
 /// How often the queue is looked at.
 const TICK: Duration = Duration::from_millis(100);
 /// A batch smaller than [`BATCH`] waits at most this long.
-const LINGER: Duration = Duration::from_secs(1);
+const BATCH_WAIT: Duration = Duration::from_secs(1);
 /// Tries per batch.
 const TRIES: u32 = 4;
 /// The longest `Retry-After` honoured.
@@ -129,13 +129,13 @@ pub(crate) async fn run<R: Runtime>(
     loop {
         rt.timer(std::time::Instant::now() + TICK).await;
         let waiting = tracer.waiting();
-        // The linger counts from when spans began to wait.
+        // The batch wait counts from when spans began to wait.
         if waiting == 0 {
             waited = Duration::ZERO;
             continue;
         }
         waited += TICK;
-        if waiting < BATCH && waited < LINGER {
+        if waiting < BATCH && waited < BATCH_WAIT {
             continue;
         }
         waited = Duration::ZERO;
@@ -262,10 +262,10 @@ async fn send<R: Runtime>(
 /// Reads one response: its status, `Retry-After` (seconds), and whether
 /// the connection can carry another export.
 async fn read_response<T>(
-    s: &mut UpstreamStream<T>,
+    s: &mut OutboundStream<T>,
 ) -> Result<(u16, Option<Duration>, bool), String>
 where
-    UpstreamStream<T>: futures_lite::AsyncRead + Unpin,
+    OutboundStream<T>: futures_lite::AsyncRead + Unpin,
 {
     let limits = HttpLimits::default();
     let mut chunk = [0u8; 4096];

@@ -4,7 +4,7 @@
 //! reads and writes, a connect, a timer, the drain signal). Re-polling every
 //! source on every turn is wasteful, and with some reactors costly: async-io
 //! tries the read or write system call each time a socket is polled, even if
-//! nothing happened since it last said "pending". A [`Gate`] gives each
+//! nothing happened since it last said "pending". A [`Wakeup`] gives each
 //! source its own waker and polls it again only after that waker fired, or
 //! after the caller says the source changed (new bytes to write, a new
 //! connection, a moved deadline).
@@ -32,20 +32,20 @@ impl Wake for Shared {
 }
 
 /// One source's wake-up bookkeeping.
-pub(crate) struct Gate {
+pub(crate) struct Wakeup {
     shared: Arc<Shared>,
     waker: Waker,
     waiting: bool,
 }
 
-impl Default for Gate {
+impl Default for Wakeup {
     fn default() -> Self {
         let shared = Arc::new(Shared {
             woken: AtomicBool::new(false),
             parent: AtomicWaker::new(),
         });
         let waker = Waker::from(Arc::clone(&shared));
-        Gate {
+        Wakeup {
             shared,
             waker,
             waiting: false,
@@ -53,13 +53,13 @@ impl Default for Gate {
     }
 }
 
-impl Gate {
+impl Wakeup {
     /// The source changed: poll it at the next opportunity.
     pub(crate) fn reset(&mut self) {
         self.waiting = false;
     }
 
-    /// Polls the source through `f` with this gate's waker — unless it said
+    /// Polls the source through `f` with this wakeup's waker — unless it said
     /// "pending" before and has not woken since, in which case this returns
     /// `Pending` at once. The task is woken (through `cx`) when the source is.
     pub(crate) fn poll<T>(
@@ -94,25 +94,25 @@ mod tests {
         let parent = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&parent));
         let cx = Context::from_waker(&waker);
-        let mut gate = Gate::default();
+        let mut wakeup = Wakeup::default();
         let polls = std::cell::Cell::new(0);
         let stored: std::cell::RefCell<Option<Waker>> = std::cell::RefCell::new(None);
-        let poll = |gate: &mut Gate| {
-            gate.poll(&cx, |cx| {
+        let poll = |wakeup: &mut Wakeup| {
+            wakeup.poll(&cx, |cx| {
                 polls.set(polls.get() + 1);
                 *stored.borrow_mut() = Some(cx.waker().clone());
                 Poll::<()>::Pending
             })
         };
-        assert!(poll(&mut gate).is_pending());
-        assert!(poll(&mut gate).is_pending());
+        assert!(poll(&mut wakeup).is_pending());
+        assert!(poll(&mut wakeup).is_pending());
         assert_eq!(polls.get(), 1, "not polled again without a wake");
         stored.borrow_mut().take().unwrap().wake();
         assert_eq!(parent.0.load(Ordering::SeqCst), 1, "the task is woken");
-        assert!(poll(&mut gate).is_pending());
+        assert!(poll(&mut wakeup).is_pending());
         assert_eq!(polls.get(), 2, "polled again after the wake");
-        gate.reset();
-        assert!(poll(&mut gate).is_pending());
+        wakeup.reset();
+        assert!(poll(&mut wakeup).is_pending());
         assert_eq!(polls.get(), 3, "polled again after a reset");
     }
 }

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::ConfigError;
+use super::endpoints::{Secret, Target};
 use super::settings::Resolver;
-use super::upstream::{Secret, UpstreamTarget};
 use crate::trace::{Sampler, Source, TraceSettings, Value};
 
 /// Where spans are sent, and how.
@@ -14,7 +14,7 @@ use crate::trace::{Sampler, Source, TraceSettings, Value};
 pub struct OtlpExport {
     /// The collector (scheme, host, port); `base_path` is the whole path
     /// spans are posted to.
-    pub target: UpstreamTarget,
+    pub target: Target,
     /// Headers sent with every export (values may be secrets: never
     /// logged).
     pub headers: Vec<(String, Secret)>,
@@ -30,7 +30,7 @@ impl OtlpExport {
 }
 
 /// The export and the tracer's settings, when a collector is configured.
-pub(super) fn tracing(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)>, ConfigError> {
+pub(super) fn traces(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)>, ConfigError> {
     let env = |name: &str| {
         r.env
             .get(name)
@@ -56,7 +56,7 @@ pub(super) fn tracing(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)
             None => return Ok(None),
         },
     };
-    let mut target = UpstreamTarget::parse(&url)
+    let mut target = Target::parse(&url)
         .map_err(|e| ConfigError(format!("{from}: {}", e.replace("upstream URL", "URL"))))?;
     if target.base_path.is_empty() {
         // A signal URL without a path posts to `/`, as the specification says.
@@ -209,7 +209,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        tracing(&Resolver {
+        traces(&Resolver {
             flags: map(flags),
             env: map(env),
             file: toml::Table::new(),
