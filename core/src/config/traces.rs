@@ -31,23 +31,63 @@ impl OtlpExport {
 
 /// The export and the tracer's settings, when a collector is configured.
 pub(super) fn traces(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)>, ConfigError> {
-    let env = |name: &str| {
-        r.env
+    let o = Otel(r);
+    let Some(target) = collector(&o)? else {
+        return Ok(None);
+    };
+    let export = OtlpExport {
+        target,
+        headers: export_headers(&o)?,
+        timeout: export_timeout(&o)?,
+    };
+    let settings = TraceSettings {
+        sampler: sampler(&o)?,
+        source: Source {
+            resource: resource(&o)?,
+            scope: "chatgate",
+            version: env!("CARGO_PKG_VERSION"),
+        },
+    };
+    Ok(Some((export, settings)))
+}
+
+/// The settings, with OpenTelemetry's standard variables behind them.
+struct Otel<'a>(&'a Resolver);
+
+impl Otel<'_> {
+    /// A variable's value, trimmed; an empty one is unset.
+    fn env(&self, name: &str) -> Option<String> {
+        self.0
+            .env
             .get(name)
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
-    };
-    // The signal's own variable, else the generic one; with its name.
-    let otel = |traces: &'static str, generic: &'static str| {
-        env(traces)
+    }
+
+    /// The signal's own variable, else the generic one; with its name.
+    fn signal(
+        &self,
+        traces: &'static str,
+        generic: &'static str,
+    ) -> Option<(String, &'static str)> {
+        self.env(traces)
             .map(|v| (v, traces))
-            .or_else(|| env(generic).map(|v| (v, generic)))
-    };
-    // The URL: ours (a base, as OTEL_EXPORTER_OTLP_ENDPOINT), the
-    // signal's own (as is), or the generic base.
-    let (url, from) = match r.get("otlp_endpoint") {
+            .or_else(|| self.env(generic).map(|v| (v, generic)))
+    }
+
+    /// Our setting, else the named variable.
+    fn setting_or(&self, key: &str, var: &str) -> Option<String> {
+        self.0.get(key).map(|(v, _)| v).or_else(|| self.env(var))
+    }
+}
+
+/// Where spans are posted: ours (a base, as OTEL_EXPORTER_OTLP_ENDPOINT),
+/// the signal's own URL (as is), or the generic base; none when no
+/// collector is named.
+fn collector(o: &Otel<'_>) -> Result<Option<Target>, ConfigError> {
+    let (url, from) = match o.0.get("otlp_endpoint") {
         Some((v, _)) => (base_to_traces(&v), "otlp_endpoint"),
-        None => match otel(
+        None => match o.signal(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             "OTEL_EXPORTER_OTLP_ENDPOINT",
         ) {
@@ -62,49 +102,63 @@ pub(super) fn traces(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)>
         // A signal URL without a path posts to `/`, as the specification says.
         target.base_path = "/".into();
     }
-    let headers = match r
-        .get("otlp_headers")
-        .map(|(v, _)| (v, "otlp_headers"))
-        .or_else(|| {
-            otel(
-                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-                "OTEL_EXPORTER_OTLP_HEADERS",
-            )
-        }) {
-        Some((v, from)) => parse_headers(&v).map_err(|e| ConfigError(format!("{from}: {e}")))?,
-        None => Vec::new(),
-    };
-    let timeout = match r.get("otlp_timeout") {
-        Some(_) => r.duration("otlp_timeout")?,
-        None => match otel(
-            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-            "OTEL_EXPORTER_OTLP_TIMEOUT",
-        ) {
-            Some((v, from)) => v
-                .parse::<u64>()
-                .ok()
-                .filter(|&ms| ms > 0)
-                .map(Duration::from_millis)
-                .ok_or_else(|| {
-                    ConfigError(format!(
-                        "{from} = '{v}' is not valid: expected milliseconds"
-                    ))
-                })?,
-            None => Duration::from_secs(10),
-        },
-    };
-    let sampler_name = r
-        .get("traces_sampler")
-        .map(|(v, _)| v)
-        .or_else(|| env("OTEL_TRACES_SAMPLER"))
+    Ok(Some(target))
+}
+
+/// The headers sent with every export.
+fn export_headers(o: &Otel<'_>) -> Result<Vec<(String, Secret)>, ConfigError> {
+    let from =
+        o.0.get("otlp_headers")
+            .map(|(v, _)| (v, "otlp_headers"))
+            .or_else(|| {
+                o.signal(
+                    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                )
+            });
+    match from {
+        Some((v, from)) => parse_headers(&v).map_err(|e| ConfigError(format!("{from}: {e}"))),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// How long one export may take (10 s by default).
+fn export_timeout(o: &Otel<'_>) -> Result<Duration, ConfigError> {
+    if o.0.get("otlp_timeout").is_some() {
+        return o.0.duration("otlp_timeout");
+    }
+    match o.signal(
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ) {
+        Some((v, from)) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis)
+            .ok_or_else(|| {
+                ConfigError(format!(
+                    "{from} = '{v}' is not valid: expected milliseconds"
+                ))
+            }),
+        None => Ok(Duration::from_secs(10)),
+    }
+}
+
+/// Which traces are kept (`parentbased_always_on` by default).
+fn sampler(o: &Otel<'_>) -> Result<Sampler, ConfigError> {
+    let name = o
+        .setting_or("traces_sampler", "OTEL_TRACES_SAMPLER")
         .unwrap_or_else(|| "parentbased_always_on".into());
-    let sampler_arg = r
-        .get("traces_sampler_arg")
-        .map(|(v, _)| v)
-        .or_else(|| env("OTEL_TRACES_SAMPLER_ARG"));
-    let sampler = Sampler::parse(&sampler_name, sampler_arg.as_deref())
-        .map_err(|e| ConfigError(format!("traces sampler: {e}")))?;
-    let mut pairs = match env("OTEL_RESOURCE_ATTRIBUTES") {
+    let arg = o.setting_or("traces_sampler_arg", "OTEL_TRACES_SAMPLER_ARG");
+    Sampler::parse(&name, arg.as_deref()).map_err(|e| ConfigError(format!("traces sampler: {e}")))
+}
+
+/// The resource: `service.name` first (ours, the standard variable, the
+/// resource attributes', else `chatgate`), the other resource attributes,
+/// then `service.version`.
+fn resource(o: &Otel<'_>) -> Result<Vec<(String, Value)>, ConfigError> {
+    let mut pairs = match o.env("OTEL_RESOURCE_ATTRIBUTES") {
         Some(v) => {
             parse_pairs(&v).map_err(|e| ConfigError(format!("OTEL_RESOURCE_ATTRIBUTES: {e}")))?
         }
@@ -116,10 +170,8 @@ pub(super) fn traces(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)>
         .map(|i| pairs.remove(i).1);
     let mut resource: Vec<(String, Value)> =
         pairs.into_iter().map(|(k, v)| (k, Value::Str(v))).collect();
-    let service = r
-        .get("service_name")
-        .map(|(v, _)| v)
-        .or_else(|| env("OTEL_SERVICE_NAME"))
+    let service = o
+        .setting_or("service_name", "OTEL_SERVICE_NAME")
         .or(named)
         .unwrap_or_else(|| "chatgate".into());
     resource.insert(0, ("service.name".into(), Value::Str(service)));
@@ -127,20 +179,7 @@ pub(super) fn traces(r: &Resolver) -> Result<Option<(OtlpExport, TraceSettings)>
         "service.version".into(),
         Value::Str(env!("CARGO_PKG_VERSION").into()),
     ));
-    let export = OtlpExport {
-        target,
-        headers,
-        timeout,
-    };
-    let settings = TraceSettings {
-        sampler,
-        source: Source {
-            resource,
-            scope: "chatgate",
-            version: env!("CARGO_PKG_VERSION"),
-        },
-    };
-    Ok(Some((export, settings)))
+    Ok(resource)
 }
 
 /// A base URL's traces URL: `/v1/traces` after its path.

@@ -6,6 +6,7 @@
 //! that is not sampled.
 
 use super::Connection;
+use super::request::Request;
 use crate::error::ApiError;
 use crate::http::RequestHead;
 use crate::ledger::LedgerRecord;
@@ -181,7 +182,7 @@ impl Connection {
     }
 
     /// The request is over: its spans go to the tracer's queue (when
-    /// sampled).
+    /// sampled): the server span first, then one client span per attempt.
     pub(super) fn finish_trace(&mut self, now: Instant, end: Ending<'_>) {
         let Some(tracer) = self.gw.tracer() else {
             return;
@@ -204,118 +205,12 @@ impl Connection {
         } else {
             format!("chat {model}")
         };
-        let request_id = req.id.clone();
-        let mut attributes: Vec<Attribute> = vec![
-            ("gen_ai.operation.name", Value::Str("chat".into())),
-            (
-                "http.request.method",
-                Value::Str(req.method.as_str().into()),
-            ),
-            ("url.path", Value::Str(req.path.clone())),
-            (
-                "http.response.status_code",
-                Value::Int(i64::from(end.status)),
-            ),
-            ("chatgate.request_id", Value::Str(req.id.clone())),
-        ];
-        if !model.is_empty() {
-            attributes.push(("gen_ai.request.model", Value::Str(model.clone())));
-        }
-        if let Some(chat) = &req.chat {
-            attributes.push(("gen_ai.request.stream", Value::Bool(chat.stream)));
-            if let Some(m) = chat.max_tokens {
-                attributes.push(("gen_ai.request.max_tokens", Value::Int(m as i64)));
-            }
-            if let Some(t) = t.sampling.temperature {
-                attributes.push(("gen_ai.request.temperature", Value::Double(t)));
-            }
-            if let Some(p) = t.sampling.top_p {
-                attributes.push(("gen_ai.request.top_p", Value::Double(p)));
-            }
-        }
-        if let Some(key) = &req.key {
-            attributes.push(("chatgate.key", Value::Str(key.name.clone())));
-        }
+        let mut attributes = request_attributes(req, &t, &model, end.status);
         if let Some(r) = end.record {
-            attributes.extend([
-                (
-                    "gen_ai.usage.input_tokens",
-                    Value::Int(r.prompt_tokens as i64),
-                ),
-                (
-                    "gen_ai.usage.output_tokens",
-                    Value::Int(r.completion_tokens as i64),
-                ),
-                (
-                    "gen_ai.usage.reasoning.output_tokens",
-                    Value::Int(r.reasoning_tokens as i64),
-                ),
-                (
-                    "gen_ai.usage.cache_read.input_tokens",
-                    Value::Int(r.cached_tokens as i64),
-                ),
-                ("chatgate.cost_nano_usd", Value::Int(r.cost_nano_usd as i64)),
-                (
-                    "chatgate.cost_usd",
-                    Value::Double(r.cost_nano_usd as f64 / 1e9),
-                ),
-                ("chatgate.complete", Value::Bool(r.complete)),
-                (
-                    "chatgate.client_disconnected",
-                    Value::Bool(r.client_disconnected),
-                ),
-                ("chatgate.attempts", Value::Int(i64::from(r.attempts))),
-            ]);
-            if let Some(ids) = &t.response {
-                if let Some(m) = &ids.model {
-                    attributes.push(("gen_ai.response.model", Value::Str(m.clone())));
-                }
-                if let Some(id) = &ids.id {
-                    attributes.push(("gen_ai.response.id", Value::Str(id.clone())));
-                }
-            }
-            if let Some(f) = &r.finish_reason {
-                attributes.push((
-                    "gen_ai.response.finish_reasons",
-                    Value::Strs(vec![f.clone()]),
-                ));
-            }
-            if let Some(e) = &r.endpoint {
-                attributes.push(("chatgate.endpoint", Value::Str(e.clone())));
-            }
-            if r.stream && r.status == 200 && !r.complete {
-                attributes.push(("chatgate.incomplete_stream", Value::Bool(true)));
-            }
+            usage_attributes(&mut attributes, r, t.response.as_ref());
         }
-        let mut events = Vec::new();
-        if let Some(first) = req.first_byte {
-            let ttfb = first - req.started;
-            attributes.push((
-                "gen_ai.response.time_to_first_chunk",
-                Value::Double(ttfb.as_secs_f64()),
-            ));
-            events.push(SpanEvent {
-                time_ns: ns(first),
-                name: "first_byte",
-                attributes: vec![("chatgate.ttfb_ms", Value::Int(ttfb.as_millis() as i64))],
-            });
-        }
-        let error = end.error.or(end.record.and_then(|r| r.error.as_deref()));
-        let incomplete = end
-            .record
-            .is_some_and(|r| r.stream && r.status == 200 && !r.complete && !r.client_disconnected);
-        let status = match error {
-            Some(code) => {
-                attributes.push(("error.type", Value::Str(code.to_owned())));
-                Status::Error(code.to_owned())
-            }
-            None if end.status >= 400 => {
-                attributes.push(("error.type", Value::Str(end.status.to_string())));
-                Status::Error(format!("HTTP {}", end.status))
-            }
-            None if incomplete => Status::Error("incomplete_stream".into()),
-            None => Status::Unset,
-        };
+        let events = first_byte(req, &mut attributes, ns);
+        let status = server_status(&end, &mut attributes);
         let state = t.state.clone().unwrap_or_default();
         let mut spans = Vec::with_capacity(1 + t.attempts.len());
         let last = t.attempts.len().saturating_sub(1);
@@ -326,37 +221,7 @@ impl Connection {
                 None if i == last => (now, status.clone()),
                 None => (now, Status::Unset),
             };
-            let target = &a.endpoint.config().target;
-            let mut attrs: Vec<Attribute> = vec![
-                ("gen_ai.operation.name", Value::Str("chat".into())),
-                (
-                    "chatgate.endpoint",
-                    Value::Str(a.endpoint.name().to_owned()),
-                ),
-                ("server.address", Value::Str(target.host.clone())),
-                ("server.port", Value::Int(i64::from(target.port))),
-            ];
-            if !model.is_empty() {
-                attrs.push(("gen_ai.request.model", Value::Str(model.clone())));
-            }
-            // The id the provider was sent (its logs name the request so).
-            attrs.push((
-                "http.request.header.x-request-id",
-                Value::Str(crate::gateway::provider_request_id(
-                    &request_id,
-                    i as u32 + 1,
-                )),
-            ));
-            let upstream = match &a.failed {
-                Some((_, _, s)) => *s,
-                None => end.record.and_then(|r| r.upstream_status),
-            };
-            if let Some(s) = upstream {
-                attrs.push(("http.response.status_code", Value::Int(i64::from(s))));
-            }
-            if let Status::Error(code) = &status {
-                attrs.push(("error.type", Value::Str(code.clone())));
-            }
+            let attrs = attempt_attributes(a, i, &req.id, &model, &end, &status);
             spans.push(Span {
                 trace_id: t.trace_id,
                 span_id: a.span_id,
@@ -391,6 +256,181 @@ impl Connection {
         );
         tracer.finish(spans);
     }
+}
+
+/// The server span's attributes from the request: what was asked, by whom,
+/// and the status answered.
+fn request_attributes(req: &Request, t: &RequestTrace, model: &str, status: u16) -> Vec<Attribute> {
+    let mut attributes: Vec<Attribute> = vec![
+        ("gen_ai.operation.name", Value::Str("chat".into())),
+        (
+            "http.request.method",
+            Value::Str(req.method.as_str().into()),
+        ),
+        ("url.path", Value::Str(req.path.clone())),
+        ("http.response.status_code", Value::Int(i64::from(status))),
+        ("chatgate.request_id", Value::Str(req.id.clone())),
+    ];
+    if !model.is_empty() {
+        attributes.push(("gen_ai.request.model", Value::Str(model.to_owned())));
+    }
+    if let Some(chat) = &req.chat {
+        attributes.push(("gen_ai.request.stream", Value::Bool(chat.stream)));
+        if let Some(m) = chat.max_tokens {
+            attributes.push(("gen_ai.request.max_tokens", Value::Int(m as i64)));
+        }
+        if let Some(t) = t.sampling.temperature {
+            attributes.push(("gen_ai.request.temperature", Value::Double(t)));
+        }
+        if let Some(p) = t.sampling.top_p {
+            attributes.push(("gen_ai.request.top_p", Value::Double(p)));
+        }
+    }
+    if let Some(key) = &req.key {
+        attributes.push(("chatgate.key", Value::Str(key.name.clone())));
+    }
+    attributes
+}
+
+/// The server span's attributes from the metered record: tokens, cost,
+/// how the answer ended, and the answer's own id and model.
+fn usage_attributes(attributes: &mut Vec<Attribute>, r: &LedgerRecord, ids: Option<&ResponseIds>) {
+    attributes.extend([
+        (
+            "gen_ai.usage.input_tokens",
+            Value::Int(r.prompt_tokens as i64),
+        ),
+        (
+            "gen_ai.usage.output_tokens",
+            Value::Int(r.completion_tokens as i64),
+        ),
+        (
+            "gen_ai.usage.reasoning.output_tokens",
+            Value::Int(r.reasoning_tokens as i64),
+        ),
+        (
+            "gen_ai.usage.cache_read.input_tokens",
+            Value::Int(r.cached_tokens as i64),
+        ),
+        ("chatgate.cost_nano_usd", Value::Int(r.cost_nano_usd as i64)),
+        (
+            "chatgate.cost_usd",
+            Value::Double(r.cost_nano_usd as f64 / 1e9),
+        ),
+        ("chatgate.complete", Value::Bool(r.complete)),
+        (
+            "chatgate.client_disconnected",
+            Value::Bool(r.client_disconnected),
+        ),
+        ("chatgate.attempts", Value::Int(i64::from(r.attempts))),
+    ]);
+    if let Some(ids) = ids {
+        if let Some(m) = &ids.model {
+            attributes.push(("gen_ai.response.model", Value::Str(m.clone())));
+        }
+        if let Some(id) = &ids.id {
+            attributes.push(("gen_ai.response.id", Value::Str(id.clone())));
+        }
+    }
+    if let Some(f) = &r.finish_reason {
+        attributes.push((
+            "gen_ai.response.finish_reasons",
+            Value::Strs(vec![f.clone()]),
+        ));
+    }
+    if let Some(e) = &r.endpoint {
+        attributes.push(("chatgate.endpoint", Value::Str(e.clone())));
+    }
+    if r.stream && r.status == 200 && !r.complete {
+        attributes.push(("chatgate.incomplete_stream", Value::Bool(true)));
+    }
+}
+
+/// The time to the first byte, as an attribute and as the server span's
+/// event (none when the client got nothing).
+fn first_byte(
+    req: &Request,
+    attributes: &mut Vec<Attribute>,
+    ns: impl Fn(Instant) -> u64,
+) -> Vec<SpanEvent> {
+    let Some(first) = req.first_byte else {
+        return Vec::new();
+    };
+    let ttfb = first - req.started;
+    attributes.push((
+        "gen_ai.response.time_to_first_chunk",
+        Value::Double(ttfb.as_secs_f64()),
+    ));
+    vec![SpanEvent {
+        time_ns: ns(first),
+        name: "first_byte",
+        attributes: vec![("chatgate.ttfb_ms", Value::Int(ttfb.as_millis() as i64))],
+    }]
+}
+
+/// The server span's status: the error code (also as `error.type`), an
+/// HTTP error status, or a stream that ended without `[DONE]`.
+fn server_status(end: &Ending<'_>, attributes: &mut Vec<Attribute>) -> Status {
+    let error = end.error.or(end.record.and_then(|r| r.error.as_deref()));
+    let incomplete = end
+        .record
+        .is_some_and(|r| r.stream && r.status == 200 && !r.complete && !r.client_disconnected);
+    match error {
+        Some(code) => {
+            attributes.push(("error.type", Value::Str(code.to_owned())));
+            Status::Error(code.to_owned())
+        }
+        None if end.status >= 400 => {
+            attributes.push(("error.type", Value::Str(end.status.to_string())));
+            Status::Error(format!("HTTP {}", end.status))
+        }
+        None if incomplete => Status::Error("incomplete_stream".into()),
+        None => Status::Unset,
+    }
+}
+
+/// Attempt `i`'s client span attributes: the endpoint, the id the provider
+/// was sent, the status it answered, and the error.
+fn attempt_attributes(
+    a: &AttemptTrace,
+    i: usize,
+    request_id: &str,
+    model: &str,
+    end: &Ending<'_>,
+    status: &Status,
+) -> Vec<Attribute> {
+    let target = &a.endpoint.config().target;
+    let mut attrs: Vec<Attribute> = vec![
+        ("gen_ai.operation.name", Value::Str("chat".into())),
+        (
+            "chatgate.endpoint",
+            Value::Str(a.endpoint.name().to_owned()),
+        ),
+        ("server.address", Value::Str(target.host.clone())),
+        ("server.port", Value::Int(i64::from(target.port))),
+    ];
+    if !model.is_empty() {
+        attrs.push(("gen_ai.request.model", Value::Str(model.to_owned())));
+    }
+    // The id the provider was sent (its logs name the request so).
+    attrs.push((
+        "http.request.header.x-request-id",
+        Value::Str(crate::gateway::provider_request_id(
+            request_id,
+            i as u32 + 1,
+        )),
+    ));
+    let upstream = match &a.failed {
+        Some((_, _, s)) => *s,
+        None => end.record.and_then(|r| r.upstream_status),
+    };
+    if let Some(s) = upstream {
+        attrs.push(("http.response.status_code", Value::Int(i64::from(s))));
+    }
+    if let Status::Error(code) = status {
+        attrs.push(("error.type", Value::Str(code.clone())));
+    }
+    attrs
 }
 
 #[cfg(test)]
