@@ -3,7 +3,8 @@
 //! Everything a chatgate runtime does that does not depend on which runtime
 //! it is, written once against the small [`Runtime`] trait (an executor,
 //! TCP, timers and signals). A runtime crate implements [`Runtime`] and
-//! calls [`main`]; that is the whole public API.
+//! calls [`main`]; that is the whole public API, with [`Error`] (what can
+//! go wrong, by kind) and [`EXIT_CONFIG`].
 //!
 //! Its modules are rooms by job, each a folder named for it (as pingora
 //! separates connectors, listeners, protocols and apps):
@@ -17,11 +18,13 @@
 //! | `telemetry/` | `logging`, `exporter` | stderr logs with batched access lines; the OTLP trace exporter |
 //! | `reload/` | `mod.rs`, `keys`, `endpoints` | one watcher (files and SIGHUP) that reloads the keys file and the config file's endpoint set |
 //! | `cli/` | `mod.rs`, `serve`, `keys`, `usage`, `demo` | the command schema and dispatch; `serve`'s wiring; the `keys` commands; the `usage` report and budgets; `demo` and `sim` |
+//! | (root) | `error` | [`Error`], what can go wrong, by kind (a setting, a file, a socket, TLS, PostgreSQL, the trace collector, the runtime), each with the one line the operator reads |
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod cli;
+mod error;
 mod provider;
 mod reload;
 mod runtime;
@@ -30,4 +33,5 @@ mod stores;
 mod telemetry;
 
 pub use cli::{EXIT_CONFIG, main};
+pub use error::Error;
 pub use runtime::Runtime;

@@ -24,7 +24,7 @@ struct Smol {
 
 impl Smol {
     /// The executor run by `threads` threads (`None`: one per core).
-    fn new(threads: Option<usize>) -> Result<Smol, String> {
+    fn new(threads: Option<usize>) -> io::Result<Smol> {
         let ex = Arc::new(Executor::new());
         let threads =
             threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -33,7 +33,7 @@ impl Smol {
             std::thread::Builder::new()
                 .name(format!("chatgate-{i}"))
                 .spawn(move || async_io::block_on(ex.run(future::pending::<()>())))
-                .map_err(|e| format!("cannot start executor thread {i}: {e}"))?;
+                .map_err(|e| io::Error::other(format!("cannot start executor thread {i}: {e}")))?;
         }
         Ok(Smol { ex })
     }

@@ -109,7 +109,7 @@ fn main() -> ExitCode {
             if let Some(n) = threads {
                 b.worker_threads(n);
             }
-            let r = b.enable_all().build().map_err(|e| e.to_string())?;
+            let r = b.enable_all().build()?;
             let rt = Tokio {
                 handle: r.handle().clone(),
             };

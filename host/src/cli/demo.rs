@@ -33,7 +33,7 @@ pub(super) fn demo<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
 
 /// `demo`: the simulator on an ephemeral port, a throwaway key and ledger,
 /// and the gateway in front of them.
-pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, String> {
+pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, Error> {
     let listen = m
         .get_one::<String>("listen")
         .cloned()
@@ -50,15 +50,15 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         expires: None,
         expires_unix: None,
     }])
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| Error::Config(e.to_string()))?;
     let ledger_path =
         std::env::temp_dir().join(format!("chatgate-demo-{}.jsonl", std::process::id()));
     let ledger_path = ledger_path.to_string_lossy().into_owned();
     let ledger = Ledger::open(&ledger_path)?;
-    let upstream = Target::parse(&format!("http://{sim_addr}/v1"))?;
+    let upstream = Target::parse(&format!("http://{sim_addr}/v1")).map_err(Error::Config)?;
     // The console on an admin listener of its own port, with a fresh token.
     let admin = bind("127.0.0.1:0")?;
-    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
+    let admin_addr = admin.local_addr().map_err(Error::Io)?;
     let admin_token: String = random_32()[..16]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -77,8 +77,9 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         64,
         Duration::from_secs(30),
     )?;
-    let listener =
-        bind(&listen).map_err(|e| format!("{e} (choose another address with --listen)"))?;
+    // A whole message, not `Error::Net`: the way out comes after the cause.
+    let listener = bind(&listen)
+        .map_err(|e| Error::Config(format!("{e} (choose another address with --listen)")))?;
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -115,9 +116,9 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
 
 /// The demo's simulator, on an ephemeral port, for as long as the process
 /// lives (the gateway's drain decides when that ends).
-pub(super) fn start_demo_sim<R: Runtime>(rt: &R) -> Result<std::net::SocketAddr, String> {
+pub(super) fn start_demo_sim<R: Runtime>(rt: &R) -> Result<std::net::SocketAddr, Error> {
     let listener = bind("127.0.0.1:0")?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(Error::Io)?;
     let wall = WallClock::new(unix_ms_at_start());
     let sim = SimServer::new(
         SimOptions {
@@ -127,7 +128,7 @@ pub(super) fn start_demo_sim<R: Runtime>(rt: &R) -> Result<std::net::SocketAddr,
         },
         wall,
     );
-    let listener = rt.listener(listener).map_err(|e| e.to_string())?;
+    let listener = rt.listener(listener).map_err(Error::Io)?;
     rt.spawn(run_sim(rt.clone(), listener, sim, std::future::pending()));
     Ok(addr)
 }

@@ -14,18 +14,18 @@ use crate::runtime::random_32;
 use super::*;
 
 /// The quota flags given, as changes to a key (`none` removes a value).
-pub(super) fn quota_changes(
-    m: &ArgMatches,
-) -> Result<crate::stores::keys_file::KeyChanges, String> {
+pub(super) fn quota_changes(m: &ArgMatches) -> Result<crate::stores::keys_file::KeyChanges, Error> {
     let budget_usd = match m.get_one::<String>("budget_usd").map(String::as_str) {
         None => None,
         Some("none") => Some(None),
         Some(v) => {
-            let usd = v
-                .trim()
-                .parse::<f64>()
-                .map_err(|_| format!("--budget-usd '{v}' is not an amount of USD (or none)"))?;
-            chatgate_core::usd_to_nano(usd).map_err(|e| format!("--budget-usd: {e}"))?;
+            let usd = v.trim().parse::<f64>().map_err(|_| {
+                Error::Config(format!(
+                    "--budget-usd '{v}' is not an amount of USD (or none)"
+                ))
+            })?;
+            chatgate_core::usd_to_nano(usd)
+                .map_err(|e| Error::Config(format!("--budget-usd: {e}")))?;
             Some(Some(usd))
         }
     };
@@ -33,7 +33,9 @@ pub(super) fn quota_changes(
         None => None,
         Some("none") => Some(None),
         Some(v) => Some(Some(v.trim().parse::<u64>().map_err(|_| {
-            format!("--max-in-flight '{v}' is not a whole number (or none)")
+            Error::Config(format!(
+                "--max-in-flight '{v}' is not a whole number (or none)"
+            ))
         })?)),
     };
     Ok(crate::stores::keys_file::KeyChanges {

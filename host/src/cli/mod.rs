@@ -31,6 +31,7 @@ use std::process::ExitCode;
 use chatgate_core::{SERVE_SETTINGS, env_name, flag_name};
 use clap::{Arg, ArgAction, Command};
 
+use crate::error::Error;
 use crate::runtime::Runtime;
 
 /// Exit status for start-up problems (bad settings, missing keys, port in use).
@@ -188,9 +189,11 @@ pub(super) fn fail(msg: impl std::fmt::Display) -> ExitCode {
 
 /// Parses the command line and runs the chosen command on the runtime
 /// `runtime(threads)` builds: `threads` is `serve`'s `--worker-threads`
-/// (`None`: one per core, as for every other command).
+/// (`None`: one per core, as for every other command). A runtime that
+/// cannot start ends the process with [`EXIT_CONFIG`] and
+/// [`Error::Runtime`]'s line.
 pub fn main<R: Runtime>(
-    runtime: impl FnOnce(Option<usize>) -> Result<R, String>,
+    runtime: impl FnOnce(Option<usize>) -> std::io::Result<R>,
     bin: &'static str,
 ) -> ExitCode {
     let matches = match command(bin).try_get_matches() {
@@ -200,9 +203,7 @@ pub fn main<R: Runtime>(
             return ExitCode::from(if e.use_stderr() { EXIT_CONFIG } else { 0 });
         }
     };
-    let started = |threads: Option<usize>| {
-        runtime(threads).map_err(|e| fail(format!("cannot start the runtime: {e}")))
-    };
+    let started = |threads: Option<usize>| runtime(threads).map_err(|e| fail(Error::Runtime(e)));
     let code = match matches.subcommand() {
         Some(("serve", m)) => serve::serve(started, m, bin),
         Some(("keys", m)) => match m.subcommand() {

@@ -41,7 +41,7 @@ pub(super) fn start_serving<R: Runtime>(
     runtime: impl FnOnce(Option<usize>) -> Result<R, ExitCode>,
     m: &ArgMatches,
     bin: &str,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, Error> {
     // Stamped before the reads: a change that lands between a read and
     // its watcher's first look is still a change.
     let config_stamp = config_path(m).and_then(|p| crate::reload::stamp(&p));
@@ -71,7 +71,14 @@ pub(super) fn start_serving<R: Runtime>(
     let admin = match cfg.admin_listen.as_deref().map(bind) {
         None => None,
         Some(Ok(l)) => Some(l),
-        Some(Err(e)) => return Err(format!("admin listener: {e}")),
+        // `bind` fails only with `Error::Net`.
+        Some(Err(Error::Net { what, source })) => {
+            return Err(Error::Net {
+                what: format!("admin listener: {what}"),
+                source,
+            });
+        }
+        Some(Err(e)) => return Err(e),
     };
     let keys_src = KeysSource {
         path: cfg.keys_path.clone(),
@@ -125,7 +132,7 @@ pub(super) fn start_serving<R: Runtime>(
 
 /// Seeds the process's book of spend, and the console's last day, from the
 /// local ledger.
-pub(super) fn seed_spend(gateway: &Gateway, ledger: &str) -> Result<(), String> {
+pub(super) fn seed_spend(gateway: &Gateway, ledger: &str) -> Result<(), Error> {
     let unix_ms = now_unix_ms();
     let console = gateway.console();
     let tally = crate::stores::spend::tally_file(ledger, unix_ms, |line| {
@@ -157,36 +164,41 @@ pub(super) fn config_path(m: &ArgMatches) -> Option<String> {
 }
 
 /// Flags, `CHATGATE_*` variables and the config file, resolved.
-pub(super) fn resolve_serve_config(m: &ArgMatches) -> Result<ServeConfig, String> {
+pub(super) fn resolve_serve_config(m: &ArgMatches) -> Result<ServeConfig, Error> {
     // All of it: `[[upstream]]` tables name the variables their keys are in.
     let env: HashMap<String, String> = std::env::vars().collect();
     let flags = serve_flags(m);
     let file = match &config_path(m) {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read the config file '{p}': {e}"))?,
-        ),
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| Error::File {
+            what: format!("cannot read the config file '{p}'"),
+            source,
+        })?),
         None => None,
     };
-    ServeConfig::resolve(Sources { flags, env, file }).map_err(|e| e.to_string())
+    Ok(ServeConfig::resolve(Sources { flags, env, file })?)
 }
 
 /// The keys file: readable, valid, not empty (and within what the shared
 /// limiter computes exactly, with Redis).
-pub(super) fn load_keys(cfg: &ServeConfig, bin: &str) -> Result<KeyTable, String> {
+pub(super) fn load_keys(cfg: &ServeConfig, bin: &str) -> Result<KeyTable, Error> {
     let path = &cfg.keys_path;
     let new = format!("`{bin} keys new --keys {path} --name NAME`");
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the keys file '{path}': {e}; create it with {new}"))?;
+    // A whole message, not `Error::File`: the way out comes after the cause.
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Config(format!(
+            "cannot read the keys file '{path}': {e}; create it with {new}"
+        ))
+    })?;
     let keys = KeyTable::parse_toml(&text, cfg.gateway.key_defaults())
-        .map_err(|e| format!("{e} ({path})"))?;
+        .map_err(|e| Error::Config(format!("{e} ({path})")))?;
     if keys.is_empty() {
-        return Err(format!(
+        return Err(Error::Config(format!(
             "the keys file '{path}' has no keys; create one with {new}"
-        ));
+        )));
     }
     if cfg.redis.is_some() {
-        crate::stores::redis::check_keys(&keys).map_err(|e| format!("{e} ({path})"))?;
+        crate::stores::redis::check_keys(&keys)
+            .map_err(|e| Error::Config(format!("{e} ({path})")))?;
     }
     Ok(keys)
 }

@@ -13,17 +13,16 @@ use clap::ArgMatches;
 use super::*;
 
 /// Reads `path` (or stdin for `-`) and renders the report.
-pub(crate) fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<String, String> {
+pub(crate) fn report(path: &str, by: By, filter: Filter, format: Format) -> Result<String, Error> {
     let mut r = Report::new(by, filter);
-    each_line(open(path)?, |l| r.add_line(l))
-        .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+    each_line(open(path)?, |l| r.add_line(l)).map_err(|e| unreadable(path, e))?;
     warn_bad(r.bad_lines);
     Ok(r.render(format))
 }
 
 /// Reads `path` (or stdin for `-`) into a spend tally of the periods that
 /// hold `unix_ms` (`usage --budgets`).
-pub(crate) fn tally(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
+pub(crate) fn tally(path: &str, unix_ms: u64) -> Result<SpendTally, Error> {
     let mut t = SpendTally::new(unix_ms);
     let mut bad = 0;
     each_line(open(path)?, |l| {
@@ -31,19 +30,25 @@ pub(crate) fn tally(path: &str, unix_ms: u64) -> Result<SpendTally, String> {
             bad += 1;
         }
     })
-    .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+    .map_err(|e| unreadable(path, e))?;
     warn_bad(bad);
     Ok(t)
 }
 
-fn open(path: &str) -> Result<Box<dyn BufRead>, String> {
+fn open(path: &str) -> Result<Box<dyn BufRead>, Error> {
     Ok(if path == "-" {
         Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin()))
     } else {
-        let f = std::fs::File::open(path)
-            .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+        let f = std::fs::File::open(path).map_err(|e| unreadable(path, e))?;
         Box::new(std::io::BufReader::with_capacity(1 << 20, f))
     })
+}
+
+fn unreadable(path: &str, source: std::io::Error) -> Error {
+    Error::File {
+        what: format!("cannot read the ledger '{path}'"),
+        source,
+    }
 }
 
 fn warn_bad(lines: u64) {
@@ -70,11 +75,13 @@ pub(super) fn usage(m: &ArgMatches) -> ExitCode {
     let by = By::parse(m.get_one::<String>("by").expect("defaulted")).expect("checked by clap");
     let format =
         Format::parse(m.get_one::<String>("format").expect("defaulted")).expect("checked by clap");
-    let time = |flag: &str| -> Result<Option<u64>, String> {
+    let time = |flag: &str| -> Result<Option<u64>, Error> {
         match m.get_one::<String>(flag) {
             None => Ok(None),
             Some(t) => chatgate_core::parse_rfc3339(t).map(Some).ok_or_else(|| {
-                format!("--{flag} '{t}' is not a time like 2026-11-22 or 2026-11-22T10:00:00Z")
+                Error::Config(format!(
+                    "--{flag} '{t}' is not a time like 2026-11-22 or 2026-11-22T10:00:00Z"
+                ))
             }),
         }
     };
@@ -122,7 +129,7 @@ pub(super) fn budgets(
     m: &ArgMatches,
     only: Option<&str>,
     format: chatgate_core::report::Format,
-) -> Result<String, String> {
+) -> Result<String, Error> {
     use chatgate_core::report::{BudgetRow, render_budgets};
     use chatgate_core::{Budget, KeyDefaults, KeyTable, Period};
     let path = m.get_one::<String>("keys").expect("required by --budgets");
@@ -139,15 +146,22 @@ pub(super) fn budgets(
             .parse::<f64>()
             .map_err(|_| "not a number".to_owned())
             .and_then(chatgate_core::usd_to_nano)
-            .map_err(|why| format!("--default-budget-usd '{usd}' is not an amount: {why}"))?;
+            .map_err(|why| {
+                Error::Config(format!(
+                    "--default-budget-usd '{usd}' is not an amount: {why}"
+                ))
+            })?;
         defaults.quota.budget = Some(Budget {
             limit_nano,
             period: defaults.budget_period,
         });
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the keys file '{path}': {e}"))?;
-    let keys = KeyTable::parse_toml(&text, defaults).map_err(|e| format!("{e} ({path})"))?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::File {
+        what: format!("cannot read the keys file '{path}'"),
+        source,
+    })?;
+    let keys = KeyTable::parse_toml(&text, defaults)
+        .map_err(|e| Error::Config(format!("{e} ({path})")))?;
     let now = now_unix_ms();
     let tally = match m.get_one::<String>("postgres") {
         Some(url) => crate::stores::postgres::tally_postgres(url, now)?,

@@ -13,6 +13,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
+use crate::error::Error;
 use crate::provider::tls::{self, TlsStream};
 use crate::runtime::{Runtime, now, to_std};
 
@@ -135,13 +136,14 @@ impl<R: Runtime> Drop for Connector<R> {
 
 impl<R: Runtime> Connector<R> {
     /// A connector for `target`; `extra_ca` is a PEM file of CAs to trust.
+    /// It fails only to set up TLS ([`Error::Tls`]).
     pub(crate) fn new(
         rt: R,
         target: Target,
         extra_ca: Option<&str>,
         max_idle: usize,
         idle_timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Error> {
         let tls = if target.tls {
             Some((
                 tls::client_config(extra_ca)?,
@@ -280,7 +282,7 @@ impl<R: Runtime> Connectors<R> {
         endpoints: &EndpointSet,
         max_idle: usize,
         idle_timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Error> {
         let c = Connectors {
             rt,
             max_idle,
@@ -305,7 +307,7 @@ impl<R: Runtime> Connectors<R> {
     /// Makes connectors for the endpoints of `set` that have none, and
     /// drops those of endpoints no longer in it. Nothing changes when one
     /// of them cannot be made.
-    pub(crate) fn prepare(&self, set: &EndpointSet) -> Result<(), String> {
+    pub(crate) fn prepare(&self, set: &EndpointSet) -> Result<(), Error> {
         let mut fresh = Vec::new();
         for e in set.endpoints() {
             if self.find(e.id()).is_some() {
@@ -313,7 +315,7 @@ impl<R: Runtime> Connectors<R> {
             }
             let connector = self
                 .make(e)
-                .map_err(|err| format!("provider endpoint '{}': {err}", e.name()))?;
+                .map_err(|err| Error::Tls(format!("provider endpoint '{}': {err}", e.name())))?;
             fresh.push((e.id(), connector));
         }
         let mut map = self.map();
@@ -327,12 +329,14 @@ impl<R: Runtime> Connectors<R> {
         if let Some(c) = self.find(endpoint.id()) {
             return Ok(c);
         }
-        let c = self.make(endpoint).map_err(UpstreamFailure::Tls)?;
+        let c = self
+            .make(endpoint)
+            .map_err(|e| UpstreamFailure::Tls(e.to_string()))?;
         self.map().push((endpoint.id(), Arc::clone(&c)));
         Ok(c)
     }
 
-    fn make(&self, endpoint: &Endpoint) -> Result<Arc<Connector<R>>, String> {
+    fn make(&self, endpoint: &Endpoint) -> Result<Arc<Connector<R>>, Error> {
         let config = endpoint.config();
         Connector::new(
             self.rt.clone(),
@@ -353,29 +357,32 @@ impl<R: Runtime> Connectors<R> {
 /// Reads a response head from `s` (after any interim ones): the head, and
 /// the bytes read beyond it. For the gateway's own requests (trace
 /// exports, probes); the exchange reads provider answers through core.
+/// A head that is not HTTP is `InvalidData` (core's `HttpError` inside),
+/// a peer that closes first `UnexpectedEof`.
 pub(crate) async fn read_response_head<S>(
     s: &mut S,
     limits: &chatgate_core::http::HttpLimits,
-) -> Result<(chatgate_core::http::ResponseHead, Vec<u8>), String>
+) -> io::Result<(chatgate_core::http::ResponseHead, Vec<u8>)>
 where
     S: futures_lite::AsyncRead + Unpin,
 {
     use chatgate_core::http::{HeadScanner, parse_response_head};
     use futures_lite::AsyncReadExt;
+    let invalid = |e| io::Error::new(io::ErrorKind::InvalidData, e);
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let mut scanner = HeadScanner::new();
     loop {
-        let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        let n = s.read(&mut chunk).await?;
         if n == 0 {
-            return Err("the peer closed the connection before its response head".into());
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the peer closed the connection before its response head",
+            ));
         }
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(len) = scanner
-            .scan(&buf, limits.max_head)
-            .map_err(|e| e.to_string())?
-        {
-            let head = parse_response_head(&buf[..len], limits).map_err(|e| e.to_string())?;
+        if let Some(len) = scanner.scan(&buf, limits.max_head).map_err(invalid)? {
+            let head = parse_response_head(&buf[..len], limits).map_err(invalid)?;
             if head.is_interim() {
                 buf.drain(..len);
                 scanner.reset();

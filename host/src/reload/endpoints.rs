@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use chatgate_core::{EndpointSet, ServeConfig, Sources};
 
+use crate::error::Error;
 use crate::runtime::Runtime;
 use crate::serving::driver::Shared;
 
@@ -53,15 +54,17 @@ pub(crate) fn apply<R: Runtime>(shared: &Shared<R>, src: &mut EndpointsSource, w
 
 /// Applies the file's endpoint set; `Ok(None)` when it did not change,
 /// else the new set's endpoint names.
-fn reload<R: Runtime>(shared: &Shared<R>, src: &EndpointsSource) -> Result<Option<String>, String> {
-    let file = std::fs::read_to_string(&src.path)
-        .map_err(|e| format!("cannot read the config file '{}': {e}", src.path))?;
+fn reload<R: Runtime>(shared: &Shared<R>, src: &EndpointsSource) -> Result<Option<String>, Error> {
+    let file = std::fs::read_to_string(&src.path).map_err(|source| Error::File {
+        what: format!("cannot read the config file '{}'", src.path),
+        source,
+    })?;
     let sources = Sources {
         flags: src.flags.clone(),
         env: src.env.clone(),
         file: Some(file),
     };
-    let cfg = ServeConfig::resolve(sources).map_err(|e| e.to_string())?;
+    let cfg = ServeConfig::resolve(sources)?;
     let gateway = &shared.gateway;
     let current = gateway.endpoints();
     let unchanged = current.endpoints().len() == cfg.gateway.endpoints.len()

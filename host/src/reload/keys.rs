@@ -12,6 +12,7 @@
 use chatgate_core::{KeyDefaults, KeyTable};
 
 use super::Stamp;
+use crate::error::Error;
 use crate::runtime::Runtime;
 use crate::serving::driver::Shared;
 
@@ -30,13 +31,19 @@ pub(crate) struct KeysSource {
 /// byte but blanks is refused (it is what a truncated or half-written file
 /// looks like); a file with content and no key is accepted: every key was
 /// revoked, and every request now gets 401.
-pub(crate) fn load(src: &KeysSource) -> Result<KeyTable, String> {
-    let text = std::fs::read_to_string(&src.path)
-        .map_err(|e| format!("cannot read the keys file '{}': {e}", src.path))?;
+pub(crate) fn load(src: &KeysSource) -> Result<KeyTable, Error> {
+    let text = std::fs::read_to_string(&src.path).map_err(|source| Error::File {
+        what: format!("cannot read the keys file '{}'", src.path),
+        source,
+    })?;
     if text.trim().is_empty() {
-        return Err(format!("the keys file '{}' is empty", src.path));
+        return Err(Error::Config(format!(
+            "the keys file '{}' is empty",
+            src.path
+        )));
     }
-    KeyTable::parse_toml(&text, src.defaults).map_err(|e| format!("{e} ({})", src.path))
+    KeyTable::parse_toml(&text, src.defaults)
+        .map_err(|e| Error::Config(format!("{e} ({})", src.path)))
 }
 
 /// Re-reads the keys file (`why`: a change, or SIGHUP) and swaps the
@@ -47,7 +54,7 @@ pub(crate) fn reload<R: Runtime>(shared: &Shared<R>, src: &KeysSource, why: &str
     let loaded = load(src).and_then(|keys| match &shared.shared_limits {
         Some(_) => crate::stores::redis::check_keys(&keys)
             .map(|()| keys)
-            .map_err(|e| format!("{e} ({})", src.path)),
+            .map_err(|e| Error::Config(format!("{e} ({})", src.path))),
         None => Ok(keys),
     });
     match loaded {

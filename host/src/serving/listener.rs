@@ -9,15 +9,18 @@ use std::time::Duration;
 
 use futures_lite::future;
 
+use crate::error::Error;
 use crate::runtime::Runtime;
 use crate::serving::driver::{Shared, serve_connection};
 
 /// Binds a listening socket (non-blocking, ready for any runtime).
-pub(crate) fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
-    let l =
-        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    l.set_nonblocking(true)
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+pub(crate) fn bind(addr: &str) -> Result<std::net::TcpListener, Error> {
+    let refused = |source| Error::Net {
+        what: format!("cannot listen on {addr}"),
+        source,
+    };
+    let l = std::net::TcpListener::bind(addr).map_err(refused)?;
+    l.set_nonblocking(true).map_err(refused)?;
     Ok(l)
 }
 

@@ -9,18 +9,23 @@ use chatgate_core::KeyDefaults;
 use chatgate_core::rfc3339_ms;
 use chatgate_core::{KeyTable, RawKey, parse_keys_file, render_keys_file};
 
-fn read_raw(path: &str) -> Result<Vec<RawKey>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the keys file '{path}': {e}"))?;
-    parse_keys_file(&text).map_err(|e| format!("{e} ({path})"))
+use crate::error::Error;
+
+fn read_raw(path: &str) -> Result<Vec<RawKey>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::File {
+        what: format!("cannot read the keys file '{path}'"),
+        source,
+    })?;
+    parse_keys_file(&text).map_err(|e| Error::Config(format!("{e} ({path})")))
 }
 
 /// Replaces the file's content atomically (a temporary file renamed over
 /// it, mode 0600), after checking that it still parses.
-pub(crate) fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
+pub(crate) fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), Error> {
     use std::io::Write as _;
     let text = render_keys_file(keys);
-    KeyTable::parse_toml(&text, KeyDefaults::default()).map_err(|e| format!("{e} ({path})"))?;
+    KeyTable::parse_toml(&text, KeyDefaults::default())
+        .map_err(|e| Error::Config(format!("{e} ({path})")))?;
     let tmp = format!("{path}.tmp-{}", std::process::id());
     let write = || -> std::io::Result<()> {
         let mut opts = std::fs::OpenOptions::new();
@@ -35,9 +40,12 @@ pub(crate) fn write_raw(path: &str, keys: &[RawKey]) -> Result<(), String> {
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     };
-    write().map_err(|e| {
+    write().map_err(|source| {
         let _ = std::fs::remove_file(&tmp);
-        format!("cannot write the keys file '{path}': {e}")
+        Error::File {
+            what: format!("cannot write the keys file '{path}'"),
+            source,
+        }
     })
 }
 
@@ -61,7 +69,7 @@ pub(crate) struct KeyChanges {
 /// rotated key's entries share them) without minting a secret. The file
 /// is written only if the result is valid; a running gateway applies it
 /// within a second.
-pub(crate) fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), String> {
+pub(crate) fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), Error> {
     let mut raw = read_raw(path)?;
     let mut found = false;
     for k in raw.iter_mut().filter(|k| k.name == name) {
@@ -83,7 +91,7 @@ pub(crate) fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), String> 
         }
     }
     if !found {
-        return Err(format!("no key named '{name}' in '{path}'"));
+        return Err(Error::Config(format!("no key named '{name}' in '{path}'")));
     }
     write_raw(path, &raw)
 }
@@ -91,7 +99,7 @@ pub(crate) fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), String> 
 /// `keys list`: one line per entry: name, limits, budget, in-flight cap,
 /// created, expires, and the first 8 hexadecimal characters of the hash
 /// (never the full hash).
-pub(crate) fn list(path: &str, now_unix: u64) -> Result<String, String> {
+pub(crate) fn list(path: &str, now_unix: u64) -> Result<String, Error> {
     let raw = read_raw(path)?;
     let mut rows = vec![[
         "name".to_owned(),
@@ -150,13 +158,13 @@ pub(crate) fn list(path: &str, now_unix: u64) -> Result<String, String> {
 
 /// `keys revoke NAME`: removes every entry of that name (a rotated key's
 /// old entry included). Returns how many were removed.
-pub(crate) fn revoke(path: &str, name: &str) -> Result<usize, String> {
+pub(crate) fn revoke(path: &str, name: &str) -> Result<usize, Error> {
     let mut raw = read_raw(path)?;
     let before = raw.len();
     raw.retain(|k| k.name != name);
     let removed = before - raw.len();
     if removed == 0 {
-        return Err(format!("no key named '{name}' in '{path}'"));
+        return Err(Error::Config(format!("no key named '{name}' in '{path}'")));
     }
     write_raw(path, &raw)?;
     Ok(removed)
@@ -172,13 +180,17 @@ pub(crate) fn rotate(
     grace: Duration,
     now_unix_ms: u64,
     new_key: &str,
-) -> Result<String, String> {
+) -> Result<String, Error> {
     let mut raw = read_raw(path)?;
     let now_unix = now_unix_ms / 1000;
     let current = raw
         .iter()
         .position(|k| k.name == name && k.expires.is_none())
-        .ok_or_else(|| format!("no unexpiring key named '{name}' in '{path}' to rotate"))?;
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "no unexpiring key named '{name}' in '{path}' to rotate"
+            ))
+        })?;
     let expires = rfc3339_ms(now_unix_ms + grace.as_millis() as u64);
     // Entries of this name that already expired are of no use any more.
     raw.retain(|k| {

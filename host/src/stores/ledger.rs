@@ -17,6 +17,8 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::error::Error;
+
 /// A file's identity: what a path names can change (rotation), this cannot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileId {
@@ -69,12 +71,15 @@ pub(crate) struct Ledger {
 
 impl Ledger {
     /// Opens (creating) the ledger at `path` for appending.
-    pub(crate) fn open(path: &str) -> Result<Ledger, String> {
+    pub(crate) fn open(path: &str) -> Result<Ledger, Error> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|e| format!("cannot open the ledger '{path}' for appending: {e}"))?;
+            .map_err(|source| Error::File {
+                what: format!("cannot open the ledger '{path}' for appending"),
+                source,
+            })?;
         publish(path, file.metadata().ok().map(|m| FileId::of(&m)));
         Ok(Ledger {
             file: Mutex::new(file),
@@ -118,14 +123,17 @@ impl Ledger {
     /// the path, every append to the old file has returned, so a reader
     /// that sees the new file and then reads the old one to its end has
     /// all of the old one.
-    pub(crate) fn reopen(&self) -> Result<(), String> {
+    pub(crate) fn reopen(&self) -> Result<(), Error> {
         let old = {
             let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
             let fresh = OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&self.path)
-                .map_err(|e| format!("cannot reopen the ledger '{}': {e}", self.path))?;
+                .map_err(|source| Error::File {
+                    what: format!("cannot reopen the ledger '{}'", self.path),
+                    source,
+                })?;
             publish(&self.path, fresh.metadata().ok().map(|m| FileId::of(&m)));
             self.failing.store(false, Ordering::Relaxed);
             std::mem::replace(&mut *file, fresh)

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use chatgate_core::Gateway;
 use chatgate_core::LedgerRecord;
 
+use crate::error::Error;
 use crate::stores::ledger::FileId;
 
 /// The table's schema (created when missing).
@@ -263,24 +264,28 @@ impl Spool {
     /// `insert` commits a batch (or fails).
     fn ship_once(
         &mut self,
-        insert: &mut dyn FnMut(&[LedgerRecord]) -> Result<(), String>,
+        insert: &mut dyn FnMut(&[LedgerRecord]) -> Result<(), Error>,
         state: &ShipperState,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Error> {
         loop {
             let finished = self.head_is_finished();
             let Some(head) = self.files.front_mut() else {
                 state.backlog(0);
                 return Ok(0);
             };
-            let len = head.file.metadata().map_err(|e| e.to_string())?.len();
+            let len = head.file.metadata().map_err(Error::Io)?.len();
             if len < head.offset {
                 tracing::error!(
                     "ledger: the file being shipped shrank (truncated? rotate by moving it, not with copytruncate); shipping it again from its start"
                 );
                 head.offset = 0;
             }
-            let buf = read_at(&head.file, head.offset, (len - head.offset).min(READ))
-                .map_err(|e| format!("cannot read the ledger: {e}"))?;
+            let buf = read_at(&head.file, head.offset, (len - head.offset).min(READ)).map_err(
+                |source| Error::File {
+                    what: "cannot read the ledger".into(),
+                    source,
+                },
+            )?;
             let mut records = Vec::new();
             let mut used = 0usize;
             for line in buf.split_inclusive(|b| *b == b'\n') {
@@ -302,8 +307,7 @@ impl Spool {
             if used > 0 {
                 insert(&records)?;
                 head.offset += used as u64;
-                self.save()
-                    .map_err(|e| format!("cannot write the checkpoint: {e}"))?;
+                self.save().map_err(checkpoint_unwritable)?;
                 state
                     .shipped
                     .fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -325,9 +329,15 @@ impl Spool {
                 );
             }
             self.files.pop_front();
-            self.save()
-                .map_err(|e| format!("cannot write the checkpoint: {e}"))?;
+            self.save().map_err(checkpoint_unwritable)?;
         }
+    }
+}
+
+fn checkpoint_unwritable(source: std::io::Error) -> Error {
+    Error::File {
+        what: "cannot write the checkpoint".into(),
+        source,
     }
 }
 
@@ -430,23 +440,30 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
     }
 }
 
-fn connect(url: &str) -> Result<postgres::Client, String> {
-    let mut config: postgres::Config = url.parse().map_err(|e| format!("bad URL: {e}"))?;
+fn connect(url: &str) -> Result<postgres::Client, Error> {
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e| Error::Config(format!("bad URL: {e}")))?;
     config.connect_timeout(Duration::from_secs(3));
-    let mut c = config.connect(postgres::NoTls).map_err(|e| e.to_string())?;
+    let mut c = config.connect(postgres::NoTls).map_err(failed)?;
     // Several instances starting together would race on CREATE TABLE IF
     // NOT EXISTS (PostgreSQL can fail one with a duplicate-type error): an
     // advisory lock makes them take turns.
     c.batch_execute(&format!(
         "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;"
     ))
-    .map_err(|e| e.to_string())?;
+    .map_err(failed)?;
     Ok(c)
+}
+
+/// What PostgreSQL (or the driver) said.
+fn failed(e: postgres::Error) -> Error {
+    Error::Postgres(e.to_string())
 }
 
 const COLUMNS: usize = 23;
 
-fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), String> {
+fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Error> {
     if records.is_empty() {
         return Ok(());
     }
@@ -526,10 +543,9 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Stri
             &n.charged,
         ]);
     }
-    let mut tx = c.transaction().map_err(|e| e.to_string())?;
-    tx.execute(sql.as_str(), &params)
-        .map_err(|e| e.to_string())?;
-    tx.commit().map_err(|e| e.to_string())
+    let mut tx = c.transaction().map_err(failed)?;
+    tx.execute(sql.as_str(), &params).map_err(failed)?;
+    tx.commit().map_err(failed)
 }
 
 /// `usage --postgres URL`: feeds the table's rows, in the filter's time
@@ -539,9 +555,9 @@ pub(crate) fn report_from_postgres(
     report: &mut chatgate_core::report::Report,
     since: Option<u64>,
     until: Option<u64>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let mut c = connect(url)?;
-    let mut tx = c.transaction().map_err(|e| e.to_string())?;
+    let mut tx = c.transaction().map_err(failed)?;
     let since = since.map_or(i64::MIN / 1000, |s| s as i64);
     let until = until.map_or(i64::MAX / 1000, |u| u as i64);
     let portal = tx
@@ -551,11 +567,9 @@ pub(crate) fn report_from_postgres(
              FROM chatgate_ledger WHERE ts >= to_timestamp($1::bigint) AND ts < to_timestamp($2::bigint)",
             &[&since.max(-62_135_596_800), &until.min(253_402_300_799)],
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(failed)?;
     loop {
-        let rows = tx
-            .query_portal(&portal, 10_000)
-            .map_err(|e| e.to_string())?;
+        let rows = tx.query_portal(&portal, 10_000).map_err(failed)?;
         if rows.is_empty() {
             break;
         }
@@ -576,10 +590,13 @@ pub(crate) fn report_from_postgres(
 
 /// Every key's spend in the periods that hold `unix_ms`, summed by
 /// PostgreSQL over the shared ledger (one query).
-pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTally, String> {
+pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTally, Error> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        Error::Postgres(format!("cannot read the ledger from PostgreSQL: {e}"))
+    };
     let mut tally = chatgate_core::SpendTally::new(unix_ms);
     let [day, week, month, _] = tally.starts().map(|ms| (ms / 1000) as i64);
-    let mut c = connect(url).map_err(|e| format!("cannot read the ledger from PostgreSQL: {e}"))?;
+    let mut c = connect(url).map_err(|e| unreadable(&e))?;
     let rows = c
         .query(
             "SELECT key, \
@@ -590,7 +607,7 @@ pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::S
              FROM chatgate_ledger GROUP BY key",
             &[&day, &week, &month],
         )
-        .map_err(|e| format!("cannot read the ledger from PostgreSQL: {e}"))?;
+        .map_err(|e| unreadable(&e))?;
     for r in rows {
         let key: String = r.get(0);
         let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
@@ -612,7 +629,7 @@ mod tests {
     fn ship_all(spool: &mut Spool) -> Vec<String> {
         let state = ShipperState::default();
         let mut got = Vec::new();
-        let mut sink = |r: &[LedgerRecord]| -> Result<(), String> {
+        let mut sink = |r: &[LedgerRecord]| -> Result<(), Error> {
             got.extend(r.iter().map(|r| r.request_id.clone()));
             Ok(())
         };
@@ -745,7 +762,8 @@ mod tests {
         let mut spool = Spool::recover(&path);
         assert!(ledger.append(&line("a1")));
         let state = ShipperState::default();
-        let mut failing = |_: &[LedgerRecord]| -> Result<(), String> { Err("down".into()) };
+        let mut failing =
+            |_: &[LedgerRecord]| -> Result<(), Error> { Err(Error::Postgres("down".into())) };
         assert!(spool.ship_once(&mut failing, &state).is_err());
         assert_eq!(spool.backlog(), line("a1").len() as u64);
         assert_eq!(ship_all(&mut spool), ids(&["a1"]));

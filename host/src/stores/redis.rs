@@ -20,6 +20,7 @@ use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_re
 use chatgate_core::{Settlement, SharedAdmission, StoreError};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
+use crate::error::Error;
 use crate::provider::connector::{Connector, OutboundStream};
 use crate::runtime::Runtime;
 use crate::stores::spend::SpendSource;
@@ -34,13 +35,13 @@ const RENEW_EVERY: Duration = Duration::from_secs(3);
 /// Why `keys` cannot be shared through Redis, if they cannot: a key whose
 /// limits are above what the script computes exactly
 /// ([`chatgate_core::SHARED_MAX_PER_MINUTE`]), named with its limit.
-pub(crate) fn check_keys(keys: &KeyTable) -> Result<(), String> {
+pub(crate) fn check_keys(keys: &KeyTable) -> Result<(), Error> {
     for k in keys.entries() {
         if let Some(e) = shared_limits_error(k.limits) {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "key '{}': {e}; lower it or run without --redis",
                 k.name
-            ));
+            )));
         }
     }
     Ok(())
@@ -77,7 +78,7 @@ impl<R: Runtime> SharedLimiter<R> {
         extra_ca: Option<&str>,
         timeout: Duration,
         spend: SpendSource,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Error> {
         let target = Target {
             tls: url.tls,
             host: url.host.clone(),
@@ -85,8 +86,9 @@ impl<R: Runtime> SharedLimiter<R> {
             base_path: String::new(),
             api_key: None,
         };
+        // A connector fails only to set up TLS.
         let connector = Connector::new(rt.clone(), target, extra_ca, 64, Duration::from_secs(60))
-            .map_err(|e| format!("redis: {e}"))?;
+            .map_err(|e| Error::Tls(format!("redis: {e}")))?;
         Ok(SharedLimiter {
             rt,
             url,
@@ -183,7 +185,7 @@ impl<R: Runtime> SharedLimiter<R> {
             .rt
             .unblock(move || source.tally(unix_ms))
             .await
-            .map_err(StoreError::Ledger)?;
+            .map_err(|e| StoreError::Ledger(e.to_string()))?;
         let spent = tally.get(key);
         tracing::info!(
             key,

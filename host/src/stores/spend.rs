@@ -7,6 +7,8 @@
 
 use chatgate_core::SpendTally;
 
+use crate::error::Error;
+
 /// Where spend is rebuilt from.
 #[derive(Debug, Clone)]
 pub(crate) enum SpendSource {
@@ -19,7 +21,7 @@ pub(crate) enum SpendSource {
 impl SpendSource {
     /// Every key's spend in the periods that hold `unix_ms` (blocking:
     /// call it off the executor).
-    pub(crate) fn tally(&self, unix_ms: u64) -> Result<SpendTally, String> {
+    pub(crate) fn tally(&self, unix_ms: u64) -> Result<SpendTally, Error> {
         match self {
             SpendSource::File(path) => tally_file(path, unix_ms, |_| {}),
             SpendSource::Postgres(url) => crate::stores::postgres::tally_postgres(url, unix_ms),
@@ -35,12 +37,16 @@ pub(crate) fn tally_file(
     path: &str,
     unix_ms: u64,
     mut each: impl FnMut(&[u8]),
-) -> Result<SpendTally, String> {
+) -> Result<SpendTally, Error> {
+    let unreadable = |source| Error::File {
+        what: format!("cannot read the ledger '{path}'"),
+        source,
+    };
     let mut tally = SpendTally::new(unix_ms);
     let f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(tally),
-        Err(e) => return Err(format!("cannot read the ledger '{path}': {e}")),
+        Err(e) => return Err(unreadable(e)),
     };
     // A ledger that is not a regular file (a pipe, a device) cannot be read
     // back: nothing to rebuild from.
@@ -59,7 +65,7 @@ pub(crate) fn tally_file(
             bad += 1;
         }
     })
-    .map_err(|e| format!("cannot read the ledger '{path}': {e}"))?;
+    .map_err(unreadable)?;
     if bad > 0 {
         tracing::warn!(
             lines = bad,

@@ -18,6 +18,7 @@ use chatgate_core::trace::{Span, Tracer, encode_export};
 use chatgate_core::{Gateway, OtlpExport};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
+use crate::error::Error;
 use crate::provider::connector::{Connector, OutboundStream};
 use crate::runtime::Runtime;
 
@@ -51,7 +52,7 @@ struct Exporter<R: Runtime> {
 }
 
 impl<R: Runtime> Exporter<R> {
-    fn new(rt: R, export: &OtlpExport, extra_ca: Option<&str>) -> Result<Self, String> {
+    fn new(rt: R, export: &OtlpExport, extra_ca: Option<&str>) -> Result<Self, Error> {
         let connector = Connector::new(
             rt.clone(),
             export.target.clone(),
@@ -70,14 +71,15 @@ impl<R: Runtime> Exporter<R> {
 
     /// Encodes `spans` and posts them, up to `tries` times (waiting 0.5 s,
     /// 1 s, 2 s… or the collector's `Retry-After` between them), each try
-    /// within `timeout`; counts them exported or lost. The last failure.
+    /// within `timeout`; counts them exported or lost. The last failure
+    /// ([`Error::Export`]).
     async fn export(
         &mut self,
         tracer: &Tracer,
         spans: &[Span],
         tries: u32,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         self.body.clear();
         encode_export(&tracer.settings().source, spans, &mut self.body);
         let mut delay = Duration::from_millis(500);
@@ -103,7 +105,7 @@ impl<R: Runtime> Exporter<R> {
             }
         }
         tracer.lost(spans.len());
-        Err(outcome)
+        Err(Error::Export(outcome))
     }
 }
 
@@ -260,10 +262,11 @@ async fn send<R: Runtime>(
 }
 
 /// Reads one response: its status, `Retry-After` (seconds), and whether
-/// the connection can carry another export.
+/// the connection can carry another export. A body that is not HTTP is
+/// `InvalidData`, a collector that closes first `UnexpectedEof`.
 async fn read_response<T>(
     s: &mut OutboundStream<T>,
-) -> Result<(u16, Option<Duration>, bool), String>
+) -> std::io::Result<(u16, Option<Duration>, bool)>
 where
     OutboundStream<T>: futures_lite::AsyncRead + Unpin,
 {
@@ -280,18 +283,21 @@ where
     loop {
         let used = decoder
             .decode(&rest, &mut sink)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         rest.drain(..used);
         sink.clear();
         if decoder.is_done() {
             break;
         }
-        let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        let n = s.read(&mut chunk).await?;
         if n == 0 {
             if head.framing == Framing::UntilClose {
                 return Ok((head.status, retry_after, false));
             }
-            return Err("the collector closed the connection mid-answer".into());
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the collector closed the connection mid-answer",
+            ));
         }
         rest.extend_from_slice(&chunk[..n]);
     }
