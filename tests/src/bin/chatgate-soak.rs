@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use chatgate_core::LedgerRecord;
 use chatgate_tests::*;
 
 struct Opts {
@@ -205,9 +206,43 @@ fn run_one(addr: std::net::SocketAddr, key: &str, i: u64, tally: &Tally) {
 fn main() {
     let o = parse_args();
     raise_fd_limit();
-    let sim = Sim::start(&o.bin, &[], &[]);
-    let mut gw = Gw::start(
-        &o.bin,
+    let (sim, mut gw) = start_gateway(&o.bin);
+    let load = run_load(&o, &gw);
+    let ledger = settled_ledger(&gw, load.sent);
+    let tokens = Tokens::count(&ledger, &sim);
+    let memory = Memory::after_warmup(&load.rss, o.warmup);
+    let problems = find_problems(&load, &ledger, &tokens, &memory, gw.alive());
+    print_summary(&o, &load, &ledger, &tokens, &memory);
+    verdict(&problems);
+}
+
+/// What the load left: the outcomes, the RSS samples, how long it took.
+struct Load {
+    tally: Arc<Tally>,
+    /// (seconds, KiB)
+    rss: Vec<(u64, u64)>,
+    elapsed: Duration,
+    sent: u64,
+}
+
+/// Token totals (prompt, completion, reasoning): the ledger's, the simulator's.
+struct Tokens {
+    ledger: (u64, u64, u64),
+    sim: (u64, u64, u64),
+}
+
+/// The gateway's resident memory after warm-up, KiB.
+struct Memory {
+    first: u64,
+    peak: u64,
+    last: u64,
+}
+
+/// Starts the simulator and a gateway whose limits the load never reaches.
+fn start_gateway(bin: &str) -> (Sim, Gw) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = Gw::start(
+        bin,
         &sim.url(),
         GwOptions {
             rpm: Some(100_000_000),
@@ -215,14 +250,41 @@ fn main() {
             ..GwOptions::default()
         },
     );
-    let (addr, key) = (gw.addr, gw.key.clone());
+    (sim, gw)
+}
+
+/// Runs the schedule through the workers and waits for every request to end.
+fn run_load(o: &Opts, gw: &Gw) -> Load {
     let tally = Arc::new(Tally::default());
-    // A pool of workers takes requests from the schedule.
+    let (tx, workers) = start_workers(gw.addr, &gw.key, &tally);
+    let start = Instant::now();
+    let pid = gw.proc.pid();
+    let mut rss = send_on_schedule(o, start, pid, tx);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let elapsed = start.elapsed();
+    rss.push((elapsed.as_secs(), rss_kib(pid)));
+    let sent = tally.sent.load(Ordering::Relaxed);
+    Load {
+        tally,
+        rss,
+        elapsed,
+        sent,
+    }
+}
+
+/// 64 workers running the requests the schedule hands them, until it closes.
+fn start_workers(
+    addr: std::net::SocketAddr,
+    key: &str,
+    tally: &Arc<Tally>,
+) -> (mpsc::Sender<u64>, Vec<std::thread::JoinHandle<()>>) {
     let (tx, rx) = mpsc::channel::<u64>();
     let rx = Arc::new(Mutex::new(rx));
-    let workers: Vec<_> = (0..64)
+    let workers = (0..64)
         .map(|_| {
-            let (rx, tally, key) = (Arc::clone(&rx), Arc::clone(&tally), key.clone());
+            let (rx, tally, key) = (Arc::clone(&rx), Arc::clone(tally), key.to_owned());
             std::thread::spawn(move || {
                 loop {
                     let next = rx.lock().unwrap().recv();
@@ -234,10 +296,13 @@ fn main() {
             })
         })
         .collect();
-    let start = Instant::now();
+    (tx, workers)
+}
+
+/// Hands out request numbers at the fixed rate, sampling RSS every 5 s.
+fn send_on_schedule(o: &Opts, start: Instant, pid: i32, tx: mpsc::Sender<u64>) -> Vec<(u64, u64)> {
     let interval = Duration::from_secs_f64(1.0 / o.rate as f64);
     let total = o.seconds * o.rate;
-    let pid = gw.proc.pid();
     let mut rss = Vec::new(); // (seconds, KiB)
     let mut next_sample = Duration::ZERO;
     for i in 0..total {
@@ -251,22 +316,73 @@ fn main() {
         }
         tx.send(i).expect("workers alive");
     }
-    drop(tx);
-    for w in workers {
-        w.join().expect("worker");
-    }
-    let elapsed = start.elapsed();
-    rss.push((elapsed.as_secs(), rss_kib(pid)));
-    let sent = tally.sent.load(Ordering::Relaxed);
+    rss
+}
 
-    // Reconcile.
-    let mut problems: Vec<String> = tally.unexpected.lock().unwrap().clone();
+/// The ledger once it has a line per request, or as it is after [`PATIENCE`].
+fn settled_ledger(gw: &Gw, sent: u64) -> Vec<LedgerRecord> {
     let deadline = Instant::now() + PATIENCE;
     let mut ledger = gw.ledger();
     while (ledger.len() as u64) < sent && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
         ledger = gw.ledger();
     }
+    ledger
+}
+
+/// The sum of one figure over the ledger.
+fn sum(ledger: &[LedgerRecord], f: fn(&LedgerRecord) -> u64) -> u64 {
+    ledger.iter().map(f).sum::<u64>()
+}
+
+impl Tokens {
+    /// The ledger's totals, and the simulator's (`GET /_sim/stats`).
+    fn count(ledger: &[LedgerRecord], sim: &Sim) -> Tokens {
+        let stats = {
+            let r = request(sim.addr, "GET", "/_sim/stats", None, None);
+            r.json()
+        };
+        Tokens {
+            ledger: (
+                sum(ledger, |r| r.prompt_tokens),
+                sum(ledger, |r| r.completion_tokens),
+                sum(ledger, |r| r.reasoning_tokens),
+            ),
+            sim: (
+                stats["prompt_tokens"].as_u64().unwrap_or(0),
+                stats["completion_tokens"].as_u64().unwrap_or(0),
+                stats["reasoning_tokens"].as_u64().unwrap_or(0),
+            ),
+        }
+    }
+}
+
+impl Memory {
+    /// The first, highest and last RSS samples taken after `warmup` seconds.
+    fn after_warmup(rss: &[(u64, u64)], warmup: u64) -> Memory {
+        let after: Vec<u64> = rss
+            .iter()
+            .filter(|(t, _)| *t >= warmup)
+            .map(|(_, k)| *k)
+            .collect();
+        Memory {
+            first: after.first().copied().unwrap_or(0),
+            peak: after.iter().copied().max().unwrap_or(0),
+            last: after.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+/// The violations: outcomes, ledger lines and ids, tokens, memory, an exit.
+fn find_problems(
+    load: &Load,
+    ledger: &[LedgerRecord],
+    tokens: &Tokens,
+    memory: &Memory,
+    alive: bool,
+) -> Vec<String> {
+    let sent = load.sent;
+    let mut problems: Vec<String> = load.tally.unexpected.lock().unwrap().clone();
     if ledger.len() as u64 != sent {
         problems.push(format!("{} ledger lines for {sent} requests", ledger.len()));
     }
@@ -276,55 +392,38 @@ fn main() {
     if ids.len() != ledger.len() {
         problems.push("duplicate request ids in the ledger".into());
     }
-    let stats = {
-        let r = request(sim.addr, "GET", "/_sim/stats", None, None);
-        r.json()
-    };
-    let sum = |f: fn(&chatgate_core::LedgerRecord) -> u64| ledger.iter().map(f).sum::<u64>();
-    let (lp, lc, lr) = (
-        sum(|r| r.prompt_tokens),
-        sum(|r| r.completion_tokens),
-        sum(|r| r.reasoning_tokens),
-    );
-    let (sp, sc, sr) = (
-        stats["prompt_tokens"].as_u64().unwrap_or(0),
-        stats["completion_tokens"].as_u64().unwrap_or(0),
-        stats["reasoning_tokens"].as_u64().unwrap_or(0),
-    );
+    let ((lp, lc, lr), (sp, sc, sr)) = (tokens.ledger, tokens.sim);
     if (lp, lc, lr) != (sp, sc, sr) {
         problems.push(format!(
             "tokens: ledger prompt/completion/reasoning {lp}/{lc}/{lr}, simulator reported {sp}/{sc}/{sr}"
         ));
     }
-    let incomplete = ledger.iter().filter(|r| r.stream && !r.complete).count();
-    let disconnected = ledger.iter().filter(|r| r.client_disconnected).count();
-    let cost: u64 = sum(|r| r.cost_nano_usd);
     // Memory: after warm-up, the highest sample against the first.
-    let after: Vec<u64> = rss
-        .iter()
-        .filter(|(t, _)| *t >= o.warmup)
-        .map(|(_, k)| *k)
-        .collect();
-    let (first, peak, last) = (
-        after.first().copied().unwrap_or(0),
-        after.iter().copied().max().unwrap_or(0),
-        after.last().copied().unwrap_or(0),
-    );
+    let Memory { first, peak, .. } = *memory;
     let growth = peak.saturating_sub(first);
     if growth > (first / 5).max(8 * 1024) {
         problems.push(format!(
             "RSS grew after warm-up: {first} KiB -> peak {peak} KiB"
         ));
     }
-    let alive = gw.alive();
     if !alive {
         problems.push("the gateway exited".into());
     }
+    problems
+}
 
+/// Prints the summary table.
+fn print_summary(o: &Opts, load: &Load, ledger: &[LedgerRecord], tokens: &Tokens, memory: &Memory) {
+    let (sent, tally) = (load.sent, &load.tally);
+    let ((lp, lc, lr), (sp, sc, sr)) = (tokens.ledger, tokens.sim);
+    let Memory { first, peak, last } = *memory;
+    let incomplete = ledger.iter().filter(|r| r.stream && !r.complete).count();
+    let disconnected = ledger.iter().filter(|r| r.client_disconnected).count();
+    let cost: u64 = sum(ledger, |r| r.cost_nano_usd);
     println!(
         "### Soak: {} for {:.0} s at {} requests/s",
         o.bin,
-        elapsed.as_secs_f64(),
+        load.elapsed.as_secs_f64(),
         o.rate
     );
     println!();
@@ -365,6 +464,10 @@ fn main() {
         sent.saturating_sub(ledger.len() as u64)
     );
     println!();
+}
+
+/// Prints "soak passed", or the first twenty problems and exits with 1.
+fn verdict(problems: &[String]) {
     if problems.is_empty() {
         println!("soak passed");
     } else {
