@@ -1,4 +1,4 @@
-//! The endpoint pool's cost: CPU per request with three endpoints against
+//! The cost of several endpoints: CPU per request with three endpoints against
 //! one (the same simulator behind each, the same run, runs interleaved),
 //! and the failover delay — how much later a request's first byte comes
 //! when its first endpoint fails (refuses the connection, or answers 503)
@@ -14,10 +14,10 @@ use crate::procs::{Child, free_port};
 use crate::{NONSTREAM, Setup, args, gateway, interleaved_cpu, ms};
 
 /// Rounds of the failover measurement (a fresh gateway each: its first
-/// request goes to the pool's first endpoint).
+/// request goes to the first endpoint).
 const ROUNDS: usize = 15;
 
-/// Appends the pool's tables to `report`.
+/// Appends the endpoint tables to `report`.
 pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let Setup {
         tools,
@@ -30,10 +30,10 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         ..
     } = *s;
     let upstream = format!("http://{sim}/v1");
-    let three = write_pool(dir, "three", &[&upstream, &upstream, &upstream]);
+    let three = write_endpoints(dir, "three", &[&upstream, &upstream, &upstream]);
     let _ = writeln!(
         report,
-        "\n### The endpoint pool: non-streamed, 8 connections, {secs} s each (two rounds, interleaved)\n"
+        "\n### Three endpoints against one: non-streamed, 8 connections, {secs} s each (two rounds, interleaved)\n"
     );
     let _ = writeln!(
         report,
@@ -45,10 +45,10 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         ("chatgate-tokio", &tools.tokio),
     ] {
         let mut one = gateway(bin, dir, &upstream, &format!("pool-one-{name}"));
-        let mut pooled = pooled_gateway(bin, dir, &three, &format!("pool-three-{name}"));
+        let mut several = gateway_with_endpoints(bin, dir, &three, &format!("pool-three-{name}"));
         let targets = [
             (one.listening_address(), vec![one.pid()]),
-            (pooled.listening_address(), vec![pooled.pid()]),
+            (several.listening_address(), vec![several.pid()]),
         ];
         let per = interleaved_cpu(tools, &targets, lua, body, key, secs);
         let (a, b) = (per[0].cpu[0], per[1].cpu[0]);
@@ -85,15 +85,16 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         ("chatgate-smol", &tools.smol),
         ("chatgate-tokio", &tools.tokio),
     ] {
-        let pools = [
-            write_pool(dir, &format!("direct-{name}"), &[&upstream]),
-            write_pool(dir, &format!("refused-{name}"), &[&refused, &upstream]),
-            write_pool(dir, &format!("failing-{name}"), &[&failing, &upstream]),
+        let sets = [
+            write_endpoints(dir, &format!("direct-{name}"), &[&upstream]),
+            write_endpoints(dir, &format!("refused-{name}"), &[&refused, &upstream]),
+            write_endpoints(dir, &format!("failing-{name}"), &[&failing, &upstream]),
         ];
         let mut times = [Vec::new(), Vec::new(), Vec::new()];
         for round in 0..ROUNDS {
-            for (i, pool) in pools.iter().enumerate() {
-                let mut g = pooled_gateway(bin, dir, pool, &format!("failover-{name}-{i}-{round}"));
+            for (i, pool) in sets.iter().enumerate() {
+                let mut g =
+                    gateway_with_endpoints(bin, dir, pool, &format!("failover-{name}-{i}-{round}"));
                 let addr = g.listening_address();
                 times[i].push(first_request(addr, key));
             }
@@ -119,7 +120,7 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
 }
 
 /// A config file with one `[[upstream]]` table per URL.
-fn write_pool(dir: &Path, name: &str, urls: &[&str]) -> std::path::PathBuf {
+fn write_endpoints(dir: &Path, name: &str, urls: &[&str]) -> std::path::PathBuf {
     let mut text = String::new();
     for (i, url) in urls.iter().enumerate() {
         let _ = writeln!(text, "[[upstream]]\nname = \"e{i}\"\nurl = \"{url}\"");
@@ -129,8 +130,8 @@ fn write_pool(dir: &Path, name: &str, urls: &[&str]) -> std::path::PathBuf {
     path
 }
 
-/// `serve` with the pool of `config`.
-fn pooled_gateway(bin: &Path, dir: &Path, config: &Path, name: &str) -> Child {
+/// `serve` with the endpoints of `config`.
+fn gateway_with_endpoints(bin: &Path, dir: &Path, config: &Path, name: &str) -> Child {
     let config = config.to_string_lossy();
     crate::gateway_with(bin, dir, &["--config", &config], name)
 }

@@ -12,10 +12,20 @@
 //! nginx's from the same run. The primary figure is CPU time consumed by
 //! the proxy process(es) per request (utime + stime from /proc), which holds
 //! on a shared, noisy machine.
+//!
+//! | file | job |
+//! |---|---|
+//! | `main.rs` | the options, the setup (simulator, nginx, both gateways), the closed- and open-loop workloads, the report |
+//! | `client.rs` | the load generator's own HTTP/1.1 client (open loop, timed and held streams) |
+//! | `lean.rs` | the lean comparison: a static upstream, nginx without an access log |
+//! | `endpoints.rs` | three endpoints against one, and the failover delay |
+//! | `procs.rs` | child processes and what the kernel says about them |
+//! | `quota.rs` | what a budget and an in-flight cap cost, in-process and through Redis |
+//! | `traces.rs` | what tracing costs, with the collector up, down or stalling |
 
 mod client;
+mod endpoints;
 mod lean;
-mod pool;
 mod procs;
 mod quota;
 mod traces;
@@ -59,20 +69,108 @@ struct Contender {
 fn main() {
     let opts = parse_args();
     let fd_limit = procs::raise_fd_limit();
-    let needs_wrk = opts.only.as_deref().is_none_or(|o| {
-        o.split(',').any(|w| {
-            matches!(
-                w,
-                "nonstream" | "stream" | "lean" | "pool" | "quota" | "traces"
-            )
-        })
-    });
-    let tools = Tools::find(&opts.bin_dir, needs_wrk);
-    let dir = std::env::temp_dir().join(format!("chatgate-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("work directory");
+    let tools = Tools::find(&opts.bin_dir, needs_wrk(opts.only.as_deref()));
+    let dir = work_dir();
     let mut report = String::new();
     let _ = writeln!(report, "{}", machine(&tools));
 
+    let (_sim, sim_addr) = start_sim(&tools, &dir);
+    let key = mint_key(&tools.smol, &dir);
+    let upstream = format!("http://{sim_addr}/v1");
+    let (proxies, targets) = start_proxies(&tools, &dir, sim_addr, &upstream, fd_limit);
+    let want = |name: &str| wanted(opts.only.as_deref(), name);
+    let lua = write_lua(&dir);
+    let nonstream = write_body(&dir, "nonstream.json", NONSTREAM);
+    let stream = write_body(&dir, "stream.json", STREAM);
+    let setup = Setup {
+        tools: &tools,
+        dir: &dir,
+        sim: sim_addr,
+        upstream: &upstream,
+        key: &key,
+        lua: &lua,
+        body: &nonstream,
+        secs: opts.seconds,
+        fd_limit,
+    };
+
+    if want("nonstream") || want("stream") {
+        warm_up(&setup, &targets);
+    }
+    let conns: &[u32] = if opts.quick { &[8, 64] } else { &[8, 64, 512] };
+    if want("nonstream") {
+        let label = "non-streamed";
+        report_closed_loop(&mut report, &setup, &targets, label, &nonstream, conns);
+    }
+    if want("stream") {
+        let label = "streamed (100 events, 22 KB)";
+        report_closed_loop(&mut report, &setup, &targets, label, &stream, conns);
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    if want("openloop") {
+        report_open_loop(&mut report, &setup, &targets, &rt, &local, opts.quick);
+    }
+    if want("timed") {
+        report_timed_streams(&mut report, &setup, &targets, &rt, &local, opts.quick);
+    }
+    if want("hold") {
+        report_held_streams(&mut report, &setup, &targets, &rt, &local, opts.quick);
+    }
+    if want("startup") {
+        report_startup(&mut report, &setup);
+    }
+
+    let extra: [(&str, Workload); 4] = [
+        ("lean", lean::report),
+        ("endpoints", endpoints::report),
+        ("quota", quota::report),
+        ("traces", traces::report),
+    ];
+    for (name, run) in extra {
+        if want(name) {
+            run(&mut report, &setup);
+        }
+    }
+
+    drop(proxies);
+    println!("{report}");
+    if let Some(out) = &opts.out {
+        std::fs::write(out, &report).expect("write the report");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `--only` (none: every workload) names the workload `name`.
+fn wanted(only: Option<&str>, name: &str) -> bool {
+    only.is_none_or(|o| o.split(',').any(|w| w == name))
+}
+
+/// Whether any workload `--only` chose (none: every one) runs wrk.
+fn needs_wrk(only: Option<&str>) -> bool {
+    only.is_none_or(|o| {
+        o.split(',').any(|w| {
+            matches!(
+                w,
+                "nonstream" | "stream" | "lean" | "endpoints" | "quota" | "traces"
+            )
+        })
+    })
+}
+
+/// Creates this run's work directory, for configurations, logs and bodies.
+fn work_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("chatgate-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("work directory");
+    dir
+}
+
+/// Starts the simulator at full speed and waits for its address.
+fn start_sim(tools: &Tools, dir: &Path) -> (Child, SocketAddr) {
     let mut sim = Child::spawn(
         &tools.smol,
         &args(&["sim", "--listen", "127.0.0.1:0"]),
@@ -80,14 +178,24 @@ fn main() {
         &dir.join("sim.log"),
     );
     let sim_addr = sim.listening_address();
-    let key = mint_key(&tools.smol, &dir);
-    let upstream = format!("http://{sim_addr}/v1");
+    (sim, sim_addr)
+}
 
+/// Starts nginx (one worker per core) and both gateways in front of the
+/// simulator: their processes (stopped when dropped, the gateways first)
+/// and the targets, direct, nginx, chatgate-smol and chatgate-tokio.
+fn start_proxies(
+    tools: &Tools,
+    dir: &Path,
+    sim_addr: SocketAddr,
+    upstream: &str,
+    fd_limit: u64,
+) -> ([Child; 3], [Contender; 4]) {
     let nginx_port = free_port();
-    let nginx_conf = write_nginx_conf(&dir, nginx_port, sim_addr, fd_limit, "nginx");
+    let nginx_conf = write_nginx_conf(dir, nginx_port, sim_addr, fd_limit, "nginx");
     let nginx = Child::spawn(
         &tools.nginx,
-        &nginx_args(&dir, &nginx_conf),
+        &nginx_args(dir, &nginx_conf),
         &[],
         &dir.join("nginx.stderr"),
     );
@@ -97,8 +205,8 @@ fn main() {
     let workers = nginx_workers(nginx.pid(), cores);
     assert_eq!(workers.len(), cores, "nginx runs one worker per core");
 
-    let mut smol = gateway(&tools.smol, &dir, &upstream, "smol");
-    let mut tokio = gateway(&tools.tokio, &dir, &upstream, "tokio");
+    let mut smol = gateway(&tools.smol, dir, upstream, "smol");
+    let mut tokio = gateway(&tools.tokio, dir, upstream, "tokio");
     let (smol_addr, tokio_addr) = (smol.listening_address(), tokio.listening_address());
     let targets = [
         Contender {
@@ -122,351 +230,354 @@ fn main() {
             pids: vec![tokio.pid()],
         },
     ];
-    let want = |name: &str| {
-        opts.only
-            .as_deref()
-            .is_none_or(|o| o.split(',').any(|w| w == name))
-    };
-    let secs = opts.seconds;
-    let lua = write_lua(&dir);
-    let body = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("body file");
-        p
-    };
-    let (nonstream, stream) = (
-        body("nonstream.json", NONSTREAM),
-        body("stream.json", STREAM),
-    );
-    if want("nonstream") || want("stream") {
-        for t in &targets {
-            wrk(&tools.wrk, t.addr, &lua, &nonstream, &key, 8, 1, 2);
-        }
+    ([smol, tokio, nginx], targets)
+}
+
+/// Writes `dir/name` holding the request body `text`, for wrk.
+fn write_body(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("body file");
+    p
+}
+
+/// A second of non-streamed requests against every target, before the
+/// closed-loop tables.
+fn warm_up(s: &Setup<'_>, targets: &[Contender]) {
+    for t in targets {
+        wrk(&s.tools.wrk, t.addr, s.lua, s.body, s.key, 8, 1, 2);
     }
+}
 
-    let conns: &[u32] = if opts.quick { &[8, 64] } else { &[8, 64, 512] };
-    for (label, path) in [
-        ("non-streamed", &nonstream),
-        ("streamed (100 events, 22 KB)", &stream),
-    ] {
-        if !want(if label.starts_with("non-") {
-            "nonstream"
-        } else {
-            "stream"
-        }) {
-            continue;
-        }
-        for &c in conns {
-            let _ = writeln!(
-                report,
-                "\n### {label}, {c} connections, closed loop ({secs} s each, wrk)\n"
-            );
-            let _ = writeln!(
-                report,
-                "| target | requests/s | proxy CPU per request | × nginx | p50 | p99 |"
-            );
-            let _ = writeln!(report, "|---|---|---|---|---|---|");
-            let mut rows = Vec::new();
-            for t in &targets {
-                let (r, per_req) = measured(&tools.wrk, t, &lua, path, &key, c, secs, 2);
-                rows.push((t.name, r, per_req));
-            }
-            let nginx_cpu = rows[1].2;
-            for (name, r, per_req) in &rows {
-                let _ = writeln!(
-                    report,
-                    "| {name} | {:.0} | {} | {} | {:.2} ms | {:.2} ms |{}",
-                    r.rps,
-                    per_req.map_or("—".into(), |v| format!("{v:.1} µs")),
-                    ratio(*per_req, nginx_cpu),
-                    r.p50_ms,
-                    r.p99_ms,
-                    if r.bad > 0 {
-                        format!(" ({} failed)", r.bad)
-                    } else {
-                        String::new()
-                    },
-                );
-            }
-        }
-    }
-
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let local = tokio::task::LocalSet::new();
-
-    if want("openloop") {
-        let rate = if opts.quick { 200 } else { 1000 };
-        let _ = writeln!(
-            report,
-            "\n### Open loop, non-streamed, {rate} requests/s for {secs} s\n"
-        );
-        let _ = writeln!(
-            report,
-            "| target | p50 | p99 | p99.9 | added p50 | added p99 | × nginx's added p99 |"
-        );
-        let _ = writeln!(report, "|---|---|---|---|---|---|---|");
-        let request = Rc::new(client::chat_request(&key, NONSTREAM));
-        let mut rows = Vec::new();
-        for t in &targets {
-            let mut lat = local.block_on(
-                &rt,
-                client::open_loop(t.addr, Rc::clone(&request), rate, Duration::from_secs(secs)),
-            );
-            lat.sort_unstable();
-            rows.push((
-                t.name,
-                percentile(&lat, 50.0),
-                percentile(&lat, 99.0),
-                percentile(&lat, 99.9),
-                lat.len(),
-            ));
-        }
-        let (d50, d99) = (rows[0].1, rows[0].2);
-        let n_added = rows[1].2.as_secs_f64() - d99.as_secs_f64();
-        for (name, p50, p99, p999, n) in &rows {
-            let (a50, a99) = (
-                p50.as_secs_f64() - d50.as_secs_f64(),
-                p99.as_secs_f64() - d99.as_secs_f64(),
-            );
-            let _ = writeln!(
-                report,
-                "| {name} | {} | {} | {} | {} | {} | {} |{}",
-                ms(*p50),
-                ms(*p99),
-                ms(*p999),
-                if *name == "direct" {
-                    "—".into()
-                } else {
-                    format!("{:.3} ms", a50 * 1e3)
-                },
-                if *name == "direct" {
-                    "—".into()
-                } else {
-                    format!("{:.3} ms", a99 * 1e3)
-                },
-                if *name == "direct" {
-                    "—".into()
-                } else {
-                    ratio(Some(a99), Some(n_added))
-                },
-                if *n == 0 { " (no answers)" } else { "" },
-            );
-        }
-    }
-
-    if want("timed") {
-        let conc = if opts.quick { 4 } else { 32 };
-        let _ = writeln!(
-            report,
-            "\n### Timed streams: first token after 100 ms, then one every 5 ms, 100 events; {conc} at a time for {secs} s\n"
-        );
-        let _ = writeln!(
-            report,
-            "| target | streams | time to first byte p50 | added TTFB p50 | × nginx | per-event delay p50 | p99 | added per-event p99 | × nginx |"
-        );
-        let _ = writeln!(report, "|---|---|---|---|---|---|---|---|---|");
-        let request = Rc::new(client::chat_request(&key, TIMED));
-        let mut rows = Vec::new();
-        for t in &targets {
-            let streams = local.block_on(
-                &rt,
-                client::timed_streams(t.addr, Rc::clone(&request), conc, Duration::from_secs(secs)),
-            );
-            let mut ttfb: Vec<Duration> =
-                streams.iter().filter_map(|s| s.first().copied()).collect();
-            // Lateness of event i against the ideal schedule anchored at the first.
-            let mut late: Vec<Duration> = streams
-                .iter()
-                .flat_map(|s| {
-                    let first = s.first().copied().unwrap_or_default();
-                    s.iter()
-                        .enumerate()
-                        .skip(1)
-                        .take(96)
-                        .map(move |(i, &at)| at.saturating_sub(first + TIMED_TOKEN * i as u32))
-                })
-                .collect();
-            ttfb.sort_unstable();
-            late.sort_unstable();
-            rows.push((
-                t.name,
-                streams.len(),
-                percentile(&ttfb, 50.0),
-                percentile(&late, 50.0),
-                percentile(&late, 99.0),
-            ));
-        }
-        let (d_ttfb, d_late99) = (rows[0].2.as_secs_f64(), rows[0].4.as_secs_f64());
-        let (n_ttfb, n_late99) = (
-            rows[1].2.as_secs_f64() - d_ttfb,
-            rows[1].4.as_secs_f64() - d_late99,
-        );
-        for (name, n, ttfb, late50, late99) in &rows {
-            let (a_ttfb, a_late) = (ttfb.as_secs_f64() - d_ttfb, late99.as_secs_f64() - d_late99);
-            let direct = *name == "direct";
-            let _ = writeln!(
-                report,
-                "| {name} | {n} | {} | {} | {} | {} | {} | {} | {} |",
-                ms(*ttfb),
-                if direct {
-                    "—".into()
-                } else {
-                    format!("{:.3} ms", a_ttfb * 1e3)
-                },
-                if direct {
-                    "—".into()
-                } else {
-                    ratio(Some(a_ttfb), Some(n_ttfb))
-                },
-                ms(*late50),
-                ms(*late99),
-                if direct {
-                    "—".into()
-                } else {
-                    format!("{:.3} ms", a_late * 1e3)
-                },
-                if direct {
-                    "—".into()
-                } else {
-                    ratio(Some(a_late), Some(n_late99))
-                },
-            );
-        }
-    }
-
-    if want("hold") {
-        // Each proxied stream costs the proxy two descriptors.
-        let most = ((fd_limit.saturating_sub(100)) / 2) as usize;
-        let reduced = !opts.quick && most < 10_000;
-        let sizes: Vec<usize> = if opts.quick {
-            vec![100]
-        } else {
-            vec![1000, 10_000.min(most)]
-        };
-        let request = Rc::new(client::chat_request(&key, SLOW));
-        for n in sizes {
-            let _ = writeln!(
-                report,
-                "\n### {n} slow streams held open (a token a second)\n"
-            );
-            let _ = writeln!(
-                report,
-                "| target | streams open | RSS before | RSS with streams | per stream | × nginx |"
-            );
-            let _ = writeln!(report, "|---|---|---|---|---|---|");
-            let mut rows = Vec::new();
-            for t in targets.iter().filter(|t| !t.pids.is_empty()) {
-                let before = rss_kib(&t.pids);
-                let held = local.block_on(
-                    &rt,
-                    client::hold_streams(t.addr, Rc::clone(&request), n, 500),
-                );
-                std::thread::sleep(Duration::from_secs(1));
-                let with = rss_kib(&t.pids);
-                let open = held.len();
-                drop(held);
-                let per = (with.saturating_sub(before)) as f64 / open.max(1) as f64;
-                rows.push((t.name, open, before, with, per));
-                std::thread::sleep(Duration::from_secs(2));
-            }
-            let nginx_per = rows.first().map(|r| r.4);
-            for (name, open, before, with, per) in &rows {
-                let _ = writeln!(
-                    report,
-                    "| {name} | {open} | {:.1} MiB | {:.1} MiB | {per:.1} KiB | {} |",
-                    *before as f64 / 1024.0,
-                    *with as f64 / 1024.0,
-                    ratio(Some(*per), nginx_per)
-                );
-            }
-            if reduced && n == most {
-                let _ = writeln!(
-                    report,
-                    "\n(The open-files limit here, {fd_limit}, allows {n} proxied streams: two descriptors each.)"
-                );
-            }
-        }
-    }
-
-    if want("startup") {
-        let _ = writeln!(
-            report,
-            "\n### Start-up: exec to accepting connections (median of 5)\n"
-        );
-        let _ = writeln!(report, "| target | start-up | × nginx |");
-        let _ = writeln!(report, "|---|---|---|");
-        let mut nginx_times = Vec::new();
-        for i in 0..5 {
-            let port = free_port();
-            let conf = write_nginx_conf(&dir, port, sim_addr, fd_limit, &format!("start{i}"));
-            let started = Instant::now();
-            let _n = Child::spawn(
-                &tools.nginx,
-                &nginx_args(&dir, &conf),
-                &[],
-                &dir.join(format!("start{i}.stderr")),
-            );
-            nginx_times.push(wait_accepting(([127, 0, 0, 1], port).into(), started));
-        }
-        nginx_times.sort_unstable();
-        let nginx_start = nginx_times[2];
-        let _ = writeln!(report, "| nginx | {} | 1.00 |", ms(nginx_start));
-        for (name, bin) in [
-            ("chatgate-smol", &tools.smol),
-            ("chatgate-tokio", &tools.tokio),
-        ] {
-            let mut times = Vec::new();
-            for i in 0..5 {
-                let started = Instant::now();
-                let mut g = gateway(bin, &dir, &upstream, &format!("start-{name}-{i}"));
-                g.listening_address();
-                times.push(started.elapsed());
-            }
-            times.sort_unstable();
-            let _ = writeln!(
-                report,
-                "| {name} | {} | {} |",
-                ms(times[2]),
-                ratio(
-                    Some(times[2].as_secs_f64()),
-                    Some(nginx_start.as_secs_f64())
-                )
-            );
-        }
-    }
-
-    let setup = Setup {
-        tools: &tools,
-        dir: &dir,
-        sim: sim_addr,
-        upstream: &upstream,
-        key: &key,
-        lua: &lua,
-        body: &nonstream,
+/// Closed loop (wrk): requests of the body at `path` against every target,
+/// a table per connection count in `conns`.
+fn report_closed_loop(
+    report: &mut String,
+    s: &Setup<'_>,
+    targets: &[Contender],
+    label: &str,
+    path: &Path,
+    conns: &[u32],
+) {
+    let Setup {
+        tools,
+        key,
+        lua,
         secs,
-        fd_limit,
-    };
-    let extra: [(&str, Workload); 4] = [
-        ("lean", lean::report),
-        ("pool", pool::report),
-        ("quota", quota::report),
-        ("traces", traces::report),
-    ];
-    for (name, run) in extra {
-        if want(name) {
-            run(&mut report, &setup);
+        ..
+    } = *s;
+    for &c in conns {
+        let _ = writeln!(
+            report,
+            "\n### {label}, {c} connections, closed loop ({secs} s each, wrk)\n"
+        );
+        let _ = writeln!(
+            report,
+            "| target | requests/s | proxy CPU per request | × nginx | p50 | p99 |"
+        );
+        let _ = writeln!(report, "|---|---|---|---|---|---|");
+        let mut rows = Vec::new();
+        for t in targets {
+            let (r, per_req) = measured(&tools.wrk, t, lua, path, key, c, secs, 2);
+            rows.push((t.name, r, per_req));
+        }
+        let nginx_cpu = rows[1].2;
+        for (name, r, per_req) in &rows {
+            let _ = writeln!(
+                report,
+                "| {name} | {:.0} | {} | {} | {:.2} ms | {:.2} ms |{}",
+                r.rps,
+                per_req.map_or("—".into(), |v| format!("{v:.1} µs")),
+                ratio(*per_req, nginx_cpu),
+                r.p50_ms,
+                r.p99_ms,
+                if r.bad > 0 {
+                    format!(" ({} failed)", r.bad)
+                } else {
+                    String::new()
+                },
+            );
         }
     }
+}
 
-    drop((smol, tokio, nginx));
-    println!("{report}");
-    if let Some(out) = &opts.out {
-        std::fs::write(out, &report).expect("write the report");
+/// Open loop: non-streamed requests at a fixed rate, the latency each
+/// target adds to the simulator's.
+fn report_open_loop(
+    report: &mut String,
+    s: &Setup<'_>,
+    targets: &[Contender],
+    rt: &tokio::runtime::Runtime,
+    local: &tokio::task::LocalSet,
+    quick: bool,
+) {
+    let Setup { key, secs, .. } = *s;
+    let rate = if quick { 200 } else { 1000 };
+    let _ = writeln!(
+        report,
+        "\n### Open loop, non-streamed, {rate} requests/s for {secs} s\n"
+    );
+    let _ = writeln!(
+        report,
+        "| target | p50 | p99 | p99.9 | added p50 | added p99 | × nginx's added p99 |"
+    );
+    let _ = writeln!(report, "|---|---|---|---|---|---|---|");
+    let request = Rc::new(client::chat_request(key, NONSTREAM));
+    let mut rows = Vec::new();
+    for t in targets {
+        let mut lat = local.block_on(
+            rt,
+            client::open_loop(t.addr, Rc::clone(&request), rate, Duration::from_secs(secs)),
+        );
+        lat.sort_unstable();
+        rows.push((
+            t.name,
+            percentile(&lat, 50.0),
+            percentile(&lat, 99.0),
+            percentile(&lat, 99.9),
+            lat.len(),
+        ));
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let (d50, d99) = (rows[0].1, rows[0].2);
+    let n_added = rows[1].2.as_secs_f64() - d99.as_secs_f64();
+    for (name, p50, p99, p999, n) in &rows {
+        let (a50, a99) = (
+            p50.as_secs_f64() - d50.as_secs_f64(),
+            p99.as_secs_f64() - d99.as_secs_f64(),
+        );
+        let _ = writeln!(
+            report,
+            "| {name} | {} | {} | {} | {} | {} | {} |{}",
+            ms(*p50),
+            ms(*p99),
+            ms(*p999),
+            if *name == "direct" {
+                "—".into()
+            } else {
+                format!("{:.3} ms", a50 * 1e3)
+            },
+            if *name == "direct" {
+                "—".into()
+            } else {
+                format!("{:.3} ms", a99 * 1e3)
+            },
+            if *name == "direct" {
+                "—".into()
+            } else {
+                ratio(Some(a99), Some(n_added))
+            },
+            if *n == 0 { " (no answers)" } else { "" },
+        );
+    }
+}
+
+/// Timed streams: the time to first byte and each event's delay against
+/// the simulator's schedule, a number of streams at a time.
+fn report_timed_streams(
+    report: &mut String,
+    s: &Setup<'_>,
+    targets: &[Contender],
+    rt: &tokio::runtime::Runtime,
+    local: &tokio::task::LocalSet,
+    quick: bool,
+) {
+    let Setup { key, secs, .. } = *s;
+    let conc = if quick { 4 } else { 32 };
+    let _ = writeln!(
+        report,
+        "\n### Timed streams: first token after 100 ms, then one every 5 ms, 100 events; {conc} at a time for {secs} s\n"
+    );
+    let _ = writeln!(
+        report,
+        "| target | streams | time to first byte p50 | added TTFB p50 | × nginx | per-event delay p50 | p99 | added per-event p99 | × nginx |"
+    );
+    let _ = writeln!(report, "|---|---|---|---|---|---|---|---|---|");
+    let request = Rc::new(client::chat_request(key, TIMED));
+    let mut rows = Vec::new();
+    for t in targets {
+        let streams = local.block_on(
+            rt,
+            client::timed_streams(t.addr, Rc::clone(&request), conc, Duration::from_secs(secs)),
+        );
+        let mut ttfb: Vec<Duration> = streams.iter().filter_map(|s| s.first().copied()).collect();
+        // Lateness of event i against the ideal schedule anchored at the first.
+        let mut late: Vec<Duration> = streams
+            .iter()
+            .flat_map(|s| {
+                let first = s.first().copied().unwrap_or_default();
+                s.iter()
+                    .enumerate()
+                    .skip(1)
+                    .take(96)
+                    .map(move |(i, &at)| at.saturating_sub(first + TIMED_TOKEN * i as u32))
+            })
+            .collect();
+        ttfb.sort_unstable();
+        late.sort_unstable();
+        rows.push((
+            t.name,
+            streams.len(),
+            percentile(&ttfb, 50.0),
+            percentile(&late, 50.0),
+            percentile(&late, 99.0),
+        ));
+    }
+    let (d_ttfb, d_late99) = (rows[0].2.as_secs_f64(), rows[0].4.as_secs_f64());
+    let (n_ttfb, n_late99) = (
+        rows[1].2.as_secs_f64() - d_ttfb,
+        rows[1].4.as_secs_f64() - d_late99,
+    );
+    for (name, n, ttfb, late50, late99) in &rows {
+        let (a_ttfb, a_late) = (ttfb.as_secs_f64() - d_ttfb, late99.as_secs_f64() - d_late99);
+        let direct = *name == "direct";
+        let _ = writeln!(
+            report,
+            "| {name} | {n} | {} | {} | {} | {} | {} | {} | {} |",
+            ms(*ttfb),
+            if direct {
+                "—".into()
+            } else {
+                format!("{:.3} ms", a_ttfb * 1e3)
+            },
+            if direct {
+                "—".into()
+            } else {
+                ratio(Some(a_ttfb), Some(n_ttfb))
+            },
+            ms(*late50),
+            ms(*late99),
+            if direct {
+                "—".into()
+            } else {
+                format!("{:.3} ms", a_late * 1e3)
+            },
+            if direct {
+                "—".into()
+            } else {
+                ratio(Some(a_late), Some(n_late99))
+            },
+        );
+    }
+}
+
+/// Held streams: the memory each proxy spends per slow stream it holds
+/// open, for each number of streams.
+fn report_held_streams(
+    report: &mut String,
+    s: &Setup<'_>,
+    targets: &[Contender],
+    rt: &tokio::runtime::Runtime,
+    local: &tokio::task::LocalSet,
+    quick: bool,
+) {
+    let Setup { key, fd_limit, .. } = *s;
+    // Each proxied stream costs the proxy two descriptors.
+    let most = ((fd_limit.saturating_sub(100)) / 2) as usize;
+    let reduced = !quick && most < 10_000;
+    let sizes: Vec<usize> = if quick {
+        vec![100]
+    } else {
+        vec![1000, 10_000.min(most)]
+    };
+    let request = Rc::new(client::chat_request(key, SLOW));
+    for n in sizes {
+        let _ = writeln!(
+            report,
+            "\n### {n} slow streams held open (a token a second)\n"
+        );
+        let _ = writeln!(
+            report,
+            "| target | streams open | RSS before | RSS with streams | per stream | × nginx |"
+        );
+        let _ = writeln!(report, "|---|---|---|---|---|---|");
+        let mut rows = Vec::new();
+        for t in targets.iter().filter(|t| !t.pids.is_empty()) {
+            let before = rss_kib(&t.pids);
+            let held = local.block_on(
+                rt,
+                client::hold_streams(t.addr, Rc::clone(&request), n, 500),
+            );
+            std::thread::sleep(Duration::from_secs(1));
+            let with = rss_kib(&t.pids);
+            let open = held.len();
+            drop(held);
+            let per = (with.saturating_sub(before)) as f64 / open.max(1) as f64;
+            rows.push((t.name, open, before, with, per));
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let nginx_per = rows.first().map(|r| r.4);
+        for (name, open, before, with, per) in &rows {
+            let _ = writeln!(
+                report,
+                "| {name} | {open} | {:.1} MiB | {:.1} MiB | {per:.1} KiB | {} |",
+                *before as f64 / 1024.0,
+                *with as f64 / 1024.0,
+                ratio(Some(*per), nginx_per)
+            );
+        }
+        if reduced && n == most {
+            let _ = writeln!(
+                report,
+                "\n(The open-files limit here, {fd_limit}, allows {n} proxied streams: two descriptors each.)"
+            );
+        }
+    }
+}
+
+/// Start-up: exec to accepting connections, nginx and both gateways,
+/// the median of five starts each.
+fn report_startup(report: &mut String, s: &Setup<'_>) {
+    let Setup {
+        tools,
+        dir,
+        sim: sim_addr,
+        upstream,
+        fd_limit,
+        ..
+    } = *s;
+    let _ = writeln!(
+        report,
+        "\n### Start-up: exec to accepting connections (median of 5)\n"
+    );
+    let _ = writeln!(report, "| target | start-up | × nginx |");
+    let _ = writeln!(report, "|---|---|---|");
+    let mut nginx_times = Vec::new();
+    for i in 0..5 {
+        let port = free_port();
+        let conf = write_nginx_conf(dir, port, sim_addr, fd_limit, &format!("start{i}"));
+        let started = Instant::now();
+        let _n = Child::spawn(
+            &tools.nginx,
+            &nginx_args(dir, &conf),
+            &[],
+            &dir.join(format!("start{i}.stderr")),
+        );
+        nginx_times.push(wait_accepting(([127, 0, 0, 1], port).into(), started));
+    }
+    nginx_times.sort_unstable();
+    let nginx_start = nginx_times[2];
+    let _ = writeln!(report, "| nginx | {} | 1.00 |", ms(nginx_start));
+    for (name, bin) in [
+        ("chatgate-smol", &tools.smol),
+        ("chatgate-tokio", &tools.tokio),
+    ] {
+        let mut times = Vec::new();
+        for i in 0..5 {
+            let started = Instant::now();
+            let mut g = gateway(bin, dir, upstream, &format!("start-{name}-{i}"));
+            g.listening_address();
+            times.push(started.elapsed());
+        }
+        times.sort_unstable();
+        let _ = writeln!(
+            report,
+            "| {name} | {} | {} |",
+            ms(times[2]),
+            ratio(
+                Some(times[2].as_secs_f64()),
+                Some(nginx_start.as_secs_f64())
+            )
+        );
+    }
 }
 
 /// What the run already has, for the workloads in modules of their own:
@@ -582,7 +693,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,pool,quota,traces]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces]"
                 );
                 std::process::exit(0);
             }
@@ -711,7 +822,7 @@ fn gateway(bin: &Path, dir: &Path, upstream: &str, name: &str) -> Child {
 }
 
 /// `serve` with these provider settings (`--upstream URL`, or
-/// `--config FILE` with a pool).
+/// `--config FILE` with `[[upstream]]` tables).
 fn gateway_with(bin: &Path, dir: &Path, provider: &[&str], name: &str) -> Child {
     let mut a = vec!["serve".to_owned(), "--listen".into(), "127.0.0.1:0".into()];
     a.extend(provider.iter().map(|s| (*s).to_owned()));
