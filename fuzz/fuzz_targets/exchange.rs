@@ -20,7 +20,7 @@ use chatgate_core::UpstreamFailure;
 use chatgate_testkit::{Pair, parse_response, parse_responses};
 use chatgate_core::http::HttpError;
 use chatgate_core::Limits;
-use chatgate_sim::{Outcome, SimOptions};
+use chatgate_sim::{ExchangeEnd, SimOptions};
 use chatgate_fuzz::Reader;
 use libfuzzer_sys::fuzz_target;
 
@@ -170,7 +170,7 @@ fn check(pair: &Pair) {
     let journal = pair.sim.journal();
     let in_progress = journal
         .iter()
-        .filter(|e| e.outcome == Outcome::InProgress)
+        .filter(|e| e.outcome == ExchangeEnd::InProgress)
         .count();
     assert!(
         in_progress <= 1,
