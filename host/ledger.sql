@@ -35,5 +35,7 @@ ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS attempts integer NOT NULL D
 ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS provider_request_id text;
 ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS usage_missing boolean NOT NULL DEFAULT false;
 ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS charged_nano_usd bigint NOT NULL DEFAULT 0;
+-- ... and the client API when it is not chat completions (`responses`).
+ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS api text;
 CREATE INDEX IF NOT EXISTS chatgate_ledger_key_ts ON chatgate_ledger (key, ts);
 CREATE INDEX IF NOT EXISTS chatgate_ledger_ts ON chatgate_ledger (ts);

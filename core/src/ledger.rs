@@ -7,6 +7,7 @@
 //! are not metered. The runtime appends the line, and only then lets the last
 //! bytes of the response go to the client.
 
+use crate::json::write::string as json_string;
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
@@ -76,6 +77,10 @@ pub struct LedgerRecord {
     /// endpoint was asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_request_id: Option<String>,
+    /// The client API the request came through when it is not chat
+    /// completions (`responses`); written only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
     /// The provider answered but reported no usage: the token counts and
     /// cost above are the reported ones (zero), and the key's limits and
     /// budget were charged `charged_nano_usd` instead. Written only when
@@ -132,6 +137,7 @@ impl LedgerRecord {
             endpoint: None,
             attempts: 0,
             provider_request_id: None,
+            api: None,
             usage_missing: false,
             charged_nano_usd: 0,
             budget_overshoot_nano_usd: 0,
@@ -169,7 +175,13 @@ impl LedgerRecord {
         f.str("request_id", &self.request_id);
         f.str("key", &self.key);
         f.str("method", "POST");
-        f.str("path", crate::routes::CHAT_PATH);
+        f.str(
+            "path",
+            match self.api.as_deref() {
+                Some("responses") => crate::routes::RESPONSES_PATH,
+                _ => crate::routes::CHAT_PATH,
+            },
+        );
         f.num("status", u64::from(self.status));
         f.flag("stream", self.stream);
         f.num("prompt_tokens", self.prompt_tokens);
@@ -198,13 +210,13 @@ impl LedgerRecord {
     pub fn to_line(&self) -> Vec<u8> {
         let mut o = Vec::with_capacity(448);
         o.extend_from_slice(b"{\"ts\":");
-        json_str(&mut o, &self.ts);
+        json_string(&mut o, &self.ts);
         o.extend_from_slice(b",\"request_id\":");
-        json_str(&mut o, &self.request_id);
+        json_string(&mut o, &self.request_id);
         o.extend_from_slice(b",\"key\":");
-        json_str(&mut o, &self.key);
+        json_string(&mut o, &self.key);
         o.extend_from_slice(b",\"model\":");
-        json_str(&mut o, &self.model);
+        json_string(&mut o, &self.model);
         o.extend_from_slice(if self.stream {
             b",\"stream\":true,\"status\":"
         } else {
@@ -246,7 +258,11 @@ impl LedgerRecord {
         push_decimal(&mut o, u64::from(self.attempts));
         if let Some(id) = &self.provider_request_id {
             o.extend_from_slice(b",\"provider_request_id\":");
-            json_str(&mut o, id);
+            json_string(&mut o, id);
+        }
+        if let Some(api) = &self.api {
+            o.extend_from_slice(b",\"api\":");
+            json_string(&mut o, api);
         }
         if self.usage_missing {
             o.extend_from_slice(b",\"usage_missing\":true");
@@ -293,23 +309,6 @@ fn push_usd(out: &mut Vec<u8>, nanos: u64) {
     out.extend_from_slice(&places);
 }
 
-/// A JSON string: copied as it is when nothing needs escaping (the usual
-/// case), else escaped by serde_json.
-fn json_str(out: &mut Vec<u8>, s: &str) {
-    // Without short-circuiting, so the check runs on whole vectors.
-    let plain = s.bytes().fold(true, |ok, b| {
-        ok & (b >= 0x20) & (b != b'"') & (b != b'\\') & (b != 0x7f)
-    });
-    if plain {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        // Writing a str into a Vec cannot fail.
-        serde_json::to_writer(&mut *out, s).expect("string serializes");
-    }
-}
-
 /// Writes access-line fields as ` name=value` (text) or `,"name":value`.
 struct AccessFields<'a> {
     out: &'a mut Vec<u8>,
@@ -334,7 +333,7 @@ impl AccessFields<'_> {
     fn str(&mut self, name: &str, value: &str) {
         self.name(name);
         if self.json {
-            json_str(self.out, value);
+            json_string(self.out, value);
         } else {
             self.out.extend_from_slice(value.as_bytes());
         }
@@ -354,7 +353,7 @@ impl AccessFields<'_> {
 
 fn json_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
-        Some(s) => json_str(out, s),
+        Some(s) => json_string(out, s),
         None => out.extend_from_slice(b"null"),
     }
 }
@@ -477,7 +476,7 @@ mod tests {
             "a long string that is more than thirty-two bytes with a \u{1} at the end",
         ] {
             let mut out = Vec::new();
-            json_str(&mut out, text);
+            json_string(&mut out, text);
             assert_eq!(
                 String::from_utf8(out).unwrap(),
                 serde_json::to_string(text).unwrap()

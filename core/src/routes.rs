@@ -1,5 +1,6 @@
 //! The public API's paths, and which methods each allows.
 
+use crate::config::Apis;
 use crate::error::ApiError;
 use crate::http::Method;
 
@@ -7,6 +8,8 @@ use crate::http::Method;
 pub(crate) const CHAT_PATH: &str = "/v1/chat/completions";
 /// The path of the model list.
 pub(crate) const MODELS_PATH: &str = "/v1/models";
+/// The path of the Responses API (with `--apis responses`).
+pub(crate) const RESPONSES_PATH: &str = "/v1/responses";
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,11 +18,21 @@ pub(crate) enum Route {
     Chat,
     /// `GET` or `HEAD /v1/models`.
     Models,
+    /// `POST /v1/responses`: metered, translated onto the chat exchange.
+    Responses,
 }
 
-/// Routes a request: 404 for an unknown path, 405 (with `Allow`) for a
-/// known path and the wrong method.
-pub(crate) fn route(method: Method, path: &str) -> Result<Route, ApiError> {
+impl Route {
+    /// Whether requests on it are metered (a chat exchange).
+    pub(crate) fn is_chat(self) -> bool {
+        matches!(self, Route::Chat | Route::Responses)
+    }
+}
+
+/// Routes a request: 404 for an unknown path (the extra APIs' paths are
+/// unknown unless `apis` turns them on), 405 (with `Allow`) for a known
+/// path and the wrong method.
+pub(crate) fn route(method: Method, path: &str, apis: Apis) -> Result<Route, ApiError> {
     let (allowed, allow, route) = match path {
         MODELS_PATH => (
             matches!(method, Method::Get | Method::Head),
@@ -27,6 +40,7 @@ pub(crate) fn route(method: Method, path: &str) -> Result<Route, ApiError> {
             Route::Models,
         ),
         CHAT_PATH => (method == Method::Post, "POST", Route::Chat),
+        RESPONSES_PATH if apis.responses => (method == Method::Post, "POST", Route::Responses),
         _ => return Err(ApiError::unknown_url(method.as_str(), path)),
     };
     if allowed {
@@ -40,17 +54,43 @@ pub(crate) fn route(method: Method, path: &str) -> Result<Route, ApiError> {
 mod tests {
     use super::*;
 
+    fn route_chat(method: Method, path: &str) -> Result<Route, ApiError> {
+        route(method, path, Apis::default())
+    }
+
+    #[test]
+    fn the_responses_path_is_unknown_unless_turned_on() {
+        let on = Apis {
+            responses: true,
+            ..Apis::default()
+        };
+        assert_eq!(
+            route_chat(Method::Post, RESPONSES_PATH).unwrap_err().status,
+            404
+        );
+        assert_eq!(
+            route(Method::Post, RESPONSES_PATH, on),
+            Ok(Route::Responses)
+        );
+        assert_eq!(
+            route(Method::Get, RESPONSES_PATH, on).unwrap_err().status,
+            405
+        );
+    }
+
     #[test]
     fn paths_and_methods() {
-        assert_eq!(route(Method::Post, CHAT_PATH), Ok(Route::Chat));
-        assert_eq!(route(Method::Get, MODELS_PATH), Ok(Route::Models));
-        assert_eq!(route(Method::Head, MODELS_PATH), Ok(Route::Models));
-        let e = route(Method::Get, CHAT_PATH).unwrap_err();
+        assert_eq!(route_chat(Method::Post, CHAT_PATH), Ok(Route::Chat));
+        assert_eq!(route_chat(Method::Get, MODELS_PATH), Ok(Route::Models));
+        assert_eq!(route_chat(Method::Head, MODELS_PATH), Ok(Route::Models));
+        let e = route_chat(Method::Get, CHAT_PATH).unwrap_err();
         assert_eq!((e.status, e.allow), (405, Some("POST")));
-        let e = route(Method::Post, MODELS_PATH).unwrap_err();
+        let e = route_chat(Method::Post, MODELS_PATH).unwrap_err();
         assert_eq!((e.status, e.allow), (405, Some("GET, HEAD")));
         assert_eq!(
-            route(Method::Post, "/v1/embeddings").unwrap_err().status,
+            route_chat(Method::Post, "/v1/embeddings")
+                .unwrap_err()
+                .status,
             404
         );
     }

@@ -23,6 +23,7 @@
 //! | `ttft_ms`, `token_ms` | time to first token, time per token |
 //! | `reasoning_tokens`, `answer_tokens` | lengths |
 //! | `framing` | `chunked` (default for streams) or `close` |
+//! | `tools`, `tool` | `tools=none`: answer in words even when given tools; `tool=NAME`: the tool to call (else `tool_choice`'s, else the first) |
 //! | `usage_every` | `true`: cumulative usage on every chunk (with `include_usage`), as some providers do |
 //! | `split_ms` | stream events go out in two writes this many milliseconds apart, split alternately in the middle and before the last byte (a provider whose events straddle reads) |
 //!

@@ -93,16 +93,18 @@ pub(crate) fn script(ask: &Ask, opts: &SimOptions) -> Script {
         .collect();
     let calls_tool = !ask.tools.is_empty()
         && ask.last_role != "tool"
-        && ask.tool_choice.as_ref().and_then(Value::as_str) != Some("none");
+        && ask.tool_choice.as_ref().and_then(Value::as_str) != Some("none")
+        && ask.params.get("tools").map(String::as_str) != Some("none");
     let mut answer: Vec<String> = Vec::new();
     let mut tool_call = None;
     if calls_tool {
-        let named = ask
-            .tool_choice
-            .as_ref()
-            .and_then(|c| c.get("function"))
-            .and_then(|f| f.get("name"))
-            .and_then(Value::as_str);
+        let named = ask.params.get("tool").map(String::as_str).or_else(|| {
+            ask.tool_choice
+                .as_ref()
+                .and_then(|c| c.get("function"))
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+        });
         let (name, prop) = ask
             .tools
             .iter()

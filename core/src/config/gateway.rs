@@ -68,6 +68,55 @@ pub(super) const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// about 30 tokens; Llama 3's date header about 25).
 pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
 
+/// The client-facing APIs beside chat completions, which is always
+/// served (the specification's API): `--apis chat,responses,messages`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Apis {
+    /// The OpenAI Responses API, `POST /v1/responses`.
+    pub responses: bool,
+    /// The Anthropic Messages API, `POST /v1/messages`.
+    pub messages: bool,
+}
+
+impl Apis {
+    /// Every API.
+    pub const ALL: Apis = Apis {
+        responses: true,
+        messages: true,
+    };
+
+    /// Parses `--apis`: a comma-separated list of `chat`, `responses`,
+    /// `messages` (chat is served whether listed or not).
+    pub fn parse(list: &str) -> Result<Apis, String> {
+        let mut apis = Apis::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "chat" => {}
+                "responses" => apis.responses = true,
+                "messages" => apis.messages = true,
+                other => {
+                    return Err(format!(
+                        "'{other}' is not an API: expected chat, responses or messages"
+                    ));
+                }
+            }
+        }
+        Ok(apis)
+    }
+
+    /// The list, as `--apis` takes it.
+    pub fn list(&self) -> String {
+        let mut out = vec!["chat"];
+        if self.responses {
+            out.push("responses");
+        }
+        if self.messages {
+            out.push("messages");
+        }
+        out.join(",")
+    }
+}
+
 /// The gateway's configuration (everything but keys).
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -82,6 +131,8 @@ pub struct GatewayConfig {
     /// `--stream-error-event`: a stream cut without `finish_reason` gets a
     /// `data: {"error": …}` event before its `[DONE]`.
     pub stream_error_event: bool,
+    /// The client-facing APIs served beside chat completions (`--apis`).
+    pub apis: Apis,
     /// Prompt tokens a request's reservation adds to its estimate before
     /// the providers' reports say how many more they count (the chat
     /// template): the start of every endpoint's learned allowance.
@@ -139,6 +190,7 @@ impl GatewayConfig {
             upstream_attempts: 0,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             stream_error_event: false,
+            apis: Apis::default(),
             prompt_overhead_tokens: DEFAULT_PROMPT_OVERHEAD,
             timeouts: Timeouts::default(),
             http: HttpLimits::default(),

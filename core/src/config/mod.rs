@@ -32,7 +32,7 @@ use crate::quota::{Budget, Period, usd_to_nano};
 
 pub(crate) use endpoints::MAX_ENDPOINTS;
 pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Secret, Target, parse_endpoints};
-pub use gateway::{GatewayConfig, SharedLimits, Timeouts};
+pub use gateway::{Apis, GatewayConfig, SharedLimits, Timeouts};
 pub use redis::RedisUrl;
 use settings::{Resolver, bad};
 pub use settings::{SERVE_SETTINGS, Setting, Sources, env_name, flag_name, parse_duration};
@@ -144,6 +144,17 @@ impl ServeConfig {
         };
         gateway.probe_interval = r.duration("upstream_probe_interval")?;
         gateway.stream_error_event = boolean(&r, "stream_error_event")?;
+        gateway.apis = match r.get("apis") {
+            Some((v, src)) => Apis::parse(&v).map_err(|_| {
+                bad(
+                    "apis",
+                    &v,
+                    src,
+                    "a comma-separated list of chat, responses, messages",
+                )
+            })?,
+            None => Apis::default(),
+        };
         gateway.prompt_overhead_tokens = r.parse("prompt_overhead_tokens")?;
         gateway.timeouts = timeouts;
         gateway.default_limits = default_limits;

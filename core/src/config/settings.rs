@@ -109,6 +109,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "End a stream cut without finish_reason with a data: {\"error\": ...} event before [DONE], so SDKs raise instead of returning a truncated answer",
     ),
     s(
+        "apis",
+        "LIST",
+        Some("chat"),
+        "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI), messages (POST /v1/messages)",
+    ),
+    s(
         "prompt_overhead_tokens",
         "N",
         Some("64"),

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::request::Dialect;
 use super::timers::Timer;
 use super::{Connection, Event, Phase};
 use crate::error::{ApiError, StoreError};
@@ -217,10 +218,30 @@ impl Connection {
     pub(super) fn chat_request(&mut self, now: Instant) {
         let gw = Arc::clone(&self.gw);
         let req = self.req.as_mut().expect("chat request in progress");
+        if let Some(dialect) = req.dialect.as_deref_mut() {
+            // Another API's request, as the one chat request it stands for.
+            let Dialect::Responses(asked, _) = dialect;
+            match crate::dialect::responses::request::translate(&req.body) {
+                Ok((chat, a)) => {
+                    req.body = chat;
+                    *asked = a;
+                }
+                Err(e) => {
+                    req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+                    return self.respond_error(now, e, false);
+                }
+            }
+        }
         let chat = match validate_chat_request(&req.body, &gw.config().catalog) {
             Ok(c) => c,
-            Err(e) => {
+            Err(mut e) => {
                 req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+                if req.dialect.is_some() {
+                    // Named as the client wrote it.
+                    e.param = e
+                        .param
+                        .map(|p| crate::dialect::responses::request::param_name(&p));
+                }
                 return self.respond_error(now, e, false);
             }
         };

@@ -4,15 +4,17 @@
 use std::time::Duration;
 
 use super::Connection;
+use super::request::Dialect;
 use super::respond::{client_body, common_headers, limit_headers, provider_error_message};
 use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
+use crate::dialect::responses::{self, events::End, events::ResponseStream};
 use crate::endpoints::Outcome;
 use crate::error::{ApiError, UpstreamFault};
 use crate::http::BodyDecoder;
 use crate::http::HttpError;
 use crate::http::write::{self, header, header_u64};
-use crate::stream::{DONE_EVENT, EventKind};
+use crate::stream::{DONE_EVENT, EventKind, StreamTracker, event_data};
 use crate::time::Instant;
 use crate::usage::parse_completion;
 
@@ -113,21 +115,36 @@ impl Connection {
             attempt.finish(Outcome::Answered, now);
         }
         let close = self.closing_after_this();
+        let unix = self.gw.wall().unix_secs(now);
         let req = self.req.as_mut().expect("request in progress");
         req.first_byte.get_or_insert(now);
         if let Some(t) = req.trace.as_mut() {
             t.note_response(&up.body);
         }
-        let mut out = Vec::with_capacity(512 + up.body.len());
+        // Another API's answer: the completion in its shape.
+        let translated = req.dialect.as_deref().map(|d| match d {
+            Dialect::Responses(asked, _) => responses::events::body(
+                asked.clone(),
+                &req.id,
+                unix,
+                &up.body,
+                summary.usage.as_ref(),
+            ),
+        });
+        let (body, content_type) = match &translated {
+            Some(t) => (t.as_slice(), "application/json"),
+            None => (up.body.as_slice(), content_type.as_str()),
+        };
+        let mut out = Vec::with_capacity(512 + body.len());
         write::status_line(&mut out, 200);
-        common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
-        header(&mut out, "Content-Type", &content_type);
-        header_u64(&mut out, "Content-Length", up.body.len() as u64);
+        common_headers(&mut out, &req.id, unix, close);
+        header(&mut out, "Content-Type", content_type);
+        header_u64(&mut out, "Content-Length", body.len() as u64);
         if let Some(s) = &req.limit_status {
             limit_headers(&mut out, s);
         }
         write::end_head(&mut out);
-        out.extend_from_slice(&up.body);
+        out.extend_from_slice(body);
         let mut rec = self.record(now, 200);
         rec.complete = true;
         rec.finish_reason = summary.finish_reason;
@@ -177,6 +194,14 @@ impl Connection {
             )
         };
         let mut batch: Option<std::ops::Range<usize>> = None;
+        // Another API's events, translated from the chat events as they
+        // are framed.
+        let mut translated = self
+            .req
+            .as_ref()
+            .and_then(|r| r.dialect.as_ref())
+            .map(|_| Vec::new());
+        let unix = self.gw.wall().unix_secs(now);
         // Where a `[DONE]` that ends an incomplete stream starts: the cut
         // stream's error event (when asked for) goes before it.
         let mut done_at: Option<usize> = None;
@@ -228,6 +253,15 @@ impl Connection {
                 return self.upstream_error_response(now, e);
             }
             batch = Some(batch.map_or(r.clone(), |b| b.start..r.end));
+            if let Some(out) = translated.as_mut() {
+                let req = self.req.as_mut().expect("request in progress");
+                let Some(Dialect::Responses(asked, stream)) = req.dialect.as_deref_mut() else {
+                    unreachable!("translated only for a dialect")
+                };
+                let stream =
+                    stream.get_or_insert_with(|| ResponseStream::new(asked.clone(), &req.id, unix));
+                translate_event(stream, kind, &up.body[r.clone()], &up.tracker, out);
+            }
             if up.tracker.is_complete() {
                 if !self.timers.is_set(Timer::StreamTail) {
                     self.timers.set(Timer::StreamTail, now + tail);
@@ -274,7 +308,9 @@ impl Connection {
         }
         let up = self.up.as_mut().expect("upstream in progress");
         let chunked = !self.req.as_ref().expect("request").http10;
-        if let Some(r) = batch {
+        if let Some(t) = translated.filter(|_| batch.is_some()) {
+            client_body(&mut bytes, &t, chunked);
+        } else if let Some(r) = batch {
             match done_at.filter(|_| self.gw.config().stream_error_event) {
                 Some(at) => {
                     client_body(&mut bytes, &up.body[r.start..at], chunked);
@@ -313,11 +349,14 @@ impl Connection {
         if req.chat.as_ref().is_some_and(|c| c.stream) {
             self.gw.metrics().stream_open(1);
         }
-        let ct = up
-            .head
-            .as_ref()
-            .and_then(|h| h.content_type.as_deref())
-            .unwrap_or("text/event-stream");
+        let ct = match req.dialect {
+            Some(_) => "text/event-stream",
+            None => up
+                .head
+                .as_ref()
+                .and_then(|h| h.content_type.as_deref())
+                .unwrap_or("text/event-stream"),
+        };
         write::status_line(out, 200);
         common_headers(out, &req.id, unix, close || req.http10);
         header(out, "Content-Type", ct);
@@ -376,16 +415,27 @@ impl Connection {
             }
             StreamEnd::Ended | StreamEnd::AfterUsage => None,
         };
-        if !up.tracker.is_done() {
+        let what = match &end {
+            StreamEnd::Failed(_, why) => why,
+            StreamEnd::Shutdown => "the gateway was shutting down",
+            _ => "the provider ended the stream without a finish_reason",
+        };
+        let dialect = self.req.as_mut().and_then(|r| r.dialect.as_deref_mut());
+        if let Some(Dialect::Responses(_, Some(stream))) = dialect {
+            // Its last event, if the provider's `[DONE]` did not bring it.
+            let last = if up.tracker.is_complete() {
+                End::Finished(up.tracker.finish_reason())
+            } else {
+                End::Failed(up.tracker.error().unwrap_or(what))
+            };
+            let mut t = Vec::new();
+            stream.end(last, up.tracker.usage().as_ref(), &mut t);
+            client_body(&mut bytes, &t, chunked);
+        } else if !up.tracker.is_done() {
             // The cut stream's error event, unless the provider's own
             // error event already told the client.
             let cut = !up.tracker.is_complete() && up.tracker.error().is_none();
             if cut && self.gw.config().stream_error_event {
-                let what = match &end {
-                    StreamEnd::Failed(_, why) => why,
-                    StreamEnd::Shutdown => "the gateway was shutting down",
-                    _ => "the provider ended the stream without a finish_reason",
-                };
                 client_body(&mut bytes, &cut_stream_event(fault, what), chunked);
             }
             client_body(&mut bytes, DONE_EVENT, chunked);
@@ -407,6 +457,39 @@ impl Connection {
         self.emit_ledger(now, rec, bytes);
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);
+    }
+}
+
+/// One chat event as the Responses events it stands for: a chunk's
+/// deltas; `[DONE]` (or a provider's error event) as the last event; a
+/// comment kept as a comment, so the client's connection stays alive.
+fn translate_event(
+    stream: &mut ResponseStream,
+    kind: EventKind,
+    event: &[u8],
+    tracker: &StreamTracker,
+    out: &mut Vec<u8>,
+) {
+    match kind {
+        EventKind::Data => {
+            if let Some(data) = event_data(event) {
+                stream.chunk(&data, out);
+            }
+        }
+        EventKind::Done => {
+            let end = if tracker.is_complete() {
+                End::Finished(tracker.finish_reason())
+            } else {
+                End::Failed("the provider ended the stream without a finish_reason")
+            };
+            stream.end(end, tracker.usage().as_ref(), out);
+        }
+        EventKind::Error => stream.end(
+            End::Failed(tracker.error().unwrap_or("the provider reported an error")),
+            tracker.usage().as_ref(),
+            out,
+        ),
+        EventKind::NoData => out.extend_from_slice(b": keep-alive\n\n"),
     }
 }
 

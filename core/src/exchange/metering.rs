@@ -40,6 +40,9 @@ impl Connection {
             .or(req.endpoint_before_retry.as_ref())
             .map(|e| e.name().to_owned());
         rec.attempts = req.attempts;
+        if req.dialect.is_some() {
+            rec.api = Some("responses".to_owned());
+        }
         if req.attempts > 0 {
             rec.provider_request_id = Some(req.provider_id.clone());
         }

@@ -8,6 +8,8 @@ use super::respond::{common_headers, http_error, limit_headers};
 use super::timers::Timer;
 use super::{Connection, Phase};
 use crate::auth::{AuthFailure, KeyEntry, KeyTable};
+use crate::dialect::responses::events::ResponseStream;
+use crate::dialect::responses::request::Asked;
 use crate::error::ApiError;
 use crate::http::BodyDecoder;
 use crate::http::write::{self, header, header_u64};
@@ -74,6 +76,17 @@ pub(super) struct Request {
     pub(super) shared: bool,
     /// Its trace, when tracing is on (chat requests).
     pub(super) trace: Option<Box<super::spans::RequestTrace>>,
+    /// The client's API when it is not chat completions.
+    pub(super) dialect: Option<Box<Dialect>>,
+}
+
+/// A client API translated onto the chat exchange: what its answer's
+/// translation needs.
+#[derive(Debug)]
+pub(super) enum Dialect {
+    /// `POST /v1/responses`: what the request asked (once translated),
+    /// then the answer's event stream.
+    Responses(Asked, Option<ResponseStream>),
 }
 
 impl Request {
@@ -109,12 +122,15 @@ impl Request {
             shared: false,
             upstream_status: None,
             trace: None,
+            dialect: None,
         }
     }
 
-    /// Metered: an authenticated chat completion request.
+    /// Metered: an authenticated chat completion request (in any API).
     pub(super) fn is_metered(&self) -> bool {
-        self.key.is_some() && self.path == CHAT_PATH && self.method == Method::Post
+        self.key.is_some()
+            && (self.dialect.is_some() || self.path == CHAT_PATH)
+            && self.method == Method::Post
     }
 }
 
@@ -246,12 +262,16 @@ impl Connection {
         let started = self.head_started.unwrap_or(now);
         let id = self.gw.next_request_id();
         let mut req = Box::new(Request::new(id, started, &head));
-        if req.path == CHAT_PATH && req.method == Method::Post {
+        let route = route(head.method, &head.path, self.gw.config().apis);
+        if route.as_ref().is_ok_and(|r| r.is_chat()) {
             req.trace = self.open_trace(&head);
+        }
+        if route.as_ref().ok() == Some(&Route::Responses) {
+            req.dialect = Some(Box::new(Dialect::Responses(Asked::default(), None)));
         }
         self.req = Some(req);
         let has_body = head.framing != Framing::Empty;
-        let route = match route(head.method, &head.path) {
+        let route = match route {
             Ok(r) => r,
             Err(e) => return self.respond_error(now, e, has_body),
         };

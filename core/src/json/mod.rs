@@ -35,6 +35,7 @@
 //! | `strings.rs` | strings: escapes, UTF-8, surrogates |
 //! | `values.rs` | numbers, literals, objects' members and arrays' elements |
 //! | `shape.rs` | the shape-only walk of an answer forwarded unread |
+//! | `write.rs` | the one JSON string writer |
 
 use std::fmt;
 
@@ -184,6 +185,7 @@ pub(crate) struct Cursor<'a> {
 mod shape;
 mod strings;
 mod values;
+pub(crate) mod write;
 
 pub(crate) use strings::plain_string;
 use values::ws_at;

@@ -65,6 +65,11 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         .collect();
     let mut config = GatewayConfig::new(upstream.clone());
     config.console_token = Some(chatgate_core::Secret::new(admin_token.clone()));
+    // Every client API, so a coding agent can be pointed at it as it is.
+    config.apis = chatgate_core::Apis {
+        responses: true,
+        ..chatgate_core::Apis::default()
+    };
     let gateway = Gateway::new(
         config,
         keys,
@@ -90,6 +95,11 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
          Try (streaming):\n  curl -N http://{addr}/v1/chat/completions \\\n    -H 'Authorization: Bearer {key}' \\\n    \
          -H 'Content-Type: application/json' \\\n    -d '{{\"model\":\"reasoning-model-k3\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Why is the sky blue?\"}}]}}'\n\n\
          Or point an OpenAI SDK at it:\n  OPENAI_BASE_URL=http://{addr}/v1 OPENAI_API_KEY={key}\n\n\
+         Or Codex CLI (the Responses API): in ~/.codex/config.toml\n  \
+         model = \"reasoning-model-k3\"\n  model_provider = \"chatgate\"\n  \
+         [model_providers.chatgate]\n  name = \"chatgate\"\n  base_url = \"http://{addr}/v1\"\n  \
+         env_key = \"CHATGATE_API_KEY\"\n  wire_api = \"responses\"\n\
+         then: CHATGATE_API_KEY={key} codex exec \"Why is the sky blue?\"\n\n\
          Console:  http://{admin_addr}/\nAdmin token: {admin_token}\n\nCtrl-C stops it.\n"
     );
     let summary = format!(

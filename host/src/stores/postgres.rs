@@ -461,7 +461,7 @@ fn failed(e: postgres::Error) -> Error {
     Error::Postgres(e.to_string())
 }
 
-const COLUMNS: usize = 23;
+const COLUMNS: usize = 24;
 
 fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Error> {
     if records.is_empty() {
@@ -471,7 +471,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Erro
         "INSERT INTO chatgate_ledger (request_id, ts, key, model, stream, status, prompt_tokens, \
          completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd, finish_reason, complete, \
          client_disconnected, upstream_status, endpoint, attempts, error, duration_ms, ttfb_ms, \
-         provider_request_id, usage_missing, charged_nano_usd) VALUES ",
+         provider_request_id, usage_missing, charged_nano_usd, api) VALUES ",
     );
     for i in 0..records.len() {
         let p = |k: usize| i * COLUMNS + k;
@@ -479,8 +479,8 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Erro
             sql.push(',');
         }
         sql.push_str(&format!(
-            "(${}, ${}::text::timestamptz, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-            p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15), p(16), p(17), p(18), p(19), p(20), p(21), p(22), p(23)
+            "(${}, ${}::text::timestamptz, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15), p(16), p(17), p(18), p(19), p(20), p(21), p(22), p(23), p(24)
         ));
     }
     sql.push_str(" ON CONFLICT (request_id) DO NOTHING");
@@ -541,6 +541,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Erro
             &r.provider_request_id,
             &r.usage_missing,
             &n.charged,
+            &r.api,
         ]);
     }
     let mut tx = c.transaction().map_err(failed)?;

@@ -1,0 +1,662 @@
+//! A chat answer as a Responses answer: the stream of chat chunks (each
+//! event's data, as the SSE framer cut it) as the Responses event stream,
+//! or a whole chat completion as a response object.
+//!
+//! Each chunk is translated when it arrives: a text, reasoning or tool
+//! call's arguments delta is written as its Responses delta at once, the
+//! JSON string copied as the provider wrote it. What the `…done` events and
+//! the final response repeat whole (each item's text, a tool call's
+//! arguments) is kept as it passes — the only thing kept.
+//!
+//! Items open in the order the provider's deltas need them: reasoning (a
+//! `reasoning` item whose summary is the provider's `reasoning_content`,
+//! so Codex shows it), then the message, then one `function_call` item per
+//! tool call. Opening the next closes the one before, as the Responses
+//! stream requires.
+
+use crate::json::write::string as json_string;
+use crate::json::{Cursor, Keys};
+use crate::usage::Usage;
+
+use super::request::Asked;
+
+/// How a chat answer ended, for the response's `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End<'a> {
+    /// `finish_reason` and `[DONE]` arrived (or the body was whole).
+    Finished(Option<&'a str>),
+    /// The provider's stream broke off: what happened.
+    Failed(&'a str),
+}
+
+/// One output item, as it is built.
+#[derive(Debug)]
+struct Item {
+    kind: Kind,
+    id: String,
+    /// Its text (the inside of a JSON string, escapes as written): the
+    /// reasoning, the message, or a call's arguments.
+    text: Vec<u8>,
+    /// A tool call's `call_id` and name (namespace, name).
+    call_id: Vec<u8>,
+    name: String,
+    namespace: Option<String>,
+    /// The chat tool call's `index`.
+    index: u64,
+    done: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Reasoning,
+    Message,
+    Call,
+}
+
+/// The Responses event stream for one chat stream.
+#[derive(Debug)]
+pub(crate) struct ResponseStream {
+    asked: Asked,
+    /// `resp_…`, from the gateway's request id.
+    id: String,
+    model: Vec<u8>,
+    created_at: u64,
+    sequence: u64,
+    started: bool,
+    items: Vec<Item>,
+    finish_reason: Option<String>,
+    ended: bool,
+}
+
+impl ResponseStream {
+    /// A stream for the request `request_id` (its `req_…` id), which asked
+    /// `asked`; `created_at` in Unix seconds.
+    pub(crate) fn new(asked: Asked, request_id: &str, created_at: u64) -> Self {
+        ResponseStream {
+            asked,
+            id: format!("resp_{}", request_id.trim_start_matches("req_")),
+            model: Vec::new(),
+            created_at,
+            sequence: 0,
+            started: false,
+            items: Vec::new(),
+            finish_reason: None,
+            ended: false,
+        }
+    }
+
+    /// The events for one chat chunk (an SSE event's data), appended to
+    /// `out`. A chunk that is not a JSON object with `choices` writes
+    /// nothing but the start.
+    pub(crate) fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        let mut c = Cursor::new(data);
+        let mut model = None;
+        let mut choices = None;
+        let read = c.members(Keys::Read, |c, key| {
+            let name = c.raw_name(key);
+            let start = c.at();
+            c.skip()?;
+            let raw = &data[start..c.at()];
+            match name {
+                b"model" if raw.starts_with(b"\"") => model = Some(raw),
+                b"choices" => choices = Some(raw),
+                _ => {}
+            }
+            Ok(())
+        });
+        if read.is_err() {
+            return;
+        }
+        if let Some(m) = model {
+            if self.model.is_empty() {
+                self.model = m.to_vec();
+            }
+        }
+        self.start(out);
+        let Some(choices) = choices else { return };
+        let mut c = Cursor::new(choices);
+        let mut first = true;
+        let _ = c.elements(|c| {
+            if !first {
+                return c.skip();
+            }
+            first = false;
+            let start = c.at();
+            c.skip()?;
+            self.choice(&choices[start..c.at()], out);
+            Ok(())
+        });
+    }
+
+    /// The response's opening events, once.
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let mut response = Vec::new();
+        self.response(&mut response, "in_progress", None, None);
+        self.event(out, "response.created", |o| {
+            o.extend_from_slice(b",\"response\":");
+            o.extend_from_slice(&response);
+        });
+        self.event(out, "response.in_progress", |o| {
+            o.extend_from_slice(b",\"response\":");
+            o.extend_from_slice(&response);
+        });
+    }
+
+    /// The first choice of a chunk.
+    fn choice(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        let mut delta = None;
+        let mut finish = None;
+        let mut c = Cursor::new(raw);
+        let read = c.members(Keys::Read, |c, key| {
+            let name = c.raw_name(key);
+            let start = c.at();
+            c.skip()?;
+            match name {
+                b"delta" | b"message" => delta = Some(&raw[start..c.at()]),
+                b"finish_reason" => finish = Some(&raw[start..c.at()]),
+                _ => {}
+            }
+            Ok(())
+        });
+        if read.is_err() {
+            return;
+        }
+        if let Some(delta) = delta {
+            self.delta(delta, out);
+        }
+        if let Some(f) = finish.filter(|f| f.starts_with(b"\"")) {
+            let mut c = Cursor::new(f);
+            if let Ok(text) = c.str() {
+                self.finish_reason = Some(String::from_utf8_lossy(&text).into_owned());
+            }
+            self.close_all(out);
+        }
+    }
+
+    /// A choice's `delta`: reasoning, content, tool calls, in that order.
+    fn delta(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        let mut reasoning = None;
+        let mut content = None;
+        let mut calls = None;
+        let mut c = Cursor::new(raw);
+        let read = c.members(Keys::Read, |c, key| {
+            let name = c.raw_name(key);
+            let start = c.at();
+            c.skip()?;
+            let v = &raw[start..c.at()];
+            match name {
+                b"reasoning_content" | b"reasoning" if v.starts_with(b"\"") => reasoning = Some(v),
+                b"content" if v.starts_with(b"\"") => content = Some(v),
+                b"tool_calls" if v.starts_with(b"[") => calls = Some(v),
+                _ => {}
+            }
+            Ok(())
+        });
+        if read.is_err() {
+            return;
+        }
+        if let Some(text) = reasoning.filter(|t| t.len() > 2) {
+            let i = self.open(Kind::Reasoning, out);
+            self.text_delta(i, text, out);
+        }
+        if let Some(text) = content.filter(|t| t.len() > 2) {
+            let i = self.open(Kind::Message, out);
+            self.text_delta(i, text, out);
+        }
+        if let Some(calls) = calls {
+            let mut c = Cursor::new(calls);
+            let mut position = 0;
+            let _ = c.elements(|c| {
+                let start = c.at();
+                c.skip()?;
+                self.call_delta(&calls[start..c.at()], position, out);
+                position += 1;
+                Ok(())
+            });
+        }
+    }
+
+    /// The open item of `kind` (the reasoning or the message), opened now
+    /// (and whatever was open closed) if it is not the last one.
+    fn open(&mut self, kind: Kind, out: &mut Vec<u8>) -> usize {
+        if let Some(last) = self.items.last() {
+            if last.kind == kind && !last.done {
+                return self.items.len() - 1;
+            }
+        }
+        self.close_all(out);
+        let prefix = match kind {
+            Kind::Reasoning => "rs",
+            Kind::Message => "msg",
+            Kind::Call => "fc",
+        };
+        let n = self.items.len();
+        self.items.push(Item {
+            kind,
+            id: format!("{prefix}_{}_{n}", &self.id[5..]),
+            text: Vec::new(),
+            call_id: Vec::new(),
+            name: String::new(),
+            namespace: None,
+            index: 0,
+            done: false,
+        });
+        let i = n;
+        self.item_event(out, "response.output_item.added", i);
+        match kind {
+            Kind::Reasoning => self.part_event(out, "response.reasoning_summary_part.added", i),
+            Kind::Message => self.part_event(out, "response.content_part.added", i),
+            Kind::Call => {}
+        }
+        i
+    }
+
+    /// A text delta of item `i`: `text` is a JSON string as written.
+    fn text_delta(&mut self, i: usize, text: &[u8], out: &mut Vec<u8>) {
+        self.items[i]
+            .text
+            .extend_from_slice(&text[1..text.len() - 1]);
+        let (name, index) = match self.items[i].kind {
+            Kind::Reasoning => ("response.reasoning_summary_text.delta", "summary_index"),
+            _ => ("response.output_text.delta", "content_index"),
+        };
+        let id = self.items[i].id.clone();
+        self.event(out, name, |o| {
+            o.extend_from_slice(b",\"item_id\":");
+            json_string(o, &id);
+            o.extend_from_slice(
+                format!(",\"output_index\":{i},\"{index}\":0,\"delta\":").as_bytes(),
+            );
+            o.extend_from_slice(text);
+            if index == "content_index" {
+                o.extend_from_slice(b",\"logprobs\":[]");
+            }
+        });
+    }
+
+    /// One element of a delta's `tool_calls` (a whole message's calls
+    /// carry no `index`: their place in the array is theirs).
+    fn call_delta(&mut self, raw: &[u8], position: u64, out: &mut Vec<u8>) {
+        let mut index = position;
+        let mut id = None;
+        let mut function = None;
+        let mut c = Cursor::new(raw);
+        let read = c.members(Keys::Read, |c, key| {
+            let name = c.raw_name(key);
+            let start = c.at();
+            c.skip()?;
+            let v = &raw[start..c.at()];
+            match name {
+                b"index" => {
+                    index = std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(position)
+                }
+                b"id" if v.starts_with(b"\"") => id = Some(v),
+                b"function" => function = Some(v),
+                _ => {}
+            }
+            Ok(())
+        });
+        if read.is_err() {
+            return;
+        }
+        let (mut name, mut arguments) = (None, None);
+        if let Some(f) = function {
+            let mut c = Cursor::new(f);
+            let _ = c.members(Keys::Read, |c, key| {
+                let key_name = c.raw_name(key);
+                let start = c.at();
+                c.skip()?;
+                let v = &f[start..c.at()];
+                match key_name {
+                    b"name" if v.starts_with(b"\"") => name = Some(v),
+                    b"arguments" if v.starts_with(b"\"") => arguments = Some(v),
+                    _ => {}
+                }
+                Ok(())
+            });
+        }
+        let open = self
+            .items
+            .iter()
+            .rposition(|it| it.kind == Kind::Call && it.index == index && !it.done);
+        let i = match open {
+            Some(i) => i,
+            None => {
+                // A new call: its id and name come with its first delta.
+                let chat_name = name
+                    .and_then(|n| Cursor::whole(n, Cursor::str).ok())
+                    .map(|n| String::from_utf8_lossy(&n).into_owned())
+                    .unwrap_or_default();
+                let (namespace, fname) = self.asked.function(&chat_name);
+                let (namespace, fname) = (namespace.map(str::to_owned), fname.to_owned());
+                self.close_all(out);
+                let n = self.items.len();
+                let call_id = match id {
+                    Some(id) => id[1..id.len() - 1].to_vec(),
+                    None => format!("call_{}_{n}", &self.id[5..]).into_bytes(),
+                };
+                self.items.push(Item {
+                    kind: Kind::Call,
+                    id: format!("fc_{}_{n}", &self.id[5..]),
+                    text: Vec::new(),
+                    call_id,
+                    name: fname,
+                    namespace,
+                    index,
+                    done: false,
+                });
+                self.item_event(out, "response.output_item.added", n);
+                n
+            }
+        };
+        if let Some(args) = arguments.filter(|a| a.len() > 2) {
+            self.items[i]
+                .text
+                .extend_from_slice(&args[1..args.len() - 1]);
+            let id = self.items[i].id.clone();
+            self.event(out, "response.function_call_arguments.delta", |o| {
+                o.extend_from_slice(b",\"item_id\":");
+                json_string(o, &id);
+                o.extend_from_slice(format!(",\"output_index\":{i},\"delta\":").as_bytes());
+                o.extend_from_slice(args);
+            });
+        }
+    }
+
+    /// Closes every open item, in order, with its `…done` events.
+    fn close_all(&mut self, out: &mut Vec<u8>) {
+        for i in 0..self.items.len() {
+            if self.items[i].done {
+                continue;
+            }
+            self.items[i].done = true;
+            let id = self.items[i].id.clone();
+            match self.items[i].kind {
+                Kind::Reasoning => {
+                    let text = self.items[i].text.clone();
+                    self.event(out, "response.reasoning_summary_text.done", |o| {
+                        o.extend_from_slice(b",\"item_id\":");
+                        json_string(o, &id);
+                        o.extend_from_slice(
+                            format!(",\"output_index\":{i},\"summary_index\":0,\"text\":\"")
+                                .as_bytes(),
+                        );
+                        o.extend_from_slice(&text);
+                        o.push(b'"');
+                    });
+                    self.part_event(out, "response.reasoning_summary_part.done", i);
+                }
+                Kind::Message => {
+                    let text = self.items[i].text.clone();
+                    self.event(out, "response.output_text.done", |o| {
+                        o.extend_from_slice(b",\"item_id\":");
+                        json_string(o, &id);
+                        o.extend_from_slice(
+                            format!(",\"output_index\":{i},\"content_index\":0,\"text\":\"")
+                                .as_bytes(),
+                        );
+                        o.extend_from_slice(&text);
+                        o.extend_from_slice(b"\",\"logprobs\":[]");
+                    });
+                    self.part_event(out, "response.content_part.done", i);
+                }
+                Kind::Call => {
+                    let text = self.items[i].text.clone();
+                    self.event(out, "response.function_call_arguments.done", |o| {
+                        o.extend_from_slice(b",\"item_id\":");
+                        json_string(o, &id);
+                        o.extend_from_slice(
+                            format!(",\"output_index\":{i},\"arguments\":\"").as_bytes(),
+                        );
+                        o.extend_from_slice(&text);
+                        o.push(b'"');
+                    });
+                }
+            }
+            self.item_event(out, "response.output_item.done", i);
+        }
+    }
+
+    /// The stream's last event: `response.completed` (or
+    /// `response.incomplete` when the provider stopped at `max_tokens` or
+    /// its content filter), or `response.failed` for a stream that broke
+    /// off. Nothing after it.
+    pub(crate) fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        self.start(out);
+        self.close_all(out);
+        self.ended = true;
+        let (name, status, incomplete, error) = match end {
+            End::Failed(why) => ("response.failed", "failed", None, Some(why)),
+            End::Finished(_) => match self.finish_reason.as_deref() {
+                Some("length") => (
+                    "response.incomplete",
+                    "incomplete",
+                    Some("max_output_tokens"),
+                    None,
+                ),
+                Some("content_filter") => (
+                    "response.incomplete",
+                    "incomplete",
+                    Some("content_filter"),
+                    None,
+                ),
+                _ => ("response.completed", "completed", None, None),
+            },
+        };
+        let mut response = Vec::new();
+        self.response(&mut response, status, incomplete, error);
+        if let Some(u) = usage {
+            response.pop();
+            write_usage(&mut response, u);
+            response.push(b'}');
+        }
+        self.event(out, name, |o| {
+            o.extend_from_slice(b",\"response\":");
+            o.extend_from_slice(&response);
+        });
+    }
+
+    /// The response object: what was asked, and the items so far.
+    fn response(
+        &self,
+        o: &mut Vec<u8>,
+        status: &str,
+        incomplete: Option<&str>,
+        error: Option<&str>,
+    ) {
+        o.extend_from_slice(b"{\"id\":");
+        json_string(o, &self.id);
+        o.extend_from_slice(
+            format!(
+                ",\"object\":\"response\",\"created_at\":{},\"status\":\"{status}\"",
+                self.created_at
+            )
+            .as_bytes(),
+        );
+        o.extend_from_slice(b",\"error\":");
+        match error {
+            Some(why) => {
+                o.extend_from_slice(b"{\"code\":\"server_error\",\"message\":");
+                json_string(o, why);
+                o.push(b'}');
+            }
+            None => o.extend_from_slice(b"null"),
+        }
+        o.extend_from_slice(b",\"incomplete_details\":");
+        match incomplete {
+            Some(reason) => o.extend_from_slice(format!("{{\"reason\":\"{reason}\"}}").as_bytes()),
+            None => o.extend_from_slice(b"null"),
+        }
+        o.extend_from_slice(b",\"max_output_tokens\":");
+        match self.asked.max_output_tokens {
+            Some(n) => o.extend_from_slice(n.to_string().as_bytes()),
+            None => o.extend_from_slice(b"null"),
+        }
+        o.extend_from_slice(b",\"model\":");
+        if self.model.is_empty() {
+            o.extend_from_slice(b"\"\"");
+        } else {
+            o.extend_from_slice(&self.model);
+        }
+        o.extend_from_slice(b",\"output\":[");
+        for i in 0..self.items.len() {
+            if i > 0 {
+                o.push(b',');
+            }
+            self.item(o, i);
+        }
+        o.extend_from_slice(format!("],\"parallel_tool_calls\":{},\"store\":false,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":null}}", self.asked.parallel_tool_calls).as_bytes());
+    }
+
+    /// Item `i` as the `output` array and `output_item` events show it.
+    fn item(&self, o: &mut Vec<u8>, i: usize) {
+        let it = &self.items[i];
+        let status = if it.done { "completed" } else { "in_progress" };
+        o.extend_from_slice(b"{\"id\":");
+        json_string(o, &it.id);
+        match it.kind {
+            Kind::Reasoning => {
+                o.extend_from_slice(b",\"type\":\"reasoning\",\"summary\":[");
+                if it.done {
+                    o.extend_from_slice(b"{\"type\":\"summary_text\",\"text\":\"");
+                    o.extend_from_slice(&it.text);
+                    o.extend_from_slice(b"\"}");
+                }
+                o.extend_from_slice(b"]}");
+            }
+            Kind::Message => {
+                o.extend_from_slice(format!(",\"type\":\"message\",\"status\":\"{status}\",\"role\":\"assistant\",\"content\":[").as_bytes());
+                if it.done {
+                    o.extend_from_slice(b"{\"type\":\"output_text\",\"text\":\"");
+                    o.extend_from_slice(&it.text);
+                    o.extend_from_slice(b"\",\"annotations\":[],\"logprobs\":[]}");
+                }
+                o.extend_from_slice(b"]}");
+            }
+            Kind::Call => {
+                o.extend_from_slice(
+                    format!(",\"type\":\"function_call\",\"status\":\"{status}\",\"call_id\":\"")
+                        .as_bytes(),
+                );
+                o.extend_from_slice(&it.call_id);
+                o.extend_from_slice(b"\",\"name\":");
+                json_string(o, &it.name);
+                if let Some(ns) = &it.namespace {
+                    o.extend_from_slice(b",\"namespace\":");
+                    json_string(o, ns);
+                }
+                o.extend_from_slice(b",\"arguments\":\"");
+                if it.done {
+                    o.extend_from_slice(&it.text);
+                }
+                o.extend_from_slice(b"\"}");
+            }
+        }
+    }
+
+    /// `response.output_item.added` or `.done` for item `i`.
+    fn item_event(&mut self, out: &mut Vec<u8>, name: &str, i: usize) {
+        let mut item = Vec::new();
+        self.item(&mut item, i);
+        self.event(out, name, |o| {
+            o.extend_from_slice(format!(",\"output_index\":{i},\"item\":").as_bytes());
+            o.extend_from_slice(&item);
+        });
+    }
+
+    /// A content or summary part's `.added` or `.done` for item `i`.
+    fn part_event(&mut self, out: &mut Vec<u8>, name: &str, i: usize) {
+        let it = &self.items[i];
+        let id = it.id.clone();
+        let done = name.ends_with(".done");
+        let text = if done { it.text.clone() } else { Vec::new() };
+        let reasoning = it.kind == Kind::Reasoning;
+        self.event(out, name, |o| {
+            o.extend_from_slice(b",\"item_id\":");
+            json_string(o, &id);
+            if reasoning {
+                o.extend_from_slice(format!(",\"output_index\":{i},\"summary_index\":0,\"part\":{{\"type\":\"summary_text\",\"text\":\"").as_bytes());
+                o.extend_from_slice(&text);
+                o.extend_from_slice(b"\"}");
+            } else {
+                o.extend_from_slice(format!(",\"output_index\":{i},\"content_index\":0,\"part\":{{\"type\":\"output_text\",\"text\":\"").as_bytes());
+                o.extend_from_slice(&text);
+                o.extend_from_slice(b"\",\"annotations\":[],\"logprobs\":[]}");
+            }
+        });
+    }
+
+    /// `event: {name}` and its data: `type`, `sequence_number`, then what
+    /// `body` writes (members, each after a comma).
+    fn event(&mut self, out: &mut Vec<u8>, name: &str, body: impl FnOnce(&mut Vec<u8>)) {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\ndata: {\"type\":\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(format!("\",\"sequence_number\":{}", self.sequence).as_bytes());
+        self.sequence += 1;
+        body(out);
+        out.extend_from_slice(b"}\n\n");
+    }
+}
+
+/// `,"usage":{…}` in the Responses shape, replacing the `usage:null`
+/// [`ResponseStream::response`] wrote last.
+fn write_usage(o: &mut Vec<u8>, u: &Usage) {
+    const NULL_USAGE: &[u8] = b",\"usage\":null";
+    if o.ends_with(NULL_USAGE) {
+        o.truncate(o.len() - NULL_USAGE.len());
+    }
+    o.extend_from_slice(
+        format!(
+            ",\"usage\":{{\"input_tokens\":{},\"input_tokens_details\":{{\"cached_tokens\":{}}},\"output_tokens\":{},\"output_tokens_details\":{{\"reasoning_tokens\":{}}},\"total_tokens\":{}}}",
+            u.prompt_tokens,
+            u.cached_tokens,
+            u.completion_tokens,
+            u.reasoning_tokens,
+            u.prompt_tokens + u.completion_tokens
+        )
+        .as_bytes(),
+    );
+}
+
+/// A whole chat completion as a Responses response object: the same
+/// translation as a stream of one chunk, without the events.
+pub(crate) fn body(
+    asked: Asked,
+    request_id: &str,
+    created_at: u64,
+    completion: &[u8],
+    usage: Option<&Usage>,
+) -> Vec<u8> {
+    let mut stream = ResponseStream::new(asked, request_id, created_at);
+    let mut events = Vec::new();
+    stream.chunk(completion, &mut events);
+    stream.close_all(&mut events);
+    let status_end = match stream.finish_reason.as_deref() {
+        Some("length") => ("incomplete", Some("max_output_tokens")),
+        Some("content_filter") => ("incomplete", Some("content_filter")),
+        _ => ("completed", None),
+    };
+    let mut out = Vec::new();
+    stream.response(&mut out, status_end.0, status_end.1, None);
+    if let Some(u) = usage {
+        out.pop();
+        write_usage(&mut out, u);
+        out.push(b'}');
+    }
+    out
+}

@@ -1,0 +1,16 @@
+//! The OpenAI Responses API (`POST /v1/responses`, what Codex CLI speaks),
+//! translated onto the one chat exchange.
+//!
+//! | file | job |
+//! |---|---|
+//! | `request.rs` | a Responses request as one chat-completions request ([`request::translate`]), and the Responses name of a chat parameter |
+//! | `events.rs` | the chat stream as the Responses event stream ([`events::ResponseStream`]), a chat completion as a response object ([`events::body`]) |
+//!
+//! Errors keep the OpenAI error shape the chat API answers with: the
+//! Responses API has the same.
+
+pub(crate) mod events;
+pub(crate) mod request;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,887 @@
+//! A Responses request (`POST /v1/responses`) as one chat-completions
+//! request for the provider.
+//!
+//! The request is read once with the crate's JSON cursor; strings, numbers
+//! and schemas are copied into the chat body as the client wrote them
+//! (escapes and all), so nothing is unescaped and written again. What the
+//! translator refuses, it refuses naming the Responses field (`input[2].
+//! call_id`); what it copies unread (`temperature`, `max_output_tokens`…)
+//! the chat validator checks next, and [`param_name`] names it back.
+//!
+//! | Responses | chat completions |
+//! |---|---|
+//! | `instructions`, `system` and `developer` messages | `system` messages |
+//! | `user` and `assistant` messages; `input_text`, `output_text`, `input_image` | the same roles; `text` and `image_url` parts |
+//! | `function_call` items | the assistant message's `tool_calls` |
+//! | `function_call_output` items | `tool` messages |
+//! | `reasoning` items, hosted tools' calls | left out: reasoning is never sent back |
+//! | `function` tools, a `namespace`'s functions | function tools (`namespace__name`) |
+//! | hosted tools (`web_search`, `file_search`, …) | left out: the provider cannot run them |
+//! | `max_output_tokens`, `reasoning.effort`, `text.format` | `max_tokens`, `reasoning_effort`, `response_format` |
+//! | `temperature`, `top_p`, `parallel_tool_calls`, `tool_choice`, `stream`, `prompt_cache_key`, `user`, `safety_identifier` | the same |
+//! | `store`, `include`, `metadata`, `client_metadata`, `truncation`, `service_tier`, `text.verbosity`, any other | read and left out |
+//! | `previous_response_id`, `conversation`, `prompt`, `background: true`, `item_reference` | refused: nothing is stored |
+
+use std::borrow::Cow;
+
+use crate::error::ApiError;
+use crate::json::{Cursor, Keys, Stop};
+
+/// What the answer's translation needs to know of the request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Asked {
+    /// `stream`.
+    pub(crate) stream: bool,
+    /// The chat names that stand for a namespace's functions.
+    pub(crate) namespaced: Vec<Namespaced>,
+    /// `max_output_tokens`, echoed in the response object.
+    pub(crate) max_output_tokens: Option<u64>,
+    /// `parallel_tool_calls` (true unless the client said false).
+    pub(crate) parallel_tool_calls: bool,
+}
+
+/// A namespace's function, as the provider knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Namespaced {
+    /// The chat tool's name: `{namespace}__{name}`.
+    pub(crate) chat: String,
+    /// The namespace.
+    pub(crate) namespace: String,
+    /// The function's own name.
+    pub(crate) name: String,
+}
+
+impl Asked {
+    /// The namespace and name a chat tool call's `name` stands for (no
+    /// namespace for a flat function).
+    pub(crate) fn function<'a>(&'a self, chat: &'a str) -> (Option<&'a str>, &'a str) {
+        match self.namespaced.iter().find(|n| n.chat == chat) {
+            Some(n) => (Some(&n.namespace), &n.name),
+            None => (None, chat),
+        }
+    }
+}
+
+/// The separator between a namespace and a function's name in the chat
+/// tool's name (chat names allow `[A-Za-z0-9_-]`).
+const NAMESPACE_SEPARATOR: &str = "__";
+
+/// The chat request for `body`, and what the answer's translation needs.
+pub(crate) fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
+    let top = Top::read(body)?;
+    let model = top.model.ok_or_else(|| ApiError::missing("model"))?;
+    if !model.starts_with(b"\"") {
+        return Err(ApiError::invalid_type("model", "a string"));
+    }
+    refuse_stored(&top)?;
+    let mut asked = Asked {
+        parallel_tool_calls: true,
+        ..Asked::default()
+    };
+    let mut out = Vec::with_capacity(body.len() + 256);
+    out.extend_from_slice(b"{\"model\":");
+    out.extend_from_slice(model);
+
+    // Tools first: a namespaced function call in `input` needs their names.
+    let tools = match top.tools {
+        Some(raw) if !is_null(raw) => tools(raw, &mut asked)?,
+        _ => Vec::new(),
+    };
+    let messages = messages(&top, &asked)?;
+    out.extend_from_slice(b",\"messages\":");
+    write_messages(&mut out, &messages);
+    if !tools.is_empty() {
+        out.extend_from_slice(b",\"tools\":[");
+        for (i, t) in tools.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(t);
+        }
+        out.push(b']');
+        if let Some(raw) = top.tool_choice.filter(|r| !is_null(r)) {
+            out.extend_from_slice(b",\"tool_choice\":");
+            tool_choice(&mut out, raw, &asked)?;
+        }
+        if let Some(raw) = top.parallel_tool_calls.filter(|r| !is_null(r)) {
+            asked.parallel_tool_calls = raw != b"false";
+            member(&mut out, "parallel_tool_calls", raw);
+        }
+    }
+    if let Some(raw) = top.max_output_tokens.filter(|r| !is_null(r)) {
+        asked.max_output_tokens = std::str::from_utf8(raw).ok().and_then(|s| s.parse().ok());
+        member(&mut out, "max_tokens", raw);
+    }
+    for (name, raw) in [
+        ("temperature", top.temperature),
+        ("top_p", top.top_p),
+        ("prompt_cache_key", top.prompt_cache_key),
+        ("user", top.user),
+        ("safety_identifier", top.safety_identifier),
+    ] {
+        if let Some(raw) = raw.filter(|r| !is_null(r)) {
+            member(&mut out, name, raw);
+        }
+    }
+    if let Some(raw) = top.reasoning.filter(|r| !is_null(r)) {
+        let effort = object(raw, "reasoning")?.get(b"effort");
+        if let Some(effort) = effort.filter(|r| !is_null(r)) {
+            member(&mut out, "reasoning_effort", effort);
+        }
+    }
+    if let Some(raw) = top.text.filter(|r| !is_null(r)) {
+        if let Some(format) = object(raw, "text")?.get(b"format").filter(|r| !is_null(r)) {
+            response_format(&mut out, format)?;
+        }
+    }
+    if let Some(raw) = top.stream.filter(|r| !is_null(r)) {
+        asked.stream = raw == b"true";
+        member(&mut out, "stream", raw);
+    }
+    out.push(b'}');
+    Ok((out, asked))
+}
+
+/// The members this translator reads, each as written (`None`: absent).
+#[derive(Default)]
+struct Top<'a> {
+    model: Option<&'a [u8]>,
+    input: Option<&'a [u8]>,
+    instructions: Option<&'a [u8]>,
+    tools: Option<&'a [u8]>,
+    tool_choice: Option<&'a [u8]>,
+    parallel_tool_calls: Option<&'a [u8]>,
+    max_output_tokens: Option<&'a [u8]>,
+    temperature: Option<&'a [u8]>,
+    top_p: Option<&'a [u8]>,
+    reasoning: Option<&'a [u8]>,
+    text: Option<&'a [u8]>,
+    stream: Option<&'a [u8]>,
+    prompt_cache_key: Option<&'a [u8]>,
+    user: Option<&'a [u8]>,
+    safety_identifier: Option<&'a [u8]>,
+    previous_response_id: Option<&'a [u8]>,
+    conversation: Option<&'a [u8]>,
+    prompt: Option<&'a [u8]>,
+    background: Option<&'a [u8]>,
+}
+
+impl<'a> Top<'a> {
+    /// The top-level object of `body`: every member's syntax checked (as
+    /// the chat validator checks a body), the known ones kept.
+    fn read(body: &'a [u8]) -> Result<Top<'a>, ApiError> {
+        let members = Object::read(body).map_err(|e| e.unwrap_or_else(not_an_object))?;
+        let mut top = Top::default();
+        for (name, raw) in &members.0 {
+            let slot = match &**name {
+                b"model" => &mut top.model,
+                b"input" => &mut top.input,
+                b"instructions" => &mut top.instructions,
+                b"tools" => &mut top.tools,
+                b"tool_choice" => &mut top.tool_choice,
+                b"parallel_tool_calls" => &mut top.parallel_tool_calls,
+                b"max_output_tokens" => &mut top.max_output_tokens,
+                b"temperature" => &mut top.temperature,
+                b"top_p" => &mut top.top_p,
+                b"reasoning" => &mut top.reasoning,
+                b"text" => &mut top.text,
+                b"stream" => &mut top.stream,
+                b"prompt_cache_key" => &mut top.prompt_cache_key,
+                b"user" => &mut top.user,
+                b"safety_identifier" => &mut top.safety_identifier,
+                b"previous_response_id" => &mut top.previous_response_id,
+                b"conversation" => &mut top.conversation,
+                b"prompt" => &mut top.prompt,
+                b"background" => &mut top.background,
+                _ => continue,
+            };
+            if slot.replace(raw).is_some() {
+                return Err(ApiError::invalid_json(format!(
+                    "duplicate field `{}`",
+                    String::from_utf8_lossy(name)
+                )));
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// A 400 for a body that is not a JSON object.
+fn not_an_object() -> ApiError {
+    ApiError::invalid_json("not a JSON object")
+}
+
+/// What needs a stored response, conversation or prompt: refused, with
+/// what to do instead.
+fn refuse_stored(top: &Top<'_>) -> Result<(), ApiError> {
+    let stored = [
+        ("previous_response_id", top.previous_response_id),
+        ("conversation", top.conversation),
+        ("prompt", top.prompt),
+    ];
+    for (name, raw) in stored {
+        if raw.is_some_and(|r| !is_null(r)) {
+            return Err(ApiError::invalid_value(
+                name,
+                format!(
+                    "'{name}' is not supported: this gateway stores no responses, conversations \
+                     or prompts. Send the whole conversation in 'input' (with 'store': false)."
+                ),
+            ));
+        }
+    }
+    if top.background == Some(b"true".as_slice()) {
+        return Err(ApiError::invalid_value(
+            "background",
+            "Background responses are not supported: this gateway stores no responses.",
+        ));
+    }
+    Ok(())
+}
+
+/// An object's members as written: name (unescaped) and raw value.
+struct Object<'a>(Vec<(Cow<'a, [u8]>, &'a [u8])>);
+
+impl<'a> Object<'a> {
+    /// The object that is all of `raw`. `Err(Some)` for a syntax error (or
+    /// a value a provider's parser would refuse), `Err(None)` when `raw`
+    /// is valid JSON but no object.
+    fn read(raw: &'a [u8]) -> Result<Object<'a>, Option<ApiError>> {
+        let mut c = Cursor::new(raw);
+        if c.peek() != Some(b'{') {
+            return match Cursor::whole(raw, Cursor::skip) {
+                Ok(()) => Err(None),
+                Err(Stop) => Err(Some(syntax(raw))),
+            };
+        }
+        let mut members = Vec::new();
+        let read = c
+            .members(Keys::Read, |c, key| {
+                let name = c.name(key);
+                let start = c.at();
+                c.skip()?;
+                if let Some(bad) = c.take_bad_utf8() {
+                    return Err(c.fail(crate::json::Code::InvalidUnicodeCodePoint, bad + 1));
+                }
+                members.push((name, &raw[start..c.at()]));
+                Ok(())
+            })
+            .and_then(|()| c.end());
+        if read.is_err() {
+            return Err(Some(syntax(raw)));
+        }
+        if let Some(hazard) = c.hazard() {
+            return Err(Some(ApiError::invalid_json(hazard)));
+        }
+        Ok(Object(members))
+    }
+
+    /// The raw value of member `name`.
+    fn get(&self, name: &[u8]) -> Option<&'a [u8]> {
+        self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| *v)
+    }
+}
+
+/// The syntax error in `raw`, as the chat validator words one.
+fn syntax(raw: &[u8]) -> ApiError {
+    let mut c = Cursor::new(raw);
+    let _ = c.skip().and_then(|()| c.end());
+    match c.error() {
+        Some(e) => ApiError::invalid_json(e),
+        None => not_an_object(),
+    }
+}
+
+/// The object at `raw` (already checked), or `invalid_type` naming `param`.
+fn object<'a>(raw: &'a [u8], param: &str) -> Result<Object<'a>, ApiError> {
+    Object::read(raw).map_err(|e| e.unwrap_or_else(|| ApiError::invalid_type(param, "an object")))
+}
+
+/// The elements of the array at `raw` (already checked), each as written,
+/// or `invalid_type` naming `param`.
+fn array<'a>(raw: &'a [u8], param: &str) -> Result<Vec<&'a [u8]>, ApiError> {
+    if !raw.starts_with(b"[") {
+        return Err(ApiError::invalid_type(param, "an array"));
+    }
+    let mut c = Cursor::new(raw);
+    let mut out = Vec::new();
+    c.elements(|c| {
+        let start = c.at();
+        c.skip()?;
+        out.push(&raw[start..c.at()]);
+        Ok(())
+    })
+    .map_err(|Stop| syntax(raw))?;
+    Ok(out)
+}
+
+/// The text of the string at `raw`, or `invalid_type` naming `param`.
+fn text<'a>(raw: &'a [u8], param: &dyn Fn() -> String) -> Result<Cow<'a, str>, ApiError> {
+    let not_a_string = || ApiError::invalid_type(param(), "a string");
+    if !raw.starts_with(b"\"") {
+        return Err(not_a_string());
+    }
+    let bytes = Cursor::whole(raw, Cursor::str).map_err(|Stop| not_a_string())?;
+    match bytes {
+        Cow::Borrowed(b) => std::str::from_utf8(b).map(Cow::Borrowed),
+        Cow::Owned(b) => String::from_utf8(b)
+            .map(Cow::Owned)
+            .map_err(|e| e.utf8_error()),
+    }
+    .map_err(|_| not_a_string())
+}
+
+/// A string as written (quotes included), or `invalid_type` naming `param`.
+fn string<'a>(raw: &'a [u8], param: &dyn Fn() -> String) -> Result<&'a [u8], ApiError> {
+    if raw.starts_with(b"\"") {
+        Ok(raw)
+    } else {
+        Err(ApiError::invalid_type(param(), "a string"))
+    }
+}
+
+fn is_null(raw: &[u8]) -> bool {
+    raw == b"null"
+}
+
+/// `,"name":raw`.
+fn member(out: &mut Vec<u8>, name: &str, raw: &[u8]) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
+    out.extend_from_slice(raw);
+}
+
+/// The chat tools for `tools`, the namespaced names noted in `asked`.
+fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
+    let mut out = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for (i, tool) in array(raw, "tools")?.into_iter().enumerate() {
+        let at = |field: &str| format!("tools[{i}].{field}");
+        let t = object(tool, &format!("tools[{i}]"))?;
+        let kind = t
+            .get(b"type")
+            .ok_or_else(|| ApiError::missing(at("type")))?;
+        let kind = text(kind, &|| at("type"))?;
+        match &*kind {
+            "function" => {
+                let (name, chat) = function_tool(&t, None, &|f| at(f))?;
+                names.push(name);
+                out.push(chat);
+            }
+            "namespace" => {
+                let ns_raw = t
+                    .get(b"name")
+                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let ns = text(ns_raw, &|| at("name"))?.into_owned();
+                let inner = t
+                    .get(b"tools")
+                    .ok_or_else(|| ApiError::missing(at("tools")))?;
+                for (j, f) in array(inner, &at("tools"))?.into_iter().enumerate() {
+                    let inner_at = |field: &str| format!("tools[{i}].tools[{j}].{field}");
+                    let f = object(f, &format!("tools[{i}].tools[{j}]"))?;
+                    match f
+                        .get(b"type")
+                        .map(|k| text(k, &|| inner_at("type")))
+                        .transpose()?
+                    {
+                        Some(k) if k == "function" => {}
+                        // Only functions are translated; others are hosted.
+                        _ => continue,
+                    }
+                    let (name, chat) = function_tool(&f, Some(&ns), &inner_at)?;
+                    asked.namespaced.push(Namespaced {
+                        chat: name.clone(),
+                        namespace: ns.clone(),
+                        name: name[ns.len() + NAMESPACE_SEPARATOR.len()..].to_owned(),
+                    });
+                    names.push(name);
+                    out.push(chat);
+                }
+            }
+            // Hosted tools (`web_search`, `file_search`, `computer_use…`,
+            // `code_interpreter`, `image_generation`, `mcp`, `local_shell`)
+            // and freeform `custom` tools: the provider cannot run them.
+            _ => {}
+        }
+    }
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(ApiError::invalid_value(
+                "tools",
+                format!("Two tools are named '{name}' once namespaces are flattened."),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// One chat function tool from a Responses function tool; its chat name
+/// (`namespace__name` inside a namespace).
+fn function_tool(
+    t: &Object<'_>,
+    namespace: Option<&str>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(String, Vec<u8>), ApiError> {
+    let name_raw = t
+        .get(b"name")
+        .ok_or_else(|| ApiError::missing(at("name")))?;
+    let name = text(name_raw, &|| at("name"))?;
+    let name = match namespace {
+        Some(ns) => format!("{ns}{NAMESPACE_SEPARATOR}{name}"),
+        None => name.into_owned(),
+    };
+    let mut chat = b"{\"type\":\"function\",\"function\":{\"name\":".to_vec();
+    crate::json::write::string(&mut chat, &name);
+    for field in ["description", "parameters", "strict"] {
+        if let Some(raw) = t.get(field.as_bytes()).filter(|r| !is_null(r)) {
+            member(&mut chat, field, raw);
+        }
+    }
+    chat.extend_from_slice(b"}}");
+    Ok((name, chat))
+}
+
+/// `tool_choice`: a mode as it is; a function by name in chat's shape;
+/// a hosted tool's choice (which the provider cannot honour) as `auto`.
+fn tool_choice(out: &mut Vec<u8>, raw: &[u8], asked: &Asked) -> Result<(), ApiError> {
+    if raw.starts_with(b"\"") {
+        out.extend_from_slice(raw);
+        return Ok(());
+    }
+    let choice = object(raw, "tool_choice")?;
+    let kind = choice
+        .get(b"type")
+        .map(|k| text(k, &|| "tool_choice.type".into()))
+        .transpose()?;
+    if kind.as_deref() != Some("function") {
+        out.extend_from_slice(b"\"auto\"");
+        return Ok(());
+    }
+    let name = choice
+        .get(b"name")
+        .ok_or_else(|| ApiError::missing("tool_choice.name"))?;
+    let name = text(name, &|| "tool_choice.name".into())?;
+    let namespace = choice
+        .get(b"namespace")
+        .map(|n| text(n, &|| "tool_choice.namespace".into()))
+        .transpose()?;
+    let chat = match namespace {
+        Some(ns) => format!("{ns}{NAMESPACE_SEPARATOR}{name}"),
+        None => name.into_owned(),
+    };
+    let _ = asked;
+    out.extend_from_slice(b"{\"type\":\"function\",\"function\":{\"name\":");
+    crate::json::write::string(out, &chat);
+    out.extend_from_slice(b"}}");
+    Ok(())
+}
+
+/// `text.format` as `response_format`: `json_schema` with its schema,
+/// `json_object`; `text` is the default and writes nothing.
+fn response_format(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
+    let f = object(raw, "text.format")?;
+    let kind = f
+        .get(b"type")
+        .ok_or_else(|| ApiError::missing("text.format.type"))?;
+    match &*text(kind, &|| "text.format.type".into())? {
+        "text" => {}
+        "json_object" => out.extend_from_slice(b",\"response_format\":{\"type\":\"json_object\"}"),
+        "json_schema" => {
+            let name = f
+                .get(b"name")
+                .ok_or_else(|| ApiError::missing("text.format.name"))?;
+            string(name, &|| "text.format.name".into())?;
+            let schema = f
+                .get(b"schema")
+                .ok_or_else(|| ApiError::missing("text.format.schema"))?;
+            out.extend_from_slice(
+                b",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":",
+            );
+            out.extend_from_slice(name);
+            member(out, "schema", schema);
+            for field in ["description", "strict"] {
+                if let Some(raw) = f.get(field.as_bytes()).filter(|r| !is_null(r)) {
+                    member(out, field, raw);
+                }
+            }
+            out.extend_from_slice(b"}}");
+        }
+        other => {
+            return Err(ApiError::invalid_value(
+                "text.format.type",
+                format!(
+                    "Unsupported text format '{other}': expected text, json_object or json_schema."
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A chat message being built.
+#[derive(Debug)]
+enum Message<'a> {
+    /// Text parts (JSON strings as written), joined by a blank line.
+    System(Vec<&'a [u8]>),
+    User(Vec<Part<'a>>),
+    Assistant {
+        text: Vec<&'a [u8]>,
+        calls: Vec<Call<'a>>,
+    },
+    Tool {
+        call_id: &'a [u8],
+        text: Vec<&'a [u8]>,
+    },
+}
+
+/// A user content part.
+#[derive(Debug)]
+enum Part<'a> {
+    /// A JSON string as written.
+    Text(&'a [u8]),
+    /// An image: its URL (a JSON string as written) and `detail`.
+    Image(&'a [u8], Option<&'a [u8]>),
+}
+
+/// A tool call of an assistant message.
+#[derive(Debug)]
+struct Call<'a> {
+    id: &'a [u8],
+    name: String,
+    arguments: &'a [u8],
+}
+
+/// `instructions` and `input` as chat messages.
+fn messages<'a>(top: &Top<'a>, asked: &Asked) -> Result<Vec<Message<'a>>, ApiError> {
+    let mut out = Vec::new();
+    if let Some(raw) = top.instructions.filter(|r| !is_null(r)) {
+        out.push(Message::System(vec![string(raw, &|| {
+            "instructions".into()
+        })?]));
+    }
+    let input = top.input.ok_or_else(|| ApiError::missing("input"))?;
+    if input.starts_with(b"\"") {
+        out.push(Message::User(vec![Part::Text(input)]));
+        return Ok(out);
+    }
+    if !input.starts_with(b"[") {
+        return Err(ApiError::invalid_type("input", "a string or an array"));
+    }
+    // Images a tool returned, sent after the tool messages as the user's.
+    let mut images: Vec<Part<'a>> = Vec::new();
+    for (i, item) in array(input, "input")?.into_iter().enumerate() {
+        let at = |field: &str| format!("input[{i}].{field}");
+        let it = object(item, &format!("input[{i}]"))?;
+        let kind = match it.get(b"type") {
+            Some(k) => text(k, &|| at("type"))?,
+            None if it.get(b"role").is_some() => Cow::Borrowed("message"),
+            None => return Err(ApiError::missing(at("type"))),
+        };
+        if kind != "function_call_output" && !images.is_empty() {
+            out.push(Message::User(std::mem::take(&mut images)));
+        }
+        match &*kind {
+            "message" => message(&it, &at, &mut out)?,
+            "function_call" => {
+                let id = it
+                    .get(b"call_id")
+                    .ok_or_else(|| ApiError::missing(at("call_id")))?;
+                let id = string(id, &|| at("call_id"))?;
+                let name = it
+                    .get(b"name")
+                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let name = text(name, &|| at("name"))?;
+                let name = match it.get(b"namespace").filter(|r| !is_null(r)) {
+                    Some(ns) => format!(
+                        "{}{NAMESPACE_SEPARATOR}{name}",
+                        text(ns, &|| at("namespace"))?
+                    ),
+                    None => name.into_owned(),
+                };
+                let arguments = it
+                    .get(b"arguments")
+                    .ok_or_else(|| ApiError::missing(at("arguments")))?;
+                let arguments = string(arguments, &|| at("arguments"))?;
+                let call = Call {
+                    id,
+                    name,
+                    arguments,
+                };
+                match out.last_mut() {
+                    Some(Message::Assistant { calls, .. }) => calls.push(call),
+                    _ => out.push(Message::Assistant {
+                        text: Vec::new(),
+                        calls: vec![call],
+                    }),
+                }
+            }
+            "function_call_output" => {
+                let id = it
+                    .get(b"call_id")
+                    .ok_or_else(|| ApiError::missing(at("call_id")))?;
+                let call_id = string(id, &|| at("call_id"))?;
+                let output = it
+                    .get(b"output")
+                    .ok_or_else(|| ApiError::missing(at("output")))?;
+                let mut text = Vec::new();
+                if output.starts_with(b"\"") {
+                    text.push(output);
+                } else {
+                    for (j, part) in parts(output, &at("output"))?.into_iter().enumerate() {
+                        match part {
+                            Part::Text(t) => text.push(t),
+                            image @ Part::Image(..) => {
+                                let _ = j;
+                                images.push(image);
+                            }
+                        }
+                    }
+                }
+                out.push(Message::Tool { call_id, text });
+            }
+            // Reasoning is never sent back; hosted tools' calls were run
+            // by a server that is not the provider.
+            "reasoning"
+            | "web_search_call"
+            | "file_search_call"
+            | "computer_call"
+            | "computer_call_output"
+            | "code_interpreter_call"
+            | "image_generation_call"
+            | "local_shell_call"
+            | "local_shell_call_output"
+            | "mcp_list_tools"
+            | "mcp_approval_request"
+            | "mcp_approval_response"
+            | "mcp_call" => {}
+            "item_reference" => {
+                return Err(ApiError::invalid_value(
+                    at("type"),
+                    "Item references are not supported: this gateway stores no items. \
+                     Send the items themselves.",
+                ));
+            }
+            other => {
+                return Err(ApiError::invalid_value(
+                    at("type"),
+                    format!("Unsupported input item type '{other}'."),
+                ));
+            }
+        }
+    }
+    if !images.is_empty() {
+        out.push(Message::User(images));
+    }
+    let _ = asked;
+    Ok(out)
+}
+
+/// A `message` item.
+fn message<'a>(
+    it: &Object<'a>,
+    at: &dyn Fn(&str) -> String,
+    out: &mut Vec<Message<'a>>,
+) -> Result<(), ApiError> {
+    let role = it
+        .get(b"role")
+        .ok_or_else(|| ApiError::missing(at("role")))?;
+    let role = text(role, &|| at("role"))?;
+    let content = it
+        .get(b"content")
+        .ok_or_else(|| ApiError::missing(at("content")))?;
+    let parts = if content.starts_with(b"\"") {
+        vec![Part::Text(content)]
+    } else {
+        parts(content, &at("content"))?
+    };
+    let texts = |parts: Vec<Part<'a>>, role: &str| -> Result<Vec<&'a [u8]>, ApiError> {
+        parts
+            .into_iter()
+            .map(|p| match p {
+                Part::Text(t) => Ok(t),
+                Part::Image(..) => Err(ApiError::invalid_value(
+                    at("content"),
+                    format!("A '{role}' message cannot carry an image."),
+                )),
+            })
+            .collect()
+    };
+    match &*role {
+        "user" => out.push(Message::User(parts)),
+        "system" | "developer" => out.push(Message::System(texts(parts, &role)?)),
+        "assistant" => out.push(Message::Assistant {
+            text: texts(parts, &role)?,
+            calls: Vec::new(),
+        }),
+        other => {
+            return Err(ApiError::invalid_value(
+                at("role"),
+                format!(
+                    "Unsupported role '{other}': expected user, assistant, system or developer."
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A content array's parts; `param` names the array.
+fn parts<'a>(raw: &'a [u8], param: &str) -> Result<Vec<Part<'a>>, ApiError> {
+    let mut out = Vec::new();
+    for (j, part) in array(raw, param)?.into_iter().enumerate() {
+        let at = |field: &str| format!("{param}[{j}].{field}");
+        let p = object(part, &format!("{param}[{j}]"))?;
+        let kind = p
+            .get(b"type")
+            .ok_or_else(|| ApiError::missing(at("type")))?;
+        match &*text(kind, &|| at("type"))? {
+            "input_text" | "output_text" | "text" => {
+                let t = p
+                    .get(b"text")
+                    .ok_or_else(|| ApiError::missing(at("text")))?;
+                out.push(Part::Text(string(t, &|| at("text"))?));
+            }
+            "refusal" => {
+                let t = p
+                    .get(b"refusal")
+                    .ok_or_else(|| ApiError::missing(at("refusal")))?;
+                out.push(Part::Text(string(t, &|| at("refusal"))?));
+            }
+            "input_image" => {
+                let Some(url) = p.get(b"image_url").filter(|r| !is_null(r)) else {
+                    return Err(ApiError::invalid_value(
+                        at("image_url"),
+                        "Images are sent by 'image_url' (a URL or a data: URL); \
+                         file ids need stored files, which this gateway does not keep.",
+                    ));
+                };
+                let url = string(url, &|| at("image_url"))?;
+                let detail = p.get(b"detail").filter(|r| !is_null(r));
+                out.push(Part::Image(url, detail));
+            }
+            other => {
+                return Err(ApiError::invalid_value(
+                    at("type"),
+                    format!(
+                        "Unsupported content part '{other}': expected input_text, output_text \
+                         or input_image."
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The chat `messages` array.
+fn write_messages(out: &mut Vec<u8>, messages: &[Message<'_>]) {
+    out.push(b'[');
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match m {
+            Message::System(text) => {
+                out.extend_from_slice(b"{\"role\":\"system\",\"content\":");
+                joined(out, text);
+            }
+            Message::User(parts) => {
+                out.extend_from_slice(b"{\"role\":\"user\",\"content\":");
+                match parts.as_slice() {
+                    [Part::Text(t)] => out.extend_from_slice(t),
+                    _ => {
+                        out.push(b'[');
+                        for (j, p) in parts.iter().enumerate() {
+                            if j > 0 {
+                                out.push(b',');
+                            }
+                            match p {
+                                Part::Text(t) => {
+                                    out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+                                    out.extend_from_slice(t);
+                                    out.push(b'}');
+                                }
+                                Part::Image(url, detail) => {
+                                    out.extend_from_slice(
+                                        b"{\"type\":\"image_url\",\"image_url\":{\"url\":",
+                                    );
+                                    out.extend_from_slice(url);
+                                    if let Some(d) = detail {
+                                        member(out, "detail", d);
+                                    }
+                                    out.extend_from_slice(b"}}");
+                                }
+                            }
+                        }
+                        out.push(b']');
+                    }
+                }
+            }
+            Message::Assistant { text, calls } => {
+                out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":");
+                if text.is_empty() {
+                    out.extend_from_slice(b"null");
+                } else {
+                    joined(out, text);
+                }
+                if !calls.is_empty() {
+                    out.extend_from_slice(b",\"tool_calls\":[");
+                    for (j, c) in calls.iter().enumerate() {
+                        if j > 0 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(b"{\"id\":");
+                        out.extend_from_slice(c.id);
+                        out.extend_from_slice(b",\"type\":\"function\",\"function\":{\"name\":");
+                        crate::json::write::string(out, &c.name);
+                        out.extend_from_slice(b",\"arguments\":");
+                        out.extend_from_slice(c.arguments);
+                        out.extend_from_slice(b"}}");
+                    }
+                    out.push(b']');
+                }
+            }
+            Message::Tool { call_id, text } => {
+                out.extend_from_slice(b"{\"role\":\"tool\",\"tool_call_id\":");
+                out.extend_from_slice(call_id);
+                out.extend_from_slice(b",\"content\":");
+                joined(out, text);
+            }
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// JSON strings as written, joined into one by a blank line (escapes are
+/// whole within each, so their insides can be put side by side).
+fn joined(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    match parts {
+        [one] => out.extend_from_slice(one),
+        _ => {
+            out.push(b'"');
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b"\\n\\n");
+                }
+                out.extend_from_slice(&p[1..p.len() - 1]);
+            }
+            out.push(b'"');
+        }
+    }
+}
+
+/// The Responses name of a chat parameter the chat validator refused, so
+/// the client reads the field it sent.
+pub(crate) fn param_name(chat: &str) -> String {
+    let (head, rest) = chat.split_at(chat.find(['.', '[']).unwrap_or(chat.len()));
+    match head {
+        "max_tokens" => "max_output_tokens".into(),
+        "reasoning_effort" => "reasoning.effort".into(),
+        "response_format" => format!("text.format{rest}"),
+        "messages" => "input".into(),
+        "tools" | "tool_choice" => head.into(),
+        _ => chat.into(),
+    }
+}
