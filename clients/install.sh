@@ -3,7 +3,9 @@
 #   - the OpenAI Python SDK into a venv at .cache/clients/venv, from
 #     clients/python/requirements.txt (exact pins);
 #   - the OpenAI Node SDK and the Vercel AI SDK into clients/node/node_modules,
-#     with `npm ci` from clients/node/package-lock.json.
+#     with `npm ci` from clients/node/package-lock.json;
+#   - Codex CLI into clients/codex/node_modules, with `npm ci` from
+#     clients/codex/package-lock.json (tests/tests/responses.rs).
 # Needs python3 (3.10 or newer, with venv) and node (20 or newer) with npm,
 # and access to PyPI and the npm registry. Safe to run again: each half is
 # skipped while its lock file (and interpreter) are unchanged.
@@ -49,6 +51,17 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
 else
     say "node: npm ci"
     (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
+    printf '%s\n' "$want" >"$stamp"
+fi
+# Codex CLI: a native binary in an npm package, exactly as locked.
+codex_dir="$root/clients/codex"
+stamp="$codex_dir/node_modules/.installed"
+want="$(hash_of "$codex_dir/package-lock.json") $(node --version)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    say "codex: up to date"
+else
+    say "codex: npm ci"
+    (cd "$codex_dir" && npm ci --no-audit --no-fund --loglevel=error)
     printf '%s\n' "$want" >"$stamp"
 fi
 say "done"

@@ -1,0 +1,140 @@
+//! The OpenAI Responses API (`--apis responses`) through both binaries:
+//! off by default as the specification says, the OpenAI Python SDK's
+//! `responses.create` (plain, streamed, a function tool round trip), and
+//! Codex CLI itself, offline, answering and running its shell tool.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use chatgate_tests::*;
+
+cases!(
+    the_path_is_unknown_without_apis,
+    the_python_sdk_creates_streams_and_calls_a_tool,
+    codex_answers_and_runs_its_shell_tool,
+);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn with_responses(bin: &str, upstream: &str) -> Gw {
+    let opts = GwOptions {
+        args: vec!["--apis".into(), "chat,responses".into()],
+        ..GwOptions::default()
+    };
+    Gw::start(bin, upstream, opts)
+}
+
+fn the_path_is_unknown_without_apis(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = Gw::start(bin, &sim.url(), GwOptions::default());
+    let body = r#"{"model":"reasoning-model-k3","input":"hi"}"#;
+    let r = request(gw.addr, "POST", "/v1/responses", Some(&gw.key), Some(body));
+    let (status, _, code, _) = r.error();
+    assert_eq!((status, code.as_str()), (404, "unknown_url"));
+    // Turned on, the same request is answered and metered.
+    let gw = with_responses(bin, &sim.url());
+    let r = request(gw.addr, "POST", "/v1/responses", Some(&gw.key), Some(body));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let rec = &gw.ledger_len(1)[0];
+    assert_eq!(rec.api.as_deref(), Some("responses"));
+    assert!(rec.complete && rec.completion_tokens > 0, "{rec:?}");
+}
+
+fn the_python_sdk_creates_streams_and_calls_a_tool(bin: &str) {
+    let python = repo().join(".cache/clients/venv/bin/python");
+    assert!(python.exists(), "run clients/install.sh first");
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = with_responses(bin, &sim.url());
+    let out = Command::new(python)
+        .arg(repo().join("clients/python/responses.py"))
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", gw.addr))
+        .env("OPENAI_API_KEY", &gw.key)
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in ["plain ok", "stream ok", "tool ok", "refusal ok"] {
+        assert!(text.contains(line), "{text}");
+    }
+    // Four answers and the refusal, each named.
+    let ledger = gw.ledger_len(5);
+    assert!(
+        ledger.iter().all(|r| r.api.as_deref() == Some("responses")),
+        "{ledger:?}"
+    );
+    let statuses: Vec<u16> = ledger.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 400]);
+    assert!(ledger.iter().any(|r| r.stream), "the streamed one");
+}
+
+/// Codex CLI, offline: its vendor's traffic switched off, the proxy
+/// variables at a port that refuses, a custom provider at the gateway.
+fn codex(gw: &Gw, home: &std::path::Path, prompt: &str) -> (bool, String) {
+    let bin = repo().join("clients/codex/node_modules/.bin/codex");
+    assert!(bin.exists(), "run clients/install.sh first");
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "model = \"reasoning-model-k3\"\nmodel_provider = \"chatgate\"\n\
+             [model_providers.chatgate]\nname = \"chatgate\"\nbase_url = \"http://{}/v1\"\n\
+             env_key = \"CHATGATE_API_KEY\"\nwire_api = \"responses\"\n\
+             [analytics]\nenabled = false\n[features]\nplugins = false\n",
+            gw.addr
+        ),
+    )
+    .unwrap();
+    let work = home.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let refused = "http://127.0.0.1:9";
+    let out = Command::new(bin)
+        .args(["exec", "--skip-git-repo-check", prompt])
+        .current_dir(&work)
+        .env("CODEX_HOME", home)
+        .env("CHATGATE_API_KEY", &gw.key)
+        .env("HTTPS_PROXY", refused)
+        .env("HTTP_PROXY", refused)
+        .env("ALL_PROXY", refused)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .output()
+        .expect("codex runs");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn codex_answers_and_runs_its_shell_tool(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = with_responses(bin, &sim.url());
+    let home = tempfile::tempdir().unwrap();
+    // A plain answer (the simulator told to answer in words).
+    let (ok, text) = codex(&gw, home.path(), "Say hello [[sim:tools=none]]");
+    assert!(ok, "{text}");
+    assert!(text.contains("You said: Say hello"), "{text}");
+    // The simulator calls the first tool (Codex's shell) with the prompt
+    // as its command; Codex runs it and the answer quotes its output.
+    let (ok, text) = codex(&gw, home.path(), "echo chatgate-codex-ok");
+    assert!(ok, "{text}");
+    assert!(text.contains("The tool returned:"), "{text}");
+    let quoted = text
+        .lines()
+        .filter(|l| l.contains("The tool returned:") || l.contains("chatgate-codex-ok"))
+        .count();
+    assert!(quoted >= 2, "{text}");
+    let ledger = gw.ledger();
+    assert!(ledger.len() >= 3, "{ledger:?}");
+    assert!(ledger.iter().all(|r| r.api.as_deref() == Some("responses")));
+    assert!(
+        ledger
+            .iter()
+            .any(|r| r.finish_reason.as_deref() == Some("tool_calls"))
+    );
+}
