@@ -7,15 +7,16 @@
 //!
 //! The crate root is the whole public API, grouped by layer below; each
 //! layer uses only the layers above it, and the modules are private (the
-//! HTTP codecs, the usage report, traces and the console keep a namespace
-//! of their own: [`http`], [`report`], [`trace`] and [`console`]). Where each concern lives, for contributors:
+//! HTTP codecs, the usage report, traces, the console and the other client
+//! APIs' translators keep a namespace of their own: [`http`], [`report`],
+//! [`trace`], [`console`] and [`dialect`]). Where each concern lives, for contributors:
 //! `docs/architecture.md`.
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; the one URL reader |
 //! | codecs | [`http`], `json`, `sse`, `redis_protocol` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]) |
-//! | rules | `routes`, `validate`, `dialect`, `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the other client APIs translated to and from chat (the Responses API); the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; the ledger line; the keep-alive pool's policy; usage reports |
+//! | rules | `routes`, `validate`, [`dialect`], `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the other client APIs translated to and from chat (the Responses API); the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; the ledger line; the keep-alive pool's policy; usage reports |
 //! | shared state | `config`, `endpoints`, `metrics`, [`console`], `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what the operator's console records, and its sessions; what connections share ([`Gateway`]) |
 //! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers, the console's pages and JSON among them |
 //!
@@ -142,7 +143,7 @@ pub use sse::{SseError, SseFramer};
 // Rules.
 mod auth;
 mod catalog;
-mod dialect;
+pub mod dialect;
 mod ledger;
 mod limits;
 mod pool;

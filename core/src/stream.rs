@@ -180,12 +180,12 @@ impl StreamTracker {
     }
 }
 
-/// The fields of one event the tracker cares about.
 /// The data of an event (its `data:` lines joined), if it has any.
 pub(crate) fn event_data(event: &[u8]) -> Option<Cow<'_, [u8]>> {
     ParsedEvent::parse(event).data
 }
 
+/// The fields of one event the tracker cares about.
 struct ParsedEvent<'a> {
     data: Option<Cow<'a, [u8]>>,
     is_error_type: bool,

@@ -74,29 +74,27 @@ pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
 pub struct Apis {
     /// The OpenAI Responses API, `POST /v1/responses`.
     pub responses: bool,
-    /// The Anthropic Messages API, `POST /v1/messages`.
+    /// The Anthropic Messages API, `POST /v1/messages` (not served yet:
+    /// `parse` refuses it).
     pub messages: bool,
 }
 
 impl Apis {
-    /// Every API.
-    pub const ALL: Apis = Apis {
-        responses: true,
-        messages: true,
-    };
-
-    /// Parses `--apis`: a comma-separated list of `chat`, `responses`,
-    /// `messages` (chat is served whether listed or not).
+    /// Parses `--apis`: a comma-separated list of `chat` and `responses`
+    /// (chat is served whether listed or not; `messages` is refused until
+    /// it is served).
     pub fn parse(list: &str) -> Result<Apis, String> {
         let mut apis = Apis::default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name {
                 "chat" => {}
                 "responses" => apis.responses = true,
-                "messages" => apis.messages = true,
+                "messages" => {
+                    return Err("'messages' (the Anthropic Messages API) is not served yet".into());
+                }
                 other => {
                     return Err(format!(
-                        "'{other}' is not an API: expected chat, responses or messages"
+                        "'{other}' is not an API: expected chat or responses"
                     ));
                 }
             }

@@ -145,14 +145,8 @@ impl ServeConfig {
         gateway.probe_interval = r.duration("upstream_probe_interval")?;
         gateway.stream_error_event = boolean(&r, "stream_error_event")?;
         gateway.apis = match r.get("apis") {
-            Some((v, src)) => Apis::parse(&v).map_err(|_| {
-                bad(
-                    "apis",
-                    &v,
-                    src,
-                    "a comma-separated list of chat, responses, messages",
-                )
-            })?,
+            Some((v, src)) => Apis::parse(&v)
+                .map_err(|_| bad("apis", &v, src, "a comma-separated list of chat, responses"))?,
             None => Apis::default(),
         };
         gateway.prompt_overhead_tokens = r.parse("prompt_overhead_tokens")?;

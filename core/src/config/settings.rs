@@ -112,7 +112,7 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "apis",
         "LIST",
         Some("chat"),
-        "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI), messages (POST /v1/messages)",
+        "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI)",
     ),
     s(
         "prompt_overhead_tokens",

@@ -5,4 +5,4 @@
 //! |---|---|
 //! | `responses/` | the OpenAI Responses API (`POST /v1/responses`): its request as a chat request (`request.rs`), a chat answer as its events or its response object (`events.rs`) |
 
-pub(crate) mod responses;
+pub mod responses;

@@ -201,7 +201,6 @@ impl Connection {
             .as_ref()
             .and_then(|r| r.dialect.as_ref())
             .map(|_| Vec::new());
-        let unix = self.gw.wall().unix_secs(now);
         // Where a `[DONE]` that ends an incomplete stream starts: the cut
         // stream's error event (when asked for) goes before it.
         let mut done_at: Option<usize> = None;
@@ -258,8 +257,10 @@ impl Connection {
                 let Some(Dialect::Responses(asked, stream)) = req.dialect.as_deref_mut() else {
                     unreachable!("translated only for a dialect")
                 };
-                let stream =
-                    stream.get_or_insert_with(|| ResponseStream::new(asked.clone(), &req.id, unix));
+                let gw = &self.gw;
+                let stream = stream.get_or_insert_with(|| {
+                    ResponseStream::new(asked.clone(), &req.id, gw.wall().unix_secs(now))
+                });
                 translate_event(stream, kind, &up.body[r.clone()], &up.tracker, out);
             }
             if up.tracker.is_complete() {
@@ -271,6 +272,12 @@ impl Connection {
                 if kind == EventKind::Data && up.tracker.usage().is_some() {
                     self.timers.set(Timer::UsageTail, now + USAGE_TAIL);
                 }
+            }
+            if kind == EventKind::Error && translated.is_some() {
+                // Another API's stream ended with its failure event: the
+                // client has its last event, so the stream is over.
+                end = Some(StreamEnd::Ended);
+                break;
             }
             if kind == EventKind::Done {
                 up.done_forwarded = true;
@@ -472,6 +479,9 @@ fn translate_event(
 ) {
     match kind {
         EventKind::Data => {
+            // As the tracker reads it: a byte-order mark before the first
+            // event is not part of it.
+            let event = event.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(event);
             if let Some(data) = event_data(event) {
                 stream.chunk(&data, out);
             }

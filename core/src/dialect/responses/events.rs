@@ -14,6 +14,8 @@
 //! tool call. Opening the next closes the one before, as the Responses
 //! stream requires.
 
+use std::borrow::Cow;
+
 use crate::json::write::string as json_string;
 use crate::json::{Cursor, Keys};
 use crate::usage::Usage;
@@ -22,7 +24,7 @@ use super::request::Asked;
 
 /// How a chat answer ended, for the response's `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum End<'a> {
+pub enum End<'a> {
     /// `finish_reason` and `[DONE]` arrived (or the body was whole).
     Finished(Option<&'a str>),
     /// The provider's stream broke off: what happened.
@@ -55,7 +57,7 @@ enum Kind {
 
 /// The Responses event stream for one chat stream.
 #[derive(Debug)]
-pub(crate) struct ResponseStream {
+pub struct ResponseStream {
     asked: Asked,
     /// `resp_…`, from the gateway's request id.
     id: String,
@@ -64,6 +66,9 @@ pub(crate) struct ResponseStream {
     sequence: u64,
     started: bool,
     items: Vec<Item>,
+    /// The items still open, by index, oldest first (a few at most: the
+    /// text being written and the tool calls being streamed).
+    open: Vec<usize>,
     finish_reason: Option<String>,
     ended: bool,
 }
@@ -71,7 +76,7 @@ pub(crate) struct ResponseStream {
 impl ResponseStream {
     /// A stream for the request `request_id` (its `req_…` id), which asked
     /// `asked`; `created_at` in Unix seconds.
-    pub(crate) fn new(asked: Asked, request_id: &str, created_at: u64) -> Self {
+    pub fn new(asked: Asked, request_id: &str, created_at: u64) -> Self {
         ResponseStream {
             asked,
             id: format!("resp_{}", request_id.trim_start_matches("req_")),
@@ -80,6 +85,7 @@ impl ResponseStream {
             sequence: 0,
             started: false,
             items: Vec::new(),
+            open: Vec::new(),
             finish_reason: None,
             ended: false,
         }
@@ -88,10 +94,12 @@ impl ResponseStream {
     /// The events for one chat chunk (an SSE event's data), appended to
     /// `out`. A chunk that is not a JSON object with `choices` writes
     /// nothing but the start.
-    pub(crate) fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
+    pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if self.ended {
             return;
         }
+        // What is copied from it must be text every client can read.
+        let data = &*valid_text(data);
         let mut c = Cursor::new(data);
         let mut model = None;
         let mut choices = None;
@@ -193,7 +201,8 @@ impl ResponseStream {
             let v = &raw[start..c.at()];
             match name {
                 b"reasoning_content" | b"reasoning" if v.starts_with(b"\"") => reasoning = Some(v),
-                b"content" if v.starts_with(b"\"") => content = Some(v),
+                // A refusal is what the model said instead: its text.
+                b"content" | b"refusal" if v.starts_with(b"\"") => content = Some(v),
                 b"tool_calls" if v.starts_with(b"[") => calls = Some(v),
                 _ => {}
             }
@@ -224,14 +233,13 @@ impl ResponseStream {
     }
 
     /// The open item of `kind` (the reasoning or the message), opened now
-    /// (and whatever was open closed) if it is not the last one.
+    /// if it is not open (the other text item closed; tool calls being
+    /// streamed stay open, so their next deltas still find them).
     fn open(&mut self, kind: Kind, out: &mut Vec<u8>) -> usize {
-        if let Some(last) = self.items.last() {
-            if last.kind == kind && !last.done {
-                return self.items.len() - 1;
-            }
+        if let Some(&i) = self.open.iter().find(|&&i| self.items[i].kind == kind) {
+            return i;
         }
-        self.close_all(out);
+        self.close_text(out);
         let prefix = match kind {
             Kind::Reasoning => "rs",
             Kind::Message => "msg",
@@ -248,6 +256,7 @@ impl ResponseStream {
             index: 0,
             done: false,
         });
+        self.open.push(n);
         let i = n;
         self.item_event(out, "response.output_item.added", i);
         match kind {
@@ -325,10 +334,19 @@ impl ResponseStream {
                 Ok(())
             });
         }
-        let open = self
-            .items
-            .iter()
-            .rposition(|it| it.kind == Kind::Call && it.index == index && !it.done);
+        let open = self.open.iter().copied().find(|&j| {
+            let it = &self.items[j];
+            it.kind == Kind::Call && it.index == index
+        });
+        // A delta with another id at the same index is another call (some
+        // providers number every call 0).
+        let open = match (open, id) {
+            (Some(j), Some(id)) if self.items[j].call_id != id[1..id.len() - 1] => {
+                self.close(j, out);
+                None
+            }
+            (open, _) => open,
+        };
         let i = match open {
             Some(i) => i,
             None => {
@@ -339,7 +357,7 @@ impl ResponseStream {
                     .unwrap_or_default();
                 let (namespace, fname) = self.asked.function(&chat_name);
                 let (namespace, fname) = (namespace.map(str::to_owned), fname.to_owned());
-                self.close_all(out);
+                self.close_text(out);
                 let n = self.items.len();
                 let call_id = match id {
                     Some(id) => id[1..id.len() - 1].to_vec(),
@@ -355,6 +373,7 @@ impl ResponseStream {
                     index,
                     done: false,
                 });
+                self.open.push(n);
                 self.item_event(out, "response.output_item.added", n);
                 n
             }
@@ -373,65 +392,86 @@ impl ResponseStream {
         }
     }
 
-    /// Closes every open item, in order, with its `…done` events.
+    /// Closes every open item, in order.
     fn close_all(&mut self, out: &mut Vec<u8>) {
-        for i in 0..self.items.len() {
-            if self.items[i].done {
-                continue;
-            }
-            self.items[i].done = true;
-            let id = self.items[i].id.clone();
-            match self.items[i].kind {
-                Kind::Reasoning => {
-                    let text = self.items[i].text.clone();
-                    self.event(out, "response.reasoning_summary_text.done", |o| {
-                        o.extend_from_slice(b",\"item_id\":");
-                        json_string(o, &id);
-                        o.extend_from_slice(
-                            format!(",\"output_index\":{i},\"summary_index\":0,\"text\":\"")
-                                .as_bytes(),
-                        );
-                        o.extend_from_slice(&text);
-                        o.push(b'"');
-                    });
-                    self.part_event(out, "response.reasoning_summary_part.done", i);
-                }
-                Kind::Message => {
-                    let text = self.items[i].text.clone();
-                    self.event(out, "response.output_text.done", |o| {
-                        o.extend_from_slice(b",\"item_id\":");
-                        json_string(o, &id);
-                        o.extend_from_slice(
-                            format!(",\"output_index\":{i},\"content_index\":0,\"text\":\"")
-                                .as_bytes(),
-                        );
-                        o.extend_from_slice(&text);
-                        o.extend_from_slice(b"\",\"logprobs\":[]");
-                    });
-                    self.part_event(out, "response.content_part.done", i);
-                }
-                Kind::Call => {
-                    let text = self.items[i].text.clone();
-                    self.event(out, "response.function_call_arguments.done", |o| {
-                        o.extend_from_slice(b",\"item_id\":");
-                        json_string(o, &id);
-                        o.extend_from_slice(
-                            format!(",\"output_index\":{i},\"arguments\":\"").as_bytes(),
-                        );
-                        o.extend_from_slice(&text);
-                        o.push(b'"');
-                    });
-                }
-            }
-            self.item_event(out, "response.output_item.done", i);
+        for i in std::mem::take(&mut self.open) {
+            self.close_item(i, out);
         }
+    }
+
+    /// Closes the open reasoning or message item, if any.
+    fn close_text(&mut self, out: &mut Vec<u8>) {
+        if let Some(at) = self
+            .open
+            .iter()
+            .position(|&i| self.items[i].kind != Kind::Call)
+        {
+            let i = self.open.remove(at);
+            self.close_item(i, out);
+        }
+    }
+
+    /// Closes open item `i`.
+    fn close(&mut self, i: usize, out: &mut Vec<u8>) {
+        self.open.retain(|&j| j != i);
+        self.close_item(i, out);
+    }
+
+    /// Item `i`'s `…done` events (it is no longer in `open`).
+    fn close_item(&mut self, i: usize, out: &mut Vec<u8>) {
+        if self.items[i].done {
+            return;
+        }
+        self.items[i].done = true;
+        let id = self.items[i].id.clone();
+        match self.items[i].kind {
+            Kind::Reasoning => {
+                let text = self.items[i].text.clone();
+                self.event(out, "response.reasoning_summary_text.done", |o| {
+                    o.extend_from_slice(b",\"item_id\":");
+                    json_string(o, &id);
+                    o.extend_from_slice(
+                        format!(",\"output_index\":{i},\"summary_index\":0,\"text\":\"").as_bytes(),
+                    );
+                    o.extend_from_slice(&text);
+                    o.push(b'"');
+                });
+                self.part_event(out, "response.reasoning_summary_part.done", i);
+            }
+            Kind::Message => {
+                let text = self.items[i].text.clone();
+                self.event(out, "response.output_text.done", |o| {
+                    o.extend_from_slice(b",\"item_id\":");
+                    json_string(o, &id);
+                    o.extend_from_slice(
+                        format!(",\"output_index\":{i},\"content_index\":0,\"text\":\"").as_bytes(),
+                    );
+                    o.extend_from_slice(&text);
+                    o.extend_from_slice(b"\",\"logprobs\":[]");
+                });
+                self.part_event(out, "response.content_part.done", i);
+            }
+            Kind::Call => {
+                let text = self.items[i].text.clone();
+                self.event(out, "response.function_call_arguments.done", |o| {
+                    o.extend_from_slice(b",\"item_id\":");
+                    json_string(o, &id);
+                    o.extend_from_slice(
+                        format!(",\"output_index\":{i},\"arguments\":\"").as_bytes(),
+                    );
+                    o.extend_from_slice(&text);
+                    o.push(b'"');
+                });
+            }
+        }
+        self.item_event(out, "response.output_item.done", i);
     }
 
     /// The stream's last event: `response.completed` (or
     /// `response.incomplete` when the provider stopped at `max_tokens` or
     /// its content filter), or `response.failed` for a stream that broke
     /// off. Nothing after it.
-    pub(crate) fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
+    pub fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
         if self.ended {
             return;
         }
@@ -440,7 +480,7 @@ impl ResponseStream {
         self.ended = true;
         let (name, status, incomplete, error) = match end {
             End::Failed(why) => ("response.failed", "failed", None, Some(why)),
-            End::Finished(_) => match self.finish_reason.as_deref() {
+            End::Finished(reason) => match reason.or(self.finish_reason.as_deref()) {
                 Some("length") => (
                     "response.incomplete",
                     "incomplete",
@@ -613,6 +653,52 @@ impl ResponseStream {
     }
 }
 
+/// `data` as text every JSON reader takes: invalid UTF-8 replaced by U+FFFD
+/// (as `from_utf8_lossy` does), and a `\u` escape of a surrogate that is
+/// not half of a pair by `\ufffd`. Borrowed, unchanged, in the usual case.
+fn valid_text(data: &[u8]) -> Cow<'_, [u8]> {
+    let data: Cow<'_, [u8]> = match String::from_utf8_lossy(data) {
+        Cow::Borrowed(_) => Cow::Borrowed(data),
+        Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+    };
+    let surrogate = |at: usize| -> Option<u16> {
+        let hex = data.get(at + 2..at + 6)?;
+        let v = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+        (data[at + 1] == b'u' && (0xD800..=0xDFFF).contains(&v)).then_some(v)
+    };
+    let mut lone = Vec::new();
+    let mut i = 0;
+    while let Some(j) = memchr::memchr(b'\\', &data[i..]) {
+        let at = i + j;
+        match surrogate(at) {
+            Some(0xD800..=0xDBFF) if data.get(at + 6) == Some(&b'\\') => match surrogate(at + 6) {
+                Some(0xDC00..=0xDFFF) => i = at + 12,
+                _ => {
+                    lone.push(at);
+                    i = at + 6;
+                }
+            },
+            Some(_) => {
+                lone.push(at);
+                i = at + 6;
+            }
+            // Any other escape: two bytes (`\\` included).
+            None => i = at + 2,
+        }
+        if i >= data.len() {
+            break;
+        }
+    }
+    if lone.is_empty() {
+        return data;
+    }
+    let mut out = data.to_vec();
+    for at in lone {
+        out[at..at + 6].copy_from_slice(b"\\ufffd");
+    }
+    Cow::Owned(out)
+}
+
 /// `,"usage":{…}` in the Responses shape, replacing the `usage:null`
 /// [`ResponseStream::response`] wrote last.
 fn write_usage(o: &mut Vec<u8>, u: &Usage) {
@@ -627,7 +713,7 @@ fn write_usage(o: &mut Vec<u8>, u: &Usage) {
             u.cached_tokens,
             u.completion_tokens,
             u.reasoning_tokens,
-            u.prompt_tokens + u.completion_tokens
+            u.prompt_tokens.saturating_add(u.completion_tokens)
         )
         .as_bytes(),
     );
@@ -635,7 +721,7 @@ fn write_usage(o: &mut Vec<u8>, u: &Usage) {
 
 /// A whole chat completion as a Responses response object: the same
 /// translation as a stream of one chunk, without the events.
-pub(crate) fn body(
+pub fn body(
     asked: Asked,
     request_id: &str,
     created_at: u64,

@@ -9,8 +9,8 @@
 //! Errors keep the OpenAI error shape the chat API answers with: the
 //! Responses API has the same.
 
-pub(crate) mod events;
-pub(crate) mod request;
+pub mod events;
+pub mod request;
 
 #[cfg(test)]
 mod tests;

@@ -29,32 +29,32 @@ use crate::json::{Cursor, Keys, Stop};
 
 /// What the answer's translation needs to know of the request.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Asked {
+pub struct Asked {
     /// `stream`.
-    pub(crate) stream: bool,
+    pub stream: bool,
     /// The chat names that stand for a namespace's functions.
-    pub(crate) namespaced: Vec<Namespaced>,
+    pub namespaced: Vec<Namespaced>,
     /// `max_output_tokens`, echoed in the response object.
-    pub(crate) max_output_tokens: Option<u64>,
+    pub max_output_tokens: Option<u64>,
     /// `parallel_tool_calls` (true unless the client said false).
-    pub(crate) parallel_tool_calls: bool,
+    pub parallel_tool_calls: bool,
 }
 
 /// A namespace's function, as the provider knows it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Namespaced {
+pub struct Namespaced {
     /// The chat tool's name: `{namespace}__{name}`.
-    pub(crate) chat: String,
+    pub chat: String,
     /// The namespace.
-    pub(crate) namespace: String,
+    pub namespace: String,
     /// The function's own name.
-    pub(crate) name: String,
+    pub name: String,
 }
 
 impl Asked {
     /// The namespace and name a chat tool call's `name` stands for (no
     /// namespace for a flat function).
-    pub(crate) fn function<'a>(&'a self, chat: &'a str) -> (Option<&'a str>, &'a str) {
+    pub fn function<'a>(&'a self, chat: &'a str) -> (Option<&'a str>, &'a str) {
         match self.namespaced.iter().find(|n| n.chat == chat) {
             Some(n) => (Some(&n.namespace), &n.name),
             None => (None, chat),
@@ -67,7 +67,7 @@ impl Asked {
 const NAMESPACE_SEPARATOR: &str = "__";
 
 /// The chat request for `body`, and what the answer's translation needs.
-pub(crate) fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
+pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Top::read(body)?;
     let model = top.model.ok_or_else(|| ApiError::missing("model"))?;
     if !model.starts_with(b"\"") {
@@ -268,7 +268,12 @@ impl<'a> Object<'a> {
             })
             .and_then(|()| c.end());
         if read.is_err() {
-            return Err(Some(syntax(raw)));
+            // The cursor's own error (a bad byte in a string is one only
+            // a read finds), else the grammar's.
+            return Err(Some(match c.error() {
+                Some(e) => ApiError::invalid_json(e),
+                None => syntax(raw),
+            }));
         }
         if let Some(hazard) = c.hazard() {
             return Err(Some(ApiError::invalid_json(hazard)));
@@ -405,13 +410,12 @@ fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
             _ => {}
         }
     }
-    for (i, name) in names.iter().enumerate() {
-        if names[..i].contains(name) {
-            return Err(ApiError::invalid_value(
-                "tools",
-                format!("Two tools are named '{name}' once namespaces are flattened."),
-            ));
-        }
+    let mut seen = std::collections::HashSet::with_capacity(names.len());
+    if let Some(name) = names.iter().find(|n| !seen.insert(n.as_str())) {
+        return Err(ApiError::invalid_value(
+            "tools",
+            format!("Two tools are named '{name}' once namespaces are flattened."),
+        ));
     }
     Ok(out)
 }
@@ -874,7 +878,7 @@ fn joined(out: &mut Vec<u8>, parts: &[&[u8]]) {
 
 /// The Responses name of a chat parameter the chat validator refused, so
 /// the client reads the field it sent.
-pub(crate) fn param_name(chat: &str) -> String {
+pub fn param_name(chat: &str) -> String {
     let (head, rest) = chat.split_at(chat.find(['.', '[']).unwrap_or(chat.len()));
     match head {
         "max_tokens" => "max_output_tokens".into(),

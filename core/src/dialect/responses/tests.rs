@@ -534,3 +534,75 @@ fn a_whole_completion_becomes_a_response_object() {
     assert_eq!(output[3]["name"], "g");
     assert_eq!(v["usage"]["output_tokens_details"]["reasoning_tokens"], 3);
 }
+
+#[test]
+fn calls_numbered_alike_stay_apart_and_text_between_deltas_does_not_split_a_call() {
+    let mut s = ResponseStream::new(Asked::default(), "req_4", 1);
+    let mut out = Vec::new();
+    // Two calls both numbered 0 (some providers do), text in between the
+    // first call's arguments.
+    for c in [
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{\"x\":"}}]}),
+            None,
+        ),
+        chunk(json!({"content": "\n"}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+            None,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "c2", "function": {"name": "g", "arguments": "{}"}}]}),
+            None,
+        ),
+        chunk(json!({"refusal": "no"}), Some("tool_calls")),
+    ] {
+        s.chunk(&c, &mut out);
+    }
+    s.end(End::Finished(None), None, &mut out);
+    let (r, _) = reassemble_events(&out);
+    assert_eq!(
+        r.calls,
+        vec![
+            (None, "f".into(), "c1".into(), "{\"x\":1}".into()),
+            (None, "g".into(), "c2".into(), "{}".into()),
+        ]
+    );
+    assert_eq!(r.text, "\nno", "a refusal is what the model said");
+}
+
+#[test]
+fn the_reason_passed_in_decides_and_usage_cannot_overflow() {
+    let mut s = ResponseStream::new(Asked::default(), "req_5", 1);
+    let mut out = Vec::new();
+    s.chunk(&chunk(json!({"content": "a"}), None), &mut out);
+    let huge = Usage {
+        prompt_tokens: u64::MAX,
+        completion_tokens: 1,
+        ..Usage::default()
+    };
+    s.end(End::Finished(Some("length")), Some(&huge), &mut out);
+    let (r, _) = reassemble_events(&out);
+    assert_eq!(r.status, "incomplete");
+    assert_eq!(r.usage.unwrap()["total_tokens"], u64::MAX);
+}
+
+#[test]
+fn a_bad_byte_is_placed_where_it_is() {
+    let e = translate(b"{\"model\":\"m\",\"input\":\"\xff\"}").expect_err("refused");
+    assert_eq!(e.code, "invalid_json");
+    assert!(e.message.contains("column"), "{}", e.message);
+}
+
+#[test]
+fn what_a_provider_sends_badly_is_made_readable() {
+    let mut s = ResponseStream::new(Asked::default(), "req_6", 1);
+    let mut out = Vec::new();
+    let mut bad = br#"{"choices":[{"delta":{"content":"a"#.to_vec();
+    bad.extend_from_slice(b"\xff");
+    bad.extend_from_slice(br#"b\ud800c\ud83d\ude00\\ud800"}}]}"#);
+    s.chunk(&bad, &mut out);
+    s.end(End::Finished(None), None, &mut out);
+    let (r, _) = reassemble_events(&out);
+    assert_eq!(r.text, "a\u{FFFD}b\u{FFFD}c\u{1F600}\\ud800");
+}
