@@ -35,7 +35,8 @@
 #   --warmup W        requests in the shorter run           [default: 200]
 #   --conns C         client connections at once            [default: 8, as wrk -c8]
 #   --only LIST       binaries: smol,tokio                  [default: both]
-#   --workloads LIST  nonstream,stream                      [default: both]
+#   --workloads LIST  nonstream,stream,responses            [default: nonstream,stream]
+#                     (responses: the stream workload through POST /v1/responses)
 #   --fair-sched Y|N  valgrind's --fair-sched                [default: yes]
 #   --endpoints N     a pool of N [[upstream]] endpoints, all the one
 #                     simulator (the pool's own cost)        [default: 1, --upstream]
@@ -174,6 +175,20 @@ for name in NONSTREAM STREAM; do
 done
 printf '%s' "$NONSTREAM" >"$work/nonstream.json"
 printf '%s' "$STREAM" >"$work/stream.json"
+# The same stream through the Responses API (`--apis responses`): the same
+# prompt, the simulator's lengths in a marker (the translator does not
+# forward x_sim).
+python3 - "$STREAM" >"$work/responses.json" <<'PY'
+import json, sys
+chat = json.loads(sys.argv[1])
+sim = ",".join(f"{k}={v}" for k, v in chat.get("x_sim", {}).items())
+print(json.dumps({
+    "model": chat["model"],
+    "stream": True,
+    "instructions": chat["messages"][0]["content"],
+    "input": chat["messages"][1]["content"] + (f" [[sim:{sim}]]" if sim else ""),
+}), end="")
+PY
 
 # The driver: exactly COUNT requests over CONNS keep-alive connections at
 # once (each sends its share back to back), every answer read to its end
@@ -181,12 +196,14 @@ printf '%s' "$STREAM" >"$work/stream.json"
 cat >"$work/driver.py" <<'PY'
 import os, socket, sys, threading
 
-addr, body_file, count, conns, stream = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "stream"
+addr, body_file, count, conns, workload = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+stream = workload in ("stream", "responses")
+path = "/v1/responses" if workload == "responses" else "/v1/chat/completions"
 host, port = addr.rsplit(":", 1)
 body = open(body_file, "rb").read()
 key = open(os.environ["KEY_FILE"]).read().strip()
 request = (
-    f"POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
+    f"POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
     f"Authorization: Bearer {key}\r\nContent-Length: {len(body)}\r\n\r\n"
 ).encode() + body
 shares = [count // conns + (1 if i < count % conns else 0) for i in range(conns)]
@@ -232,8 +249,10 @@ def one(f):
             raise RuntimeError("short body")
     else:
         raise RuntimeError("no framing")
-    if stream and not content.rstrip().endswith(b"data: [DONE]"):
+    if workload == "stream" and not content.rstrip().endswith(b"data: [DONE]"):
         raise RuntimeError("stream without [DONE]")
+    if workload == "responses" and b"event: response.completed" not in content:
+        raise RuntimeError("stream without response.completed")
     if not stream and b'"usage"' not in content:
         raise RuntimeError("answer without usage")
 
@@ -302,6 +321,7 @@ measure() {
         valgrind --tool=callgrind --fair-sched="$fair_sched" --callgrind-out-file="$out" --log-file="$work/valgrind.$tag.log" \
         "$bin_dir/chatgate-$bin" serve --listen 127.0.0.1:0 "${upstream_args[@]}" \
         --keys "$keys" --ledger "$ledger" ${extra_args[@]+"${extra_args[@]}"} \
+        $([ "$workload" = responses ] && echo --apis responses) \
         >"$work/gateway.$tag.stdout" 2>"$work/gateway.$tag.stderr" </dev/null &
     local pid=$!
     pids+=("$pid")
@@ -341,7 +361,7 @@ IFS=, read -r -a wls <<<"$workloads"
 for bin in "${bins[@]}"; do
     case "$bin" in smol | tokio) ;; *) echo "callgrind.sh: --only takes smol,tokio" >&2; exit 2 ;; esac
     for wl in "${wls[@]}"; do
-        case "$wl" in nonstream | stream) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream" >&2; exit 2 ;; esac
+        case "$wl" in nonstream | stream | responses) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream,responses" >&2; exit 2 ;; esac
         echo "==> chatgate-$bin, $wl: $warmup and $((warmup + requests)) requests, $conns connections"
         t0=$SECONDS
         measure "$bin" "$wl" "$warmup"

@@ -11,6 +11,7 @@ use chatgate_tests::*;
 cases!(
     the_path_is_unknown_without_apis,
     the_python_sdk_creates_streams_and_calls_a_tool,
+    the_node_sdk_creates_streams_and_calls_a_tool,
     codex_answers_and_runs_its_shell_tool,
 );
 
@@ -45,10 +46,27 @@ fn the_path_is_unknown_without_apis(bin: &str) {
 fn the_python_sdk_creates_streams_and_calls_a_tool(bin: &str) {
     let python = repo().join(".cache/clients/venv/bin/python");
     assert!(python.exists(), "run clients/install.sh first");
+    sdk_scenario(
+        bin,
+        Command::new(python).arg(repo().join("clients/python/responses.py")),
+    );
+}
+
+fn the_node_sdk_creates_streams_and_calls_a_tool(bin: &str) {
+    let dir = repo().join("clients/node");
+    assert!(
+        dir.join("node_modules/openai").exists(),
+        "run clients/install.sh first"
+    );
+    sdk_scenario(bin, Command::new("node").arg(dir.join("responses.mjs")));
+}
+
+/// Runs an SDK's scenario against a gateway serving the Responses API;
+/// checks it passed every step and what the ledger recorded.
+fn sdk_scenario(bin: &str, cmd: &mut Command) {
     let sim = Sim::start(bin, &[], &[]);
     let gw = with_responses(bin, &sim.url());
-    let out = Command::new(python)
-        .arg(repo().join("clients/python/responses.py"))
+    let out = cmd
         .env("OPENAI_BASE_URL", format!("http://{}/v1", gw.addr))
         .env("OPENAI_API_KEY", &gw.key)
         .output()
