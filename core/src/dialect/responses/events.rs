@@ -43,6 +43,9 @@ struct Item {
     call_id: Vec<u8>,
     name: String,
     namespace: Option<String>,
+    /// A call of a freeform (`custom`) tool: its arguments are kept whole
+    /// and its `input` written when it is done.
+    custom: bool,
     /// The chat tool call's `index`.
     index: u64,
     done: bool,
@@ -253,6 +256,7 @@ impl ResponseStream {
             call_id: Vec::new(),
             name: String::new(),
             namespace: None,
+            custom: false,
             index: 0,
             done: false,
         });
@@ -355,6 +359,7 @@ impl ResponseStream {
                     .and_then(|n| Cursor::whole(n, Cursor::str).ok())
                     .map(|n| String::from_utf8_lossy(&n).into_owned())
                     .unwrap_or_default();
+                let custom = self.asked.custom.contains(&chat_name);
                 let (namespace, fname) = self.asked.function(&chat_name);
                 let (namespace, fname) = (namespace.map(str::to_owned), fname.to_owned());
                 self.close_text(out);
@@ -370,6 +375,7 @@ impl ResponseStream {
                     call_id,
                     name: fname,
                     namespace,
+                    custom,
                     index,
                     done: false,
                 });
@@ -382,6 +388,10 @@ impl ResponseStream {
             self.items[i]
                 .text
                 .extend_from_slice(&args[1..args.len() - 1]);
+            if self.items[i].custom {
+                // Its input is written whole when it is done.
+                return;
+            }
             let id = self.items[i].id.clone();
             self.event(out, "response.function_call_arguments.delta", |o| {
                 o.extend_from_slice(b",\"item_id\":");
@@ -450,6 +460,24 @@ impl ResponseStream {
                     o.extend_from_slice(b"\",\"logprobs\":[]");
                 });
                 self.part_event(out, "response.content_part.done", i);
+            }
+            Kind::Call if self.items[i].custom => {
+                let input = custom_input(&self.items[i].text);
+                for (name, member) in [
+                    ("response.custom_tool_call_input.delta", "delta"),
+                    ("response.custom_tool_call_input.done", "input"),
+                ] {
+                    self.event(out, name, |o| {
+                        o.extend_from_slice(b",\"item_id\":");
+                        json_string(o, &id);
+                        o.extend_from_slice(
+                            format!(",\"output_index\":{i},\"{member}\":\"").as_bytes(),
+                        );
+                        o.extend_from_slice(&input);
+                        o.push(b'"');
+                    });
+                }
+                self.items[i].text = input;
             }
             Kind::Call => {
                 let text = self.items[i].text.clone();
@@ -587,8 +615,13 @@ impl ResponseStream {
                 o.extend_from_slice(b"]}");
             }
             Kind::Call => {
+                let kind = if it.custom {
+                    "custom_tool_call"
+                } else {
+                    "function_call"
+                };
                 o.extend_from_slice(
-                    format!(",\"type\":\"function_call\",\"status\":\"{status}\",\"call_id\":\"")
+                    format!(",\"type\":\"{kind}\",\"status\":\"{status}\",\"call_id\":\"")
                         .as_bytes(),
                 );
                 o.extend_from_slice(&it.call_id);
@@ -598,7 +631,11 @@ impl ResponseStream {
                     o.extend_from_slice(b",\"namespace\":");
                     json_string(o, ns);
                 }
-                o.extend_from_slice(b",\"arguments\":\"");
+                o.extend_from_slice(if it.custom {
+                    b",\"input\":\""
+                } else {
+                    b",\"arguments\":\""
+                });
                 if it.done {
                     o.extend_from_slice(&it.text);
                 }
@@ -650,6 +687,37 @@ impl ResponseStream {
         self.sequence += 1;
         body(out);
         out.extend_from_slice(b"}\n\n");
+    }
+}
+
+/// A freeform call's `input` (the inside of a JSON string) from its chat
+/// arguments (the inside of the JSON string they came in): the `input`
+/// member of the arguments' object, or, when they are no such object, the
+/// arguments' text itself.
+fn custom_input(arguments: &[u8]) -> Vec<u8> {
+    let quoted = [b"\"", arguments, b"\""].concat();
+    let Ok(json) = Cursor::whole(&quoted, Cursor::str) else {
+        return arguments.to_vec();
+    };
+    let mut c = Cursor::new(&json);
+    let mut input = None;
+    if c.peek() == Some(b'{') {
+        let _ = c.members(Keys::Read, |c, key| {
+            let start = c.at();
+            c.skip()?;
+            if c.raw_name(key) == b"input" && json[start] == b'"' {
+                input = Some(start + 1..c.at() - 1);
+            }
+            Ok(())
+        });
+    }
+    match input {
+        Some(r) => json[r].to_vec(),
+        None => {
+            let mut v = Vec::new();
+            json_string(&mut v, &String::from_utf8_lossy(&json));
+            v[1..v.len() - 1].to_vec()
+        }
     }
 }
 

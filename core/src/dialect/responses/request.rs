@@ -14,6 +14,7 @@
 //! | `user` and `assistant` messages; `input_text`, `output_text`, `input_image` | the same roles; `text` and `image_url` parts |
 //! | `function_call` items | the assistant message's `tool_calls` |
 //! | `function_call_output` items | `tool` messages |
+//! | `custom` (freeform) tools, `custom_tool_call` and its output | a function of one string argument `input`, its tool call, a `tool` message |
 //! | `reasoning` items, hosted tools' calls | left out: reasoning is never sent back |
 //! | `function` tools, a `namespace`'s functions | function tools (`namespace__name`) |
 //! | hosted tools (`web_search`, `file_search`, …) | left out: the provider cannot run them |
@@ -38,6 +39,9 @@ pub struct Asked {
     pub max_output_tokens: Option<u64>,
     /// `parallel_tool_calls` (true unless the client said false).
     pub parallel_tool_calls: bool,
+    /// The names of the client's freeform (`custom`) tools, which the
+    /// provider sees as functions of one string argument, `input`.
+    pub custom: Vec<String>,
 }
 
 /// A namespace's function, as the provider knows it.
@@ -404,9 +408,18 @@ fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
                     out.push(chat);
                 }
             }
+            "custom" => {
+                let name = t
+                    .get(b"name")
+                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let name = text(name, &|| at("name"))?.into_owned();
+                out.push(custom_tool(&t, &name));
+                asked.custom.push(name.clone());
+                names.push(name);
+            }
             // Hosted tools (`web_search`, `file_search`, `computer_use…`,
-            // `code_interpreter`, `image_generation`, `mcp`, `local_shell`)
-            // and freeform `custom` tools: the provider cannot run them.
+            // `code_interpreter`, `image_generation`, `mcp`, `local_shell`):
+            // the provider cannot run them.
             _ => {}
         }
     }
@@ -444,6 +457,32 @@ fn function_tool(
     }
     chat.extend_from_slice(b"}}");
     Ok((name, chat))
+}
+
+/// A freeform (`custom`) tool as a chat function of one string argument,
+/// `input`, described by the tool's description and its format (a grammar
+/// the input follows, when it has one).
+fn custom_tool(t: &Object<'_>, name: &str) -> Vec<u8> {
+    let mut chat = b"{\"type\":\"function\",\"function\":{\"name\":".to_vec();
+    crate::json::write::string(&mut chat, name);
+    if let Some(d) = t.get(b"description").filter(|r| r.starts_with(b"\"")) {
+        member(&mut chat, "description", d);
+    }
+    chat.extend_from_slice(
+        b",\"parameters\":{\"type\":\"object\",\"properties\":{\"input\":{\"type\":\"string\"",
+    );
+    let definition = t
+        .get(b"format")
+        .and_then(|f| Object::read(f).ok())
+        .and_then(|f| f.get(b"definition"))
+        .filter(|d| d.starts_with(b"\""));
+    if let Some(d) = definition {
+        chat.extend_from_slice(b",\"description\":\"The whole input, following this grammar:\\n");
+        chat.extend_from_slice(&d[1..d.len() - 1]);
+        chat.push(b'"');
+    }
+    chat.extend_from_slice(b"}},\"required\":[\"input\"],\"additionalProperties\":false}}}");
+    chat
 }
 
 /// `tool_choice`: a mode as it is; a function by name in chat's shape;
@@ -553,7 +592,8 @@ enum Part<'a> {
 struct Call<'a> {
     id: &'a [u8],
     name: String,
-    arguments: &'a [u8],
+    /// A JSON string: as written, or built (a freeform call's input).
+    arguments: Cow<'a, [u8]>,
 }
 
 /// `instructions` and `input` as chat messages.
@@ -606,7 +646,7 @@ fn messages<'a>(top: &Top<'a>, asked: &Asked) -> Result<Vec<Message<'a>>, ApiErr
                 let arguments = it
                     .get(b"arguments")
                     .ok_or_else(|| ApiError::missing(at("arguments")))?;
-                let arguments = string(arguments, &|| at("arguments"))?;
+                let arguments = Cow::Borrowed(string(arguments, &|| at("arguments"))?);
                 let call = Call {
                     id,
                     name,
@@ -620,7 +660,37 @@ fn messages<'a>(top: &Top<'a>, asked: &Asked) -> Result<Vec<Message<'a>>, ApiErr
                     }),
                 }
             }
-            "function_call_output" => {
+            "custom_tool_call" => {
+                let id = it
+                    .get(b"call_id")
+                    .ok_or_else(|| ApiError::missing(at("call_id")))?;
+                let id = string(id, &|| at("call_id"))?;
+                let name = it
+                    .get(b"name")
+                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let name = text(name, &|| at("name"))?.into_owned();
+                let input = it
+                    .get(b"input")
+                    .ok_or_else(|| ApiError::missing(at("input")))?;
+                let input = string(input, &|| at("input"))?;
+                // The function's arguments: `{"input": …}`, as a string.
+                let mut arguments = Vec::with_capacity(input.len() + 16);
+                let object = format!("{{\"input\":{}}}", String::from_utf8_lossy(input));
+                crate::json::write::string(&mut arguments, &object);
+                let call = Call {
+                    id,
+                    name,
+                    arguments: Cow::Owned(arguments),
+                };
+                match out.last_mut() {
+                    Some(Message::Assistant { calls, .. }) => calls.push(call),
+                    _ => out.push(Message::Assistant {
+                        text: Vec::new(),
+                        calls: vec![call],
+                    }),
+                }
+            }
+            "function_call_output" | "custom_tool_call_output" => {
                 let id = it
                     .get(b"call_id")
                     .ok_or_else(|| ApiError::missing(at("call_id")))?;
@@ -840,7 +910,7 @@ fn write_messages(out: &mut Vec<u8>, messages: &[Message<'_>]) {
                         out.extend_from_slice(b",\"type\":\"function\",\"function\":{\"name\":");
                         crate::json::write::string(out, &c.name);
                         out.extend_from_slice(b",\"arguments\":");
-                        out.extend_from_slice(c.arguments);
+                        out.extend_from_slice(&c.arguments);
                         out.extend_from_slice(b"}}");
                     }
                     out.push(b']');

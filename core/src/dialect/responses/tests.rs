@@ -606,3 +606,73 @@ fn what_a_provider_sends_badly_is_made_readable() {
     let (r, _) = reassemble_events(&out);
     assert_eq!(r.text, "a\u{FFFD}b\u{FFFD}c\u{1F600}\\ud800");
 }
+
+#[test]
+fn a_freeform_tool_is_a_function_of_its_input_both_ways() {
+    let (v, asked) = chat(
+        json!({"model": "m", "tools": [{"type": "custom", "name": "apply_patch", "description": "Patch files",
+                                        "format": {"type": "grammar", "syntax": "lark", "definition": "start: \"x\""}}],
+               "input": [
+                   {"role": "user", "content": "fix it"},
+                   {"type": "custom_tool_call", "call_id": "p1", "name": "apply_patch", "input": "*** Begin Patch\n\"q\""},
+                   {"type": "custom_tool_call_output", "call_id": "p1", "output": "Done!"}]})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(asked.custom, ["apply_patch"]);
+    let f = &v["tools"][0]["function"];
+    assert_eq!(f["name"], "apply_patch");
+    assert_eq!(f["parameters"]["required"], json!(["input"]));
+    assert!(
+        f["parameters"]["properties"]["input"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("start: \"x\"")
+    );
+    let call = &v["messages"][1]["tool_calls"][0]["function"];
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"input": "*** Begin Patch\n\"q\""}));
+    assert_eq!(
+        v["messages"][2],
+        json!({"role": "tool", "tool_call_id": "p1", "content": "Done!"})
+    );
+
+    // The model's call comes back as a custom_tool_call with its input.
+    let mut s = ResponseStream::new(asked, "req_7", 1);
+    let mut out = Vec::new();
+    for c in [
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "p2", "function": {"name": "apply_patch", "arguments": "{\"input\":\"*** Begin"}}]}),
+            None,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": " Patch\\n\\\"q\\\"\"}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+    ] {
+        s.chunk(&c, &mut out);
+    }
+    s.end(End::Finished(None), None, &mut out);
+    let (_, events) = reassemble_events(&out);
+    let done: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.done")
+        .collect();
+    assert_eq!(done.len(), 1);
+    let item = &done[0]["item"];
+    assert_eq!(item["type"], "custom_tool_call");
+    assert_eq!(item["call_id"], "p2");
+    assert_eq!(item["input"], "*** Begin Patch\n\"q\"");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "response.custom_tool_call_input.done"
+                && e["input"] == "*** Begin Patch\n\"q\"")
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "response.function_call_arguments.delta")
+    );
+}
