@@ -32,8 +32,9 @@
 #      plain chat metered exactly (1), a streamed chat and its ledger line (2),
 #      a forced tool call (3), a client disconnect mid-stream stops the
 #      generation (4), the model server killed with SIGKILL under 20
-#      concurrent streams (5, on a second llama server of its own), and a
-#      day budget that holds (6). One line per case, `PASS name (figures)` or
+#      concurrent streams (5, on a second llama server of its own), a
+#      day budget that holds (6), and the Responses API, plain and streamed,
+#      metered (7). One line per case, `PASS name (figures)` or
 #      `FAIL name: why`, then `N passed, M failed`.
 #
 # What the model server does that the cases rely on (llama-cpp-python

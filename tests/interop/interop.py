@@ -293,7 +293,7 @@ class Suite:
     def run(self):
         a = self.args
         os.makedirs(a.work, exist_ok=True)
-        self.gw = Gateway(a.bin, a.upstream, a.work, "main")
+        self.gw = Gateway(a.bin, a.upstream, a.work, "main", "--apis", "chat,responses")
         try:
             self.key = self.gw.mint("interop", "--rpm", "1000")
             self.budget_key = self.gw.mint(
@@ -314,6 +314,7 @@ class Suite:
             self.case("4-disconnect-stops-generation", self.disconnect)
             self.case("5-server-killed-under-20-streams", self.server_killed)
             self.case("6-budget-holds", self.budget)
+            self.case("7-responses-api", self.responses_api)
         finally:
             status = self.gw.stop()
             print(f"{self.name}: gateway stopped with SIGTERM, exit status {status}", flush=True)
@@ -623,6 +624,37 @@ class Suite:
         check(served > 0, "no request was served: " + figures)
         check(spent <= BUDGET_NANO and charged <= BUDGET_NANO, "over budget: " + figures)
         return figures + f"; refusal: {short(refusal.message, 160)!r}"
+
+    # --- 7 ---------------------------------------------------------------
+    def responses_api(self):
+        """The Responses API (what Codex speaks) in front of the real server:
+        a plain answer with the server's usage, and a stream whose deltas add
+        up to the final text and end with response.completed or
+        response.incomplete, each metered with api = responses."""
+        raw = self.c.responses.with_raw_response.create(model=MODEL, input="Say hi", max_output_tokens=32)
+        check(raw.status_code == 200, f"status {raw.status_code}")
+        rid = raw.headers.get("x-request-id")
+        r = raw.parse()
+        check(r.status in ("completed", "incomplete"), f"status {r.status}")
+        check(r.output_text.strip(), "empty output_text")
+        line = self.gw.line_for(rid)
+        check(line.get("api") == "responses", f"ledger api {line.get('api')!r}")
+        check(r.usage is not None and r.usage.input_tokens == line["prompt_tokens"]
+              and r.usage.output_tokens == line["completion_tokens"],
+              f"usage {r.usage} against the ledger's {line['prompt_tokens']}+{line['completion_tokens']}")
+        text, events = "", 0
+        with self.c.responses.stream(model=MODEL, input="Say hi in five words", max_output_tokens=32) as stream:
+            for ev in stream:
+                events += 1
+                if ev.type == "response.output_text.delta":
+                    text += ev.delta
+            final = stream.get_final_response()
+        check(final.status in ("completed", "incomplete"), f"stream status {final.status}")
+        check(text == final.output_text and text.strip(), f"deltas {short(text)!r}, final {short(final.output_text)!r}")
+        lines = [l for l in self.gw.lines_for_key("interop") if l.get("api") == "responses" and l["stream"]]
+        check(lines, "no ledger line for the streamed response")
+        return (f"plain {r.status} {short(r.output_text, 30)!r} ({r.usage.input_tokens}+{r.usage.output_tokens} tokens); "
+                f"stream {final.status}, {events} events, {short(text, 30)!r}")
 
 
 def main():

@@ -12,6 +12,7 @@ cases!(
     the_path_is_unknown_without_apis,
     the_python_sdk_creates_streams_and_calls_a_tool,
     the_node_sdk_creates_streams_and_calls_a_tool,
+    retries_limits_and_cut_streams_hold_on_this_api,
     codex_answers_and_runs_its_shell_tool,
 );
 
@@ -155,4 +156,50 @@ fn codex_answers_and_runs_its_shell_tool(bin: &str) {
             .iter()
             .any(|r| r.finish_reason.as_deref() == Some("tool_calls"))
     );
+}
+
+fn responses(gw: &Gw, body: &str) -> Response {
+    request(gw.addr, "POST", "/v1/responses", Some(&gw.key), Some(body))
+}
+
+/// What the chat exchange guarantees holds here too: a transient provider
+/// failure retried before the first byte, a key's rate limit answered with
+/// a JSON 429, a stream cut by the provider ended with `response.failed`
+/// (never `response.completed`) and metered as incomplete.
+fn retries_limits_and_cut_streams_hold_on_this_api(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = with_responses(bin, &sim.url());
+    sim.set_fault(r#"{"fault":"reject","status":503,"times":1}"#);
+    let r = responses(&gw, r#"{"model":"reasoning-model-k3","input":"hi"}"#);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["status"], "completed");
+    let rec = &gw.ledger_len(1)[0];
+    assert_eq!((rec.attempts, rec.api.as_deref()), (2, Some("responses")));
+
+    let r = responses(
+        &gw,
+        r#"{"model":"reasoning-model-k3","stream":true,"input":"go on [[sim:fault=reset,after=6]]"}"#,
+    );
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    let last = body
+        .split("\n\n")
+        .filter(|e| e.starts_with("event: "))
+        .last()
+        .unwrap_or_default();
+    assert!(last.starts_with("event: response.failed"), "{body}");
+    assert!(!body.contains("response.completed"), "{body}");
+    let rec = &gw.ledger_len(2)[1];
+    assert!(!rec.complete && rec.stream, "{rec:?}");
+
+    let opts = GwOptions {
+        args: vec!["--apis".into(), "responses".into()],
+        rpm: Some(1),
+        ..GwOptions::default()
+    };
+    let limited = Gw::start(bin, &sim.url(), opts);
+    let body = r#"{"model":"reasoning-model-k3","input":"hi"}"#;
+    assert_eq!(responses(&limited, body).status, 200);
+    let (status, _, code, _) = responses(&limited, body).error();
+    assert_eq!((status, code.as_str()), (429, "rate_limit_exceeded"));
 }

@@ -353,6 +353,9 @@ impl ResponseStream {
         };
         let i = match open {
             Some(i) => i,
+            // Arguments of a call never started (no id, no name): nothing
+            // to attach them to.
+            None if id.is_none() && name.is_none() => return,
             None => {
                 // A new call: its id and name come with its first delta.
                 let chat_name = name

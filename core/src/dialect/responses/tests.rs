@@ -325,6 +325,27 @@ fn reassemble_events(out: &[u8]) -> (Reassembled, Vec<Value>) {
             "response.completed" | "response.incomplete" | "response.failed" => {
                 r.status = v["response"]["status"].as_str().unwrap().to_owned();
                 r.usage = Some(v["response"]["usage"].clone());
+                // The calls in the order of the output (a call may be done
+                // before one added earlier).
+                let output = v["response"]["output"].as_array().unwrap();
+                let calls: Vec<_> = output
+                    .iter()
+                    .filter(|it| it["type"] == "function_call")
+                    .map(|it| {
+                        (
+                            it["namespace"].as_str().map(str::to_owned),
+                            it["name"].as_str().unwrap().to_owned(),
+                            it["call_id"].as_str().unwrap().to_owned(),
+                            it["arguments"].as_str().unwrap().to_owned(),
+                        )
+                    })
+                    .collect();
+                let mut by_done = r.calls.clone();
+                let mut sorted = calls.clone();
+                by_done.sort();
+                sorted.sort();
+                assert_eq!(by_done, sorted, "the same calls done as in the output");
+                r.calls = calls;
             }
             _ => {}
         }
@@ -675,4 +696,118 @@ fn a_freeform_tool_is_a_function_of_its_input_both_ways() {
             .iter()
             .any(|e| e["type"] == "response.function_call_arguments.delta")
     );
+}
+
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::{End, ResponseStream, chunk, reassemble_events};
+    use crate::dialect::responses::request::Asked;
+
+    /// One delta of a chat stream.
+    #[derive(Debug, Clone)]
+    enum Delta {
+        Reasoning(String),
+        Text(String),
+        /// A call's start (its index, id and name) or more of its arguments.
+        CallStart(u8),
+        CallArgs(u8, String),
+    }
+
+    fn delta() -> impl Strategy<Value = Delta> {
+        let text = "[a-z \"\\\\\n\u{e9}\u{1F600}]{0,6}";
+        prop_oneof![
+            text.prop_map(Delta::Reasoning),
+            text.prop_map(Delta::Text),
+            (0u8..3).prop_map(Delta::CallStart),
+            ((0u8..3), text).prop_map(|(i, t)| Delta::CallArgs(i, t)),
+        ]
+    }
+
+    /// What a chat client reassembles from the deltas: reasoning, text,
+    /// and each call's name and arguments by index (a call's arguments
+    /// before its start are dropped, as a client would).
+    fn chat_view(deltas: &[Delta]) -> (String, String, Vec<(String, String)>) {
+        let (mut reasoning, mut text) = (String::new(), String::new());
+        let mut calls: Vec<(u8, String, String)> = Vec::new();
+        for d in deltas {
+            match d {
+                Delta::Reasoning(t) => reasoning += t,
+                Delta::Text(t) => text += t,
+                Delta::CallStart(i) => calls.push((*i, format!("f{i}"), String::new())),
+                Delta::CallArgs(i, t) => {
+                    if let Some(c) = calls.iter_mut().rev().find(|c| c.0 == *i) {
+                        c.2 += t;
+                    }
+                }
+            }
+        }
+        let calls = calls.into_iter().map(|(_, n, a)| (n, a)).collect();
+        (reasoning, text, calls)
+    }
+
+    fn chunks(deltas: &[Delta]) -> Vec<Vec<u8>> {
+        let mut started = 0;
+        deltas
+            .iter()
+            .map(|d| match d {
+                Delta::Reasoning(t) => chunk(json!({"reasoning_content": t}), None),
+                Delta::Text(t) => chunk(json!({"content": t}), None),
+                Delta::CallStart(i) => {
+                    started += 1;
+                    chunk(
+                        json!({"tool_calls": [{"index": i, "id": format!("call{started}"),
+                               "function": {"name": format!("f{i}"), "arguments": ""}}]}),
+                        None,
+                    )
+                }
+                Delta::CallArgs(i, t) => chunk(
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": t}}]}),
+                    None,
+                ),
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn reassembled_it_says_what_the_chat_stream_said(
+            deltas in proptest::collection::vec(delta(), 0..24),
+            groups in proptest::collection::vec(1usize..4, 0..24),
+        ) {
+            let chunks = chunks(&deltas);
+            let run = |groups: &[usize]| {
+                let mut s = ResponseStream::new(Asked::default(), "req_8", 1);
+                let mut out = Vec::new();
+                let (mut i, mut g) = (0, groups.iter().cycle());
+                while i < chunks.len() {
+                    let n = *g.next().unwrap_or(&1);
+                    let mut part = Vec::new();
+                    for c in &chunks[i..(i + n).min(chunks.len())] {
+                        s.chunk(c, &mut part);
+                    }
+                    out.extend_from_slice(&part);
+                    i += n;
+                }
+                s.chunk(&chunk(json!({}), Some("stop")), &mut out);
+                s.end(End::Finished(None), None, &mut out);
+                out
+            };
+            let whole = run(&[usize::MAX]);
+            if !groups.is_empty() {
+                prop_assert_eq!(&run(&groups), &whole);
+            }
+            let (r, events) = reassemble_events(&whole);
+            let (reasoning, text, calls) = chat_view(&deltas);
+            prop_assert_eq!(r.reasoning, reasoning);
+            prop_assert_eq!(r.text, text);
+            // A call started but never given arguments still counts.
+            let got: Vec<(String, String)> = r.calls.into_iter().map(|c| (c.1, c.3)).collect();
+            prop_assert_eq!(got, calls);
+            prop_assert_eq!(r.status, "completed");
+            let last: &Value = events.last().unwrap();
+            prop_assert_eq!(&last["type"], "response.completed");
+        }
+    }
 }
