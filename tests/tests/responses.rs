@@ -13,6 +13,7 @@ cases!(
     the_python_sdk_creates_streams_and_calls_a_tool,
     the_node_sdk_creates_streams_and_calls_a_tool,
     retries_limits_and_cut_streams_hold_on_this_api,
+    codex_runs_on_the_table_demo_prints,
     codex_answers_and_runs_its_shell_tool,
 );
 
@@ -95,17 +96,25 @@ fn sdk_scenario(bin: &str, cmd: &mut Command) {
 /// Codex CLI, offline: its vendor's traffic switched off, the proxy
 /// variables at a port that refuses, a custom provider at the gateway.
 fn codex(gw: &Gw, home: &std::path::Path, prompt: &str) -> (bool, String) {
+    let provider = format!(
+        "model = \"reasoning-model-k3\"\nmodel_provider = \"chatgate\"\n\
+         [model_providers.chatgate]\nname = \"chatgate\"\nbase_url = \"http://{}/v1\"\n\
+         env_key = \"CHATGATE_API_KEY\"\nwire_api = \"responses\"\n",
+        gw.addr
+    );
+    codex_with(&provider, &gw.key, home, prompt)
+}
+
+/// Codex CLI with `provider` (its model and provider table) in its
+/// config.toml, the rest of it offline.
+fn codex_with(provider: &str, key: &str, home: &std::path::Path, prompt: &str) -> (bool, String) {
     let bin = repo().join("clients/codex/node_modules/.bin/codex");
     assert!(bin.exists(), "run clients/install.sh first");
+    // Top-level keys first, then the tables: the switches go in tables of
+    // their own after the provider's.
     std::fs::write(
         home.join("config.toml"),
-        format!(
-            "model = \"reasoning-model-k3\"\nmodel_provider = \"chatgate\"\n\
-             [model_providers.chatgate]\nname = \"chatgate\"\nbase_url = \"http://{}/v1\"\n\
-             env_key = \"CHATGATE_API_KEY\"\nwire_api = \"responses\"\n\
-             [analytics]\nenabled = false\n[features]\nplugins = false\n",
-            gw.addr
-        ),
+        format!("{provider}\n[analytics]\nenabled = false\n[features]\nplugins = false\n"),
     )
     .unwrap();
     let work = home.join("work");
@@ -115,7 +124,7 @@ fn codex(gw: &Gw, home: &std::path::Path, prompt: &str) -> (bool, String) {
         .args(["exec", "--skip-git-repo-check", prompt])
         .current_dir(&work)
         .env("CODEX_HOME", home)
-        .env("CHATGATE_API_KEY", &gw.key)
+        .env("CHATGATE_API_KEY", key)
         .env("HTTPS_PROXY", refused)
         .env("HTTP_PROXY", refused)
         .env("ALL_PROXY", refused)
@@ -202,4 +211,48 @@ fn retries_limits_and_cut_streams_hold_on_this_api(bin: &str) {
     assert_eq!(responses(&limited, body).status, 200);
     let (status, _, code, _) = responses(&limited, body).error();
     assert_eq!((status, code.as_str()), (429, "rate_limit_exceeded"));
+}
+
+/// `demo` prints a Codex provider table beside its curl line; pasted as it
+/// is into Codex's config, Codex answers through the demo.
+fn codex_runs_on_the_table_demo_prints(bin: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let env = vec![(
+        "TMPDIR".to_owned(),
+        dir.path().to_string_lossy().into_owned(),
+    )];
+    let mut p = Proc::spawn(
+        bin,
+        &["demo".into(), "--listen".into(), "127.0.0.1:0".into()],
+        &env,
+        &dir.path().join("demo.stderr"),
+    );
+    let _ = p.line();
+    let banner = p.stderr();
+    let key = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("API key:"))
+        .unwrap_or_else(|| panic!("no key in {banner}"))
+        .trim()
+        .to_owned();
+    let table: String = banner
+        .lines()
+        .skip_while(|l| !l.contains("~/.codex/config.toml"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("then:"))
+        .map(|l| format!("{}\n", l.trim()))
+        .collect();
+    assert!(table.contains("wire_api = \"responses\""), "{banner}");
+    let then = banner
+        .lines()
+        .find(|l| l.starts_with("then: "))
+        .unwrap_or_else(|| panic!("{banner}"));
+    assert!(
+        then.contains(&format!("CHATGATE_API_KEY={key} codex exec")),
+        "{then}"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let (ok, text) = codex_with(&table, &key, home.path(), "Say hello [[sim:tools=none]]");
+    assert!(ok, "{text}");
+    assert!(text.contains("You said: Say hello"), "{text}");
 }
