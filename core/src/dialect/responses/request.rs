@@ -86,12 +86,13 @@ pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
     out.extend_from_slice(b"{\"model\":");
     out.extend_from_slice(model);
 
-    // Tools first: a namespaced function call in `input` needs their names.
+    // The tools (their namespaced and freeform names noted for the
+    // answer), then the messages.
     let tools = match top.tools {
         Some(raw) if !is_null(raw) => tools(raw, &mut asked)?,
         _ => Vec::new(),
     };
-    let messages = messages(&top, &asked)?;
+    let messages = messages(&top)?;
     out.extend_from_slice(b",\"messages\":");
     write_messages(&mut out, &messages);
     if !tools.is_empty() {
@@ -105,7 +106,7 @@ pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
         out.push(b']');
         if let Some(raw) = top.tool_choice.filter(|r| !is_null(r)) {
             out.extend_from_slice(b",\"tool_choice\":");
-            tool_choice(&mut out, raw, &asked)?;
+            tool_choice(&mut out, raw)?;
         }
         if let Some(raw) = top.parallel_tool_calls.filter(|r| !is_null(r)) {
             asked.parallel_tool_calls = raw != b"false";
@@ -487,7 +488,7 @@ fn custom_tool(t: &Object<'_>, name: &str) -> Vec<u8> {
 
 /// `tool_choice`: a mode as it is; a function by name in chat's shape;
 /// a hosted tool's choice (which the provider cannot honour) as `auto`.
-fn tool_choice(out: &mut Vec<u8>, raw: &[u8], asked: &Asked) -> Result<(), ApiError> {
+fn tool_choice(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
     if raw.starts_with(b"\"") {
         out.extend_from_slice(raw);
         return Ok(());
@@ -513,7 +514,6 @@ fn tool_choice(out: &mut Vec<u8>, raw: &[u8], asked: &Asked) -> Result<(), ApiEr
         Some(ns) => format!("{ns}{NAMESPACE_SEPARATOR}{name}"),
         None => name.into_owned(),
     };
-    let _ = asked;
     out.extend_from_slice(b"{\"type\":\"function\",\"function\":{\"name\":");
     crate::json::write::string(out, &chat);
     out.extend_from_slice(b"}}");
@@ -597,7 +597,7 @@ struct Call<'a> {
 }
 
 /// `instructions` and `input` as chat messages.
-fn messages<'a>(top: &Top<'a>, asked: &Asked) -> Result<Vec<Message<'a>>, ApiError> {
+fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
     let mut out = Vec::new();
     if let Some(raw) = top.instructions.filter(|r| !is_null(r)) {
         out.push(Message::System(vec![string(raw, &|| {
@@ -702,13 +702,10 @@ fn messages<'a>(top: &Top<'a>, asked: &Asked) -> Result<Vec<Message<'a>>, ApiErr
                 if output.starts_with(b"\"") {
                     text.push(output);
                 } else {
-                    for (j, part) in parts(output, &at("output"))?.into_iter().enumerate() {
+                    for part in parts(output, &at("output"))? {
                         match part {
                             Part::Text(t) => text.push(t),
-                            image @ Part::Image(..) => {
-                                let _ = j;
-                                images.push(image);
-                            }
+                            image @ Part::Image(..) => images.push(image),
                         }
                     }
                 }
@@ -747,7 +744,6 @@ fn messages<'a>(top: &Top<'a>, asked: &Asked) -> Result<Vec<Message<'a>>, ApiErr
     if !images.is_empty() {
         out.push(Message::User(images));
     }
-    let _ = asked;
     Ok(out)
 }
 
