@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 
+use crate::http::write::push_decimal;
 use crate::json::write::string as json_string;
 use crate::json::{Cursor, Keys};
 use crate::usage::Usage;
@@ -95,51 +96,102 @@ impl ResponseStream {
     }
 
     /// The events for one chat chunk (an SSE event's data), appended to
-    /// `out`. A chunk that is not a JSON object with `choices` writes
-    /// nothing but the start.
+    /// `out`. A chunk that is not a JSON object writes nothing but the
+    /// start. The chunk is walked once: what its first choice carries is
+    /// noted where it is, then written in order — reasoning, text, tool
+    /// calls, and the ending `finish_reason` brings.
     pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if self.ended {
             return;
         }
         // What is copied from it must be text every client can read.
         let data = &*valid_text(data);
-        let mut c = Cursor::new(data);
-        let mut model = None;
-        let mut choices = None;
-        let read = c.members(Keys::Read, |c, key| {
-            let name = c.raw_name(key);
-            let start = c.at();
-            c.skip()?;
-            let raw = &data[start..c.at()];
-            match name {
-                b"model" if raw.starts_with(b"\"") => model = Some(raw),
-                b"choices" => choices = Some(raw),
-                _ => {}
+        let mut found = Found::default();
+        let read = Cursor::new(data).members(Keys::Skipped, |c, key| {
+            match c.raw_name(key) {
+                b"model" => found.model = Some(string_at(c)?),
+                b"choices" if c.peek() == Some(b'[') => {
+                    let mut first = true;
+                    c.elements(|c| {
+                        if !std::mem::take(&mut first) || c.peek() != Some(b'{') {
+                            return c.skip();
+                        }
+                        c.members(Keys::Skipped, |c, key| match c.raw_name(key) {
+                            b"delta" | b"message" if c.peek() == Some(b'{') => {
+                                c.members(Keys::Skipped, |c, key| {
+                                    match c.raw_name(key) {
+                                        b"reasoning_content" | b"reasoning" => {
+                                            found.reasoning = Some(string_at(c)?);
+                                        }
+                                        // A refusal is what the model said
+                                        // instead: its text.
+                                        b"content" | b"refusal" => {
+                                            found.content = Some(string_at(c)?);
+                                        }
+                                        b"tool_calls" => {
+                                            let start = c.at();
+                                            c.skip()?;
+                                            found.calls = Some(start..c.at());
+                                        }
+                                        _ => c.skip()?,
+                                    }
+                                    Ok(())
+                                })
+                            }
+                            b"finish_reason" => {
+                                found.finish = Some(string_at(c)?);
+                                Ok(())
+                            }
+                            _ => c.skip(),
+                        })
+                    })?;
+                }
+                _ => c.skip()?,
             }
             Ok(())
         });
         if read.is_err() {
             return;
         }
-        if let Some(m) = model {
+        let text = |r: &Option<std::ops::Range<usize>>| {
+            r.clone()
+                .map(|r| &data[r])
+                .filter(|t| t.starts_with(b"\"") && t.len() > 2)
+        };
+        if let Some(m) = text(&found.model) {
             if self.model.is_empty() {
                 self.model = m.to_vec();
             }
         }
         self.start(out);
-        let Some(choices) = choices else { return };
-        let mut c = Cursor::new(choices);
-        let mut first = true;
-        let _ = c.elements(|c| {
-            if !first {
-                return c.skip();
+        if let Some(t) = text(&found.reasoning) {
+            let i = self.open(Kind::Reasoning, out);
+            self.text_delta(i, t, out);
+        }
+        if let Some(t) = text(&found.content) {
+            let i = self.open(Kind::Message, out);
+            self.text_delta(i, t, out);
+        }
+        if let Some(calls) = found
+            .calls
+            .map(|r| &data[r])
+            .filter(|c| c.starts_with(b"["))
+        {
+            let mut position = 0;
+            let _ = Cursor::new(calls).elements(|c| {
+                let start = c.at();
+                c.skip()?;
+                self.call_delta(&calls[start..c.at()], position, out);
+                position += 1;
+                Ok(())
+            });
+        }
+        if let Some(f) = text(&found.finish) {
+            if let Ok(reason) = Cursor::whole(f, Cursor::str) {
+                self.finish_reason = Some(String::from_utf8_lossy(&reason).into_owned());
             }
-            first = false;
-            let start = c.at();
-            c.skip()?;
-            self.choice(&choices[start..c.at()], out);
-            Ok(())
-        });
+            self.close_all(out);
+        }
     }
 
     /// The response's opening events, once.
@@ -158,81 +210,6 @@ impl ResponseStream {
             o.extend_from_slice(b",\"response\":");
             o.extend_from_slice(&response);
         });
-    }
-
-    /// The first choice of a chunk.
-    fn choice(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let mut delta = None;
-        let mut finish = None;
-        let mut c = Cursor::new(raw);
-        let read = c.members(Keys::Read, |c, key| {
-            let name = c.raw_name(key);
-            let start = c.at();
-            c.skip()?;
-            match name {
-                b"delta" | b"message" => delta = Some(&raw[start..c.at()]),
-                b"finish_reason" => finish = Some(&raw[start..c.at()]),
-                _ => {}
-            }
-            Ok(())
-        });
-        if read.is_err() {
-            return;
-        }
-        if let Some(delta) = delta {
-            self.delta(delta, out);
-        }
-        if let Some(f) = finish.filter(|f| f.starts_with(b"\"")) {
-            let mut c = Cursor::new(f);
-            if let Ok(text) = c.str() {
-                self.finish_reason = Some(String::from_utf8_lossy(&text).into_owned());
-            }
-            self.close_all(out);
-        }
-    }
-
-    /// A choice's `delta`: reasoning, content, tool calls, in that order.
-    fn delta(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let mut reasoning = None;
-        let mut content = None;
-        let mut calls = None;
-        let mut c = Cursor::new(raw);
-        let read = c.members(Keys::Read, |c, key| {
-            let name = c.raw_name(key);
-            let start = c.at();
-            c.skip()?;
-            let v = &raw[start..c.at()];
-            match name {
-                b"reasoning_content" | b"reasoning" if v.starts_with(b"\"") => reasoning = Some(v),
-                // A refusal is what the model said instead: its text.
-                b"content" | b"refusal" if v.starts_with(b"\"") => content = Some(v),
-                b"tool_calls" if v.starts_with(b"[") => calls = Some(v),
-                _ => {}
-            }
-            Ok(())
-        });
-        if read.is_err() {
-            return;
-        }
-        if let Some(text) = reasoning.filter(|t| t.len() > 2) {
-            let i = self.open(Kind::Reasoning, out);
-            self.text_delta(i, text, out);
-        }
-        if let Some(text) = content.filter(|t| t.len() > 2) {
-            let i = self.open(Kind::Message, out);
-            self.text_delta(i, text, out);
-        }
-        if let Some(calls) = calls {
-            let mut c = Cursor::new(calls);
-            let mut position = 0;
-            let _ = c.elements(|c| {
-                let start = c.at();
-                c.skip()?;
-                self.call_delta(&calls[start..c.at()], position, out);
-                position += 1;
-                Ok(())
-            });
-        }
     }
 
     /// The open item of `kind` (the reasoning or the message), opened now
@@ -273,25 +250,29 @@ impl ResponseStream {
 
     /// A text delta of item `i`: `text` is a JSON string as written.
     fn text_delta(&mut self, i: usize, text: &[u8], out: &mut Vec<u8>) {
+        let reasoning = self.items[i].kind == Kind::Reasoning;
+        self.begin(
+            out,
+            if reasoning {
+                "response.reasoning_summary_text.delta"
+            } else {
+                "response.output_text.delta"
+            },
+        );
+        self.item_ref(out, i);
+        out.extend_from_slice(if reasoning {
+            b",\"summary_index\":0,\"delta\":"
+        } else {
+            b",\"content_index\":0,\"delta\":"
+        });
+        out.extend_from_slice(text);
+        if !reasoning {
+            out.extend_from_slice(b",\"logprobs\":[]");
+        }
+        out.extend_from_slice(EVENT_END);
         self.items[i]
             .text
             .extend_from_slice(&text[1..text.len() - 1]);
-        let (name, index) = match self.items[i].kind {
-            Kind::Reasoning => ("response.reasoning_summary_text.delta", "summary_index"),
-            _ => ("response.output_text.delta", "content_index"),
-        };
-        let id = self.items[i].id.clone();
-        self.event(out, name, |o| {
-            o.extend_from_slice(b",\"item_id\":");
-            json_string(o, &id);
-            o.extend_from_slice(
-                format!(",\"output_index\":{i},\"{index}\":0,\"delta\":").as_bytes(),
-            );
-            o.extend_from_slice(text);
-            if index == "content_index" {
-                o.extend_from_slice(b",\"logprobs\":[]");
-            }
-        });
     }
 
     /// One element of a delta's `tool_calls` (a whole message's calls
@@ -395,13 +376,11 @@ impl ResponseStream {
                 // Its input is written whole when it is done.
                 return;
             }
-            let id = self.items[i].id.clone();
-            self.event(out, "response.function_call_arguments.delta", |o| {
-                o.extend_from_slice(b",\"item_id\":");
-                json_string(o, &id);
-                o.extend_from_slice(format!(",\"output_index\":{i},\"delta\":").as_bytes());
-                o.extend_from_slice(args);
-            });
+            self.begin(out, "response.function_call_arguments.delta");
+            self.item_ref(out, i);
+            out.extend_from_slice(b",\"delta\":");
+            out.extend_from_slice(args);
+            out.extend_from_slice(EVENT_END);
         }
     }
 
@@ -682,15 +661,52 @@ impl ResponseStream {
     /// `event: {name}` and its data: `type`, `sequence_number`, then what
     /// `body` writes (members, each after a comma).
     fn event(&mut self, out: &mut Vec<u8>, name: &str, body: impl FnOnce(&mut Vec<u8>)) {
+        self.begin(out, name);
+        body(out);
+        out.extend_from_slice(EVENT_END);
+    }
+
+    /// An event's start: `event: {name}`, and its data's `type` and
+    /// `sequence_number`; its members follow, each after a comma, then
+    /// [`EVENT_END`].
+    fn begin(&mut self, out: &mut Vec<u8>, name: &str) {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b"\ndata: {\"type\":\"");
         out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(format!("\",\"sequence_number\":{}", self.sequence).as_bytes());
+        out.extend_from_slice(b"\",\"sequence_number\":");
+        push_decimal(out, self.sequence);
         self.sequence += 1;
-        body(out);
-        out.extend_from_slice(b"}\n\n");
     }
+
+    /// `,"item_id":…,"output_index":…` for item `i` (its id is the
+    /// gateway's, plain ASCII).
+    fn item_ref(&self, out: &mut Vec<u8>, i: usize) {
+        out.extend_from_slice(b",\"item_id\":\"");
+        out.extend_from_slice(self.items[i].id.as_bytes());
+        out.extend_from_slice(b"\",\"output_index\":");
+        push_decimal(out, i as u64);
+    }
+}
+
+/// What closes an event.
+const EVENT_END: &[u8] = b"}\n\n";
+
+/// Where a chunk's parts are (ranges of its text).
+#[derive(Default)]
+struct Found {
+    model: Option<std::ops::Range<usize>>,
+    reasoning: Option<std::ops::Range<usize>>,
+    content: Option<std::ops::Range<usize>>,
+    calls: Option<std::ops::Range<usize>>,
+    finish: Option<std::ops::Range<usize>>,
+}
+
+/// The value at the cursor, skipped: where it is.
+fn string_at(c: &mut Cursor<'_>) -> Result<std::ops::Range<usize>, crate::json::Stop> {
+    let start = c.at();
+    c.skip()?;
+    Ok(start..c.at())
 }
 
 /// A freeform call's `input` (the inside of a JSON string) from its chat
@@ -728,9 +744,9 @@ fn custom_input(arguments: &[u8]) -> Vec<u8> {
 /// (as `from_utf8_lossy` does), and a `\u` escape of a surrogate that is
 /// not half of a pair by `\ufffd`. Borrowed, unchanged, in the usual case.
 fn valid_text(data: &[u8]) -> Cow<'_, [u8]> {
-    let data: Cow<'_, [u8]> = match String::from_utf8_lossy(data) {
-        Cow::Borrowed(_) => Cow::Borrowed(data),
-        Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+    let data: Cow<'_, [u8]> = match std::str::from_utf8(data) {
+        Ok(_) => Cow::Borrowed(data),
+        Err(_) => Cow::Owned(String::from_utf8_lossy(data).into_owned().into_bytes()),
     };
     let surrogate = |at: usize| -> Option<u16> {
         let hex = data.get(at + 2..at + 6)?;
