@@ -14,6 +14,7 @@ cases!(
     the_node_sdk_creates_streams_and_calls_a_tool,
     retries_limits_and_cut_streams_hold_on_this_api,
     codex_runs_on_the_table_demo_prints,
+    codex_retries_a_turn_whose_stream_is_cut,
     codex_answers_and_runs_its_shell_tool,
 );
 
@@ -255,4 +256,34 @@ fn codex_runs_on_the_table_demo_prints(bin: &str) {
     let (ok, text) = codex_with(&table, &key, home.path(), "Say hello [[sim:tools=none]]");
     assert!(ok, "{text}");
     assert!(text.contains("You said: Say hello"), "{text}");
+}
+
+/// A provider stream cut mid-answer ends with `response.failed`, never
+/// `response.completed`: Codex does not take the truncated answer, it
+/// tries the turn again (five more times) and then says so.
+fn codex_retries_a_turn_whose_stream_is_cut(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = with_responses(bin, &sim.url());
+    let home = tempfile::tempdir().unwrap();
+    let (ok, text) = codex(
+        &gw,
+        home.path(),
+        "Say hello [[sim:fault=reset,after=8,tools=none]]",
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("stream disconnected before completion"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("You said: Say hello"),
+        "no truncated answer shown as the answer: {text}"
+    );
+    let ledger = gw.ledger_len(2);
+    assert!(
+        ledger
+            .iter()
+            .all(|r| !r.complete && r.api.as_deref() == Some("responses")),
+        "{ledger:?}"
+    );
 }
