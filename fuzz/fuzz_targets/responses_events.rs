@@ -4,7 +4,8 @@
 //! each event's data a JSON object whose `type` is its `event:` name,
 //! `sequence_number` counting from 0, one last event (completed,
 //! incomplete or failed) and nothing after it, every item added once and
-//! done once before it.
+//! done once before it; and the same bytes without the same-shape
+//! shortcut.
 #![no_main]
 
 use chatgate_core::dialect::responses::events::{End, ResponseStream};
@@ -12,8 +13,11 @@ use chatgate_core::dialect::responses::request::Asked;
 use chatgate_fuzz::Rng;
 use libfuzzer_sys::fuzz_target;
 
-fn run(chunks: &[&[u8]], groups: &mut Rng, fail: bool) -> Vec<u8> {
+fn run(chunks: &[&[u8]], groups: &mut Rng, fail: bool, shortcut: bool) -> Vec<u8> {
     let mut s = ResponseStream::new(Asked::default(), "req_00ff", 1);
+    if !shortcut {
+        s = s.without_shortcut();
+    }
     let mut out = Vec::new();
     let mut i = 0;
     while i < chunks.len() {
@@ -36,9 +40,11 @@ fuzz_target!(|data: &[u8]| {
         .split(|&b| b == b'\n')
         .filter(|c| !c.is_empty())
         .collect();
-    let one = run(&chunks, &mut Rng::from_prefix(&[0]), fail);
-    let grouped = run(&chunks, &mut Rng::from_prefix(data), fail);
+    let one = run(&chunks, &mut Rng::from_prefix(&[0]), fail, true);
+    let grouped = run(&chunks, &mut Rng::from_prefix(data), fail, true);
     assert_eq!(one, grouped, "the same however the chunks are grouped");
+    let slow = run(&chunks, &mut Rng::from_prefix(&[0]), fail, false);
+    assert_eq!(one, slow, "the same-shape shortcut changes nothing");
 
     let text = std::str::from_utf8(&one).expect("UTF-8 out");
     let mut open = std::collections::BTreeSet::new();

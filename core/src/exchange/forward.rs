@@ -200,7 +200,7 @@ impl Connection {
             .req
             .as_ref()
             .and_then(|r| r.dialect.as_ref())
-            .map(|_| Vec::new());
+            .map(|_| Vec::with_capacity(up.body.len() + 512));
         // Where a `[DONE]` that ends an incomplete stream starts: the cut
         // stream's error event (when asked for) goes before it.
         let mut done_at: Option<usize> = None;

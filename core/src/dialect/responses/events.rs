@@ -75,6 +75,23 @@ pub struct ResponseStream {
     open: Vec<usize>,
     finish_reason: Option<String>,
     ended: bool,
+    /// The shape of the last chunk that carried one text delta and nothing
+    /// else: a chunk with the same text before and after its string is the
+    /// same kind of delta (see [`ResponseStream::chunk`]).
+    shape: Option<Shape>,
+    /// Whether shapes are learned and used (always, but for the tests and
+    /// fuzz targets that check the output is the same without).
+    shortcut: bool,
+}
+
+/// A chunk that is one text delta: its text up to the string's opening
+/// quote, and from its closing quote.
+#[derive(Debug)]
+struct Shape {
+    before: Vec<u8>,
+    after: Vec<u8>,
+    /// The item the delta belongs to.
+    item: usize,
 }
 
 impl ResponseStream {
@@ -90,9 +107,18 @@ impl ResponseStream {
             started: false,
             items: Vec::new(),
             open: Vec::new(),
+            shape: None,
+            shortcut: true,
             finish_reason: None,
             ended: false,
         }
+    }
+
+    /// Turns the same-shape shortcut off (see [`ResponseStream::chunk`]):
+    /// for tests and fuzz targets, which check the output is the same.
+    pub fn without_shortcut(mut self) -> Self {
+        self.shortcut = false;
+        self
     }
 
     /// The events for one chat chunk (an SSE event's data), appended to
@@ -106,6 +132,27 @@ impl ResponseStream {
         }
         // What is copied from it must be text every client can read.
         let data = &*valid_text(data);
+        // Most chunks differ from the one before only in their delta's text
+        // (same id, model, created, the rest): one with the same text
+        // around a string that is whole (no unescaped quote, no control
+        // character, escapes complete) is that same kind of delta, read
+        // without walking the chunk again.
+        if let Some(shape) = &self.shape {
+            let (b, a) = (shape.before.len(), shape.after.len());
+            if data.len() >= b + a
+                && data.starts_with(&shape.before)
+                && data.ends_with(&shape.after)
+                && string_inside(&data[b..data.len() - a])
+                && self.open.contains(&shape.item)
+            {
+                let (i, text) = (shape.item, &data[b - 1..data.len() - a + 1]);
+                if text.len() > 2 {
+                    self.text_delta(i, text, out);
+                }
+                return;
+            }
+        }
+        self.shape = None;
         let mut found = Found::default();
         let read = Cursor::new(data).members(Keys::Skipped, |c, key| {
             match c.raw_name(key) {
@@ -164,6 +211,12 @@ impl ResponseStream {
             }
         }
         self.start(out);
+        // A chunk of one text delta and nothing else gives its shape.
+        let alone = found.calls.is_none() && found.finish.is_none();
+        let one = match (&found.reasoning, &found.content) {
+            (Some(r), None) | (None, Some(r)) if alone => Some(r.clone()),
+            _ => None,
+        };
         if let Some(t) = text(&found.reasoning) {
             let i = self.open(Kind::Reasoning, out);
             self.text_delta(i, t, out);
@@ -171,6 +224,23 @@ impl ResponseStream {
         if let Some(t) = text(&found.content) {
             let i = self.open(Kind::Message, out);
             self.text_delta(i, t, out);
+        }
+        if let Some(r) = one.filter(|r| self.shortcut && data[r.start] == b'"') {
+            let kind = if found.reasoning.is_some() {
+                Kind::Reasoning
+            } else {
+                Kind::Message
+            };
+            let item = self
+                .open
+                .iter()
+                .copied()
+                .find(|&i| self.items[i].kind == kind);
+            self.shape = item.map(|item| Shape {
+                before: data[..r.start + 1].to_vec(),
+                after: data[r.end - 1..].to_vec(),
+                item,
+            });
         }
         if let Some(calls) = found
             .calls
@@ -687,6 +757,30 @@ impl ResponseStream {
         out.extend_from_slice(b"\",\"output_index\":");
         push_decimal(out, i as u64);
     }
+}
+
+/// Whether `s` is the inside of a JSON string as written: no quote that an
+/// escape does not cover, no control character, every escape complete
+/// (UTF-8 is already valid).
+fn string_inside(s: &[u8]) -> bool {
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'"' | 0..=0x1f => return false,
+            b'\\' => match s.get(i + 1) {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                Some(b'u')
+                    if s.get(i + 2..i + 6)
+                        .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) =>
+                {
+                    i += 6
+                }
+                _ => return false,
+            },
+            _ => i += 1,
+        }
+    }
+    true
 }
 
 /// What closes an event.

@@ -795,6 +795,15 @@ mod properties {
                 out
             };
             let whole = run(&[usize::MAX]);
+            // The same-shape shortcut changes nothing.
+            let mut slow = ResponseStream::new(Asked::default(), "req_8", 1).without_shortcut();
+            let mut plain = Vec::new();
+            for c in &chunks {
+                slow.chunk(c, &mut plain);
+            }
+            slow.chunk(&chunk(json!({}), Some("stop")), &mut plain);
+            slow.end(End::Finished(None), None, &mut plain);
+            prop_assert_eq!(&plain, &whole);
             if !groups.is_empty() {
                 prop_assert_eq!(&run(&groups), &whole);
             }
