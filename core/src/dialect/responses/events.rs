@@ -121,6 +121,13 @@ impl ResponseStream {
         self
     }
 
+    /// Whether the next chunk shaped like the last is read by the
+    /// shortcut (for the tests that check it is taken).
+    #[cfg(test)]
+    pub(crate) fn has_shape(&self) -> bool {
+        self.shape.is_some()
+    }
+
     /// The events for one chat chunk (an SSE event's data), appended to
     /// `out`. A chunk that is not a JSON object writes nothing but the
     /// start. The chunk is walked once: what its first choice carries is
@@ -167,12 +174,16 @@ impl ResponseStream {
                             b"delta" | b"message" if c.peek() == Some(b'{') => {
                                 c.members(Keys::Skipped, |c, key| {
                                     match c.raw_name(key) {
-                                        b"reasoning_content" | b"reasoning" => {
+                                        // Strings only: a `null` beside a
+                                        // text (`"refusal":null`) is none.
+                                        b"reasoning_content" | b"reasoning"
+                                            if c.peek() == Some(b'"') =>
+                                        {
                                             found.reasoning = Some(string_at(c)?);
                                         }
                                         // A refusal is what the model said
                                         // instead: its text.
-                                        b"content" | b"refusal" => {
+                                        b"content" | b"refusal" if c.peek() == Some(b'"') => {
                                             found.content = Some(string_at(c)?);
                                         }
                                         b"tool_calls" => {
@@ -212,7 +223,9 @@ impl ResponseStream {
         }
         self.start(out);
         // A chunk of one text delta and nothing else gives its shape.
-        let alone = found.calls.is_none() && found.finish.is_none();
+        // (`"finish_reason":null` and `"tool_calls":null` say nothing.)
+        let alone = text(&found.finish).is_none()
+            && found.calls.as_ref().is_none_or(|r| data[r.start] != b'[');
         let one = match (&found.reasoning, &found.content) {
             (Some(r), None) | (None, Some(r)) if alone => Some(r.clone()),
             _ => None,

@@ -820,3 +820,33 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn the_shortcut_is_taken_for_a_chunk_shaped_like_the_last() {
+    let mut s = ResponseStream::new(Asked::default(), "req_9", 1);
+    let mut out = Vec::new();
+    let provider = |delta: &str| {
+        format!(
+            r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":null}}]}}"#
+        )
+    };
+    s.chunk(
+        provider(r#"{"role":"assistant","content":"Hi"}"#).as_bytes(),
+        &mut out,
+    );
+    s.chunk(provider(r#"{"content":" there"}"#).as_bytes(), &mut out);
+    assert!(s.has_shape(), "learned from a chunk of one text delta");
+    s.chunk(
+        provider(r#"{"content":", \"you\"\n"}"#).as_bytes(),
+        &mut out,
+    );
+    assert!(s.has_shape());
+    // A quote the shape cannot hold: read the long way, and right.
+    s.chunk(
+        provider(r#"{"content":"a","refusal":null}"#).as_bytes(),
+        &mut out,
+    );
+    s.end(End::Finished(Some("stop")), None, &mut out);
+    let (r, _) = reassemble_events(&out);
+    assert_eq!(r.text, "Hi there, \"you\"\na");
+}
