@@ -22,12 +22,14 @@
 //! | `procs.rs` | child processes and what the kernel says about them |
 //! | `quota.rs` | what a budget and an in-flight cap cost, in-process and through Redis |
 //! | `traces.rs` | what tracing costs, with the collector up, down or stalling |
+//! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
 
 mod client;
 mod endpoints;
 mod lean;
 mod procs;
 mod quota;
+mod responses;
 mod traces;
 
 use std::fmt::Write as _;
@@ -125,11 +127,12 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 4] = [
+    let extra: [(&str, Workload); 5] = [
         ("lean", lean::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
         ("traces", traces::report),
+        ("responses", responses::report),
     ];
     for (name, run) in extra {
         if want(name) {
@@ -156,7 +159,7 @@ fn needs_wrk(only: Option<&str>) -> bool {
         o.split(',').any(|w| {
             matches!(
                 w,
-                "nonstream" | "stream" | "lean" | "endpoints" | "quota" | "traces"
+                "nonstream" | "stream" | "lean" | "endpoints" | "quota" | "traces" | "responses"
             )
         })
     })
@@ -693,7 +696,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces,responses]"
                 );
                 std::process::exit(0);
             }
@@ -922,6 +925,32 @@ fn wrk(
     secs: u64,
     threads: u32,
 ) -> WrkResult {
+    wrk_path(
+        wrk,
+        addr,
+        "/v1/chat/completions",
+        lua,
+        body,
+        key,
+        conns,
+        secs,
+        threads,
+    )
+}
+
+/// [`wrk`] against another path of the gateway.
+#[allow(clippy::too_many_arguments)]
+fn wrk_path(
+    wrk: &Path,
+    addr: SocketAddr,
+    path: &str,
+    lua: &Path,
+    body: &Path,
+    key: &str,
+    conns: u32,
+    secs: u64,
+    threads: u32,
+) -> WrkResult {
     let out = Command::new(wrk)
         .args([
             format!("-t{threads}").as_str(),
@@ -931,7 +960,7 @@ fn wrk(
             "-s",
         ])
         .arg(lua)
-        .arg(format!("http://{addr}/v1/chat/completions"))
+        .arg(format!("http://{addr}{path}"))
         .env("KEY", key)
         .env("BODY", body)
         .output()
