@@ -137,13 +137,11 @@ impl ResponseStream {
         if self.ended {
             return;
         }
-        // What is copied from it must be text every client can read.
-        let data = &*valid_text(data);
         // Most chunks differ from the one before only in their delta's text
         // (same id, model, created, the rest): one with the same text
-        // around a string that is whole (no unescaped quote, no control
-        // character, escapes complete) is that same kind of delta, read
-        // without walking the chunk again.
+        // around a string every reader takes as it is (`string_inside`) is
+        // that same kind of delta, read without walking the chunk again.
+        // The text around it was made readable when the shape was learned.
         if let Some(shape) = &self.shape {
             let (b, a) = (shape.before.len(), shape.after.len());
             if data.len() >= b + a
@@ -160,6 +158,8 @@ impl ResponseStream {
             }
         }
         self.shape = None;
+        // What is copied from it must be text every client can read.
+        let data = &*valid_text(data);
         let mut found = Found::default();
         let read = Cursor::new(data).members(Keys::Skipped, |c, key| {
             match c.raw_name(key) {
@@ -772,28 +772,35 @@ impl ResponseStream {
     }
 }
 
-/// Whether `s` is the inside of a JSON string as written: no quote that an
-/// escape does not cover, no control character, every escape complete
-/// (UTF-8 is already valid).
+/// Whether `s` is the inside of a JSON string every reader takes as it is:
+/// no quote that an escape does not cover, no control character, every
+/// escape complete and none of a surrogate (a pair is left to the long
+/// way, which checks it is one), valid UTF-8.
 fn string_inside(s: &[u8]) -> bool {
     let mut i = 0;
+    let mut ascii = true;
     while i < s.len() {
         match s[i] {
             b'"' | 0..=0x1f => return false,
             b'\\' => match s.get(i + 1) {
                 Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
                 Some(b'u')
-                    if s.get(i + 2..i + 6)
-                        .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) =>
+                    if s.get(i + 2..i + 6).is_some_and(|h| {
+                        h.iter().all(u8::is_ascii_hexdigit) && !matches!(h[0], b'd' | b'D')
+                            || h.iter().all(u8::is_ascii_hexdigit) && matches!(h[1], b'0'..=b'7')
+                    }) =>
                 {
                     i += 6
                 }
                 _ => return false,
             },
-            _ => i += 1,
+            b => {
+                ascii &= b < 0x80;
+                i += 1;
+            }
         }
     }
-    true
+    ascii || std::str::from_utf8(s).is_ok()
 }
 
 /// What closes an event.

@@ -846,7 +846,20 @@ fn the_shortcut_is_taken_for_a_chunk_shaped_like_the_last() {
         provider(r#"{"content":"a","refusal":null}"#).as_bytes(),
         &mut out,
     );
+    // Shaped alike, but what the shortcut does not copy as it is: an
+    // unpaired surrogate, a pair, invalid UTF-8.
+    s.chunk(provider(r#"{"content":"b"}"#).as_bytes(), &mut out);
+    assert!(s.has_shape());
+    s.chunk(provider(r#"{"content":"\ud800"}"#).as_bytes(), &mut out);
+    s.chunk(
+        provider(r#"{"content":"\ud83d\ude00"}"#).as_bytes(),
+        &mut out,
+    );
+    let mut bad = provider(r#"{"content":"cX"}"#).into_bytes();
+    let at = bad.iter().position(|&b| b == b'X').unwrap();
+    bad[at] = 0xff;
+    s.chunk(&bad, &mut out);
     s.end(End::Finished(Some("stop")), None, &mut out);
     let (r, _) = reassemble_events(&out);
-    assert_eq!(r.text, "Hi there, \"you\"\na");
+    assert_eq!(r.text, "Hi there, \"you\"\nab\u{FFFD}\u{1F600}c\u{FFFD}");
 }
