@@ -290,6 +290,19 @@ impl<'a> Object<'a> {
     fn get(&self, name: &[u8]) -> Option<&'a [u8]> {
         self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| *v)
     }
+
+    /// The raw value of member `name`, or `missing` naming it where `at`
+    /// says it is.
+    fn required(&self, name: &str, at: &dyn Fn(&str) -> String) -> Result<&'a [u8], ApiError> {
+        self.get(name.as_bytes())
+            .ok_or_else(|| ApiError::missing(at(name)))
+    }
+
+    /// [`Object::required`] for a member whose whole name is `param`.
+    fn required_at(&self, name: &str, param: &str) -> Result<&'a [u8], ApiError> {
+        self.get(name.as_bytes())
+            .ok_or_else(|| ApiError::missing(param))
+    }
 }
 
 /// The syntax error in `raw`, as the chat validator words one.
@@ -369,9 +382,7 @@ fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
     for (i, tool) in array(raw, "tools")?.into_iter().enumerate() {
         let at = |field: &str| format!("tools[{i}].{field}");
         let t = object(tool, &format!("tools[{i}]"))?;
-        let kind = t
-            .get(b"type")
-            .ok_or_else(|| ApiError::missing(at("type")))?;
+        let kind = t.required("type", &at)?;
         let kind = text(kind, &|| at("type"))?;
         match &*kind {
             "function" => {
@@ -380,13 +391,9 @@ fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
                 out.push(chat);
             }
             "namespace" => {
-                let ns_raw = t
-                    .get(b"name")
-                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let ns_raw = t.required("name", &at)?;
                 let ns = text(ns_raw, &|| at("name"))?.into_owned();
-                let inner = t
-                    .get(b"tools")
-                    .ok_or_else(|| ApiError::missing(at("tools")))?;
+                let inner = t.required("tools", &at)?;
                 for (j, f) in array(inner, &at("tools"))?.into_iter().enumerate() {
                     let inner_at = |field: &str| format!("tools[{i}].tools[{j}].{field}");
                     let f = object(f, &format!("tools[{i}].tools[{j}]"))?;
@@ -410,9 +417,7 @@ fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
                 }
             }
             "custom" => {
-                let name = t
-                    .get(b"name")
-                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let name = t.required("name", &at)?;
                 let name = text(name, &|| at("name"))?.into_owned();
                 out.push(custom_tool(&t, &name));
                 asked.custom.push(name.clone());
@@ -441,9 +446,7 @@ fn function_tool(
     namespace: Option<&str>,
     at: &dyn Fn(&str) -> String,
 ) -> Result<(String, Vec<u8>), ApiError> {
-    let name_raw = t
-        .get(b"name")
-        .ok_or_else(|| ApiError::missing(at("name")))?;
+    let name_raw = t.required("name", &at)?;
     let name = text(name_raw, &|| at("name"))?;
     let name = match namespace {
         Some(ns) => format!("{ns}{NAMESPACE_SEPARATOR}{name}"),
@@ -502,9 +505,7 @@ fn tool_choice(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
         out.extend_from_slice(b"\"auto\"");
         return Ok(());
     }
-    let name = choice
-        .get(b"name")
-        .ok_or_else(|| ApiError::missing("tool_choice.name"))?;
+    let name = choice.required_at("name", "tool_choice.name")?;
     let name = text(name, &|| "tool_choice.name".into())?;
     let namespace = choice
         .get(b"namespace")
@@ -524,20 +525,14 @@ fn tool_choice(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
 /// `json_object`; `text` is the default and writes nothing.
 fn response_format(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
     let f = object(raw, "text.format")?;
-    let kind = f
-        .get(b"type")
-        .ok_or_else(|| ApiError::missing("text.format.type"))?;
+    let kind = f.required_at("type", "text.format.type")?;
     match &*text(kind, &|| "text.format.type".into())? {
         "text" => {}
         "json_object" => out.extend_from_slice(b",\"response_format\":{\"type\":\"json_object\"}"),
         "json_schema" => {
-            let name = f
-                .get(b"name")
-                .ok_or_else(|| ApiError::missing("text.format.name"))?;
+            let name = f.required_at("name", "text.format.name")?;
             string(name, &|| "text.format.name".into())?;
-            let schema = f
-                .get(b"schema")
-                .ok_or_else(|| ApiError::missing("text.format.schema"))?;
+            let schema = f.required_at("schema", "text.format.schema")?;
             out.extend_from_slice(
                 b",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":",
             );
@@ -628,13 +623,9 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
         match &*kind {
             "message" => message(&it, &at, &mut out)?,
             "function_call" => {
-                let id = it
-                    .get(b"call_id")
-                    .ok_or_else(|| ApiError::missing(at("call_id")))?;
+                let id = it.required("call_id", &at)?;
                 let id = string(id, &|| at("call_id"))?;
-                let name = it
-                    .get(b"name")
-                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let name = it.required("name", &at)?;
                 let name = text(name, &|| at("name"))?;
                 let name = match it.get(b"namespace").filter(|r| !is_null(r)) {
                     Some(ns) => format!(
@@ -643,35 +634,21 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
                     ),
                     None => name.into_owned(),
                 };
-                let arguments = it
-                    .get(b"arguments")
-                    .ok_or_else(|| ApiError::missing(at("arguments")))?;
+                let arguments = it.required("arguments", &at)?;
                 let arguments = Cow::Borrowed(string(arguments, &|| at("arguments"))?);
                 let call = Call {
                     id,
                     name,
                     arguments,
                 };
-                match out.last_mut() {
-                    Some(Message::Assistant { calls, .. }) => calls.push(call),
-                    _ => out.push(Message::Assistant {
-                        text: Vec::new(),
-                        calls: vec![call],
-                    }),
-                }
+                push_call(&mut out, call);
             }
             "custom_tool_call" => {
-                let id = it
-                    .get(b"call_id")
-                    .ok_or_else(|| ApiError::missing(at("call_id")))?;
+                let id = it.required("call_id", &at)?;
                 let id = string(id, &|| at("call_id"))?;
-                let name = it
-                    .get(b"name")
-                    .ok_or_else(|| ApiError::missing(at("name")))?;
+                let name = it.required("name", &at)?;
                 let name = text(name, &|| at("name"))?.into_owned();
-                let input = it
-                    .get(b"input")
-                    .ok_or_else(|| ApiError::missing(at("input")))?;
+                let input = it.required("input", &at)?;
                 let input = string(input, &|| at("input"))?;
                 // The function's arguments: `{"input": …}`, as a string.
                 let mut arguments = Vec::with_capacity(input.len() + 16);
@@ -682,22 +659,12 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
                     name,
                     arguments: Cow::Owned(arguments),
                 };
-                match out.last_mut() {
-                    Some(Message::Assistant { calls, .. }) => calls.push(call),
-                    _ => out.push(Message::Assistant {
-                        text: Vec::new(),
-                        calls: vec![call],
-                    }),
-                }
+                push_call(&mut out, call);
             }
             "function_call_output" | "custom_tool_call_output" => {
-                let id = it
-                    .get(b"call_id")
-                    .ok_or_else(|| ApiError::missing(at("call_id")))?;
+                let id = it.required("call_id", &at)?;
                 let call_id = string(id, &|| at("call_id"))?;
-                let output = it
-                    .get(b"output")
-                    .ok_or_else(|| ApiError::missing(at("output")))?;
+                let output = it.required("output", &at)?;
                 let mut text = Vec::new();
                 if output.starts_with(b"\"") {
                     text.push(output);
@@ -747,19 +714,27 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
     Ok(out)
 }
 
+/// A tool call, in the assistant message just before it (the model's
+/// parallel calls), or in a message of its own.
+fn push_call<'a>(out: &mut Vec<Message<'a>>, call: Call<'a>) {
+    match out.last_mut() {
+        Some(Message::Assistant { calls, .. }) => calls.push(call),
+        _ => out.push(Message::Assistant {
+            text: Vec::new(),
+            calls: vec![call],
+        }),
+    }
+}
+
 /// A `message` item.
 fn message<'a>(
     it: &Object<'a>,
     at: &dyn Fn(&str) -> String,
     out: &mut Vec<Message<'a>>,
 ) -> Result<(), ApiError> {
-    let role = it
-        .get(b"role")
-        .ok_or_else(|| ApiError::missing(at("role")))?;
+    let role = it.required("role", &at)?;
     let role = text(role, &|| at("role"))?;
-    let content = it
-        .get(b"content")
-        .ok_or_else(|| ApiError::missing(at("content")))?;
+    let content = it.required("content", &at)?;
     let parts = if content.starts_with(b"\"") {
         vec![Part::Text(content)]
     } else {
@@ -802,20 +777,14 @@ fn parts<'a>(raw: &'a [u8], param: &str) -> Result<Vec<Part<'a>>, ApiError> {
     for (j, part) in array(raw, param)?.into_iter().enumerate() {
         let at = |field: &str| format!("{param}[{j}].{field}");
         let p = object(part, &format!("{param}[{j}]"))?;
-        let kind = p
-            .get(b"type")
-            .ok_or_else(|| ApiError::missing(at("type")))?;
+        let kind = p.required("type", &at)?;
         match &*text(kind, &|| at("type"))? {
             "input_text" | "output_text" | "text" => {
-                let t = p
-                    .get(b"text")
-                    .ok_or_else(|| ApiError::missing(at("text")))?;
+                let t = p.required("text", &at)?;
                 out.push(Part::Text(string(t, &|| at("text"))?));
             }
             "refusal" => {
-                let t = p
-                    .get(b"refusal")
-                    .ok_or_else(|| ApiError::missing(at("refusal")))?;
+                let t = p.required("refusal", &at)?;
                 out.push(Part::Text(string(t, &|| at("refusal"))?));
             }
             "input_image" => {
