@@ -236,3 +236,32 @@ pub fn metric(admin: SocketAddr, name: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {name}"))
 }
+
+/// `demo`, as a newcomer runs it, with its ledger in `dir`: the process,
+/// the address it printed on stdout, its banner (stderr) and the key the
+/// banner gives.
+pub fn start_demo(bin: &str, dir: &Path) -> (Proc, SocketAddr, String, String) {
+    // The demo's ledger goes to the temporary directory: the caller's.
+    let env = vec![("TMPDIR".to_owned(), dir.to_string_lossy().into_owned())];
+    let mut p = Proc::spawn(
+        bin,
+        &["demo".into(), "--listen".into(), "127.0.0.1:0".into()],
+        &env,
+        &dir.join("demo.stderr"),
+    );
+    let line = p.line();
+    let addr: SocketAddr = line
+        .strip_prefix("chatgate listening on http://")
+        .and_then(|l| l.strip_suffix("/v1"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    let banner = p.stderr();
+    let key = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("API key:"))
+        .unwrap_or_else(|| panic!("no key in {banner}"))
+        .trim()
+        .to_owned();
+    (p, addr, banner, key)
+}

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `process.rs` | the binaries and their processes: [`RUNTIMES`] and [`cases!`], [`bin_path`], [`child_command`], [`Proc`] (killed on drop), [`run`] to completion |
 //! | `wait.rs` | [`PATIENCE`], how long to wait for anything quick, and [`eventually`] |
-//! | `gateway.rs` | a running gateway ([`Gw`], [`GwOptions`]): keys minted with [`mint`], its ledger, its admin [`metric`]s, [`gateways_sharing_a_key`] |
+//! | `gateway.rs` | a running gateway ([`Gw`], [`GwOptions`]): keys minted with [`mint`], its ledger, its admin [`metric`]s, [`gateways_sharing_a_key`]; [`start_demo`] |
 //! | `sim.rs` | a running simulator ([`Sim`]): its journal and its runtime fault |
 //! | `http.rs` | HTTP over a real socket: [`raw_request`], [`Conn`], [`request`], [`try_exchange`], and [`ResponseExt`] for errors, SSE events and chunks |
 //! | `chat.rs` | the chat requests the tests send: [`MODEL`], [`body`], [`stream_body`] |
@@ -37,7 +37,7 @@ mod tls;
 mod wait;
 
 pub use chat::{MODEL, body, stream_body};
-pub use gateway::{Gw, GwOptions, gateways_sharing_a_key, metric, mint};
+pub use gateway::{Gw, GwOptions, gateways_sharing_a_key, metric, mint, start_demo};
 pub use http::{
     Conn, Response, ResponseExt, parse_one, raw_request, request, sse_data, try_exchange,
 };

@@ -967,35 +967,11 @@ fn a_signal_right_after_the_listening_line_exits_0(bin: &str) {
 /// and a clean stop.
 fn demo_serves_streams_answers_and_its_curl_line(bin: &str) {
     let dir = tempfile::tempdir().unwrap();
-    // The demo's ledger goes to the temporary directory: this test's own.
-    let env = vec![(
-        "TMPDIR".to_owned(),
-        dir.path().to_string_lossy().into_owned(),
-    )];
-    let mut p = Proc::spawn(
-        bin,
-        &["demo".into(), "--listen".into(), "127.0.0.1:0".into()],
-        &env,
-        &dir.path().join("demo.stderr"),
-    );
-    let line = p.line();
-    let addr: std::net::SocketAddr = line
-        .strip_prefix("chatgate listening on http://")
-        .and_then(|l| l.strip_suffix("/v1"))
-        .unwrap_or_else(|| panic!("{line}"))
-        .parse()
-        .unwrap();
-    let banner = p.stderr();
+    let (mut p, addr, banner, key) = start_demo(bin, dir.path());
     assert!(
         banner.contains(&format!("Base URL: http://{addr}/v1")),
         "{banner}"
     );
-    let key = banner
-        .lines()
-        .find_map(|l| l.strip_prefix("API key:"))
-        .unwrap_or_else(|| panic!("no key in {banner}"))
-        .trim()
-        .to_owned();
     assert!(key.starts_with("sk-cg-"), "{key}");
     let chat = |b: &str| request(addr, "POST", "/v1/chat/completions", Some(&key), Some(b));
     // The console, on its own port, with the token the banner gives.

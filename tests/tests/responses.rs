@@ -218,24 +218,7 @@ fn retries_limits_and_cut_streams_hold_on_this_api(bin: &str) {
 /// is into Codex's config, Codex answers through the demo.
 fn codex_runs_on_the_table_demo_prints(bin: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let env = vec![(
-        "TMPDIR".to_owned(),
-        dir.path().to_string_lossy().into_owned(),
-    )];
-    let mut p = Proc::spawn(
-        bin,
-        &["demo".into(), "--listen".into(), "127.0.0.1:0".into()],
-        &env,
-        &dir.path().join("demo.stderr"),
-    );
-    let _ = p.line();
-    let banner = p.stderr();
-    let key = banner
-        .lines()
-        .find_map(|l| l.strip_prefix("API key:"))
-        .unwrap_or_else(|| panic!("no key in {banner}"))
-        .trim()
-        .to_owned();
+    let (_demo, _, banner, key) = start_demo(bin, dir.path());
     let table: String = banner
         .lines()
         .skip_while(|l| !l.contains("~/.codex/config.toml"))
