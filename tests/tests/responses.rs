@@ -15,6 +15,7 @@ cases!(
     retries_limits_and_cut_streams_hold_on_this_api,
     codex_runs_on_the_table_demo_prints,
     codex_retries_a_turn_whose_stream_is_cut,
+    traces_budgets_and_a_client_leaving_hold_on_this_api,
     codex_answers_and_runs_its_shell_tool,
 );
 
@@ -269,4 +270,73 @@ fn codex_retries_a_turn_whose_stream_is_cut(bin: &str) {
             .all(|r| !r.complete && r.api.as_deref() == Some("responses")),
         "{ledger:?}"
     );
+}
+
+/// The rest of what a chat request gets, through this API: a trace whose
+/// server span names the API and matches the ledger, a budget that refuses
+/// with `insufficient_quota`, and a client that leaves mid-stream stopping
+/// the provider's answer, metered as disconnected.
+fn traces_budgets_and_a_client_leaving_hold_on_this_api(bin: &str) {
+    let receiver = OtlpReceiver::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let opts = GwOptions {
+        args: vec![
+            "--apis".into(),
+            "responses".into(),
+            "--otlp-endpoint".into(),
+            receiver.url(),
+        ],
+        ..GwOptions::default()
+    };
+    let gw = Gw::start(bin, &sim.url(), opts);
+    let r = responses(&gw, r#"{"model":"reasoning-model-k3","input":"hi"}"#);
+    assert_eq!(r.status, 200);
+    let rec = gw.ledger_len(1)[0].clone();
+    let mut spans = Vec::new();
+    eventually("the request's spans", || {
+        spans = receiver.spans();
+        spans.len() >= 2
+    });
+    let server = spans
+        .iter()
+        .find(|s| s["kind"] == "server")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    let a = &server["attributes"];
+    assert_eq!(a["chatgate.api"], "responses");
+    assert_eq!(a["url.path"], "/v1/responses");
+    assert_eq!(a["chatgate.request_id"], rec.request_id.as_str());
+    assert_eq!(a["gen_ai.usage.output_tokens"], rec.completion_tokens);
+
+    // A client that leaves mid-stream: the provider's answer stops too.
+    let mut c = Conn::open(gw.addr);
+    let slow =
+        r#"{"model":"reasoning-model-k3","stream":true,"input":"slowly [[sim:token_ms=50]]"}"#;
+    c.send(&raw_request(
+        "POST",
+        "/v1/responses",
+        Some(&gw.key),
+        Some(slow),
+    ));
+    c.read_until("response.reasoning_summary_text.delta");
+    drop(c);
+    let rec = gw.ledger_len(2)[1].clone();
+    assert!(rec.client_disconnected && !rec.complete, "{rec:?}");
+    assert_eq!(sim.settled(1)["outcome"], "aborted");
+
+    // A budget too small for one request: refused before the provider.
+    let opts = GwOptions {
+        args: vec![
+            "--apis".into(),
+            "responses".into(),
+            "--default-budget-usd".into(),
+            "0.000001".into(),
+        ],
+        ..GwOptions::default()
+    };
+    let broke = Gw::start(bin, &sim.url(), opts);
+    let asked = sim.journal().len();
+    let (status, _, code, _) =
+        responses(&broke, r#"{"model":"reasoning-model-k3","input":"hi"}"#).error();
+    assert_eq!((status, code.as_str()), (429, "insufficient_quota"));
+    assert_eq!(sim.journal().len(), asked, "the provider was not asked");
 }
