@@ -42,26 +42,20 @@ else
     printf '%s\n' "$want" >"$stamp"
 fi
 
-# Node: exactly what package-lock.json records.
-node_dir="$root/clients/node"
-stamp="$node_dir/node_modules/.installed"
-want="$(hash_of "$node_dir/package-lock.json") $(node --version)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    say "node: up to date"
-else
-    say "node: npm ci"
-    (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
-    printf '%s\n' "$want" >"$stamp"
-fi
-# Codex CLI: a native binary in an npm package, exactly as locked.
-codex_dir="$root/clients/codex"
-stamp="$codex_dir/node_modules/.installed"
-want="$(hash_of "$codex_dir/package-lock.json") $(node --version)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    say "codex: up to date"
-else
-    say "codex: npm ci"
-    (cd "$codex_dir" && npm ci --no-audit --no-fund --loglevel=error)
-    printf '%s\n' "$want" >"$stamp"
-fi
+# An npm directory, exactly as its package-lock.json records: LABEL DIR.
+npm_locked() {
+    local label="$1" dir="$2" stamp want
+    stamp="$dir/node_modules/.installed"
+    want="$(hash_of "$dir/package-lock.json") $(node --version)"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        say "$label: up to date"
+    else
+        say "$label: npm ci"
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+        printf '%s\n' "$want" >"$stamp"
+    fi
+}
+# The Node SDKs; Codex CLI (a native binary in an npm package).
+npm_locked node "$root/clients/node"
+npm_locked codex "$root/clients/codex"
 say "done"

@@ -60,10 +60,7 @@ mod tests {
 
     #[test]
     fn the_responses_path_is_unknown_unless_turned_on() {
-        let on = Apis {
-            responses: true,
-            ..Apis::default()
-        };
+        let on = Apis { responses: true };
         assert_eq!(
             route_chat(Method::Post, RESPONSES_PATH).unwrap_err().status,
             404

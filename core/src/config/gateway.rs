@@ -69,49 +69,27 @@ pub(super) const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
 
 /// The client-facing APIs beside chat completions, which is always
-/// served (the specification's API): `--apis chat,responses,messages`.
+/// served (the specification's API): `--apis chat,responses`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Apis {
     /// The OpenAI Responses API, `POST /v1/responses`.
     pub responses: bool,
-    /// The Anthropic Messages API, `POST /v1/messages` (not served yet:
-    /// `parse` refuses it).
-    pub messages: bool,
 }
 
 impl Apis {
     /// Parses `--apis`: a comma-separated list of `chat` and `responses`
-    /// (chat is served whether listed or not; `messages` is refused until
-    /// it is served).
+    /// (chat is served whether listed or not); any other name, `messages`
+    /// included until it is served, is refused.
     pub fn parse(list: &str) -> Result<Apis, String> {
         let mut apis = Apis::default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name {
                 "chat" => {}
                 "responses" => apis.responses = true,
-                "messages" => {
-                    return Err("'messages' (the Anthropic Messages API) is not served yet".into());
-                }
-                other => {
-                    return Err(format!(
-                        "'{other}' is not an API: expected chat or responses"
-                    ));
-                }
+                other => return Err(format!("'{other}' is not an API this gateway serves")),
             }
         }
         Ok(apis)
-    }
-
-    /// The list, as `--apis` takes it.
-    pub fn list(&self) -> String {
-        let mut out = vec!["chat"];
-        if self.responses {
-            out.push("responses");
-        }
-        if self.messages {
-            out.push("messages");
-        }
-        out.join(",")
     }
 }
 

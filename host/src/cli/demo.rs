@@ -66,10 +66,7 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
     let mut config = GatewayConfig::new(upstream.clone());
     config.console_token = Some(chatgate_core::Secret::new(admin_token.clone()));
     // Every client API, so a coding agent can be pointed at it as it is.
-    config.apis = chatgate_core::Apis {
-        responses: true,
-        ..chatgate_core::Apis::default()
-    };
+    config.apis = chatgate_core::Apis { responses: true };
     let gateway = Gateway::new(
         config,
         keys,

@@ -14,14 +14,13 @@
 //! tool call. Opening the next closes the one before, as the Responses
 //! stream requires.
 
-use std::borrow::Cow;
-
 use crate::http::write::push_decimal;
 use crate::json::write::string as json_string;
 use crate::json::{Cursor, Keys};
 use crate::usage::Usage;
 
 use super::request::Asked;
+use super::text::{custom_input, string_inside, valid_text};
 
 /// How a chat answer ended, for the response's `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -498,66 +497,60 @@ impl ResponseStream {
             return;
         }
         self.items[i].done = true;
-        let id = self.items[i].id.clone();
         match self.items[i].kind {
             Kind::Reasoning => {
-                let text = self.items[i].text.clone();
-                self.event(out, "response.reasoning_summary_text.done", |o| {
-                    o.extend_from_slice(b",\"item_id\":");
-                    json_string(o, &id);
-                    o.extend_from_slice(
-                        format!(",\"output_index\":{i},\"summary_index\":0,\"text\":\"").as_bytes(),
-                    );
-                    o.extend_from_slice(&text);
-                    o.push(b'"');
-                });
+                let member: &[u8] = b",\"summary_index\":0,\"text\":\"";
+                self.text_event(
+                    out,
+                    "response.reasoning_summary_text.done",
+                    i,
+                    member,
+                    b"\"",
+                );
                 self.part_event(out, "response.reasoning_summary_part.done", i);
             }
             Kind::Message => {
-                let text = self.items[i].text.clone();
-                self.event(out, "response.output_text.done", |o| {
-                    o.extend_from_slice(b",\"item_id\":");
-                    json_string(o, &id);
-                    o.extend_from_slice(
-                        format!(",\"output_index\":{i},\"content_index\":0,\"text\":\"").as_bytes(),
-                    );
-                    o.extend_from_slice(&text);
-                    o.extend_from_slice(b"\",\"logprobs\":[]");
-                });
+                let member: &[u8] = b",\"content_index\":0,\"text\":\"";
+                let after: &[u8] = b"\",\"logprobs\":[]";
+                self.text_event(out, "response.output_text.done", i, member, after);
                 self.part_event(out, "response.content_part.done", i);
             }
             Kind::Call if self.items[i].custom => {
-                let input = custom_input(&self.items[i].text);
-                for (name, member) in [
-                    ("response.custom_tool_call_input.delta", "delta"),
-                    ("response.custom_tool_call_input.done", "input"),
-                ] {
-                    self.event(out, name, |o| {
-                        o.extend_from_slice(b",\"item_id\":");
-                        json_string(o, &id);
-                        o.extend_from_slice(
-                            format!(",\"output_index\":{i},\"{member}\":\"").as_bytes(),
-                        );
-                        o.extend_from_slice(&input);
-                        o.push(b'"');
-                    });
-                }
-                self.items[i].text = input;
+                self.items[i].text = custom_input(&self.items[i].text);
+                let delta: &[u8] = b",\"delta\":\"";
+                let input: &[u8] = b",\"input\":\"";
+                self.text_event(
+                    out,
+                    "response.custom_tool_call_input.delta",
+                    i,
+                    delta,
+                    b"\"",
+                );
+                self.text_event(out, "response.custom_tool_call_input.done", i, input, b"\"");
             }
             Kind::Call => {
-                let text = self.items[i].text.clone();
-                self.event(out, "response.function_call_arguments.done", |o| {
-                    o.extend_from_slice(b",\"item_id\":");
-                    json_string(o, &id);
-                    o.extend_from_slice(
-                        format!(",\"output_index\":{i},\"arguments\":\"").as_bytes(),
-                    );
-                    o.extend_from_slice(&text);
-                    o.push(b'"');
-                });
+                let member: &[u8] = b",\"arguments\":\"";
+                self.text_event(
+                    out,
+                    "response.function_call_arguments.done",
+                    i,
+                    member,
+                    b"\"",
+                );
             }
         }
         self.item_event(out, "response.output_item.done", i);
+    }
+
+    /// An event of item `i` that carries its text whole: `member` (up to
+    /// the string's opening quote), the text, then `after`.
+    fn text_event(&mut self, out: &mut Vec<u8>, name: &str, i: usize, member: &[u8], after: &[u8]) {
+        self.begin(out, name);
+        self.item_ref(out, i);
+        out.extend_from_slice(member);
+        out.extend_from_slice(&self.items[i].text);
+        out.extend_from_slice(after);
+        out.extend_from_slice(EVENT_END);
     }
 
     /// The stream's last event: `response.completed` (or
@@ -721,24 +714,26 @@ impl ResponseStream {
 
     /// A content or summary part's `.added` or `.done` for item `i`.
     fn part_event(&mut self, out: &mut Vec<u8>, name: &str, i: usize) {
-        let it = &self.items[i];
-        let id = it.id.clone();
-        let done = name.ends_with(".done");
-        let text = if done { it.text.clone() } else { Vec::new() };
-        let reasoning = it.kind == Kind::Reasoning;
-        self.event(out, name, |o| {
-            o.extend_from_slice(b",\"item_id\":");
-            json_string(o, &id);
-            if reasoning {
-                o.extend_from_slice(format!(",\"output_index\":{i},\"summary_index\":0,\"part\":{{\"type\":\"summary_text\",\"text\":\"").as_bytes());
-                o.extend_from_slice(&text);
-                o.extend_from_slice(b"\"}");
-            } else {
-                o.extend_from_slice(format!(",\"output_index\":{i},\"content_index\":0,\"part\":{{\"type\":\"output_text\",\"text\":\"").as_bytes());
-                o.extend_from_slice(&text);
-                o.extend_from_slice(b"\",\"annotations\":[],\"logprobs\":[]}");
-            }
-        });
+        let (member, after): (&[u8], &[u8]) = if self.items[i].kind == Kind::Reasoning {
+            (
+                b",\"summary_index\":0,\"part\":{\"type\":\"summary_text\",\"text\":\"",
+                b"\"}",
+            )
+        } else {
+            (
+                b",\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"",
+                b"\",\"annotations\":[],\"logprobs\":[]}",
+            )
+        };
+        self.begin(out, name);
+        self.item_ref(out, i);
+        out.extend_from_slice(member);
+        // An added part is empty; a done one holds the item's text.
+        if name.ends_with(".done") {
+            out.extend_from_slice(&self.items[i].text);
+        }
+        out.extend_from_slice(after);
+        out.extend_from_slice(EVENT_END);
     }
 
     /// `event: {name}` and its data: `type`, `sequence_number`, then what
@@ -772,37 +767,6 @@ impl ResponseStream {
     }
 }
 
-/// Whether `s` is the inside of a JSON string every reader takes as it is:
-/// no quote that an escape does not cover, no control character, every
-/// escape complete and none of a surrogate (a pair is left to the long
-/// way, which checks it is one), valid UTF-8.
-fn string_inside(s: &[u8]) -> bool {
-    let mut i = 0;
-    let mut ascii = true;
-    while i < s.len() {
-        match s[i] {
-            b'"' | 0..=0x1f => return false,
-            b'\\' => match s.get(i + 1) {
-                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                Some(b'u')
-                    if s.get(i + 2..i + 6).is_some_and(|h| {
-                        h.iter().all(u8::is_ascii_hexdigit) && !matches!(h[0], b'd' | b'D')
-                            || h.iter().all(u8::is_ascii_hexdigit) && matches!(h[1], b'0'..=b'7')
-                    }) =>
-                {
-                    i += 6
-                }
-                _ => return false,
-            },
-            b => {
-                ascii &= b < 0x80;
-                i += 1;
-            }
-        }
-    }
-    ascii || std::str::from_utf8(s).is_ok()
-}
-
 /// What closes an event.
 const EVENT_END: &[u8] = b"}\n\n";
 
@@ -821,83 +785,6 @@ fn string_at(c: &mut Cursor<'_>) -> Result<std::ops::Range<usize>, crate::json::
     let start = c.at();
     c.skip()?;
     Ok(start..c.at())
-}
-
-/// A freeform call's `input` (the inside of a JSON string) from its chat
-/// arguments (the inside of the JSON string they came in): the `input`
-/// member of the arguments' object, or, when they are no such object, the
-/// arguments' text itself.
-fn custom_input(arguments: &[u8]) -> Vec<u8> {
-    let quoted = [b"\"", arguments, b"\""].concat();
-    let Ok(json) = Cursor::whole(&quoted, Cursor::str) else {
-        return arguments.to_vec();
-    };
-    let mut c = Cursor::new(&json);
-    let mut input = None;
-    if c.peek() == Some(b'{') {
-        let _ = c.members(Keys::Read, |c, key| {
-            let start = c.at();
-            c.skip()?;
-            if c.raw_name(key) == b"input" && json[start] == b'"' {
-                input = Some(start + 1..c.at() - 1);
-            }
-            Ok(())
-        });
-    }
-    match input {
-        Some(r) => json[r].to_vec(),
-        None => {
-            let mut v = Vec::new();
-            json_string(&mut v, &String::from_utf8_lossy(&json));
-            v[1..v.len() - 1].to_vec()
-        }
-    }
-}
-
-/// `data` as text every JSON reader takes: invalid UTF-8 replaced by U+FFFD
-/// (as `from_utf8_lossy` does), and a `\u` escape of a surrogate that is
-/// not half of a pair by `\ufffd`. Borrowed, unchanged, in the usual case.
-fn valid_text(data: &[u8]) -> Cow<'_, [u8]> {
-    let data: Cow<'_, [u8]> = match std::str::from_utf8(data) {
-        Ok(_) => Cow::Borrowed(data),
-        Err(_) => Cow::Owned(String::from_utf8_lossy(data).into_owned().into_bytes()),
-    };
-    let surrogate = |at: usize| -> Option<u16> {
-        let hex = data.get(at + 2..at + 6)?;
-        let v = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-        (data[at + 1] == b'u' && (0xD800..=0xDFFF).contains(&v)).then_some(v)
-    };
-    let mut lone = Vec::new();
-    let mut i = 0;
-    while let Some(j) = memchr::memchr(b'\\', &data[i..]) {
-        let at = i + j;
-        match surrogate(at) {
-            Some(0xD800..=0xDBFF) if data.get(at + 6) == Some(&b'\\') => match surrogate(at + 6) {
-                Some(0xDC00..=0xDFFF) => i = at + 12,
-                _ => {
-                    lone.push(at);
-                    i = at + 6;
-                }
-            },
-            Some(_) => {
-                lone.push(at);
-                i = at + 6;
-            }
-            // Any other escape: two bytes (`\\` included).
-            None => i = at + 2,
-        }
-        if i >= data.len() {
-            break;
-        }
-    }
-    if lone.is_empty() {
-        return data;
-    }
-    let mut out = data.to_vec();
-    for at in lone {
-        out[at..at + 6].copy_from_slice(b"\\ufffd");
-    }
-    Cow::Owned(out)
 }
 
 /// `,"usage":{…}` in the Responses shape, replacing the `usage:null`
