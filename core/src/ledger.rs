@@ -179,6 +179,7 @@ impl LedgerRecord {
             "path",
             match self.api.as_deref() {
                 Some("responses") => crate::routes::RESPONSES_PATH,
+                Some("messages") => crate::routes::MESSAGES_PATH,
                 _ => crate::routes::CHAT_PATH,
             },
         );

@@ -10,6 +10,8 @@ pub(crate) const CHAT_PATH: &str = "/v1/chat/completions";
 pub(crate) const MODELS_PATH: &str = "/v1/models";
 /// The path of the Responses API (with `--apis responses`).
 pub(crate) const RESPONSES_PATH: &str = "/v1/responses";
+/// The path of the Messages API (with `--apis messages`).
+pub(crate) const MESSAGES_PATH: &str = "/v1/messages";
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,12 +22,14 @@ pub(crate) enum Route {
     Models,
     /// `POST /v1/responses`: metered, translated onto the chat exchange.
     Responses,
+    /// `POST /v1/messages`: metered, translated onto the chat exchange.
+    Messages,
 }
 
 impl Route {
     /// Whether requests on it are metered (a chat exchange).
     pub(crate) fn is_chat(self) -> bool {
-        matches!(self, Route::Chat | Route::Responses)
+        matches!(self, Route::Chat | Route::Responses | Route::Messages)
     }
 }
 
@@ -41,6 +45,7 @@ pub(crate) fn route(method: Method, path: &str, apis: Apis) -> Result<Route, Api
         ),
         CHAT_PATH => (method == Method::Post, "POST", Route::Chat),
         RESPONSES_PATH if apis.responses => (method == Method::Post, "POST", Route::Responses),
+        MESSAGES_PATH if apis.messages => (method == Method::Post, "POST", Route::Messages),
         _ => return Err(ApiError::unknown_url(method.as_str(), path)),
     };
     if allowed {
@@ -60,7 +65,10 @@ mod tests {
 
     #[test]
     fn the_responses_path_is_unknown_unless_turned_on() {
-        let on = Apis { responses: true };
+        let on = Apis {
+            responses: true,
+            messages: false,
+        };
         assert_eq!(
             route_chat(Method::Post, RESPONSES_PATH).unwrap_err().status,
             404
@@ -71,6 +79,27 @@ mod tests {
         );
         assert_eq!(
             route(Method::Get, RESPONSES_PATH, on).unwrap_err().status,
+            405
+        );
+    }
+
+    #[test]
+    fn the_messages_path_is_unknown_unless_turned_on() {
+        let on = Apis {
+            responses: false,
+            messages: true,
+        };
+        assert_eq!(
+            route_chat(Method::Post, MESSAGES_PATH).unwrap_err().status,
+            404
+        );
+        assert_eq!(
+            route(Method::Post, RESPONSES_PATH, on).unwrap_err().status,
+            404
+        );
+        assert_eq!(route(Method::Post, MESSAGES_PATH, on), Ok(Route::Messages));
+        assert_eq!(
+            route(Method::Get, MESSAGES_PATH, on).unwrap_err().status,
             405
         );
     }

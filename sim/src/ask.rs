@@ -62,7 +62,14 @@ pub(crate) fn parse_ask(body: &[u8]) -> Result<Ask, String> {
         .get("messages")
         .and_then(Value::as_array)
         .ok_or("'messages' is required")?;
-    let last = messages.last().ok_or("'messages' is empty")?;
+    // The message answered: the last one that is not a system message (an
+    // agent may end the list with one, as Claude Code does).
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) != Some("system"))
+        .or(messages.last())
+        .ok_or("'messages' is empty")?;
     let mut params = HashMap::new();
     let last_user_text = messages
         .iter()

@@ -24,6 +24,7 @@
 //! | `reasoning_tokens`, `answer_tokens` | lengths |
 //! | `framing` | `chunked` (default for streams) or `close` |
 //! | `tools`, `tool` | `tools=none`: answer in words even when given tools; `tool=NAME`: the tool to call (else `tool_choice`'s, else the first) |
+//! | `input` | the value of the called tool's first parameter (default: the start of the last message; the last message that is not a system message is the one answered) |
 //! | `usage_every` | `true`: cumulative usage on every chunk (with `include_usage`), as some providers do |
 //! | `split_ms` | stream events go out in two writes this many milliseconds apart, split alternately in the middle and before the last byte (a provider whose events straddle reads) |
 //!
@@ -67,6 +68,10 @@ pub struct SimOptions {
     /// Prompt tokens a chat template adds to every request's count (as a
     /// real server's template adds a system prompt the gateway cannot see).
     pub template_tokens: u64,
+    /// Call a tool only when the request names one (`tool=NAME`), else
+    /// answer in words: the demo's, so that a coding agent pointed at it
+    /// gets an answer rather than a call of whichever tool it listed first.
+    pub tools_on_request: bool,
 }
 
 impl Default for SimOptions {
@@ -80,6 +85,7 @@ impl Default for SimOptions {
             api_key: None,
             strict_request_id: false,
             template_tokens: 0,
+            tools_on_request: false,
         }
     }
 }

@@ -94,7 +94,8 @@ pub(crate) fn script(ask: &Ask, opts: &SimOptions) -> Script {
     let calls_tool = !ask.tools.is_empty()
         && ask.last_role != "tool"
         && ask.tool_choice.as_ref().and_then(Value::as_str) != Some("none")
-        && ask.params.get("tools").map(String::as_str) != Some("none");
+        && ask.params.get("tools").map(String::as_str) != Some("none")
+        && (!opts.tools_on_request || ask.params.contains_key("tool"));
     let mut answer: Vec<String> = Vec::new();
     let mut tool_call = None;
     if calls_tool {
@@ -112,7 +113,10 @@ pub(crate) fn script(ask: &Ask, opts: &SimOptions) -> Script {
             .unwrap_or(&ask.tools[0])
             .clone();
         let prop = prop.unwrap_or_else(|| "input".into());
-        let text: String = ask.last_text.chars().take(64).collect();
+        let text: String = match ask.params.get("input") {
+            Some(input) => input.clone(),
+            None => ask.last_text.chars().take(64).collect(),
+        };
         let args = serde_json::to_string(&serde_json::json!({ prop: text })).unwrap_or_default();
         tool_call = Some((format!("call_{:016x}", splitmix(&mut rng)), name, args));
     } else {

@@ -220,12 +220,18 @@ impl Connection {
         let req = self.req.as_mut().expect("chat request in progress");
         if let Some(dialect) = req.dialect.as_deref_mut() {
             // Another API's request, as the one chat request it stands for.
-            let Dialect::Responses(asked, _) = dialect;
-            match crate::dialect::responses::request::translate(&req.body) {
-                Ok((chat, a)) => {
-                    req.body = chat;
-                    *asked = a;
+            let translated = match dialect {
+                Dialect::Responses(asked, _) => {
+                    crate::dialect::responses::request::translate(&req.body)
+                        .map(|(chat, a)| (chat, *asked = a))
                 }
+                Dialect::Messages(asked, _) => {
+                    crate::dialect::messages::request::translate(&req.body)
+                        .map(|(chat, a)| (chat, *asked = a))
+                }
+            };
+            match translated {
+                Ok((chat, ())) => req.body = chat,
                 Err(e) => {
                     req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
                     return self.respond_error(now, e, false);
@@ -236,12 +242,13 @@ impl Connection {
             Ok(c) => c,
             Err(mut e) => {
                 req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
-                if req.dialect.is_some() {
-                    // Named as the client wrote it.
-                    e.param = e
-                        .param
-                        .map(|p| crate::dialect::responses::request::param_name(&p));
-                }
+                // Named as the client wrote it.
+                let name = match req.dialect.as_deref() {
+                    Some(Dialect::Responses(..)) => crate::dialect::responses::request::param_name,
+                    Some(Dialect::Messages(..)) => crate::dialect::messages::request::param_name,
+                    None => |p: &str| p.to_owned(),
+                };
+                e.param = e.param.map(|p| name(&p));
                 return self.respond_error(now, e, false);
             }
         };

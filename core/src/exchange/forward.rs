@@ -8,7 +8,10 @@ use super::request::Dialect;
 use super::respond::{client_body, common_headers, limit_headers, provider_error_message};
 use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
-use crate::dialect::responses::{self, events::End, events::ResponseStream};
+use crate::dialect::End;
+use crate::dialect::messages::events::MessageStream;
+use crate::dialect::responses::events::ResponseStream;
+use crate::dialect::{messages, responses};
 use crate::endpoints::Outcome;
 use crate::error::{ApiError, UpstreamFault};
 use crate::http::BodyDecoder;
@@ -16,7 +19,7 @@ use crate::http::HttpError;
 use crate::http::write::{self, header, header_u64};
 use crate::stream::{DONE_EVENT, EventKind, StreamTracker, event_data};
 use crate::time::Instant;
-use crate::usage::parse_completion;
+use crate::usage::{Usage, parse_completion};
 
 /// Stop reading the provider while this much is waiting for the client.
 pub(super) const CLIENT_BACKLOG_HIGH: usize = 1 << 20;
@@ -122,15 +125,10 @@ impl Connection {
             t.note_response(&up.body);
         }
         // Another API's answer: the completion in its shape.
-        let translated = req.dialect.as_deref().map(|d| match d {
-            Dialect::Responses(asked, _) => responses::events::body(
-                asked.clone(),
-                &req.id,
-                unix,
-                &up.body,
-                summary.usage.as_ref(),
-            ),
-        });
+        let translated = req
+            .dialect
+            .as_deref()
+            .map(|d| d.body(&req.id, unix, &up.body, summary.usage.as_ref()));
         let (body, content_type) = match &translated {
             Some(t) => (t.as_slice(), "application/json"),
             None => (up.body.as_slice(), content_type.as_str()),
@@ -254,14 +252,12 @@ impl Connection {
             batch = Some(batch.map_or(r.clone(), |b| b.start..r.end));
             if let Some(out) = translated.as_mut() {
                 let req = self.req.as_mut().expect("request in progress");
-                let Some(Dialect::Responses(asked, stream)) = req.dialect.as_deref_mut() else {
-                    unreachable!("translated only for a dialect")
-                };
-                let gw = &self.gw;
-                let stream = stream.get_or_insert_with(|| {
-                    ResponseStream::new(asked.clone(), &req.id, gw.wall().unix_secs(now))
-                });
-                translate_event(stream, kind, &up.body[r.clone()], &up.tracker, out);
+                let dialect = req
+                    .dialect
+                    .as_deref_mut()
+                    .expect("translated for a dialect");
+                let unix = self.gw.wall().unix_secs(now);
+                dialect.event(&req.id, unix, kind, &up.body[r.clone()], &up.tracker, out);
             }
             if up.tracker.is_complete() {
                 if !self.timers.is_set(Timer::StreamTail) {
@@ -428,7 +424,7 @@ impl Connection {
             _ => "the provider ended the stream without a finish_reason",
         };
         let dialect = self.req.as_mut().and_then(|r| r.dialect.as_deref_mut());
-        if let Some(Dialect::Responses(_, Some(stream))) = dialect {
+        if let Some(dialect) = dialect {
             // Its last event, if the provider's `[DONE]` did not bring it.
             let last = if up.tracker.is_complete() {
                 End::Finished(up.tracker.finish_reason())
@@ -436,7 +432,7 @@ impl Connection {
                 End::Failed(up.tracker.error().unwrap_or(what))
             };
             let mut t = Vec::new();
-            stream.end(last, up.tracker.usage().as_ref(), &mut t);
+            dialect.end(last, up.tracker.usage().as_ref(), &mut t);
             client_body(&mut bytes, &t, chunked);
         } else if !up.tracker.is_done() {
             // The cut stream's error event, unless the provider's own
@@ -467,39 +463,100 @@ impl Connection {
     }
 }
 
-/// One chat event as the Responses events it stands for: a chunk's
-/// deltas; `[DONE]` (or a provider's error event) as the last event; a
-/// comment kept as a comment, so the client's connection stays alive.
-fn translate_event(
-    stream: &mut ResponseStream,
-    kind: EventKind,
-    event: &[u8],
-    tracker: &StreamTracker,
-    out: &mut Vec<u8>,
-) {
-    match kind {
-        EventKind::Data => {
-            // As the tracker reads it: a byte-order mark before the first
-            // event is not part of it.
-            let event = event.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(event);
-            if let Some(data) = event_data(event) {
-                stream.chunk(&data, out);
+impl Dialect {
+    /// A whole chat completion as this API's answer body.
+    fn body(
+        &self,
+        request_id: &str,
+        unix: u64,
+        completion: &[u8],
+        usage: Option<&Usage>,
+    ) -> Vec<u8> {
+        match self {
+            Dialect::Responses(asked, _) => {
+                responses::events::body(asked.clone(), request_id, unix, completion, usage)
+            }
+            Dialect::Messages(asked, _) => {
+                messages::events::body(asked.clone(), request_id, completion, usage)
             }
         }
-        EventKind::Done => {
-            let end = if tracker.is_complete() {
-                End::Finished(tracker.finish_reason())
-            } else {
-                End::Failed("the provider ended the stream without a finish_reason")
-            };
-            stream.end(end, tracker.usage().as_ref(), out);
+    }
+
+    /// One chat event as the events of this API it stands for: a chunk's
+    /// deltas; `[DONE]` (or a provider's error event) as the last event; a
+    /// comment as the API's keep-alive, so the client's connection stays
+    /// alive. The stream's translator starts with its first event.
+    fn event(
+        &mut self,
+        request_id: &str,
+        unix: u64,
+        kind: EventKind,
+        event: &[u8],
+        tracker: &StreamTracker,
+        out: &mut Vec<u8>,
+    ) {
+        let end = match kind {
+            EventKind::Data => None,
+            EventKind::Done if tracker.is_complete() => {
+                Some(End::Finished(tracker.finish_reason()))
+            }
+            EventKind::Done => Some(End::Failed(
+                "the provider ended the stream without a finish_reason",
+            )),
+            EventKind::Error => Some(End::Failed(
+                tracker.error().unwrap_or("the provider reported an error"),
+            )),
+            EventKind::NoData => {
+                out.extend_from_slice(match self {
+                    Dialect::Responses(..) => b": keep-alive\n\n".as_slice(),
+                    Dialect::Messages(..) => b"event: ping\ndata: {\"type\":\"ping\"}\n\n",
+                });
+                return;
+            }
+        };
+        // As the tracker reads it: a byte-order mark before the first
+        // event is not part of it.
+        let event = event.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(event);
+        let data = if end.is_none() {
+            event_data(event)
+        } else {
+            None
+        };
+        match self {
+            Dialect::Responses(asked, stream) => {
+                let s = stream
+                    .get_or_insert_with(|| ResponseStream::new(asked.clone(), request_id, unix));
+                match end {
+                    Some(end) => s.end(end, tracker.usage().as_ref(), out),
+                    None => {
+                        if let Some(data) = data {
+                            s.chunk(&data, out);
+                        }
+                    }
+                }
+            }
+            Dialect::Messages(asked, stream) => {
+                let s = stream.get_or_insert_with(|| MessageStream::new(asked.clone(), request_id));
+                match end {
+                    Some(end) => s.end(end, tracker.usage().as_ref(), out),
+                    None => {
+                        if let Some(data) = data {
+                            s.chunk(&data, out);
+                        }
+                    }
+                }
+            }
         }
-        EventKind::Error => stream.end(
-            End::Failed(tracker.error().unwrap_or("the provider reported an error")),
-            tracker.usage().as_ref(),
-            out,
-        ),
-        EventKind::NoData => out.extend_from_slice(b": keep-alive\n\n"),
+    }
+
+    /// The stream's last event, when it started and the provider's
+    /// `[DONE]` did not bring it.
+    fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
+        match self {
+            Dialect::Responses(_, Some(s)) => s.end(end, usage, out),
+            Dialect::Messages(_, Some(s)) => s.end(end, usage, out),
+            _ => {}
+        }
     }
 }
 

@@ -40,8 +40,8 @@ impl Connection {
             .or(req.endpoint_before_retry.as_ref())
             .map(|e| e.name().to_owned());
         rec.attempts = req.attempts;
-        if req.dialect.is_some() {
-            rec.api = Some("responses".to_owned());
+        if let Some(d) = req.dialect.as_deref() {
+            rec.api = Some(d.api().to_owned());
         }
         if req.attempts > 0 {
             rec.provider_request_id = Some(req.provider_id.clone());

@@ -8,6 +8,8 @@ use super::respond::{common_headers, http_error, limit_headers};
 use super::timers::Timer;
 use super::{Connection, Phase};
 use crate::auth::{AuthFailure, KeyEntry, KeyTable};
+use crate::dialect::messages::events::MessageStream;
+use crate::dialect::messages::request::Asked as MessagesAsked;
 use crate::dialect::responses::events::ResponseStream;
 use crate::dialect::responses::request::Asked;
 use crate::error::ApiError;
@@ -87,6 +89,19 @@ pub(super) enum Dialect {
     /// `POST /v1/responses`: what the request asked (once translated),
     /// then the answer's event stream.
     Responses(Asked, Option<ResponseStream>),
+    /// `POST /v1/messages`: the same, for the Messages API.
+    Messages(MessagesAsked, Option<MessageStream>),
+}
+
+impl Dialect {
+    /// The API's name, as the ledger's `api` and the span's `chatgate.api`
+    /// say it.
+    pub(super) fn api(&self) -> &'static str {
+        match self {
+            Dialect::Responses(..) => "responses",
+            Dialect::Messages(..) => "messages",
+        }
+    }
 }
 
 impl Request {
@@ -266,8 +281,14 @@ impl Connection {
         if route.as_ref().is_ok_and(|r| r.is_chat()) {
             req.trace = self.open_trace(&head);
         }
-        if route.as_ref().ok() == Some(&Route::Responses) {
-            req.dialect = Some(Box::new(Dialect::Responses(Asked::default(), None)));
+        match route {
+            Ok(Route::Responses) => {
+                req.dialect = Some(Box::new(Dialect::Responses(Asked::default(), None)));
+            }
+            Ok(Route::Messages) => {
+                req.dialect = Some(Box::new(Dialect::Messages(MessagesAsked::default(), None)));
+            }
+            _ => {}
         }
         self.req = Some(req);
         let has_body = head.framing != Framing::Empty;
@@ -275,7 +296,17 @@ impl Connection {
             Ok(r) => r,
             Err(e) => return self.respond_error(now, e, has_body),
         };
-        let key = match self.authenticate(now, head.authorization.as_deref()) {
+        // The Anthropic clients send their key as `x-api-key` (or as a
+        // bearer token): on their API, it stands for `Authorization`.
+        let bearer;
+        let authorization = match (&head.authorization, &head.api_key) {
+            (None, Some(k)) if route == Route::Messages => {
+                bearer = format!("Bearer {k}");
+                Some(bearer.as_str())
+            }
+            (a, _) => a.as_deref(),
+        };
+        let key = match self.authenticate(now, authorization) {
             Ok(key) => key,
             Err(e) => return self.respond_error(now, e, has_body),
         };

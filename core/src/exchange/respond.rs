@@ -3,6 +3,8 @@
 //! and the wording of HTTP and provider errors.
 
 use super::Connection;
+use super::request::Dialect;
+use crate::dialect::messages;
 use crate::error::{ApiError, ErrorType, UpstreamFault};
 use crate::gateway::Gateway;
 use crate::http::Method;
@@ -29,10 +31,23 @@ impl Connection {
             })
         });
         let head_only = self.req.as_ref().is_some_and(|r| r.method == Method::Head);
-        write_error(&mut out, &err, &id, status.as_ref(), close, unix, head_only);
-        self.access_log(now, err.status, Some(err.code));
+        let shape = match self.req.as_ref().and_then(|r| r.dialect.as_deref()) {
+            Some(Dialect::Messages(..)) => Shape::Messages,
+            _ => Shape::OpenAi,
+        };
+        let response = ErrorResponse {
+            err: &err,
+            request_id: &id,
+            limits: status.as_ref(),
+            close,
+            unix_secs: unix,
+            head_only,
+            shape,
+        };
+        let status = response.write(&mut out);
+        self.access_log(now, status, Some(err.code));
         if self.is_metered() {
-            let mut rec = self.record(now, err.status);
+            let mut rec = self.record(now, status);
             rec.error = Some(err.fault.map_or(err.code, UpstreamFault::as_str).to_owned());
             self.emit_ledger(now, rec, out);
         } else {
@@ -47,15 +62,16 @@ pub(super) fn refusal(gw: &Gateway, now: Instant, why: &str) -> Vec<u8> {
     let err = ApiError::overloaded(why);
     let id = gw.next_request_id();
     let mut out = Vec::new();
-    write_error(
-        &mut out,
-        &err,
-        &id,
-        None,
-        true,
-        gw.wall().unix_secs(now),
-        false,
-    );
+    ErrorResponse {
+        err: &err,
+        request_id: &id,
+        limits: None,
+        close: true,
+        unix_secs: gw.wall().unix_secs(now),
+        head_only: false,
+        shape: Shape::OpenAi,
+    }
+    .write(&mut out);
     out
 }
 
@@ -92,39 +108,62 @@ pub(super) fn limit_headers(out: &mut Vec<u8>, s: &LimitStatus) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Writes a complete error response (without its body for a HEAD request).
-fn write_error(
-    out: &mut Vec<u8>,
-    err: &ApiError,
-    request_id: &str,
-    limits: Option<&LimitStatus>,
+/// The shape of an error body: the OpenAI shape the specification
+/// gives every API but the Messages API, or the Anthropic shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    OpenAi,
+    Messages,
+}
+
+/// A complete error response, to write.
+struct ErrorResponse<'a> {
+    err: &'a ApiError,
+    request_id: &'a str,
+    limits: Option<&'a LimitStatus>,
     close: bool,
     unix_secs: u64,
+    /// A HEAD request: no body.
     head_only: bool,
-) {
-    let body = err.body();
-    write::status_line(out, err.status);
-    common_headers(out, request_id, unix_secs, close);
-    header(out, "Content-Type", "application/json");
-    header_u64(out, "Content-Length", body.len() as u64);
-    if let Some(s) = err.retry_after {
-        header_u64(out, "Retry-After", s);
-    }
-    if let Some(allow) = err.allow {
-        header(out, "Allow", allow);
-    }
-    let refused = err.provider.as_ref().is_some_and(|p| p.is_refusal());
-    if err.kind == ErrorType::InsufficientQuota || refused {
-        // The official SDKs retry 429s and 5xx unless told not to: a spent
-        // budget, or a request the provider refused, gets the same answer.
-        header(out, "x-should-retry", "false");
-    }
-    if let Some(s) = limits {
-        limit_headers(out, s);
-    }
-    write::end_head(out);
-    if !head_only {
-        out.extend_from_slice(&body);
+    shape: Shape,
+}
+
+impl ErrorResponse<'_> {
+    /// Writes it; the status it went out with.
+    fn write(&self, out: &mut Vec<u8>) -> u16 {
+        let err = self.err;
+        let (status, body) = match self.shape {
+            Shape::OpenAi => (err.status, err.body()),
+            Shape::Messages => (
+                messages::errors::status_and_type(err).0,
+                messages::errors::body(err, self.request_id),
+            ),
+        };
+        write::status_line(out, status);
+        common_headers(out, self.request_id, self.unix_secs, self.close);
+        header(out, "Content-Type", "application/json");
+        header_u64(out, "Content-Length", body.len() as u64);
+        if let Some(s) = err.retry_after {
+            header_u64(out, "Retry-After", s);
+        }
+        if let Some(allow) = err.allow {
+            header(out, "Allow", allow);
+        }
+        let refused = err.provider.as_ref().is_some_and(|p| p.is_refusal());
+        if err.kind == ErrorType::InsufficientQuota || refused {
+            // The official SDKs retry 429s and 5xx unless told not to: a
+            // spent budget, or a request the provider refused, gets the same
+            // answer.
+            header(out, "x-should-retry", "false");
+        }
+        if let Some(s) = self.limits {
+            limit_headers(out, s);
+        }
+        write::end_head(out);
+        if !self.head_only {
+            out.extend_from_slice(&body);
+        }
+        status
     }
 }
 

@@ -289,9 +289,9 @@ fn request_attributes(req: &Request, t: &RequestTrace, model: &str, status: u16)
     if let Some(key) = &req.key {
         attributes.push(("chatgate.key", Value::Str(key.name.clone())));
     }
-    if req.dialect.is_some() {
+    if let Some(d) = req.dialect.as_deref() {
         // The client's API, when it is not chat completions.
-        attributes.push(("chatgate.api", Value::Str("responses".into())));
+        attributes.push(("chatgate.api", Value::Str(d.api().into())));
     }
     attributes
 }

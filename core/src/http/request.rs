@@ -72,6 +72,9 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// The `Authorization` value. Secret: never logged, never echoed.
     pub authorization: Option<String>,
+    /// The `x-api-key` value (how the Anthropic clients send their key).
+    /// Secret: never logged, never echoed.
+    pub api_key: Option<String>,
     /// The `Content-Type` value.
     pub content_type: Option<String>,
     /// The `traceparent` value, when the field was sent exactly once (two
@@ -97,6 +100,7 @@ impl std::fmt::Debug for RequestHead {
                 "authorization",
                 &self.authorization.as_ref().map(|_| "<redacted>"),
             )
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("content_type", &self.content_type)
             .field(
                 "traceparent",
@@ -171,6 +175,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
     let mut keep_alive_token = false;
     let mut expect_continue = false;
     let mut authorization = None;
+    let mut api_key = None;
     let mut content_type = None;
     let mut traceparents = 0;
     let mut traceparent = None;
@@ -206,6 +211,8 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
             }
         } else if name_is(name, "authorization") {
             authorization = Some(lossy(h.value));
+        } else if name_is(name, "x-api-key") {
+            api_key = Some(lossy(h.value));
         } else if name_is(name, "content-type") {
             content_type = Some(lossy(h.value));
         } else if name_is(name, "traceparent") {
@@ -257,6 +264,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
         keep_alive,
         expect_continue,
         authorization,
+        api_key,
         content_type,
         traceparent,
         tracestate,

@@ -24,6 +24,8 @@ pub fn reason(status: u16) -> &'static str {
         500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
+        // The Anthropic API's "overloaded" (the Messages API answers it).
+        529 => "Overloaded",
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
         _ => "Unknown",

@@ -66,7 +66,10 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
     let mut config = GatewayConfig::new(upstream.clone());
     config.console_token = Some(chatgate_core::Secret::new(admin_token.clone()));
     // Every client API, so a coding agent can be pointed at it as it is.
-    config.apis = chatgate_core::Apis { responses: true };
+    config.apis = chatgate_core::Apis {
+        responses: true,
+        messages: true,
+    };
     let gateway = Gateway::new(
         config,
         keys,
@@ -97,6 +100,11 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
          [model_providers.chatgate]\n  name = \"chatgate\"\n  base_url = \"http://{addr}/v1\"\n  \
          env_key = \"CHATGATE_API_KEY\"\n  wire_api = \"responses\"\n\
          then: CHATGATE_API_KEY={key} codex exec \"Why is the sky blue?\"\n\n\
+         Or Claude Code (the Messages API):\n  \
+         ANTHROPIC_BASE_URL=http://{addr} ANTHROPIC_AUTH_TOKEN={key} \\\n  \
+         ANTHROPIC_MODEL=reasoning-model-k3 ANTHROPIC_SMALL_FAST_MODEL=reasoning-model-k3 \\\n  \
+         ANTHROPIC_DEFAULT_HAIKU_MODEL=reasoning-model-k3 \\\n  \
+         claude -p \"Why is the sky blue?\"\n\n\
          Console:  http://{admin_addr}/\nAdmin token: {admin_token}\n\nCtrl-C stops it.\n"
     );
     let summary = format!(
@@ -131,6 +139,7 @@ pub(super) fn start_demo_sim<R: Runtime>(rt: &R) -> Result<std::net::SocketAddr,
         SimOptions {
             ttft: Duration::from_millis(300),
             token_interval: Duration::from_millis(20),
+            tools_on_request: true,
             ..SimOptions::default()
         },
         wall,
@@ -170,6 +179,7 @@ pub(super) fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
             .filter(|k| !k.is_empty()),
         strict_request_id: m.get_flag("strict-request-id"),
         template_tokens: m.get_one::<u64>("template-tokens").copied().unwrap_or(0),
+        tools_on_request: false,
     };
     raise_fd_limit();
     let listen = m.get_one::<String>("listen").expect("required");

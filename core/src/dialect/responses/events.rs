@@ -15,21 +15,16 @@
 //! stream requires.
 
 use crate::http::write::push_decimal;
+use crate::json::Cursor;
 use crate::json::write::string as json_string;
-use crate::json::{Cursor, Keys};
 use crate::usage::Usage;
 
-use super::request::Asked;
-use super::text::{custom_input, string_inside, valid_text};
+pub use crate::dialect::End;
 
-/// How a chat answer ended, for the response's `status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End<'a> {
-    /// `finish_reason` and `[DONE]` arrived (or the body was whole).
-    Finished(Option<&'a str>),
-    /// The provider's stream broke off: what happened.
-    Failed(&'a str),
-}
+use super::request::Asked;
+use super::text::custom_input;
+use crate::dialect::chunk::{CallDelta, Found};
+use crate::dialect::text::{string_inside, valid_text};
 
 /// One output item, as it is built.
 #[derive(Debug)]
@@ -159,57 +154,9 @@ impl ResponseStream {
         self.shape = None;
         // What is copied from it must be text every client can read.
         let data = &*valid_text(data);
-        let mut found = Found::default();
-        let read = Cursor::new(data).members(Keys::Skipped, |c, key| {
-            match c.raw_name(key) {
-                b"model" => found.model = Some(string_at(c)?),
-                b"choices" if c.peek() == Some(b'[') => {
-                    let mut first = true;
-                    c.elements(|c| {
-                        if !std::mem::take(&mut first) || c.peek() != Some(b'{') {
-                            return c.skip();
-                        }
-                        c.members(Keys::Skipped, |c, key| match c.raw_name(key) {
-                            b"delta" | b"message" if c.peek() == Some(b'{') => {
-                                c.members(Keys::Skipped, |c, key| {
-                                    match c.raw_name(key) {
-                                        // Strings only: a `null` beside a
-                                        // text (`"refusal":null`) is none.
-                                        b"reasoning_content" | b"reasoning"
-                                            if c.peek() == Some(b'"') =>
-                                        {
-                                            found.reasoning = Some(string_at(c)?);
-                                        }
-                                        // A refusal is what the model said
-                                        // instead: its text.
-                                        b"content" | b"refusal" if c.peek() == Some(b'"') => {
-                                            found.content = Some(string_at(c)?);
-                                        }
-                                        b"tool_calls" => {
-                                            let start = c.at();
-                                            c.skip()?;
-                                            found.calls = Some(start..c.at());
-                                        }
-                                        _ => c.skip()?,
-                                    }
-                                    Ok(())
-                                })
-                            }
-                            b"finish_reason" => {
-                                found.finish = Some(string_at(c)?);
-                                Ok(())
-                            }
-                            _ => c.skip(),
-                        })
-                    })?;
-                }
-                _ => c.skip()?,
-            }
-            Ok(())
-        });
-        if read.is_err() {
+        let Some(found) = Found::read(data) else {
             return;
-        }
+        };
         let text = |r: &Option<std::ops::Range<usize>>| {
             r.clone()
                 .map(|r| &data[r])
@@ -360,47 +307,15 @@ impl ResponseStream {
     /// One element of a delta's `tool_calls` (a whole message's calls
     /// carry no `index`: their place in the array is theirs).
     fn call_delta(&mut self, raw: &[u8], position: u64, out: &mut Vec<u8>) {
-        let mut index = position;
-        let mut id = None;
-        let mut function = None;
-        let mut c = Cursor::new(raw);
-        let read = c.members(Keys::Read, |c, key| {
-            let name = c.raw_name(key);
-            let start = c.at();
-            c.skip()?;
-            let v = &raw[start..c.at()];
-            match name {
-                b"index" => {
-                    index = std::str::from_utf8(v)
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(position)
-                }
-                b"id" if v.starts_with(b"\"") => id = Some(v),
-                b"function" => function = Some(v),
-                _ => {}
-            }
-            Ok(())
-        });
-        if read.is_err() {
+        let Some(CallDelta {
+            index,
+            id,
+            name,
+            arguments,
+        }) = CallDelta::read(raw, position)
+        else {
             return;
-        }
-        let (mut name, mut arguments) = (None, None);
-        if let Some(f) = function {
-            let mut c = Cursor::new(f);
-            let _ = c.members(Keys::Read, |c, key| {
-                let key_name = c.raw_name(key);
-                let start = c.at();
-                c.skip()?;
-                let v = &f[start..c.at()];
-                match key_name {
-                    b"name" if v.starts_with(b"\"") => name = Some(v),
-                    b"arguments" if v.starts_with(b"\"") => arguments = Some(v),
-                    _ => {}
-                }
-                Ok(())
-            });
-        }
+        };
         let open = self.open.iter().copied().find(|&j| {
             let it = &self.items[j];
             it.kind == Kind::Call && it.index == index
@@ -769,23 +684,6 @@ impl ResponseStream {
 
 /// What closes an event.
 const EVENT_END: &[u8] = b"}\n\n";
-
-/// Where a chunk's parts are (ranges of its text).
-#[derive(Default)]
-struct Found {
-    model: Option<std::ops::Range<usize>>,
-    reasoning: Option<std::ops::Range<usize>>,
-    content: Option<std::ops::Range<usize>>,
-    calls: Option<std::ops::Range<usize>>,
-    finish: Option<std::ops::Range<usize>>,
-}
-
-/// The value at the cursor, skipped: where it is.
-fn string_at(c: &mut Cursor<'_>) -> Result<std::ops::Range<usize>, crate::json::Stop> {
-    let start = c.at();
-    c.skip()?;
-    Ok(start..c.at())
-}
 
 /// `,"usage":{…}` in the Responses shape, replacing the `usage:null`
 /// [`ResponseStream::response`] wrote last.

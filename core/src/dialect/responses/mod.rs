@@ -4,7 +4,7 @@
 //! | file | job |
 //! |---|---|
 //! | `request.rs` | a Responses request as one chat-completions request ([`request::translate`]), and the Responses name of a chat parameter |
-//! | `text.rs` | what a translated answer copies from the provider, made readable JSON; a delta's string checked for the shortcut; a freeform call's input |
+//! | `text.rs` | a freeform call's input, read from its chat arguments |
 //! | `events.rs` | the chat stream as the Responses event stream ([`events::ResponseStream`]), a chat completion as a response object ([`events::body`]) |
 //!
 //! Errors keep the OpenAI error shape the chat API answers with: the

@@ -25,8 +25,9 @@
 
 use std::borrow::Cow;
 
+use crate::dialect::chat::{Call, Message, Part, push_call, write_messages};
+use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
 use crate::error::ApiError;
-use crate::json::{Cursor, Keys, Stop};
 
 /// What the answer's translation needs to know of the request.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -211,11 +212,6 @@ impl<'a> Top<'a> {
     }
 }
 
-/// A 400 for a body that is not a JSON object.
-fn not_an_object() -> ApiError {
-    ApiError::invalid_json("not a JSON object")
-}
-
 /// What needs a stored response, conversation or prompt: refused, with
 /// what to do instead.
 fn refuse_stored(top: &Top<'_>) -> Result<(), ApiError> {
@@ -242,137 +238,6 @@ fn refuse_stored(top: &Top<'_>) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-/// An object's members as written: name (unescaped) and raw value.
-struct Object<'a>(Vec<(Cow<'a, [u8]>, &'a [u8])>);
-
-impl<'a> Object<'a> {
-    /// The object that is all of `raw`. `Err(Some)` for a syntax error (or
-    /// a value a provider's parser would refuse), `Err(None)` when `raw`
-    /// is valid JSON but no object.
-    fn read(raw: &'a [u8]) -> Result<Object<'a>, Option<ApiError>> {
-        let mut c = Cursor::new(raw);
-        if c.peek() != Some(b'{') {
-            return match Cursor::whole(raw, Cursor::skip) {
-                Ok(()) => Err(None),
-                Err(Stop) => Err(Some(syntax(raw))),
-            };
-        }
-        let mut members = Vec::new();
-        let read = c
-            .members(Keys::Read, |c, key| {
-                let name = c.name(key);
-                let start = c.at();
-                c.skip()?;
-                if let Some(bad) = c.take_bad_utf8() {
-                    return Err(c.fail(crate::json::Code::InvalidUnicodeCodePoint, bad + 1));
-                }
-                members.push((name, &raw[start..c.at()]));
-                Ok(())
-            })
-            .and_then(|()| c.end());
-        if read.is_err() {
-            // The cursor's own error (a bad byte in a string is one only
-            // a read finds), else the grammar's.
-            return Err(Some(match c.error() {
-                Some(e) => ApiError::invalid_json(e),
-                None => syntax(raw),
-            }));
-        }
-        if let Some(hazard) = c.hazard() {
-            return Err(Some(ApiError::invalid_json(hazard)));
-        }
-        Ok(Object(members))
-    }
-
-    /// The raw value of member `name`.
-    fn get(&self, name: &[u8]) -> Option<&'a [u8]> {
-        self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| *v)
-    }
-
-    /// The raw value of member `name`, or `missing` naming it where `at`
-    /// says it is.
-    fn required(&self, name: &str, at: &dyn Fn(&str) -> String) -> Result<&'a [u8], ApiError> {
-        self.get(name.as_bytes())
-            .ok_or_else(|| ApiError::missing(at(name)))
-    }
-
-    /// [`Object::required`] for a member whose whole name is `param`.
-    fn required_at(&self, name: &str, param: &str) -> Result<&'a [u8], ApiError> {
-        self.get(name.as_bytes())
-            .ok_or_else(|| ApiError::missing(param))
-    }
-}
-
-/// The syntax error in `raw`, as the chat validator words one.
-fn syntax(raw: &[u8]) -> ApiError {
-    let mut c = Cursor::new(raw);
-    let _ = c.skip().and_then(|()| c.end());
-    match c.error() {
-        Some(e) => ApiError::invalid_json(e),
-        None => not_an_object(),
-    }
-}
-
-/// The object at `raw` (already checked), or `invalid_type` naming `param`.
-fn object<'a>(raw: &'a [u8], param: &str) -> Result<Object<'a>, ApiError> {
-    Object::read(raw).map_err(|e| e.unwrap_or_else(|| ApiError::invalid_type(param, "an object")))
-}
-
-/// The elements of the array at `raw` (already checked), each as written,
-/// or `invalid_type` naming `param`.
-fn array<'a>(raw: &'a [u8], param: &str) -> Result<Vec<&'a [u8]>, ApiError> {
-    if !raw.starts_with(b"[") {
-        return Err(ApiError::invalid_type(param, "an array"));
-    }
-    let mut c = Cursor::new(raw);
-    let mut out = Vec::new();
-    c.elements(|c| {
-        let start = c.at();
-        c.skip()?;
-        out.push(&raw[start..c.at()]);
-        Ok(())
-    })
-    .map_err(|Stop| syntax(raw))?;
-    Ok(out)
-}
-
-/// The text of the string at `raw`, or `invalid_type` naming `param`.
-fn text<'a>(raw: &'a [u8], param: &dyn Fn() -> String) -> Result<Cow<'a, str>, ApiError> {
-    let not_a_string = || ApiError::invalid_type(param(), "a string");
-    if !raw.starts_with(b"\"") {
-        return Err(not_a_string());
-    }
-    let bytes = Cursor::whole(raw, Cursor::str).map_err(|Stop| not_a_string())?;
-    match bytes {
-        Cow::Borrowed(b) => std::str::from_utf8(b).map(Cow::Borrowed),
-        Cow::Owned(b) => String::from_utf8(b)
-            .map(Cow::Owned)
-            .map_err(|e| e.utf8_error()),
-    }
-    .map_err(|_| not_a_string())
-}
-
-/// A string as written (quotes included), or `invalid_type` naming `param`.
-fn string<'a>(raw: &'a [u8], param: &dyn Fn() -> String) -> Result<&'a [u8], ApiError> {
-    if raw.starts_with(b"\"") {
-        Ok(raw)
-    } else {
-        Err(ApiError::invalid_type(param(), "a string"))
-    }
-}
-
-fn is_null(raw: &[u8]) -> bool {
-    raw == b"null"
-}
-
-/// `,"name":raw`.
-fn member(out: &mut Vec<u8>, name: &str, raw: &[u8]) {
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\":");
-    out.extend_from_slice(raw);
 }
 
 /// The chat tools for `tools`, the namespaced names noted in `asked`.
@@ -557,40 +422,6 @@ fn response_format(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A chat message being built.
-#[derive(Debug)]
-enum Message<'a> {
-    /// Text parts (JSON strings as written), joined by a blank line.
-    System(Vec<&'a [u8]>),
-    User(Vec<Part<'a>>),
-    Assistant {
-        text: Vec<&'a [u8]>,
-        calls: Vec<Call<'a>>,
-    },
-    Tool {
-        call_id: &'a [u8],
-        text: Vec<&'a [u8]>,
-    },
-}
-
-/// A user content part.
-#[derive(Debug)]
-enum Part<'a> {
-    /// A JSON string as written.
-    Text(&'a [u8]),
-    /// An image: its URL (a JSON string as written) and `detail`.
-    Image(&'a [u8], Option<&'a [u8]>),
-}
-
-/// A tool call of an assistant message.
-#[derive(Debug)]
-struct Call<'a> {
-    id: &'a [u8],
-    name: String,
-    /// A JSON string: as written, or built (a freeform call's input).
-    arguments: Cow<'a, [u8]>,
-}
-
 /// `instructions` and `input` as chat messages.
 fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
     let mut out = Vec::new();
@@ -714,18 +545,6 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
     Ok(out)
 }
 
-/// A tool call, in the assistant message just before it (the model's
-/// parallel calls), or in a message of its own.
-fn push_call<'a>(out: &mut Vec<Message<'a>>, call: Call<'a>) {
-    match out.last_mut() {
-        Some(Message::Assistant { calls, .. }) => calls.push(call),
-        _ => out.push(Message::Assistant {
-            text: Vec::new(),
-            calls: vec![call],
-        }),
-    }
-}
-
 /// A `message` item.
 fn message<'a>(
     it: &Object<'a>,
@@ -797,7 +616,7 @@ fn parts<'a>(raw: &'a [u8], param: &str) -> Result<Vec<Part<'a>>, ApiError> {
                 };
                 let url = string(url, &|| at("image_url"))?;
                 let detail = p.get(b"detail").filter(|r| !is_null(r));
-                out.push(Part::Image(url, detail));
+                out.push(Part::Image(Cow::Borrowed(url), detail));
             }
             other => {
                 return Err(ApiError::invalid_value(
@@ -811,104 +630,6 @@ fn parts<'a>(raw: &'a [u8], param: &str) -> Result<Vec<Part<'a>>, ApiError> {
         }
     }
     Ok(out)
-}
-
-/// The chat `messages` array.
-fn write_messages(out: &mut Vec<u8>, messages: &[Message<'_>]) {
-    out.push(b'[');
-    for (i, m) in messages.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        match m {
-            Message::System(text) => {
-                out.extend_from_slice(b"{\"role\":\"system\",\"content\":");
-                joined(out, text);
-            }
-            Message::User(parts) => {
-                out.extend_from_slice(b"{\"role\":\"user\",\"content\":");
-                match parts.as_slice() {
-                    [Part::Text(t)] => out.extend_from_slice(t),
-                    _ => {
-                        out.push(b'[');
-                        for (j, p) in parts.iter().enumerate() {
-                            if j > 0 {
-                                out.push(b',');
-                            }
-                            match p {
-                                Part::Text(t) => {
-                                    out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
-                                    out.extend_from_slice(t);
-                                    out.push(b'}');
-                                }
-                                Part::Image(url, detail) => {
-                                    out.extend_from_slice(
-                                        b"{\"type\":\"image_url\",\"image_url\":{\"url\":",
-                                    );
-                                    out.extend_from_slice(url);
-                                    if let Some(d) = detail {
-                                        member(out, "detail", d);
-                                    }
-                                    out.extend_from_slice(b"}}");
-                                }
-                            }
-                        }
-                        out.push(b']');
-                    }
-                }
-            }
-            Message::Assistant { text, calls } => {
-                out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":");
-                if text.is_empty() {
-                    out.extend_from_slice(b"null");
-                } else {
-                    joined(out, text);
-                }
-                if !calls.is_empty() {
-                    out.extend_from_slice(b",\"tool_calls\":[");
-                    for (j, c) in calls.iter().enumerate() {
-                        if j > 0 {
-                            out.push(b',');
-                        }
-                        out.extend_from_slice(b"{\"id\":");
-                        out.extend_from_slice(c.id);
-                        out.extend_from_slice(b",\"type\":\"function\",\"function\":{\"name\":");
-                        crate::json::write::string(out, &c.name);
-                        out.extend_from_slice(b",\"arguments\":");
-                        out.extend_from_slice(&c.arguments);
-                        out.extend_from_slice(b"}}");
-                    }
-                    out.push(b']');
-                }
-            }
-            Message::Tool { call_id, text } => {
-                out.extend_from_slice(b"{\"role\":\"tool\",\"tool_call_id\":");
-                out.extend_from_slice(call_id);
-                out.extend_from_slice(b",\"content\":");
-                joined(out, text);
-            }
-        }
-        out.push(b'}');
-    }
-    out.push(b']');
-}
-
-/// JSON strings as written, joined into one by a blank line (escapes are
-/// whole within each, so their insides can be put side by side).
-fn joined(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    match parts {
-        [one] => out.extend_from_slice(one),
-        _ => {
-            out.push(b'"');
-            for (i, p) in parts.iter().enumerate() {
-                if i > 0 {
-                    out.extend_from_slice(b"\\n\\n");
-                }
-                out.extend_from_slice(&p[1..p.len() - 1]);
-            }
-            out.push(b'"');
-        }
-    }
 }
 
 /// The Responses name of a chat parameter the chat validator refused, so

@@ -1,0 +1,151 @@
+//! The one reading of a chat chunk every answer translator shares: where
+//! its first choice's reasoning, text, tool calls and `finish_reason` are,
+//! and what one tool call delta carries.
+
+use std::ops::Range;
+
+use crate::json::{Cursor, Keys};
+
+/// Where a chunk's parts are (ranges of its text, each a JSON value as
+/// written).
+#[derive(Default)]
+pub(super) struct Found {
+    pub(super) model: Option<Range<usize>>,
+    pub(super) reasoning: Option<Range<usize>>,
+    pub(super) content: Option<Range<usize>>,
+    pub(super) calls: Option<Range<usize>>,
+    pub(super) finish: Option<Range<usize>>,
+    pub(super) stop_reason: Option<Range<usize>>,
+}
+
+impl Found {
+    /// The parts of the chunk (or whole completion) `data`, walked once;
+    /// `None` when it is not a JSON object.
+    pub(super) fn read(data: &[u8]) -> Option<Found> {
+        let mut found = Found::default();
+        let read = Cursor::new(data).members(Keys::Skipped, |c, key| {
+            match c.raw_name(key) {
+                b"model" => found.model = Some(string_at(c)?),
+                b"choices" if c.peek() == Some(b'[') => {
+                    let mut first = true;
+                    c.elements(|c| {
+                        if !std::mem::take(&mut first) || c.peek() != Some(b'{') {
+                            return c.skip();
+                        }
+                        c.members(Keys::Skipped, |c, key| match c.raw_name(key) {
+                            b"delta" | b"message" if c.peek() == Some(b'{') => {
+                                c.members(Keys::Skipped, |c, key| {
+                                    match c.raw_name(key) {
+                                        // Strings only: a `null` beside a
+                                        // text (`"refusal":null`) is none.
+                                        b"reasoning_content" | b"reasoning"
+                                            if c.peek() == Some(b'"') =>
+                                        {
+                                            found.reasoning = Some(string_at(c)?);
+                                        }
+                                        // A refusal is what the model said
+                                        // instead: its text.
+                                        b"content" | b"refusal" if c.peek() == Some(b'"') => {
+                                            found.content = Some(string_at(c)?);
+                                        }
+                                        b"tool_calls" => {
+                                            let start = c.at();
+                                            c.skip()?;
+                                            found.calls = Some(start..c.at());
+                                        }
+                                        _ => c.skip()?,
+                                    }
+                                    Ok(())
+                                })
+                            }
+                            b"finish_reason" => {
+                                found.finish = Some(string_at(c)?);
+                                Ok(())
+                            }
+                            // vLLM's: the stop sequence that ended the answer.
+                            b"stop_reason" => {
+                                found.stop_reason = Some(string_at(c)?);
+                                Ok(())
+                            }
+                            _ => c.skip(),
+                        })
+                    })?;
+                }
+                _ => c.skip()?,
+            }
+            Ok(())
+        });
+        read.ok().map(|()| found)
+    }
+}
+
+/// The value at the cursor, skipped: where it is.
+fn string_at(c: &mut Cursor<'_>) -> Result<Range<usize>, crate::json::Stop> {
+    let start = c.at();
+    c.skip()?;
+    Ok(start..c.at())
+}
+
+/// One element of a chunk's `tool_calls`: the call's `index` (its
+/// position in the array when it has none), and its `id`, `function.name`
+/// and `function.arguments` when they are strings, as written.
+pub(super) struct CallDelta<'a> {
+    pub(super) index: u64,
+    pub(super) id: Option<&'a [u8]>,
+    pub(super) name: Option<&'a [u8]>,
+    pub(super) arguments: Option<&'a [u8]>,
+}
+
+impl<'a> CallDelta<'a> {
+    /// The delta `raw`, at `position` in its array; `None` when it is not
+    /// an object.
+    pub(super) fn read(raw: &'a [u8], position: u64) -> Option<CallDelta<'a>> {
+        let mut index = position;
+        let mut id = None;
+        let mut function = None;
+        let mut c = Cursor::new(raw);
+        let read = c.members(Keys::Read, |c, key| {
+            let name = c.raw_name(key);
+            let start = c.at();
+            c.skip()?;
+            let v = &raw[start..c.at()];
+            match name {
+                b"index" => {
+                    index = std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(position)
+                }
+                b"id" if v.starts_with(b"\"") => id = Some(v),
+                b"function" => function = Some(v),
+                _ => {}
+            }
+            Ok(())
+        });
+        if read.is_err() {
+            return None;
+        }
+        let (mut name, mut arguments) = (None, None);
+        if let Some(f) = function {
+            let mut c = Cursor::new(f);
+            let _ = c.members(Keys::Read, |c, key| {
+                let key_name = c.raw_name(key);
+                let start = c.at();
+                c.skip()?;
+                let v = &f[start..c.at()];
+                match key_name {
+                    b"name" if v.starts_with(b"\"") => name = Some(v),
+                    b"arguments" if v.starts_with(b"\"") => arguments = Some(v),
+                    _ => {}
+                }
+                Ok(())
+            });
+        }
+        Some(CallDelta {
+            index,
+            id,
+            name,
+            arguments,
+        })
+    }
+}

@@ -1,0 +1,554 @@
+//! A chat answer as a Messages answer: the stream of chat chunks (each
+//! event's data, as the SSE framer cut it) as the Messages event stream,
+//! or a whole chat completion as a message object.
+//!
+//! Each chunk is translated when it arrives, nothing of the text kept: a
+//! reasoning delta is a `thinking_delta`, a text delta a `text_delta`, a
+//! tool call's arguments an `input_json_delta`, each JSON string copied as
+//! the provider wrote it. Blocks open in the order the deltas need them
+//! and one at a time, as the Messages stream has them: opening the next
+//! closes the one before (a thinking block with its signature). A second
+//! tool call that starts while another is still being streamed (a
+//! provider that interleaves parallel calls) is kept until the first is
+//! done, then written.
+//!
+//! The stream's `message_delta` (the `stop_reason` and the usage) waits
+//! for the end: the provider's usage comes after its `finish_reason`.
+
+use crate::http::write::push_decimal;
+use crate::json::Cursor;
+use crate::usage::Usage;
+
+use super::request::Asked;
+use crate::dialect::End;
+use crate::dialect::chunk::{CallDelta, Found};
+use crate::dialect::text::valid_text;
+
+/// The prefix of the signature the gateway gives its thinking blocks.
+pub const SIGNATURE_PREFIX: &str = "chatgate.v1.";
+
+/// A content block being streamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Thinking,
+    Text,
+    /// The tool call at this position in `calls`.
+    Tool(usize),
+}
+
+/// A tool call of the answer.
+#[derive(Debug)]
+struct ToolCall {
+    /// The chat call's `index`, and its id (the inside of its string).
+    index: u64,
+    id: Vec<u8>,
+    /// The name as written (a JSON string).
+    name: Vec<u8>,
+    /// Arguments that arrived before its block opened (the insides of
+    /// JSON strings, joined).
+    pending: Vec<u8>,
+    state: CallState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallState {
+    Waiting,
+    Open,
+    Closed,
+}
+
+/// The Messages event stream for one chat stream.
+#[derive(Debug)]
+pub struct MessageStream {
+    asked: Asked,
+    /// `msg_…`, from the gateway's request id.
+    id: String,
+    signature: String,
+    /// The model as the provider named it (a JSON string as written).
+    model: Vec<u8>,
+    started: bool,
+    /// The open block and its index.
+    open: Option<(Block, u64)>,
+    next_index: u64,
+    calls: Vec<ToolCall>,
+    /// `finish_reason` arrived: the stop reason, and the stop sequence
+    /// (a JSON string) when the provider named it.
+    stop: Option<(&'static str, Option<Vec<u8>>)>,
+    ended: bool,
+}
+
+impl MessageStream {
+    /// A stream for the request `request_id` (its `req_…` id), which asked
+    /// `asked`.
+    pub fn new(asked: Asked, request_id: &str) -> Self {
+        let tail = request_id.trim_start_matches("req_");
+        MessageStream {
+            asked,
+            id: format!("msg_{tail}"),
+            signature: format!("{SIGNATURE_PREFIX}{tail}"),
+            model: Vec::new(),
+            started: false,
+            open: None,
+            next_index: 0,
+            calls: Vec::new(),
+            stop: None,
+            ended: false,
+        }
+    }
+
+    /// The events for one chat chunk (an SSE event's data), appended to
+    /// `out`. A chunk that is not a JSON object writes nothing but the
+    /// start.
+    pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        let data = &*valid_text(data);
+        let Some(found) = Found::read(data) else {
+            return;
+        };
+        let text = |r: &Option<std::ops::Range<usize>>| {
+            r.clone()
+                .map(|r| &data[r])
+                .filter(|t| t.starts_with(b"\"") && t.len() > 2)
+        };
+        if self.model.is_empty() {
+            if let Some(m) = text(&found.model) {
+                self.model = m.to_vec();
+            }
+        }
+        self.start(out);
+        if let Some(t) = text(&found.reasoning).filter(|_| self.asked.thinking) {
+            let index = self.open_block(Block::Thinking, out);
+            if !self.asked.omit_thinking {
+                delta(out, index, b"thinking_delta", b"thinking", t);
+            }
+        }
+        if let Some(t) = text(&found.content) {
+            let index = self.open_block(Block::Text, out);
+            delta(out, index, b"text_delta", b"text", t);
+        }
+        if let Some(calls) = found
+            .calls
+            .map(|r| &data[r])
+            .filter(|c| c.starts_with(b"["))
+        {
+            let mut position = 0;
+            let _ = Cursor::new(calls).elements(|c| {
+                let start = c.at();
+                c.skip()?;
+                if let Some(d) = CallDelta::read(&calls[start..c.at()], position) {
+                    self.call_delta(d, out);
+                }
+                position += 1;
+                Ok(())
+            });
+        }
+        if let Some(f) = text(&found.finish) {
+            let reason = Cursor::whole(f, Cursor::str).unwrap_or_default();
+            let sequence = found
+                .stop_reason
+                .map(|r| &data[r])
+                .filter(|s| s.starts_with(b"\""));
+            self.stop = Some(stop_reason(&reason, sequence));
+            self.close_all(out);
+        }
+    }
+
+    /// `message_start`, once.
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        event(out, "message_start", |o| {
+            o.extend_from_slice(b",\"message\":");
+            self.message_head(o);
+            o.extend_from_slice(
+                b",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\
+                  \"usage\":{\"input_tokens\":0,\"output_tokens\":0}}",
+            );
+        });
+    }
+
+    /// `{"id":…,"type":"message","role":"assistant","model":…` (open).
+    fn message_head(&self, o: &mut Vec<u8>) {
+        o.extend_from_slice(b"{\"id\":\"");
+        o.extend_from_slice(self.id.as_bytes());
+        o.extend_from_slice(b"\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+        if self.model.is_empty() {
+            o.extend_from_slice(&self.asked.model);
+        } else {
+            o.extend_from_slice(&self.model);
+        }
+        if self.model.is_empty() && self.asked.model.is_empty() {
+            o.extend_from_slice(b"\"\"");
+        }
+    }
+
+    /// The index of the open block of `kind`, opened now (closing the one
+    /// open) if it is not the one open.
+    fn open_block(&mut self, kind: Block, out: &mut Vec<u8>) -> u64 {
+        if let Some((open, index)) = self.open {
+            if open == kind {
+                return index;
+            }
+        }
+        self.close_open(out);
+        let index = self.next_index;
+        self.next_index += 1;
+        self.open = Some((kind, index));
+        event(out, "content_block_start", |o| {
+            index_member(o, index);
+            o.extend_from_slice(b",\"content_block\":");
+            match kind {
+                Block::Thinking => o.extend_from_slice(
+                    b"{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}",
+                ),
+                Block::Text => o.extend_from_slice(b"{\"type\":\"text\",\"text\":\"\"}"),
+                Block::Tool(i) => {
+                    let call = &self.calls[i];
+                    o.extend_from_slice(b"{\"type\":\"tool_use\",\"id\":\"");
+                    if call.id.is_empty() {
+                        o.extend_from_slice(b"toolu_");
+                        o.extend_from_slice(self.id.trim_start_matches("msg_").as_bytes());
+                        o.push(b'_');
+                        push_decimal(o, i as u64);
+                    } else {
+                        o.extend_from_slice(&call.id);
+                    }
+                    o.extend_from_slice(b"\",\"name\":");
+                    if call.name.is_empty() {
+                        o.extend_from_slice(b"\"\"");
+                    } else {
+                        o.extend_from_slice(&call.name);
+                    }
+                    o.extend_from_slice(b",\"input\":{}}");
+                }
+            }
+        });
+        if let Block::Tool(i) = kind {
+            self.calls[i].state = CallState::Open;
+            let pending = std::mem::take(&mut self.calls[i].pending);
+            if !pending.is_empty() {
+                json_delta(out, index, &pending);
+            }
+        }
+        index
+    }
+
+    /// Closes the open block: a thinking block with its signature; after a
+    /// tool call, the next call waiting opens.
+    fn close_open(&mut self, out: &mut Vec<u8>) {
+        let Some((kind, index)) = self.open.take() else {
+            return;
+        };
+        if kind == Block::Thinking {
+            event(out, "content_block_delta", |o| {
+                index_member(o, index);
+                o.extend_from_slice(b",\"delta\":{\"type\":\"signature_delta\",\"signature\":\"");
+                o.extend_from_slice(self.signature.as_bytes());
+                o.extend_from_slice(b"\"}");
+            });
+        }
+        event(out, "content_block_stop", |o| index_member(o, index));
+        if let Block::Tool(i) = kind {
+            self.calls[i].state = CallState::Closed;
+        }
+    }
+
+    /// Closes every block, the calls still waiting written first.
+    fn close_all(&mut self, out: &mut Vec<u8>) {
+        self.close_open(out);
+        while let Some(i) = self
+            .calls
+            .iter()
+            .position(|c| c.state == CallState::Waiting)
+        {
+            self.open_block(Block::Tool(i), out);
+            self.close_open(out);
+        }
+    }
+
+    /// One tool call delta.
+    fn call_delta(&mut self, d: CallDelta<'_>, out: &mut Vec<u8>) {
+        let inside = |s: &[u8]| s[1..s.len() - 1].to_vec();
+        // The call at this index (the newest: some providers number every
+        // call 0, and a delta with another id is another call).
+        let known = self.calls.iter().rposition(|c| c.index == d.index);
+        let known = match (known, d.id) {
+            (Some(i), Some(id)) if self.calls[i].id != id[1..id.len() - 1] => None,
+            (known, _) => known,
+        };
+        let i = match known {
+            Some(i) => i,
+            // Arguments of a call never started: nothing to attach them to.
+            None if d.id.is_none() && d.name.is_none() => return,
+            None => {
+                self.calls.push(ToolCall {
+                    index: d.index,
+                    id: d.id.map(inside).unwrap_or_default(),
+                    name: d.name.map(<[u8]>::to_vec).unwrap_or_default(),
+                    pending: Vec::new(),
+                    state: CallState::Waiting,
+                });
+                let i = self.calls.len() - 1;
+                let tool_open = matches!(self.open, Some((Block::Tool(_), _)));
+                if !tool_open {
+                    self.open_block(Block::Tool(i), out);
+                }
+                i
+            }
+        };
+        let Some(args) = d.arguments.filter(|a| a.len() > 2) else {
+            return;
+        };
+        match self.calls[i].state {
+            CallState::Open => {
+                let index = self.open.map_or(0, |(_, index)| index);
+                json_delta(out, index, &args[1..args.len() - 1]);
+            }
+            CallState::Waiting => self.calls[i]
+                .pending
+                .extend_from_slice(&args[1..args.len() - 1]),
+            // A call's arguments after its block closed (text came
+            // between): the block is over, so they are dropped.
+            CallState::Closed => {}
+        }
+    }
+
+    /// The stream's last events: `message_delta` (the stop reason and the
+    /// usage) and `message_stop` for an answer that finished; an `error`
+    /// event for one that broke off (no `message_stop` after it).
+    pub fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        self.start(out);
+        self.ended = true;
+        match end {
+            End::Finished(reason) => {
+                self.close_all(out);
+                let (stop, sequence) = match self.stop.take() {
+                    Some(s) => s,
+                    None => stop_reason(reason.unwrap_or("stop").as_bytes(), None),
+                };
+                event(out, "message_delta", |o| {
+                    o.extend_from_slice(b",\"delta\":{\"stop_reason\":\"");
+                    o.extend_from_slice(stop.as_bytes());
+                    o.extend_from_slice(b"\",\"stop_sequence\":");
+                    o.extend_from_slice(sequence.as_deref().unwrap_or(b"null"));
+                    o.extend_from_slice(b"},\"usage\":");
+                    write_usage(o, usage);
+                });
+                event(out, "message_stop", |_| {});
+            }
+            End::Failed(why) => {
+                let kind = if why.contains("shutting down") || why.contains("overloaded") {
+                    "overloaded_error"
+                } else {
+                    "api_error"
+                };
+                let message = format!(
+                    "The provider's answer broke off before it was complete ({why}); \
+                     the message is truncated."
+                );
+                super::errors::event(out, kind, &message);
+            }
+        }
+    }
+}
+
+/// The Messages stop reason for a chat `finish_reason` (and the stop
+/// sequence the provider said matched, a JSON string).
+fn stop_reason(finish: &[u8], sequence: Option<&[u8]>) -> (&'static str, Option<Vec<u8>>) {
+    match finish {
+        b"stop" => match sequence {
+            Some(s) => ("stop_sequence", Some(s.to_vec())),
+            None => ("end_turn", None),
+        },
+        b"length" => ("max_tokens", None),
+        b"tool_calls" | b"function_call" => ("tool_use", None),
+        b"content_filter" => ("refusal", None),
+        _ => ("end_turn", None),
+    }
+}
+
+/// `event: NAME\ndata: {"type":"NAME"…}\n\n`, `body` writing the members
+/// after `type`.
+fn event(out: &mut Vec<u8>, name: &str, body: impl FnOnce(&mut Vec<u8>)) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'"');
+    body(out);
+    out.extend_from_slice(b"}\n\n");
+}
+
+/// `,"index":N`.
+fn index_member(o: &mut Vec<u8>, index: u64) {
+    o.extend_from_slice(b",\"index\":");
+    push_decimal(o, index);
+}
+
+/// A `content_block_delta` of `kind` whose `field` is the JSON string
+/// `text`, as written.
+fn delta(out: &mut Vec<u8>, index: u64, kind: &[u8], field: &[u8], text: &[u8]) {
+    out.extend_from_slice(
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
+    );
+    push_decimal(out, index);
+    out.extend_from_slice(b",\"delta\":{\"type\":\"");
+    out.extend_from_slice(kind);
+    out.extend_from_slice(b"\",\"");
+    out.extend_from_slice(field);
+    out.extend_from_slice(b"\":");
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"}}\n\n");
+}
+
+/// An `input_json_delta` whose `partial_json` is `inside` (the inside of
+/// a JSON string).
+fn json_delta(out: &mut Vec<u8>, index: u64, inside: &[u8]) {
+    out.extend_from_slice(
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
+    );
+    push_decimal(out, index);
+    out.extend_from_slice(b",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"");
+    out.extend_from_slice(inside);
+    out.extend_from_slice(b"\"}}\n\n");
+}
+
+/// The usage object: input without the cached tokens (which are their
+/// own field, as the Messages API counts them), output, cache fields.
+fn write_usage(o: &mut Vec<u8>, usage: Option<&Usage>) {
+    let u = usage.copied().unwrap_or_default();
+    let cached = u.cached_tokens.max(u.cache_read_input_tokens);
+    o.extend_from_slice(b"{\"input_tokens\":");
+    push_decimal(o, u.prompt_tokens.saturating_sub(cached));
+    o.extend_from_slice(b",\"output_tokens\":");
+    push_decimal(o, u.completion_tokens);
+    o.extend_from_slice(b",\"cache_read_input_tokens\":");
+    push_decimal(o, cached);
+    o.extend_from_slice(b",\"cache_creation_input_tokens\":");
+    push_decimal(o, u.cache_created_input_tokens);
+    o.push(b'}');
+}
+
+/// A whole chat completion as a Messages message object.
+pub fn body(asked: Asked, request_id: &str, completion: &[u8], usage: Option<&Usage>) -> Vec<u8> {
+    let data = &*valid_text(completion);
+    let found = Found::read(data).unwrap_or_default();
+    let text = |r: &Option<std::ops::Range<usize>>| {
+        r.clone().map(|r| &data[r]).filter(|t| t.starts_with(b"\""))
+    };
+    let mut stream = MessageStream::new(asked, request_id);
+    if let Some(m) = text(&found.model) {
+        stream.model = m.to_vec();
+    }
+    let mut out = Vec::with_capacity(completion.len() + 256);
+    stream.message_head(&mut out);
+    out.extend_from_slice(b",\"content\":[");
+    let mut first = true;
+    let mut sep = |out: &mut Vec<u8>| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+    };
+    if let Some(t) = text(&found.reasoning).filter(|_| stream.asked.thinking) {
+        sep(&mut out);
+        out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":");
+        if stream.asked.omit_thinking {
+            out.extend_from_slice(b"\"\"");
+        } else {
+            out.extend_from_slice(t);
+        }
+        out.extend_from_slice(b",\"signature\":\"");
+        out.extend_from_slice(stream.signature.as_bytes());
+        out.extend_from_slice(b"\"}");
+    }
+    if let Some(t) = text(&found.content).filter(|t| t.len() > 2) {
+        sep(&mut out);
+        out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+        out.extend_from_slice(t);
+        out.push(b'}');
+    }
+    if let Some(calls) = found
+        .calls
+        .map(|r| &data[r])
+        .filter(|c| c.starts_with(b"["))
+    {
+        let mut position = 0u64;
+        let _ = Cursor::new(calls).elements(|c| {
+            let start = c.at();
+            c.skip()?;
+            if let Some(d) = CallDelta::read(&calls[start..c.at()], position) {
+                sep(&mut out);
+                tool_use(&mut out, &d, &stream.id, position);
+            }
+            position += 1;
+            Ok(())
+        });
+    }
+    out.extend_from_slice(b"],\"stop_reason\":");
+    let finish = text(&found.finish).and_then(|f| Cursor::whole(f, Cursor::str).ok());
+    let sequence = found
+        .stop_reason
+        .map(|r| &data[r])
+        .filter(|s| s.starts_with(b"\""));
+    match finish {
+        Some(f) => {
+            let (stop, sequence) = stop_reason(&f, sequence);
+            out.push(b'"');
+            out.extend_from_slice(stop.as_bytes());
+            out.extend_from_slice(b"\",\"stop_sequence\":");
+            out.extend_from_slice(sequence.as_deref().unwrap_or(b"null"));
+        }
+        None => out.extend_from_slice(b"null,\"stop_sequence\":null"),
+    }
+    out.extend_from_slice(b",\"usage\":");
+    write_usage(&mut out, usage);
+    out.push(b'}');
+    out
+}
+
+/// A whole tool call as a `tool_use` block: its arguments' JSON object as
+/// the `input`; arguments that are no JSON object kept whole, as the
+/// string member `arguments` of the input.
+fn tool_use(out: &mut Vec<u8>, d: &CallDelta<'_>, message_id: &str, position: u64) {
+    out.extend_from_slice(b"{\"type\":\"tool_use\",\"id\":");
+    match d.id {
+        Some(id) => out.extend_from_slice(id),
+        None => {
+            out.extend_from_slice(b"\"toolu_");
+            out.extend_from_slice(message_id.trim_start_matches("msg_").as_bytes());
+            out.push(b'_');
+            push_decimal(out, position);
+            out.push(b'"');
+        }
+    }
+    out.extend_from_slice(b",\"name\":");
+    out.extend_from_slice(d.name.unwrap_or(b"\"\""));
+    out.extend_from_slice(b",\"input\":");
+    let raw = d.arguments.unwrap_or(b"\"\"");
+    let decoded = Cursor::whole(raw, Cursor::str).ok();
+    let object = decoded.as_deref().filter(|j| {
+        j.trim_ascii_start().starts_with(b"{") && Cursor::whole(j, Cursor::skip).is_ok()
+    });
+    match object {
+        Some(j) => out.extend_from_slice(j.trim_ascii()),
+        None if decoded
+            .as_deref()
+            .is_some_and(|j| j.trim_ascii().is_empty()) =>
+        {
+            out.extend_from_slice(b"{}")
+        }
+        None => {
+            out.extend_from_slice(b"{\"arguments\":");
+            out.extend_from_slice(raw);
+            out.push(b'}');
+        }
+    }
+    out.push(b'}');
+}
