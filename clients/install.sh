@@ -5,7 +5,9 @@
 #   - the OpenAI Node SDK and the Vercel AI SDK into clients/node/node_modules,
 #     with `npm ci` from clients/node/package-lock.json;
 #   - Codex CLI into clients/codex/node_modules, with `npm ci` from
-#     clients/codex/package-lock.json (tests/tests/responses.rs).
+#     clients/codex/package-lock.json (tests/tests/responses.rs);
+#   - Claude Code into clients/claude/node_modules, the same way
+#     (tests/tests/messages.rs).
 # Needs python3 (3.10 or newer, with venv) and node (20 or newer) with npm,
 # and access to PyPI and the npm registry. Safe to run again: each half is
 # skipped while its lock file (and interpreter) are unchanged.
@@ -55,7 +57,8 @@ npm_locked() {
         printf '%s\n' "$want" >"$stamp"
     fi
 }
-# The Node SDKs; Codex CLI (a native binary in an npm package).
+# The Node SDKs; Codex CLI and Claude Code (native binaries in npm packages).
 npm_locked node "$root/clients/node"
 npm_locked codex "$root/clients/codex"
+npm_locked claude "$root/clients/claude"
 say "done"

@@ -38,6 +38,20 @@ fn text_of(content: &Value) -> String {
     }
 }
 
+/// What the user said in `content`: its text without the context an agent
+/// adds in parts of their own (Claude Code's `<system-reminder>` parts).
+fn said(content: &Value) -> String {
+    match content {
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => text_of(other),
+    }
+}
+
 /// Reads `[[sim:k=v,k=v]]` from a text.
 fn marker_params(text: &str, into: &mut HashMap<String, String>) {
     if let Some(start) = text.find("[[sim:") {
@@ -139,7 +153,7 @@ pub(crate) fn parse_ask(body: &[u8]) -> Result<Ask, String> {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned(),
-        last_text: text_of(last.get("content").unwrap_or(&Value::Null)),
+        last_text: said(last.get("content").unwrap_or(&Value::Null)),
         prompt_tokens,
         seed: fnv1a(all_text.as_bytes()),
         params,
