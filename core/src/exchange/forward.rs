@@ -21,6 +21,14 @@ use crate::stream::{DONE_EVENT, EventKind, StreamTracker, event_data};
 use crate::time::Instant;
 use crate::usage::{Usage, parse_completion};
 
+/// A Messages stream whose provider sends nothing for this long gets a
+/// `ping` event, as the Anthropic API sends them: the client's idle watch
+/// sees the stream is alive while a reasoning model thinks in silence.
+pub(super) const PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The Messages API's keep-alive event.
+const PING_EVENT: &[u8] = b"event: ping\ndata: {\"type\":\"ping\"}\n\n";
+
 /// Stop reading the provider while this much is waiting for the client.
 pub(super) const CLIENT_BACKLOG_HIGH: usize = 1 << 20;
 
@@ -311,6 +319,7 @@ impl Connection {
         }
         let up = self.up.as_mut().expect("upstream in progress");
         let chunked = !self.req.as_ref().expect("request").http10;
+        let sent = batch.is_some();
         if let Some(t) = translated.filter(|_| batch.is_some()) {
             client_body(&mut bytes, &t, chunked);
         } else if let Some(r) = batch {
@@ -330,10 +339,33 @@ impl Connection {
         let n = up.framer.complete_prefix();
         up.body.drain(..n);
         up.framer.consume(n);
+        if end.is_none() && sent && self.is_messages() {
+            self.timers.set(Timer::Ping, now + PING_INTERVAL);
+        }
         match end {
             Some(end) => self.end_stream(now, end, bytes),
             None => self.put_client_out(now, bytes),
         }
+    }
+
+    /// Whether the request is on the Messages API.
+    fn is_messages(&self) -> bool {
+        let dialect = self.req.as_ref().and_then(|r| r.dialect.as_deref());
+        matches!(dialect, Some(Dialect::Messages(..)))
+    }
+
+    /// The provider of a committed Messages stream was silent for
+    /// [`PING_INTERVAL`]: a `ping` event, and the next in as long.
+    pub(super) fn ping(&mut self, now: Instant) {
+        let req = self.req.as_ref().expect("request in progress");
+        if !req.committed || !self.is_messages() {
+            return;
+        }
+        let chunked = !req.http10;
+        let mut bytes = self.take_client_out();
+        client_body(&mut bytes, PING_EVENT, chunked);
+        self.put_client_out(now, bytes);
+        self.timers.set(Timer::Ping, now + PING_INTERVAL);
     }
 
     /// The client's response head for a stream: written once, with the first
@@ -509,7 +541,7 @@ impl Dialect {
             EventKind::NoData => {
                 out.extend_from_slice(match self {
                     Dialect::Responses(..) => b": keep-alive\n\n".as_slice(),
-                    Dialect::Messages(..) => b"event: ping\ndata: {\"type\":\"ping\"}\n\n",
+                    Dialect::Messages(..) => PING_EVENT,
                 });
                 return;
             }

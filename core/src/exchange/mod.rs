@@ -413,6 +413,7 @@ impl Connection {
                 Timer::QueueTurn if self.phase == Phase::Queued => self.queue_turn(now),
                 Timer::QueueDeadline if self.phase == Phase::Queued => self.queue_expired(now),
                 Timer::Retry if self.phase == Phase::Upstream => self.retry_now(now),
+                Timer::Ping if self.phase == Phase::Upstream => self.ping(now),
                 Timer::UsageTail | Timer::StreamTail | Timer::Upstream
                     if self.phase == Phase::Upstream =>
                 {

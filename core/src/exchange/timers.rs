@@ -38,10 +38,13 @@ pub(super) enum Timer {
     UsageTail,
     /// `finish_reason` arrived and the provider did not end the stream.
     StreamTail,
+    /// A Messages stream's provider was silent this long: a `ping` event
+    /// tells the client the stream is alive.
+    Ping,
 }
 
 impl Timer {
-    const ALL: [Timer; 12] = [
+    const ALL: [Timer; 13] = [
         Timer::Leftover,
         Timer::ClientSend,
         Timer::ClientIdle,
@@ -54,6 +57,7 @@ impl Timer {
         Timer::Retry,
         Timer::UsageTail,
         Timer::StreamTail,
+        Timer::Ping,
     ];
 }
 

@@ -526,6 +526,7 @@ impl Connection {
             Timer::StreamTail,
             Timer::UsageTail,
             Timer::Cut,
+            Timer::Ping,
         ] {
             self.timers.stop(timer);
         }

@@ -209,3 +209,53 @@ fn a_non_streamed_body_that_stops_arriving_is_a_504() {
     assert_eq!(pair.upstream_closed, 1);
     assert!(!pair.client_closed);
 }
+
+/// A Messages stream whose provider goes silent (a reasoning model
+/// thinking between tokens) gets a `ping` event every 10 s of silence,
+/// after its first event and never before it (a ping would commit the
+/// response before the provider answered); a chat stream gets none.
+#[test]
+fn a_silent_provider_on_the_messages_api_gets_pings() {
+    let run = |path: &str, body: &str| {
+        let mut pair = Pair::new(
+            |c| c.apis.messages = true,
+            SimOptions::default(),
+            Limits::default(),
+        );
+        let key = pair.key.clone();
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: gw\r\nx-api-key: {key}\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        pair.client_send(req.as_bytes());
+        pair.advance(Duration::from_secs(9));
+        let early = String::from_utf8_lossy(&pair.received)
+            .matches("event: ping")
+            .count();
+        pair.advance(Duration::from_secs(120));
+        let r = one(&pair);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        (early, String::from_utf8_lossy(&r.body).into_owned())
+    };
+    // The first token after 1 s, the next ones 25 s apart: two pings in
+    // each silence.
+    let slow = "hi [[sim:ttft_ms=1000,token_ms=25000,reasoning_tokens=1,answer_tokens=2]]";
+    let messages = format!(
+        r#"{{"model":"reasoning-model-k3","max_tokens":100,"stream":true,"messages":[{{"role":"user","content":"{slow}"}}]}}"#
+    );
+    let (early, body) = run("/v1/messages", &messages);
+    assert_eq!(early, 0, "none before 10 s of silence: {body}");
+    let pings = body.matches("event: ping").count();
+    assert!(pings >= 4, "{pings} pings: {body}");
+    assert!(
+        body.trim_end()
+            .ends_with("data: {\"type\":\"message_stop\"}"),
+        "{body}"
+    );
+    let chat = format!(
+        r#"{{"model":"reasoning-model-k3","stream":true,"messages":[{{"role":"user","content":"{slow}"}}]}}"#
+    );
+    let (_, body) = run("/v1/chat/completions", &chat);
+    assert!(!body.contains("ping"), "{body}");
+}
