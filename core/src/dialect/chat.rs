@@ -52,6 +52,18 @@ pub(super) fn push_call<'a>(out: &mut Vec<Message<'a>>, call: Call<'a>) {
     }
 }
 
+/// `,"tools":[…]`: the chat function tools a translator built.
+pub(super) fn write_tools(out: &mut Vec<u8>, tools: &[Vec<u8>]) {
+    out.extend_from_slice(b",\"tools\":[");
+    for (i, t) in tools.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(t);
+    }
+    out.push(b']');
+}
+
 /// The chat `messages` array.
 pub(super) fn write_messages(out: &mut Vec<u8>, messages: &[Message<'_>]) {
     out.push(b'[');

@@ -97,6 +97,31 @@ pub(super) struct CallDelta<'a> {
 }
 
 impl<'a> CallDelta<'a> {
+    /// Each delta of the chunk `data`'s `tool_calls` (where [`Found`]
+    /// found them), in order; none unless they are an array.
+    pub(super) fn each(
+        data: &'a [u8],
+        calls: Option<&Range<usize>>,
+        mut f: impl FnMut(CallDelta<'a>),
+    ) {
+        let Some(calls) = calls
+            .map(|r| &data[r.clone()])
+            .filter(|c| c.starts_with(b"["))
+        else {
+            return;
+        };
+        let mut position = 0;
+        let _ = Cursor::new(calls).elements(|c| {
+            let start = c.at();
+            c.skip()?;
+            if let Some(d) = CallDelta::read(&calls[start..c.at()], position) {
+                f(d);
+            }
+            position += 1;
+            Ok(())
+        });
+    }
+
     /// The delta `raw`, at `position` in its array; `None` when it is not
     /// an object.
     pub(super) fn read(raw: &'a [u8], position: u64) -> Option<CallDelta<'a>> {

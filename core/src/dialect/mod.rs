@@ -9,6 +9,7 @@
 //! | `chat.rs` | the chat messages a request translator builds, and their writer |
 //! | `chunk.rs` | the one reading of a chat chunk the answer translators share |
 //! | `text.rs` | what an answer's translation copies from the provider, made readable JSON |
+//! | `tests.rs` | what the translators' tests share: chat chunks, random chat streams and what a chat client reassembles from them |
 
 pub mod messages;
 pub mod responses;
@@ -17,6 +18,9 @@ mod chat;
 mod chunk;
 mod raw;
 mod text;
+
+#[cfg(test)]
+mod tests;
 
 /// How a chat answer ended, for the other API's last event or status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

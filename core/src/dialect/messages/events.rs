@@ -128,22 +128,7 @@ impl MessageStream {
             let index = self.open_block(Block::Text, out);
             delta(out, index, b"text_delta", b"text", t);
         }
-        if let Some(calls) = found
-            .calls
-            .map(|r| &data[r])
-            .filter(|c| c.starts_with(b"["))
-        {
-            let mut position = 0;
-            let _ = Cursor::new(calls).elements(|c| {
-                let start = c.at();
-                c.skip()?;
-                if let Some(d) = CallDelta::read(&calls[start..c.at()], position) {
-                    self.call_delta(d, out);
-                }
-                position += 1;
-                Ok(())
-            });
-        }
+        CallDelta::each(data, found.calls.as_ref(), |d| self.call_delta(d, out));
         if let Some(f) = text(&found.finish) {
             let reason = Cursor::whole(f, Cursor::str).unwrap_or_default();
             let sequence = found
@@ -474,23 +459,12 @@ pub fn body(asked: Asked, request_id: &str, completion: &[u8], usage: Option<&Us
         out.extend_from_slice(t);
         out.push(b'}');
     }
-    if let Some(calls) = found
-        .calls
-        .map(|r| &data[r])
-        .filter(|c| c.starts_with(b"["))
-    {
-        let mut position = 0u64;
-        let _ = Cursor::new(calls).elements(|c| {
-            let start = c.at();
-            c.skip()?;
-            if let Some(d) = CallDelta::read(&calls[start..c.at()], position) {
-                sep(&mut out);
-                tool_use(&mut out, &d, &stream.id, position);
-            }
-            position += 1;
-            Ok(())
-        });
-    }
+    let mut position = 0;
+    CallDelta::each(data, found.calls.as_ref(), |d| {
+        sep(&mut out);
+        tool_use(&mut out, &d, &stream.id, position);
+        position += 1;
+    });
     out.extend_from_slice(b"],\"stop_reason\":");
     let finish = text(&found.finish).and_then(|f| Cursor::whole(f, Cursor::str).ok());
     let sequence = found

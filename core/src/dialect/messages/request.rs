@@ -28,7 +28,7 @@
 
 use std::borrow::Cow;
 
-use crate::dialect::chat::{Call, Message, Part, write_messages};
+use crate::dialect::chat::{Call, Message, Part, write_messages, write_tools};
 use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
 use crate::error::ApiError;
 
@@ -91,14 +91,7 @@ pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
         None => Vec::new(),
     };
     if !tools.is_empty() {
-        out.extend_from_slice(b",\"tools\":[");
-        for (i, t) in tools.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(t);
-        }
-        out.push(b']');
+        write_tools(&mut out, &tools);
         if let Some(raw) = top.get(b"tool_choice").filter(|r| !is_null(r)) {
             tool_choice(&mut out, raw)?;
         }

@@ -8,6 +8,7 @@ use super::errors;
 use super::events::{MessageStream, SIGNATURE_PREFIX, body};
 use super::request::{Asked, param_name, translate};
 use crate::dialect::End;
+use crate::dialect::tests::chunk;
 use crate::error::{ApiError, ProviderError, UpstreamFault};
 use crate::usage::Usage;
 
@@ -348,14 +349,6 @@ fn refusals_name_the_messages_field() {
     assert_eq!(param_name("temperature"), "temperature");
 }
 
-/// A chat chunk with `delta` and, when given, a `finish_reason`.
-pub(super) fn chunk(delta: Value, finish: Option<&str>) -> Vec<u8> {
-    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    .to_string()
-    .into_bytes()
-}
-
 /// What an Anthropic client reassembles from the events: the message,
 /// and the events as parsed.
 #[derive(Debug, Default)]
@@ -512,7 +505,7 @@ fn a_stream_with_reasoning_text_and_two_calls() {
     );
     assert!(r.stopped);
     assert_eq!(events[0]["message"]["id"], "msg_7");
-    assert_eq!(events[0]["message"]["model"], "m");
+    assert_eq!(events[0]["message"]["model"], "m-1");
 }
 
 #[test]
@@ -745,49 +738,7 @@ mod properties {
     use serde_json::json;
 
     use super::{Asked, End, MessageStream, chunk, reassemble};
-
-    /// One delta of a chat stream.
-    #[derive(Debug, Clone)]
-    enum Delta {
-        Reasoning(String),
-        Text(String),
-        /// A call's start (its index) or more of its arguments.
-        CallStart(u8),
-        CallArgs(u8, String),
-    }
-
-    fn delta() -> impl Strategy<Value = Delta> {
-        let text = "[a-z \"\\\\\n\u{e9}\u{1F600}]{0,6}";
-        prop_oneof![
-            text.prop_map(Delta::Reasoning),
-            text.prop_map(Delta::Text),
-            (0u8..3).prop_map(Delta::CallStart),
-            ((0u8..3), text).prop_map(|(i, t)| Delta::CallArgs(i, t)),
-        ]
-    }
-
-    /// What a chat client reassembles from the deltas: reasoning, text,
-    /// and each call's name and arguments, in the order the calls started
-    /// (a call's arguments before its start are dropped, as a client
-    /// would).
-    fn chat_view(deltas: &[Delta]) -> (String, String, Vec<(String, String)>) {
-        let (mut reasoning, mut text) = (String::new(), String::new());
-        let mut calls: Vec<(u8, String, String)> = Vec::new();
-        for d in deltas {
-            match d {
-                Delta::Reasoning(t) => reasoning += t,
-                Delta::Text(t) => text += t,
-                Delta::CallStart(i) => calls.push((*i, format!("f{i}"), String::new())),
-                Delta::CallArgs(i, t) => {
-                    if let Some(c) = calls.iter_mut().rev().find(|c| c.0 == *i) {
-                        c.2 += t;
-                    }
-                }
-            }
-        }
-        let calls = calls.into_iter().map(|(_, n, a)| (n, a)).collect();
-        (reasoning, text, calls)
-    }
+    use crate::dialect::tests::{Delta, chat_view, chunks, delta};
 
     /// The translation of `chunks`, fed in groups of `groups` chunks.
     fn run(chunks: &[Vec<u8>], groups: &[usize]) -> Vec<u8> {
@@ -808,29 +759,6 @@ mod properties {
         s.chunk(&chunk(json!({}), Some("stop")), &mut out);
         s.end(End::Finished(Some("stop")), None, &mut out);
         out
-    }
-
-    fn chunks(deltas: &[Delta]) -> Vec<Vec<u8>> {
-        let mut started = 0;
-        deltas
-            .iter()
-            .map(|d| match d {
-                Delta::Reasoning(t) => chunk(json!({"reasoning_content": t}), None),
-                Delta::Text(t) => chunk(json!({"content": t}), None),
-                Delta::CallStart(i) => {
-                    started += 1;
-                    chunk(
-                        json!({"tool_calls": [{"index": i, "id": format!("call{started}"),
-                               "function": {"name": format!("f{i}"), "arguments": ""}}]}),
-                        None,
-                    )
-                }
-                Delta::CallArgs(i, t) => chunk(
-                    json!({"tool_calls": [{"index": i, "function": {"arguments": t}}]}),
-                    None,
-                ),
-            })
-            .collect()
     }
 
     proptest! {

@@ -201,20 +201,7 @@ impl ResponseStream {
                 item,
             });
         }
-        if let Some(calls) = found
-            .calls
-            .map(|r| &data[r])
-            .filter(|c| c.starts_with(b"["))
-        {
-            let mut position = 0;
-            let _ = Cursor::new(calls).elements(|c| {
-                let start = c.at();
-                c.skip()?;
-                self.call_delta(&calls[start..c.at()], position, out);
-                position += 1;
-                Ok(())
-            });
-        }
+        CallDelta::each(data, found.calls.as_ref(), |d| self.call_delta(d, out));
         if let Some(f) = text(&found.finish) {
             if let Ok(reason) = Cursor::whole(f, Cursor::str) {
                 self.finish_reason = Some(String::from_utf8_lossy(&reason).into_owned());
@@ -306,16 +293,13 @@ impl ResponseStream {
 
     /// One element of a delta's `tool_calls` (a whole message's calls
     /// carry no `index`: their place in the array is theirs).
-    fn call_delta(&mut self, raw: &[u8], position: u64, out: &mut Vec<u8>) {
-        let Some(CallDelta {
+    fn call_delta(&mut self, d: CallDelta<'_>, out: &mut Vec<u8>) {
+        let CallDelta {
             index,
             id,
             name,
             arguments,
-        }) = CallDelta::read(raw, position)
-        else {
-            return;
-        };
+        } = d;
         let open = self.open.iter().copied().find(|&j| {
             let it = &self.items[j];
             it.kind == Kind::Call && it.index == index

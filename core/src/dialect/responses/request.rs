@@ -25,7 +25,7 @@
 
 use std::borrow::Cow;
 
-use crate::dialect::chat::{Call, Message, Part, push_call, write_messages};
+use crate::dialect::chat::{Call, Message, Part, push_call, write_messages, write_tools};
 use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
 use crate::error::ApiError;
 
@@ -97,14 +97,7 @@ pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
     out.extend_from_slice(b",\"messages\":");
     write_messages(&mut out, &messages);
     if !tools.is_empty() {
-        out.extend_from_slice(b",\"tools\":[");
-        for (i, t) in tools.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(t);
-        }
-        out.push(b']');
+        write_tools(&mut out, &tools);
         if let Some(raw) = top.tool_choice.filter(|r| !is_null(r)) {
             out.extend_from_slice(b",\"tool_choice\":");
             tool_choice(&mut out, raw)?;
