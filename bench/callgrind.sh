@@ -35,8 +35,9 @@
 #   --warmup W        requests in the shorter run           [default: 200]
 #   --conns C         client connections at once            [default: 8, as wrk -c8]
 #   --only LIST       binaries: smol,tokio                  [default: both]
-#   --workloads LIST  nonstream,stream,responses            [default: nonstream,stream]
-#                     (responses: the stream workload through POST /v1/responses)
+#   --workloads LIST  nonstream,stream,responses,messages   [default: nonstream,stream]
+#                     (responses: the stream workload through POST /v1/responses;
+#                     messages: through POST /v1/messages, the key as x-api-key)
 #   --fair-sched Y|N  valgrind's --fair-sched                [default: yes]
 #   --endpoints N     a pool of N [[upstream]] endpoints, all the one
 #                     simulator (the pool's own cost)        [default: 1, --upstream]
@@ -189,6 +190,26 @@ print(json.dumps({
     "input": chat["messages"][1]["content"] + (f" [[sim:{sim}]]" if sim else ""),
 }), end="")
 PY
+# The same stream through the Messages API (`--apis messages`): the system
+# prompt as `system`, the user's prompt with the marker, thinking asked for
+# as Claude Code asks (so the reasoning is written, as chat forwards it),
+# `max_tokens` above the simulator's 97 tokens.
+python3 - "$STREAM" >"$work/messages.json" <<'PY'
+import json, sys
+chat = json.loads(sys.argv[1])
+sim = ",".join(f"{k}={v}" for k, v in chat.get("x_sim", {}).items())
+print(json.dumps({
+    "model": chat["model"],
+    "max_tokens": 1024,
+    "stream": True,
+    "system": chat["messages"][0]["content"],
+    "thinking": {"type": "adaptive"},
+    "messages": [{
+        "role": "user",
+        "content": chat["messages"][1]["content"] + (f" [[sim:{sim}]]" if sim else ""),
+    }],
+}), end="")
+PY
 
 # The driver: exactly COUNT requests over CONNS keep-alive connections at
 # once (each sends its share back to back), every answer read to its end
@@ -197,14 +218,15 @@ cat >"$work/driver.py" <<'PY'
 import os, socket, sys, threading
 
 addr, body_file, count, conns, workload = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-stream = workload in ("stream", "responses")
-path = "/v1/responses" if workload == "responses" else "/v1/chat/completions"
+stream = workload in ("stream", "responses", "messages")
+path = {"responses": "/v1/responses", "messages": "/v1/messages"}.get(workload, "/v1/chat/completions")
 host, port = addr.rsplit(":", 1)
 body = open(body_file, "rb").read()
 key = open(os.environ["KEY_FILE"]).read().strip()
+auth = f"x-api-key: {key}" if workload == "messages" else f"Authorization: Bearer {key}"
 request = (
     f"POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
-    f"Authorization: Bearer {key}\r\nContent-Length: {len(body)}\r\n\r\n"
+    f"{auth}\r\nContent-Length: {len(body)}\r\n\r\n"
 ).encode() + body
 shares = [count // conns + (1 if i < count % conns else 0) for i in range(conns)]
 done = [0] * conns
@@ -253,6 +275,8 @@ def one(f):
         raise RuntimeError("stream without [DONE]")
     if workload == "responses" and b"event: response.completed" not in content:
         raise RuntimeError("stream without response.completed")
+    if workload == "messages" and b"event: message_stop" not in content:
+        raise RuntimeError("stream without message_stop")
     if not stream and b'"usage"' not in content:
         raise RuntimeError("answer without usage")
 
@@ -321,7 +345,7 @@ measure() {
         valgrind --tool=callgrind --fair-sched="$fair_sched" --callgrind-out-file="$out" --log-file="$work/valgrind.$tag.log" \
         "$bin_dir/chatgate-$bin" serve --listen 127.0.0.1:0 "${upstream_args[@]}" \
         --keys "$keys" --ledger "$ledger" ${extra_args[@]+"${extra_args[@]}"} \
-        $([ "$workload" = responses ] && echo --apis responses) \
+        $(case "$workload" in responses | messages) echo --apis "$workload" ;; esac) \
         >"$work/gateway.$tag.stdout" 2>"$work/gateway.$tag.stderr" </dev/null &
     local pid=$!
     pids+=("$pid")
@@ -361,7 +385,7 @@ IFS=, read -r -a wls <<<"$workloads"
 for bin in "${bins[@]}"; do
     case "$bin" in smol | tokio) ;; *) echo "callgrind.sh: --only takes smol,tokio" >&2; exit 2 ;; esac
     for wl in "${wls[@]}"; do
-        case "$wl" in nonstream | stream | responses) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream,responses" >&2; exit 2 ;; esac
+        case "$wl" in nonstream | stream | responses | messages) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream,responses,messages" >&2; exit 2 ;; esac
         echo "==> chatgate-$bin, $wl: $warmup and $((warmup + requests)) requests, $conns connections"
         t0=$SECONDS
         measure "$bin" "$wl" "$warmup"
@@ -384,7 +408,7 @@ echo "|---|---|---|---|---|---|"
 for r in "${results[@]}"; do
     read -r bin wl a b <<<"$r"
     awk -v bin="$bin" -v wl="$wl" -v a="$a" -v b="$b" -v n="$requests" -v w="$warmup" 'BEGIN {
-        name = (wl == "stream") ? "streamed (100 events)" : "non-streamed"
+        name = (wl == "stream") ? "streamed (100 events)" : (wl == "responses") ? "streamed through /v1/responses" : (wl == "messages") ? "streamed through /v1/messages" : "non-streamed"
         printf "| chatgate-%s | %s | %d | %d | **%.1fk** | %.1fk |\n", bin, name, a, b, (b - a) / n / 1000, b / (w + n) / 1000
     }'
 done

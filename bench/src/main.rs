@@ -23,10 +23,12 @@
 //! | `quota.rs` | what a budget and an in-flight cap cost, in-process and through Redis |
 //! | `traces.rs` | what tracing costs, with the collector up, down or stalling |
 //! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
+//! | `messages.rs` | a stream through the Messages API against the same stream through chat completions |
 
 mod client;
 mod endpoints;
 mod lean;
+mod messages;
 mod procs;
 mod quota;
 mod responses;
@@ -127,12 +129,13 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 5] = [
+    let extra: [(&str, Workload); 6] = [
         ("lean", lean::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
         ("traces", traces::report),
         ("responses", responses::report),
+        ("messages", messages::report),
     ];
     for (name, run) in extra {
         if want(name) {
@@ -159,7 +162,14 @@ fn needs_wrk(only: Option<&str>) -> bool {
         o.split(',').any(|w| {
             matches!(
                 w,
-                "nonstream" | "stream" | "lean" | "endpoints" | "quota" | "traces" | "responses"
+                "nonstream"
+                    | "stream"
+                    | "lean"
+                    | "endpoints"
+                    | "quota"
+                    | "traces"
+                    | "responses"
+                    | "messages"
             )
         })
     })
@@ -696,7 +706,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces,responses]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces,responses,messages]"
                 );
                 std::process::exit(0);
             }

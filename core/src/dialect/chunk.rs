@@ -6,6 +6,8 @@ use std::ops::Range;
 
 use crate::json::{Cursor, Keys};
 
+use super::text::string_inside;
+
 /// Where a chunk's parts are (ranges of its text, each a JSON value as
 /// written).
 #[derive(Default)]
@@ -76,6 +78,65 @@ impl Found {
             Ok(())
         });
         read.ok().map(|()| found)
+    }
+}
+
+impl Found {
+    /// The one text delta the chunk `data` carries and nothing else (no
+    /// `finish_reason`, no tool calls; `"finish_reason":null` and
+    /// `"tool_calls":null` say nothing): whether it is the reasoning, and
+    /// where its string is.
+    pub(super) fn lone_text(&self, data: &[u8]) -> Option<(bool, Range<usize>)> {
+        let finish = self
+            .finish
+            .as_ref()
+            .is_some_and(|r| data[r.start] == b'"' && r.len() > 2);
+        let calls = self.calls.as_ref().is_some_and(|r| data[r.start] == b'[');
+        if finish || calls {
+            return None;
+        }
+        let one = match (&self.reasoning, &self.content) {
+            (Some(r), None) => (true, r.clone()),
+            (None, Some(r)) => (false, r.clone()),
+            _ => return None,
+        };
+        (data[one.1.start] == b'"').then_some(one)
+    }
+}
+
+/// The shape of a chunk that was one text delta: its text up to the
+/// string's opening quote, and from its closing quote, and what the delta
+/// belonged to (`kind`). Most chunks of a stream differ from the one before
+/// only in their delta's text (same id, model, created, the rest): one with
+/// the same text around a string every reader takes as it is is the same
+/// kind of delta, read without walking the chunk. The text around it was
+/// made readable when the shape was learned.
+#[derive(Debug)]
+pub(super) struct Shape<K> {
+    before: Vec<u8>,
+    after: Vec<u8>,
+    pub(super) kind: K,
+}
+
+impl<K> Shape<K> {
+    /// The shape of the (readable) chunk `data`, one text delta whose
+    /// string is at `string` ([`Found::lone_text`]).
+    pub(super) fn new(data: &[u8], string: Range<usize>, kind: K) -> Shape<K> {
+        Shape {
+            before: data[..string.start + 1].to_vec(),
+            after: data[string.end - 1..].to_vec(),
+            kind,
+        }
+    }
+
+    /// The delta's string (quotes included) when `data` has this shape.
+    pub(super) fn delta<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        let (b, a) = (self.before.len(), self.after.len());
+        let same = data.len() >= b + a
+            && data.starts_with(&self.before)
+            && data.ends_with(&self.after)
+            && string_inside(&data[b..data.len() - a]);
+        same.then(|| &data[b - 1..data.len() - a + 1])
     }
 }
 

@@ -21,7 +21,7 @@ use crate::usage::Usage;
 
 use super::request::Asked;
 use crate::dialect::End;
-use crate::dialect::chunk::{CallDelta, Found};
+use crate::dialect::chunk::{CallDelta, Found, Shape};
 use crate::dialect::text::valid_text;
 
 /// The prefix of the signature the gateway gives its thinking blocks.
@@ -75,6 +75,13 @@ pub struct MessageStream {
     /// (a JSON string) when the provider named it.
     stop: Option<(&'static str, Option<Vec<u8>>)>,
     ended: bool,
+    /// The shape of the last chunk that carried one text delta and nothing
+    /// else, and the block it went to (`None`: reasoning not asked for,
+    /// which goes nowhere).
+    shape: Option<Shape<Option<Block>>>,
+    /// Whether shapes are learned and used (always, but for the tests and
+    /// fuzz targets that check the output is the same without).
+    shortcut: bool,
 }
 
 impl MessageStream {
@@ -93,16 +100,53 @@ impl MessageStream {
             calls: Vec::new(),
             stop: None,
             ended: false,
+            shape: None,
+            shortcut: true,
         }
+    }
+
+    /// Turns the same-shape shortcut off (see [`MessageStream::chunk`]):
+    /// for tests and fuzz targets, which check the output is the same.
+    pub fn without_shortcut(mut self) -> Self {
+        self.shortcut = false;
+        self
+    }
+
+    /// Whether the next chunk shaped like the last is read by the
+    /// shortcut (for the tests that check it is taken).
+    #[cfg(test)]
+    pub(crate) fn has_shape(&self) -> bool {
+        self.shape.is_some()
     }
 
     /// The events for one chat chunk (an SSE event's data), appended to
     /// `out`. A chunk that is not a JSON object writes nothing but the
-    /// start.
+    /// start. A chunk shaped like the last chunk of one text delta (most
+    /// of a stream) is that same kind of delta, written without walking it.
     pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if self.ended {
             return;
         }
+        if let Some(shape) = &self.shape {
+            // Its block is still the one open (reasoning not asked for goes
+            // nowhere, whatever is open).
+            let open = match (shape.kind, self.open) {
+                (None, _) => Some(None),
+                (Some(kind), Some((open, index))) if open == kind => Some(Some((kind, index))),
+                _ => None,
+            };
+            if let Some((open, text)) = open.zip(shape.delta(data)) {
+                match open.filter(|_| text.len() > 2) {
+                    Some((Block::Text, index)) => delta(out, index, b"text_delta", b"text", text),
+                    Some((Block::Thinking, index)) if !self.asked.omit_thinking => {
+                        delta(out, index, b"thinking_delta", b"thinking", text)
+                    }
+                    _ => {}
+                }
+                return;
+            }
+        }
+        self.shape = None;
         let data = &*valid_text(data);
         let Some(found) = Found::read(data) else {
             return;
@@ -127,6 +171,18 @@ impl MessageStream {
         if let Some(t) = text(&found.content) {
             let index = self.open_block(Block::Text, out);
             delta(out, index, b"text_delta", b"text", t);
+        }
+        // A chunk of one text delta and nothing else gives its shape, when
+        // its block is the one open (or it is reasoning that goes nowhere).
+        if let Some((reasoning, r)) = found.lone_text(data).filter(|_| self.shortcut) {
+            let kind = match (reasoning, self.asked.thinking) {
+                (true, false) => None,
+                (true, true) => Some(Block::Thinking),
+                (false, _) => Some(Block::Text),
+            };
+            if kind.is_none() || kind == self.open.map(|(k, _)| k) {
+                self.shape = Some(Shape::new(data, r, kind));
+            }
         }
         CallDelta::each(data, found.calls.as_ref(), |d| self.call_delta(d, out));
         if let Some(f) = text(&found.finish) {

@@ -733,6 +733,65 @@ fn errors_take_the_anthropic_shape_and_status() {
     );
 }
 
+#[test]
+fn the_shortcut_is_taken_for_a_chunk_shaped_like_the_last() {
+    let provider = |delta: &str| {
+        format!(
+            r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":null}}]}}"#
+        )
+    };
+    for asked in [thinking_asked(), Asked::default()] {
+        let mut s = MessageStream::new(asked.clone(), "req_9");
+        let mut out = Vec::new();
+        s.chunk(
+            provider(r#"{"role":"assistant","reasoning_content":"A"}"#).as_bytes(),
+            &mut out,
+        );
+        s.chunk(
+            provider(r#"{"reasoning_content":"B"}"#).as_bytes(),
+            &mut out,
+        );
+        assert!(s.has_shape(), "learned from a chunk of one reasoning delta");
+        s.chunk(
+            provider(r#"{"reasoning_content":"C"}"#).as_bytes(),
+            &mut out,
+        );
+        s.chunk(provider(r#"{"content":"Hi"}"#).as_bytes(), &mut out);
+        s.chunk(provider(r#"{"content":" there"}"#).as_bytes(), &mut out);
+        assert!(s.has_shape(), "learned from a chunk of one text delta");
+        s.chunk(
+            provider(r#"{"content":", \"you\"\n"}"#).as_bytes(),
+            &mut out,
+        );
+        // A quote the shape cannot hold: read the long way, and right.
+        s.chunk(
+            provider(r#"{"content":"a","refusal":null}"#).as_bytes(),
+            &mut out,
+        );
+        // Shaped alike, but what the shortcut does not copy as it is.
+        s.chunk(provider(r#"{"content":"b"}"#).as_bytes(), &mut out);
+        s.chunk(provider(r#"{"content":"\ud800"}"#).as_bytes(), &mut out);
+        s.chunk(
+            provider(r#"{"content":"\ud83d\ude00"}"#).as_bytes(),
+            &mut out,
+        );
+        let mut bad = provider(r#"{"content":"cX"}"#).into_bytes();
+        let at = bad.iter().position(|&b| b == b'X').unwrap();
+        bad[at] = 0xff;
+        s.chunk(&bad, &mut out);
+        // Reasoning after the text: a new thinking block, not the text's.
+        s.chunk(
+            provider(r#"{"reasoning_content":"D"}"#).as_bytes(),
+            &mut out,
+        );
+        s.end(End::Finished(Some("stop")), None, &mut out);
+        let (r, _) = reassemble(&out);
+        assert_eq!(r.text, "Hi there, \"you\"\nab\u{FFFD}\u{1F600}c\u{FFFD}");
+        let want = if asked.thinking { "ABCD" } else { "" };
+        assert_eq!(r.thinking, want);
+    }
+}
+
 mod properties {
     use proptest::prelude::*;
     use serde_json::json;
@@ -740,13 +799,13 @@ mod properties {
     use super::{Asked, End, MessageStream, chunk, reassemble};
     use crate::dialect::tests::{Delta, chat_view, chunks, delta};
 
-    /// The translation of `chunks`, fed in groups of `groups` chunks.
-    fn run(chunks: &[Vec<u8>], groups: &[usize]) -> Vec<u8> {
-        let asked = Asked {
-            thinking: true,
-            ..Asked::default()
-        };
-        let mut s = MessageStream::new(asked, "req_8");
+    /// The translation of `chunks`, fed in groups of `groups` chunks,
+    /// with the same-shape shortcut or without.
+    fn run(chunks: &[Vec<u8>], groups: &[usize], asked: &Asked, shortcut: bool) -> Vec<u8> {
+        let mut s = MessageStream::new(asked.clone(), "req_8");
+        if !shortcut {
+            s = s.without_shortcut();
+        }
         let mut out = Vec::new();
         let (mut i, mut g) = (0, groups.iter().cycle());
         while i < chunks.len() {
@@ -772,9 +831,12 @@ mod properties {
         ) {
             let deltas: Vec<Delta> = texts.into_iter().chain(calls).collect();
             let chunks = chunks(&deltas);
-            let whole = run(&chunks, &[usize::MAX]);
+            let asked = Asked { thinking: true, ..Asked::default() };
+            let whole = run(&chunks, &[usize::MAX], &asked, true);
+            // The same-shape shortcut changes nothing.
+            prop_assert_eq!(&run(&chunks, &[usize::MAX], &asked, false), &whole);
             if !groups.is_empty() {
-                prop_assert_eq!(&run(&chunks, &groups), &whole);
+                prop_assert_eq!(&run(&chunks, &groups, &asked, true), &whole);
             }
             let (r, _) = reassemble(&whole);
             let (reasoning, text, calls) = chat_view(&deltas);
@@ -789,10 +851,19 @@ mod properties {
         /// Any order at all: the stream keeps its grammar (blocks one at a
         /// time, in order), and the reasoning and text are whole.
         #[test]
-        fn any_order_keeps_the_grammar(deltas in proptest::collection::vec(delta(), 0..24)) {
-            let (r, _) = reassemble(&run(&chunks(&deltas), &[1]));
+        fn any_order_keeps_the_grammar(
+            deltas in proptest::collection::vec(delta(), 0..24),
+            thinking in any::<bool>(),
+            omit_thinking in any::<bool>(),
+        ) {
+            let asked = Asked { thinking, omit_thinking, ..Asked::default() };
+            let chunks = chunks(&deltas);
+            let out = run(&chunks, &[1], &asked, true);
+            prop_assert_eq!(&run(&chunks, &[1], &asked, false), &out);
+            let (r, _) = reassemble(&out);
             let (reasoning, text, _) = chat_view(&deltas);
-            prop_assert_eq!(r.thinking, reasoning);
+            let shown = if thinking && !omit_thinking { reasoning } else { String::new() };
+            prop_assert_eq!(r.thinking, shown);
             prop_assert_eq!(r.text, text);
             prop_assert!(r.stopped);
         }

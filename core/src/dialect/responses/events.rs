@@ -23,8 +23,8 @@ pub use crate::dialect::End;
 
 use super::request::Asked;
 use super::text::custom_input;
-use crate::dialect::chunk::{CallDelta, Found};
-use crate::dialect::text::{string_inside, valid_text};
+use crate::dialect::chunk::{CallDelta, Found, Shape};
+use crate::dialect::text::valid_text;
 
 /// One output item, as it is built.
 #[derive(Debug)]
@@ -72,20 +72,10 @@ pub struct ResponseStream {
     /// The shape of the last chunk that carried one text delta and nothing
     /// else: a chunk with the same text before and after its string is the
     /// same kind of delta (see [`ResponseStream::chunk`]).
-    shape: Option<Shape>,
+    shape: Option<Shape<usize>>,
     /// Whether shapes are learned and used (always, but for the tests and
     /// fuzz targets that check the output is the same without).
     shortcut: bool,
-}
-
-/// A chunk that is one text delta: its text up to the string's opening
-/// quote, and from its closing quote.
-#[derive(Debug)]
-struct Shape {
-    before: Vec<u8>,
-    after: Vec<u8>,
-    /// The item the delta belongs to.
-    item: usize,
 }
 
 impl ResponseStream {
@@ -131,22 +121,15 @@ impl ResponseStream {
         if self.ended {
             return;
         }
-        // Most chunks differ from the one before only in their delta's text
-        // (same id, model, created, the rest): one with the same text
-        // around a string every reader takes as it is (`string_inside`) is
-        // that same kind of delta, read without walking the chunk again.
-        // The text around it was made readable when the shape was learned.
+        // A chunk shaped like the last one-delta chunk (see `Shape`): the
+        // same kind of delta, for the same item, if it is still open.
         if let Some(shape) = &self.shape {
-            let (b, a) = (shape.before.len(), shape.after.len());
-            if data.len() >= b + a
-                && data.starts_with(&shape.before)
-                && data.ends_with(&shape.after)
-                && string_inside(&data[b..data.len() - a])
-                && self.open.contains(&shape.item)
+            if let Some(text) = shape
+                .delta(data)
+                .filter(|_| self.open.contains(&shape.kind))
             {
-                let (i, text) = (shape.item, &data[b - 1..data.len() - a + 1]);
                 if text.len() > 2 {
-                    self.text_delta(i, text, out);
+                    self.text_delta(shape.kind, text, out);
                 }
                 return;
             }
@@ -169,13 +152,7 @@ impl ResponseStream {
         }
         self.start(out);
         // A chunk of one text delta and nothing else gives its shape.
-        // (`"finish_reason":null` and `"tool_calls":null` say nothing.)
-        let alone = text(&found.finish).is_none()
-            && found.calls.as_ref().is_none_or(|r| data[r.start] != b'[');
-        let one = match (&found.reasoning, &found.content) {
-            (Some(r), None) | (None, Some(r)) if alone => Some(r.clone()),
-            _ => None,
-        };
+        let one = found.lone_text(data).filter(|_| self.shortcut);
         if let Some(t) = text(&found.reasoning) {
             let i = self.open(Kind::Reasoning, out);
             self.text_delta(i, t, out);
@@ -184,8 +161,8 @@ impl ResponseStream {
             let i = self.open(Kind::Message, out);
             self.text_delta(i, t, out);
         }
-        if let Some(r) = one.filter(|r| self.shortcut && data[r.start] == b'"') {
-            let kind = if found.reasoning.is_some() {
+        if let Some((reasoning, r)) = one {
+            let kind = if reasoning {
                 Kind::Reasoning
             } else {
                 Kind::Message
@@ -195,11 +172,7 @@ impl ResponseStream {
                 .iter()
                 .copied()
                 .find(|&i| self.items[i].kind == kind);
-            self.shape = item.map(|item| Shape {
-                before: data[..r.start + 1].to_vec(),
-                after: data[r.end - 1..].to_vec(),
-                item,
-            });
+            self.shape = item.map(|item| Shape::new(data, r, item));
         }
         CallDelta::each(data, found.calls.as_ref(), |d| self.call_delta(d, out));
         if let Some(f) = text(&found.finish) {

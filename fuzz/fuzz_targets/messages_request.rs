@@ -1,0 +1,50 @@
+//! A Messages request as a chat request: any input is refused with a
+//! well-formed 400 (in the Anthropic error shape too), or translated into
+//! a JSON object with the client's `model`, `max_tokens` and a `messages`
+//! array (every message a role the chat validator knows), the same however
+//! often it is translated; the Messages name of any chat parameter is
+//! found without a panic.
+#![no_main]
+
+use chatgate_core::dialect::messages::errors;
+use chatgate_core::dialect::messages::request::{param_name, translate};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = param_name(&String::from_utf8_lossy(data));
+    match translate(data) {
+        Err(e) => {
+            assert_eq!(e.status, 400, "{e:?}");
+            let body: serde_json::Value = serde_json::from_slice(&e.body()).expect("error body");
+            assert!(body["error"]["message"].is_string());
+            let body: serde_json::Value =
+                serde_json::from_slice(&errors::body(&e, "req_1")).expect("Messages error body");
+            assert_eq!(body["type"], "error");
+            assert_eq!(body["error"]["type"], "invalid_request_error");
+            assert!(body["error"]["message"].is_string());
+            if let Some(param) = &e.param {
+                let _ = param_name(param);
+            }
+        }
+        Ok((chat, asked)) => {
+            let v: serde_json::Value = serde_json::from_slice(&chat)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&chat)));
+            assert!(v.is_object(), "{v}");
+            assert!(v["model"].is_string(), "{v}");
+            let model: serde_json::Value =
+                serde_json::from_slice(&asked.model).expect("the model as written");
+            assert_eq!(v["model"], model);
+            assert!(v.get("max_tokens").is_some(), "{v}");
+            let messages = v["messages"].as_array().expect("messages");
+            for m in messages {
+                let role = m["role"].as_str().expect("a role");
+                assert!(
+                    ["system", "user", "assistant", "tool"].contains(&role),
+                    "{m}"
+                );
+            }
+            assert_eq!(asked.stream, v["stream"] == true);
+            assert_eq!(translate(data).ok(), Some((chat, asked)), "deterministic");
+        }
+    }
+});
