@@ -695,8 +695,21 @@ class Suite:
         check(streamed == final_text and streamed.strip(), f"deltas {short(streamed)!r}, final {short(final_text)!r}")
         lines = [l for l in self.gw.lines_for_key("interop") if l.get("api") == "messages" and l["stream"]]
         check(lines, "no ledger line for the streamed message")
+        # As Claude Code sends its first turn: system blocks, the user's
+        # blocks, then a system-role message at the end of the list.
+        cc = c.messages.create(
+            model=MODEL, max_tokens=32,
+            system=[{"type": "text", "text": "You are a helpful assistant.", "cache_control": {"type": "ephemeral"}}],
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "Say hi", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "system", "content": "Answer in English."},
+            ])
+        cc_text = "".join(b.text for b in cc.content if b.type == "text")
+        check(cc.stop_reason in ("end_turn", "max_tokens") and cc_text.strip(),
+              f"with a system-role message: {cc.stop_reason} {short(cc_text)!r}")
         return (f"plain {m.stop_reason} {short(text, 30)!r} ({m.usage.input_tokens}+{m.usage.output_tokens} tokens); "
-                f"stream {final.stop_reason}, {events} events, {short(streamed, 30)!r}")
+                f"stream {final.stop_reason}, {events} events, {short(streamed, 30)!r}; "
+                f"a system-role message last: {short(cc_text, 30)!r}")
 
 
 def main():

@@ -118,9 +118,13 @@ fn the_path_is_unknown_without_apis(bin: &str) {
             .unwrap()
             .contains("x-api-key")
     );
-    // An unknown model: not_found_error.
+    // An unknown model: not_found_error. The wrong method: 405, in the
+    // same shape.
     let r = messages(&gw, &HI.replace("reasoning-model-k3", "claude-nope"));
     assert_eq!(anthropic_error(&r), (404, "not_found_error".into()));
+    let r = request(gw.addr, "GET", "/v1/messages", Some(&gw.key), None);
+    assert_eq!(anthropic_error(&r), (405, "invalid_request_error".into()));
+    assert_eq!(r.header("allow"), Some("POST"));
 }
 
 fn the_python_sdk_creates_streams_and_calls_a_tool(bin: &str) {
@@ -456,5 +460,9 @@ fn claude_code_falls_back_when_a_stream_is_cut(bin: &str) {
     assert!(
         last.complete && last.api.as_deref() == Some("messages"),
         "{ledger:?}"
+    );
+    assert!(
+        !last.stream,
+        "the answer shown came without streaming: {ledger:?}"
     );
 }

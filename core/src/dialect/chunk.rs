@@ -202,7 +202,9 @@ impl<'a> CallDelta<'a> {
                         .and_then(|s| s.parse().ok())
                         .unwrap_or(position)
                 }
-                b"id" if v.starts_with(b"\"") => id = Some(v),
+                // An empty id (some servers repeat `"id":""` on every
+                // delta) is no id.
+                b"id" if v.starts_with(b"\"") && v.len() > 2 => id = Some(v),
                 b"function" => function = Some(v),
                 _ => {}
             }
@@ -220,7 +222,7 @@ impl<'a> CallDelta<'a> {
                 c.skip()?;
                 let v = &f[start..c.at()];
                 match key_name {
-                    b"name" if v.starts_with(b"\"") => name = Some(v),
+                    b"name" if v.starts_with(b"\"") && v.len() > 2 => name = Some(v),
                     b"arguments" if v.starts_with(b"\"") => arguments = Some(v),
                     _ => {}
                 }

@@ -19,7 +19,7 @@ use crate::http::{Framing, HttpLimits};
 use crate::http::{Method, RequestHead, leading_empty_lines, parse_request_head};
 use crate::limits::{LimitStatus, Limits};
 use crate::quota::Quota;
-use crate::routes::{CHAT_PATH, Route, route};
+use crate::routes::{CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH, Route, route};
 use crate::time::Instant;
 use crate::validate::ChatRequest;
 
@@ -281,11 +281,14 @@ impl Connection {
         if route.as_ref().is_ok_and(|r| r.is_chat()) {
             req.trace = self.open_trace(&head);
         }
-        match route {
-            Ok(Route::Responses) => {
+        // The API the path is on (when it is served), for the answer's
+        // shape: a wrong method on it is answered in that API's shape too.
+        let apis = self.gw.config().apis;
+        match head.path.as_str() {
+            RESPONSES_PATH if apis.responses => {
                 req.dialect = Some(Box::new(Dialect::Responses(Asked::default(), None)));
             }
-            Ok(Route::Messages) => {
+            MESSAGES_PATH if apis.messages => {
                 req.dialect = Some(Box::new(Dialect::Messages(MessagesAsked::default(), None)));
             }
             _ => {}

@@ -9,7 +9,7 @@
 //! | 403 | 403 | `permission_error` |
 //! | 404 (unknown model, unknown path) | 404 | `not_found_error` |
 //! | 429 (rate limit, budget) | 429 | `rate_limit_error` |
-//! | 502, the provider refused the request itself (a 4xx but 408 and 429) | 400 | `invalid_request_error` (a context overflow worded `prompt is too long: …`, which Claude Code compacts on) |
+//! | 502, the provider refused the request itself (a 4xx but 408 and 429) | 400 | `invalid_request_error` (a context overflow worded as the Messages API words one: see [`overflow_message`]) |
 //! | 502, the provider was overloaded (429, 503, 529) | 529 | `overloaded_error` |
 //! | 502, any other provider failure | 502 | `api_error` |
 //! | 503 (the gateway overloaded or shutting down) | 529 | `overloaded_error` |
@@ -53,13 +53,59 @@ pub fn message(err: &ApiError) -> String {
         let said = p.message.as_deref().unwrap_or("no message");
         let overflow = p.code.as_deref() == Some("context_length_exceeded")
             || said.contains("context length")
-            || said.contains("maximum context");
+            || said.contains("maximum context")
+            || said.contains("context size");
         if overflow {
-            return format!("prompt is too long: {said}");
+            return overflow_message(said);
         }
         return format!("{} The provider said: {said}", err.message);
     }
     err.message.clone()
+}
+
+/// A provider's refusal of a request too long for its context, as the
+/// Messages API words it: `input length and `max_tokens` exceed context
+/// limit: N + K > C, …` when the prompt fits and `max_tokens` is what
+/// overflows (Claude Code asks again with a smaller `max_tokens`), `prompt
+/// is too long: N tokens > C maximum` when the prompt alone does not fit
+/// (Claude Code compacts the conversation), and `prompt is too long:` with
+/// the provider's words when they do not say the numbers. Read from the
+/// words of vLLM and the OpenAI API (`maximum context length is C tokens`,
+/// `N in the messages, K in the completion`, `is too large: K`, `your
+/// request has N input tokens`, `your messages resulted in N tokens`).
+pub fn overflow_message(said: &str) -> String {
+    let context = number_after(said, "maximum context length is ");
+    let prompt = number_before(said, " in the messages")
+        .or_else(|| number_after(said, "your request has "))
+        .or_else(|| number_after(said, "your messages resulted in "));
+    let completion =
+        number_before(said, " in the completion").or_else(|| number_after(said, "is too large: "));
+    match (prompt, completion, context) {
+        (Some(n), Some(k), Some(c)) if n < c => format!(
+            "input length and `max_tokens` exceed context limit: {n} + {k} > {c}, decrease \
+             input length or `max_tokens` and try again"
+        ),
+        (Some(n), _, Some(c)) => format!("prompt is too long: {n} tokens > {c} maximum"),
+        _ => format!("prompt is too long: {said}"),
+    }
+}
+
+/// The number that follows `marker` in `text`.
+fn number_after(text: &str, marker: &str) -> Option<u64> {
+    let at = text.find(marker)? + marker.len();
+    let digits = text[at..].bytes().take_while(u8::is_ascii_digit).count();
+    text[at..at + digits].parse().ok()
+}
+
+/// The number just before `marker` in `text`.
+fn number_before(text: &str, marker: &str) -> Option<u64> {
+    let end = text.find(marker)?;
+    let digits = text[..end]
+        .bytes()
+        .rev()
+        .take_while(u8::is_ascii_digit)
+        .count();
+    text[end - digits..end].parse().ok()
 }
 
 /// The error's JSON body.

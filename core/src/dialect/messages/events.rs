@@ -27,6 +27,16 @@ use crate::dialect::text::valid_text;
 /// The prefix of the signature the gateway gives its thinking blocks.
 pub const SIGNATURE_PREFIX: &str = "chatgate.v1.";
 
+/// At most this many tool calls in one answer; a provider's calls beyond
+/// them are left out (a hostile provider cannot make the list, and the
+/// work per delta, grow without end).
+const MAX_CALLS: usize = 256;
+
+/// At most this many bytes of arguments are kept for calls waiting for
+/// their block (a provider that interleaves its calls' deltas); beyond
+/// them, a waiting call's arguments are left out.
+const MAX_PENDING: usize = 4 << 20;
+
 /// A content block being streamed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Block {
@@ -71,6 +81,8 @@ pub struct MessageStream {
     open: Option<(Block, u64)>,
     next_index: u64,
     calls: Vec<ToolCall>,
+    /// Bytes kept in the waiting calls' `pending`.
+    pending: usize,
     /// `finish_reason` arrived: the stop reason, and the stop sequence
     /// (a JSON string) when the provider named it.
     stop: Option<(&'static str, Option<Vec<u8>>)>,
@@ -98,6 +110,7 @@ impl MessageStream {
             open: None,
             next_index: 0,
             calls: Vec::new(),
+            pending: 0,
             stop: None,
             ended: false,
             shape: None,
@@ -191,7 +204,7 @@ impl MessageStream {
                 .stop_reason
                 .map(|r| &data[r])
                 .filter(|s| s.starts_with(b"\""));
-            self.stop = Some(stop_reason(&reason, sequence));
+            self.stop = Some(stop_reason(&reason, sequence, !self.calls.is_empty()));
             self.close_all(out);
         }
     }
@@ -271,6 +284,7 @@ impl MessageStream {
         if let Block::Tool(i) = kind {
             self.calls[i].state = CallState::Open;
             let pending = std::mem::take(&mut self.calls[i].pending);
+            self.pending -= pending.len();
             if !pending.is_empty() {
                 json_delta(out, index, &pending);
             }
@@ -301,13 +315,11 @@ impl MessageStream {
     /// Closes every block, the calls still waiting written first.
     fn close_all(&mut self, out: &mut Vec<u8>) {
         self.close_open(out);
-        while let Some(i) = self
-            .calls
-            .iter()
-            .position(|c| c.state == CallState::Waiting)
-        {
-            self.open_block(Block::Tool(i), out);
-            self.close_open(out);
+        for i in 0..self.calls.len() {
+            if self.calls[i].state == CallState::Waiting {
+                self.open_block(Block::Tool(i), out);
+                self.close_open(out);
+            }
         }
     }
 
@@ -325,6 +337,7 @@ impl MessageStream {
             Some(i) => i,
             // Arguments of a call never started: nothing to attach them to.
             None if d.id.is_none() && d.name.is_none() => return,
+            None if self.calls.len() >= MAX_CALLS => return,
             None => {
                 self.calls.push(ToolCall {
                     index: d.index,
@@ -349,9 +362,13 @@ impl MessageStream {
                 let index = self.open.map_or(0, |(_, index)| index);
                 json_delta(out, index, &args[1..args.len() - 1]);
             }
-            CallState::Waiting => self.calls[i]
-                .pending
-                .extend_from_slice(&args[1..args.len() - 1]),
+            CallState::Waiting if self.pending + args.len() <= MAX_PENDING => {
+                self.pending += args.len() - 2;
+                self.calls[i]
+                    .pending
+                    .extend_from_slice(&args[1..args.len() - 1]);
+            }
+            CallState::Waiting => {}
             // A call's arguments after its block closed (text came
             // between): the block is over, so they are dropped.
             CallState::Closed => {}
@@ -372,7 +389,11 @@ impl MessageStream {
                 self.close_all(out);
                 let (stop, sequence) = match self.stop.take() {
                     Some(s) => s,
-                    None => stop_reason(reason.unwrap_or("stop").as_bytes(), None),
+                    None => stop_reason(
+                        reason.unwrap_or("stop").as_bytes(),
+                        None,
+                        !self.calls.is_empty(),
+                    ),
                 };
                 event(out, "message_delta", |o| {
                     o.extend_from_slice(b",\"delta\":{\"stop_reason\":\"");
@@ -401,9 +422,15 @@ impl MessageStream {
 }
 
 /// The Messages stop reason for a chat `finish_reason` (and the stop
-/// sequence the provider said matched, a JSON string).
-fn stop_reason(finish: &[u8], sequence: Option<&[u8]>) -> (&'static str, Option<Vec<u8>>) {
+/// sequence the provider said matched, a JSON string); `calls` when the
+/// answer made tool calls (some servers say `stop` after them).
+fn stop_reason(
+    finish: &[u8],
+    sequence: Option<&[u8]>,
+    calls: bool,
+) -> (&'static str, Option<Vec<u8>>) {
     match finish {
+        b"stop" if calls => ("tool_use", None),
         b"stop" => match sequence {
             Some(s) => ("stop_sequence", Some(s.to_vec())),
             None => ("end_turn", None),
@@ -497,7 +524,7 @@ pub fn body(asked: Asked, request_id: &str, completion: &[u8], usage: Option<&Us
             out.push(b',');
         }
     };
-    if let Some(t) = text(&found.reasoning).filter(|_| stream.asked.thinking) {
+    if let Some(t) = text(&found.reasoning).filter(|t| stream.asked.thinking && t.len() > 2) {
         sep(&mut out);
         out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":");
         if stream.asked.omit_thinking {
@@ -527,16 +554,14 @@ pub fn body(asked: Asked, request_id: &str, completion: &[u8], usage: Option<&Us
         .stop_reason
         .map(|r| &data[r])
         .filter(|s| s.starts_with(b"\""));
-    match finish {
-        Some(f) => {
-            let (stop, sequence) = stop_reason(&f, sequence);
-            out.push(b'"');
-            out.extend_from_slice(stop.as_bytes());
-            out.extend_from_slice(b"\",\"stop_sequence\":");
-            out.extend_from_slice(sequence.as_deref().unwrap_or(b"null"));
-        }
-        None => out.extend_from_slice(b"null,\"stop_sequence\":null"),
-    }
+    // No `finish_reason` at all: the answer is whole (the body ended), so
+    // it ended its turn, as a stream that finished without one says.
+    let finish = finish.as_deref().unwrap_or(b"stop");
+    let (stop, sequence) = stop_reason(finish, sequence, position > 0);
+    out.push(b'"');
+    out.extend_from_slice(stop.as_bytes());
+    out.extend_from_slice(b"\",\"stop_sequence\":");
+    out.extend_from_slice(sequence.as_deref().unwrap_or(b"null"));
     out.extend_from_slice(b",\"usage\":");
     write_usage(&mut out, usage);
     out.push(b'}');

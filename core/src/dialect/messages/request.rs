@@ -77,8 +77,17 @@ pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
         }
     }
     let list = top.required_at("messages", "messages")?;
+    // What the newest user message holds that the provider cannot read is
+    // refused; the same in an older message (where the client cannot take
+    // it back) is left out with a note in its place.
+    let mut newest_refused = None;
     for (i, m) in array(list, "messages")?.into_iter().enumerate() {
-        message(m, i, &mut messages)?;
+        if let Some(refused) = message(m, i, &mut messages)? {
+            newest_refused = refused;
+        }
+    }
+    if let Some(e) = newest_refused {
+        return Err(e);
     }
     out.extend_from_slice(b",\"messages\":");
     write_messages(&mut out, &messages);
@@ -275,8 +284,14 @@ fn system<'a>(raw: &'a [u8], param: &str) -> Result<Vec<&'a [u8]>, ApiError> {
     Ok(out)
 }
 
-/// `messages[i]` as chat messages, appended to `out`.
-fn message<'a>(raw: &'a [u8], i: usize, out: &mut Vec<Message<'a>>) -> Result<(), ApiError> {
+/// `messages[i]` as chat messages, appended to `out`; for a user message,
+/// what in it the provider cannot read (the refusal it would get as the
+/// newest).
+fn message<'a>(
+    raw: &'a [u8],
+    i: usize,
+    out: &mut Vec<Message<'a>>,
+) -> Result<Option<Option<ApiError>>, ApiError> {
     let at = |field: &str| format!("messages[{i}].{field}");
     let m = object(raw, &format!("messages[{i}]"))?;
     let role = m.required("role", &at)?;
@@ -290,7 +305,7 @@ fn message<'a>(raw: &'a [u8], i: usize, out: &mut Vec<Message<'a>>) -> Result<()
                 out.push(Message::System(parts));
             }
         }
-        "user" => user(content, &param, out)?,
+        "user" => return user(content, &param, out).map(Some),
         "assistant" => assistant(content, &param, out)?,
         other => {
             return Err(ApiError::invalid_value(
@@ -299,17 +314,37 @@ fn message<'a>(raw: &'a [u8], i: usize, out: &mut Vec<Message<'a>>) -> Result<()
             ));
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// What stands in a translated message for a block the provider cannot
+/// read (a PDF, an image by file id, a kind this version does not know).
+const LEFT_OUT: &[u8] =
+    b"\"[A content block was left out here: the provider reads only text and images.]\"";
+
+/// A content block, read.
+enum Content<'a> {
+    Part(Part<'a>),
+    /// Nothing the provider is sent (reasoning, server results).
+    Nothing,
+    /// What the provider cannot read: the refusal it gets in the newest
+    /// message.
+    Unreadable(ApiError),
 }
 
 /// A user message: its `tool_result` blocks as `tool` messages first (chat
 /// wants them right after the assistant's calls), then the rest as one
 /// user message, with the images tool results returned.
-fn user<'a>(content: &'a [u8], param: &str, out: &mut Vec<Message<'a>>) -> Result<(), ApiError> {
+fn user<'a>(
+    content: &'a [u8],
+    param: &str,
+    out: &mut Vec<Message<'a>>,
+) -> Result<Option<ApiError>, ApiError> {
     if content.starts_with(b"\"") {
         out.push(Message::User(vec![Part::Text(content)]));
-        return Ok(());
+        return Ok(None);
     }
+    let mut refused = None;
     let mut parts = Vec::new();
     let mut images = Vec::new();
     for (j, block) in array(content, param)?.into_iter().enumerate() {
@@ -330,10 +365,13 @@ fn user<'a>(content: &'a [u8], param: &str, out: &mut Vec<Message<'a>>) -> Resul
                     Some(c) => {
                         let inner = at("content");
                         for (k, block) in array(c, &inner)?.into_iter().enumerate() {
+                            // A tool's output is never refused: the client
+                            // cannot change it.
                             match content_block(block, &format!("{inner}[{k}]"))? {
-                                Some(Part::Text(t)) => text.push(t),
-                                Some(image @ Part::Image(..)) => images.push(image),
-                                None => {}
+                                Content::Part(Part::Text(t)) => text.push(t),
+                                Content::Part(image @ Part::Image(..)) => images.push(image),
+                                Content::Unreadable(_) => text.push(LEFT_OUT),
+                                Content::Nothing => {}
                             }
                         }
                     }
@@ -343,43 +381,46 @@ fn user<'a>(content: &'a [u8], param: &str, out: &mut Vec<Message<'a>>) -> Resul
                 }
                 out.push(Message::Tool { call_id, text });
             }
-            _ => {
-                if let Some(p) = content_block(block, &format!("{param}[{j}]"))? {
-                    parts.push(p);
+            _ => match content_block(block, &format!("{param}[{j}]"))? {
+                Content::Part(p) => parts.push(p),
+                Content::Unreadable(e) => {
+                    parts.push(Part::Text(LEFT_OUT));
+                    refused.get_or_insert(e);
                 }
-            }
+                Content::Nothing => {}
+            },
         }
     }
     parts.extend(images);
     if !parts.is_empty() {
         out.push(Message::User(parts));
     }
-    Ok(())
+    Ok(refused)
 }
 
 /// A user content block other than a tool result: a text or image part,
-/// or nothing (reasoning, server results, cache markers' empty blocks).
-fn content_block<'a>(raw: &'a [u8], param: &str) -> Result<Option<Part<'a>>, ApiError> {
+/// nothing (reasoning, server results), or what the provider cannot read.
+fn content_block<'a>(raw: &'a [u8], param: &str) -> Result<Content<'a>, ApiError> {
     let at = |field: &str| format!("{param}.{field}");
     let b = object(raw, param)?;
     let kind = b.required("type", &at)?;
     Ok(match &*text(kind, &|| at("type"))? {
-        "text" => Some(Part::Text(string(b.required("text", &at)?, &|| {
+        "text" => Content::Part(Part::Text(string(b.required("text", &at)?, &|| {
             at("text")
         })?)),
-        "image" => Some(image(&b, &at)?),
+        "image" => image(&b, &at)?,
         "document" => {
             let source = object(b.required("source", &at)?, &at("source"))?;
             let kind = source.required_at("type", &at("source.type"))?;
             if &*text(kind, &|| at("source.type"))? != "text" {
-                return Err(ApiError::invalid_value(
+                return Ok(Content::Unreadable(ApiError::invalid_value(
                     at("source.type"),
                     "Only documents with a text source are supported: the provider reads \
                      text and images.",
-                ));
+                )));
             }
             let data = source.required_at("data", &at("source.data"))?;
-            Some(Part::Text(string(data, &|| at("source.data"))?))
+            Content::Part(Part::Text(string(data, &|| at("source.data"))?))
         }
         "thinking"
         | "redacted_thinking"
@@ -391,31 +432,29 @@ fn content_block<'a>(raw: &'a [u8], param: &str) -> Result<Option<Part<'a>>, Api
         | "search_result"
         | "container_upload"
         | "mcp_tool_use"
-        | "mcp_tool_result" => None,
-        other => {
-            return Err(ApiError::invalid_value(
-                at("type"),
-                format!(
-                    "Unsupported content block '{other}': expected text, image, document, \
-                     tool_use, tool_result or thinking."
-                ),
-            ));
-        }
+        | "mcp_tool_result" => Content::Nothing,
+        other => Content::Unreadable(ApiError::invalid_value(
+            at("type"),
+            format!(
+                "Unsupported content block '{other}': expected text, image, document, \
+                 tool_use, tool_result or thinking."
+            ),
+        )),
     })
 }
 
 /// An `image` block: a URL source as it is, a base64 source as a `data:`
 /// URL.
-fn image<'a>(b: &Object<'a>, at: &dyn Fn(&str) -> String) -> Result<Part<'a>, ApiError> {
+fn image<'a>(b: &Object<'a>, at: &dyn Fn(&str) -> String) -> Result<Content<'a>, ApiError> {
     let source = object(b.required("source", &at)?, &at("source"))?;
     let kind = source.required_at("type", &at("source.type"))?;
     match &*text(kind, &|| at("source.type"))? {
         "url" => {
             let url = source.required_at("url", &at("source.url"))?;
-            Ok(Part::Image(
+            Ok(Content::Part(Part::Image(
                 Cow::Borrowed(string(url, &|| at("source.url"))?),
                 None,
-            ))
+            )))
         }
         "base64" => {
             let media = source.required_at("media_type", &at("source.media_type"))?;
@@ -429,14 +468,14 @@ fn image<'a>(b: &Object<'a>, at: &dyn Fn(&str) -> String) -> Result<Part<'a>, Ap
             url.extend_from_slice(b";base64,");
             url.extend_from_slice(&data[1..data.len() - 1]);
             url.push(b'"');
-            Ok(Part::Image(Cow::Owned(url), None))
+            Ok(Content::Part(Part::Image(Cow::Owned(url), None)))
         }
-        other => Err(ApiError::invalid_value(
+        other => Ok(Content::Unreadable(ApiError::invalid_value(
             at("source.type"),
             format!(
                 "Unsupported image source '{other}': expected base64 or url (file ids need stored files, which this gateway does not keep)."
             ),
-        )),
+        ))),
     }
 }
 
