@@ -22,9 +22,11 @@
 //! | `procs.rs` | child processes and what the kernel says about them |
 //! | `quota.rs` | what a budget and an in-flight cap cost, in-process and through Redis |
 //! | `traces.rs` | what tracing costs, with the collector up, down or stalling |
+//! | `apis.rs` | a client API's stream against the same stream through chat completions: the table the two below print |
 //! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
 //! | `messages.rs` | a stream through the Messages API against the same stream through chat completions |
 
+mod apis;
 mod client;
 mod endpoints;
 mod lean;

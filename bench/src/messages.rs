@@ -6,11 +6,10 @@
 //! workload's (in a `[[sim:…]]` marker: the translator does not forward
 //! `x_sim`); the key goes as `x-api-key`, as Anthropic clients send it.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::procs::{cpu_ticks, ticks_per_second};
-use crate::{STREAM, Setup, gateway_with, write_body, wrk_path};
+use crate::apis::{Api, against_chat};
+use crate::{STREAM, Setup, write_body};
 
 /// `max_tokens` of both requests (the Messages API requires it): more
 /// than the simulator's 97 tokens, so nothing is cut.
@@ -18,15 +17,7 @@ const MAX_TOKENS: u64 = 1024;
 
 /// Appends the table to `report`.
 pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
-    let Setup {
-        tools,
-        dir,
-        upstream,
-        key,
-        lua,
-        secs,
-        ..
-    } = *s;
+    let dir = s.dir;
     let chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
     let sim: Vec<String> = chat["x_sim"]
         .as_object()
@@ -60,51 +51,14 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let chat_body = write_body(dir, "messages-chat.json", &chat_marked.to_string());
     let messages_body = write_body(dir, "messages.json", &messages.to_string());
     let messages_lua = write_messages_lua(dir);
-    let _ = writeln!(
-        report,
-        "\n### The Messages API: streamed (100 events), 8 connections, {secs} s each (two rounds, interleaved)\n"
-    );
-    let _ = writeln!(
-        report,
-        "| binary | CPU per request, chat completions | through /v1/messages | ratio |"
-    );
-    let _ = writeln!(report, "|---|---|---|---|");
-    for (name, bin) in [
-        ("chatgate-smol", &tools.smol),
-        ("chatgate-tokio", &tools.tokio),
-    ] {
-        let mut gw = gateway_with(
-            bin,
-            dir,
-            &["--upstream", upstream, "--apis", "messages"],
-            &format!("{name}-messages"),
-        );
-        let (addr, pid) = (gw.listening_address(), gw.pid());
-        let runs = [
-            ("/v1/chat/completions", lua, &chat_body),
-            ("/v1/messages", messages_lua.as_path(), &messages_body),
-        ];
-        for (path, script, body) in runs {
-            wrk_path(&tools.wrk, addr, path, script, body, key, 8, 1, 2);
-        }
-        let mut cpu = [0.0f64; 2];
-        for _ in 0..2 {
-            for (i, (path, script, body)) in runs.iter().enumerate() {
-                let before = cpu_ticks(&[pid]);
-                let r = wrk_path(&tools.wrk, addr, path, script, body, key, 8, secs, 2);
-                let ticks = cpu_ticks(&[pid]) - before;
-                cpu[i] +=
-                    ticks as f64 / ticks_per_second() as f64 * 1e6 / r.requests.max(1) as f64 / 2.0;
-            }
-        }
-        let _ = writeln!(
-            report,
-            "| {name} | {:.1} µs | {:.1} µs | {:.2} |",
-            cpu[0],
-            cpu[1],
-            cpu[1] / cpu[0]
-        );
-    }
+    let api = Api {
+        name: "messages",
+        title: "Messages API",
+        path: "/v1/messages",
+        lua: &messages_lua,
+        body: &messages_body,
+    };
+    against_chat(report, s, &api, &chat_body);
 }
 
 /// wrk's script for `/v1/messages`: the key as `x-api-key`, with the
