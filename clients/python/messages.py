@@ -1,6 +1,7 @@
 """The Anthropic Python SDK's Messages API against chatgate (--apis messages):
-a plain answer (the key as x-api-key), the same with the key as a bearer
-token, a streamed answer with thinking, a tool round trip, and a refusal.
+a plain answer (the key as x-api-key), a token count, the same answer with
+the key as a bearer token, a streamed answer with thinking, a tool round
+trip, and a refusal.
 Reads ANTHROPIC_BASE_URL and CHATGATE_API_KEY; exits non-zero on any failure."""
 import os
 import sys
@@ -23,6 +24,13 @@ assert m.content[0].text.startswith("You said: Why is the sky blue?"), m.content
 assert m.stop_reason == "end_turn", m.stop_reason
 assert m.usage.input_tokens > 0 and m.usage.output_tokens > 0, m.usage
 print("plain ok", m.id)
+
+# A token count: the gateway's upper bound of the prompt, not metered.
+count = client.messages.count_tokens(
+    model=MODEL, messages=[{"role": "user", "content": "Why is the sky blue?"}]
+)
+assert count.input_tokens >= m.usage.input_tokens, (count, m.usage)
+print("count ok", count.input_tokens)
 
 # The key as a bearer token (ANTHROPIC_AUTH_TOKEN's header).
 bearer = Anthropic(auth_token=KEY, api_key=None, max_retries=0)

@@ -12,6 +12,8 @@ pub(crate) const MODELS_PATH: &str = "/v1/models";
 pub(crate) const RESPONSES_PATH: &str = "/v1/responses";
 /// The path of the Messages API (with `--apis messages`).
 pub(crate) const MESSAGES_PATH: &str = "/v1/messages";
+/// The Messages API's token count (with `--apis messages`).
+pub(crate) const COUNT_TOKENS_PATH: &str = "/v1/messages/count_tokens";
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,9 @@ pub(crate) enum Route {
     Responses,
     /// `POST /v1/messages`: metered, translated onto the chat exchange.
     Messages,
+    /// `POST /v1/messages/count_tokens`: the prompt's token estimate, not
+    /// metered (the provider is not asked).
+    CountTokens,
 }
 
 impl Route {
@@ -46,6 +51,7 @@ pub(crate) fn route(method: Method, path: &str, apis: Apis) -> Result<Route, Api
         CHAT_PATH => (method == Method::Post, "POST", Route::Chat),
         RESPONSES_PATH if apis.responses => (method == Method::Post, "POST", Route::Responses),
         MESSAGES_PATH if apis.messages => (method == Method::Post, "POST", Route::Messages),
+        COUNT_TOKENS_PATH if apis.messages => (method == Method::Post, "POST", Route::CountTokens),
         _ => return Err(ApiError::unknown_url(method.as_str(), path)),
     };
     if allowed {
@@ -98,6 +104,16 @@ mod tests {
             404
         );
         assert_eq!(route(Method::Post, MESSAGES_PATH, on), Ok(Route::Messages));
+        assert_eq!(
+            route(Method::Post, COUNT_TOKENS_PATH, on),
+            Ok(Route::CountTokens)
+        );
+        assert_eq!(
+            route_chat(Method::Post, COUNT_TOKENS_PATH)
+                .unwrap_err()
+                .status,
+            404
+        );
         assert_eq!(
             route(Method::Get, MESSAGES_PATH, on).unwrap_err().status,
             405

@@ -3,11 +3,12 @@
 //! a JSON object with the client's `model`, `max_tokens` and a `messages`
 //! array (every message a role the chat validator knows), the same however
 //! often it is translated; the Messages name of any chat parameter is
-//! found without a panic.
+//! found without a panic. A token count's translation (no `max_tokens`)
+//! takes whatever the answer's takes, and writes the same messages.
 #![no_main]
 
 use chatgate_core::dialect::messages::errors;
-use chatgate_core::dialect::messages::request::{param_name, translate};
+use chatgate_core::dialect::messages::request::{param_name, translate, translate_count};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -44,6 +45,10 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
             assert_eq!(asked.stream, v["stream"] == true);
+            let (count, _) = translate_count(data).expect("a count takes what an answer takes");
+            let count: serde_json::Value = serde_json::from_slice(&count).expect("JSON");
+            assert_eq!(count["messages"], v["messages"]);
+            assert!(count.get("max_tokens").is_none());
             assert_eq!(translate(data).ok(), Some((chat, asked)), "deterministic");
         }
     }

@@ -130,10 +130,13 @@ fn the_path_is_unknown_without_apis(bin: &str) {
 fn the_python_sdk_creates_streams_and_calls_a_tool(bin: &str) {
     let python = repo().join(".cache/clients/venv/bin/python");
     assert!(python.exists(), "run clients/install.sh first");
-    sdk_scenario(
+    let out = sdk_scenario(
         bin,
         Command::new(python).arg(repo().join("clients/python/messages.py")),
     );
+    // `messages.count_tokens` answered, and not metered (the ledger has
+    // the six lines of the others).
+    assert!(out.contains("count ok"), "{out}");
 }
 
 fn the_node_sdk_creates_streams_and_calls_a_tool(bin: &str) {
@@ -146,8 +149,8 @@ fn the_node_sdk_creates_streams_and_calls_a_tool(bin: &str) {
 }
 
 /// Runs an SDK's scenario against a gateway serving the Messages API;
-/// checks it passed every step and what the ledger recorded.
-fn sdk_scenario(bin: &str, cmd: &mut Command) {
+/// checks it passed every step and what the ledger recorded; its output.
+fn sdk_scenario(bin: &str, cmd: &mut Command) -> String {
     let sim = Sim::start(bin, &[], &[]);
     let gw = with_messages(bin, &sim.url(), Vec::new());
     let out = cmd
@@ -186,6 +189,8 @@ fn sdk_scenario(bin: &str, cmd: &mut Command) {
             .iter()
             .any(|r| r.finish_reason.as_deref() == Some("tool_calls"))
     );
+    assert_eq!(gw.ledger().len(), 6, "nothing else metered");
+    text.into_owned()
 }
 
 /// What the chat exchange guarantees holds here too: a transient provider

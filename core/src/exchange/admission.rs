@@ -225,6 +225,10 @@ impl Connection {
                     crate::dialect::responses::request::translate(&req.body)
                         .map(|(chat, a)| (chat, *asked = a))
                 }
+                Dialect::Messages(asked, _) if req.count_tokens => {
+                    crate::dialect::messages::request::translate_count(&req.body)
+                        .map(|(chat, a)| (chat, *asked = a))
+                }
                 Dialect::Messages(asked, _) => {
                     crate::dialect::messages::request::translate(&req.body)
                         .map(|(chat, a)| (chat, *asked = a))
@@ -262,6 +266,9 @@ impl Connection {
         let prompt = gw
             .endpoints()
             .prompt_bound(chat.estimated_prompt_tokens, config.prompt_overhead_tokens);
+        if req.count_tokens {
+            return self.respond_count_tokens(now, prompt);
+        }
         req.hold.tokens = prompt.saturating_add(chat.max_tokens.unwrap_or(0)).max(1);
         req.hold.worst_tokens =
             prompt.saturating_add(chat.max_tokens.unwrap_or(config.budget_reserve_tokens));

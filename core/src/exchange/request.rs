@@ -19,7 +19,7 @@ use crate::http::{Framing, HttpLimits};
 use crate::http::{Method, RequestHead, leading_empty_lines, parse_request_head};
 use crate::limits::{LimitStatus, Limits};
 use crate::quota::Quota;
-use crate::routes::{CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH, Route, route};
+use crate::routes::{CHAT_PATH, COUNT_TOKENS_PATH, MESSAGES_PATH, RESPONSES_PATH, Route, route};
 use crate::time::Instant;
 use crate::validate::ChatRequest;
 
@@ -80,6 +80,9 @@ pub(super) struct Request {
     pub(super) trace: Option<Box<super::spans::RequestTrace>>,
     /// The client's API when it is not chat completions.
     pub(super) dialect: Option<Box<Dialect>>,
+    /// `POST /v1/messages/count_tokens`: the prompt is counted, nothing
+    /// is asked of the provider, nothing metered.
+    pub(super) count_tokens: bool,
 }
 
 /// A client API translated onto the chat exchange: what its answer's
@@ -138,6 +141,7 @@ impl Request {
             upstream_status: None,
             trace: None,
             dialect: None,
+            count_tokens: false,
         }
     }
 
@@ -146,6 +150,7 @@ impl Request {
         self.key.is_some()
             && (self.dialect.is_some() || self.path == CHAT_PATH)
             && self.method == Method::Post
+            && !self.count_tokens
     }
 }
 
@@ -288,7 +293,7 @@ impl Connection {
             RESPONSES_PATH if apis.responses => {
                 req.dialect = Some(Box::new(Dialect::Responses(Asked::default(), None)));
             }
-            MESSAGES_PATH if apis.messages => {
+            MESSAGES_PATH | COUNT_TOKENS_PATH if apis.messages => {
                 req.dialect = Some(Box::new(Dialect::Messages(MessagesAsked::default(), None)));
             }
             _ => {}
@@ -303,7 +308,7 @@ impl Connection {
         // bearer token): on their API, it stands for `Authorization`.
         let bearer;
         let authorization = match (&head.authorization, &head.api_key) {
-            (None, Some(k)) if route == Route::Messages => {
+            (None, Some(k)) if matches!(route, Route::Messages | Route::CountTokens) => {
                 bearer = format!("Bearer {k}");
                 Some(bearer.as_str())
             }
@@ -321,6 +326,7 @@ impl Connection {
             return self.respond_models(now, has_body);
         }
         req.key = Some(key);
+        req.count_tokens = route == Route::CountTokens;
         let limits = self.http_limits();
         if let Framing::Length(n) = head.framing {
             if n > limits.max_body {
@@ -336,7 +342,12 @@ impl Connection {
             return self.respond_error(now, ApiError::unsupported_content_type(), has_body);
         }
         if head.expect_continue && has_body {
-            if let Some(e) = self.refuse_before_upload(now) {
+            // A token count takes no request from the key's limits.
+            let refused = match route {
+                Route::CountTokens => None,
+                _ => self.refuse_before_upload(now),
+            };
+            if let Some(e) = refused {
                 return self.respond_error(now, e, true);
             }
             self.push_client(now, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -429,6 +440,26 @@ impl Connection {
     }
 
     /// `GET /v1/models`.
+    /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, the
+    /// prompt's upper bound as admission counts it.
+    pub(super) fn respond_count_tokens(&mut self, now: Instant, input_tokens: u64) {
+        let close = self.closing_after_this();
+        let req = self.req.as_ref().expect("count request");
+        let mut body = b"{\"input_tokens\":".to_vec();
+        write::push_decimal(&mut body, input_tokens);
+        body.push(b'}');
+        let mut out = Vec::with_capacity(256 + body.len());
+        write::status_line(&mut out, 200);
+        common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
+        header(&mut out, "Content-Type", "application/json");
+        header_u64(&mut out, "Content-Length", body.len() as u64);
+        write::end_head(&mut out);
+        out.extend_from_slice(&body);
+        self.access_log(now, 200, None);
+        self.push_client(now, &out);
+        self.end_response(close);
+    }
+
     fn respond_models(&mut self, now: Instant, has_body: bool) {
         let gw = Arc::clone(&self.gw);
         let close = has_body || self.closing_after_this();

@@ -53,6 +53,16 @@ pub struct Asked {
 
 /// The chat request for `body`, and what the answer's translation needs.
 pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
+    translate_with(body, true)
+}
+
+/// The same for a token count (`POST /v1/messages/count_tokens`), whose
+/// body has no `max_tokens`.
+pub fn translate_count(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
+    translate_with(body, false)
+}
+
+fn translate_with(body: &[u8], answer: bool) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Object::read(body).map_err(|e| e.unwrap_or_else(not_an_object))?;
     if let Some(name) = duplicate(&top) {
         return Err(ApiError::invalid_json(format!("duplicate field `{name}`")));
@@ -92,8 +102,10 @@ pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
     out.extend_from_slice(b",\"messages\":");
     write_messages(&mut out, &messages);
 
-    let max_tokens = top.required_at("max_tokens", "max_tokens")?;
-    member(&mut out, "max_tokens", max_tokens);
+    if answer {
+        let max_tokens = top.required_at("max_tokens", "max_tokens")?;
+        member(&mut out, "max_tokens", max_tokens);
+    }
 
     let tools = match top.get(b"tools").filter(|r| !is_null(r)) {
         Some(raw) => tools(raw)?,
