@@ -312,7 +312,8 @@ impl MessageStream {
         }
     }
 
-    /// Closes every block, the calls still waiting written first.
+    /// Closes the open block, then writes each call still waiting (its
+    /// block opened, its arguments, closed).
     fn close_all(&mut self, out: &mut Vec<u8>) {
         self.close_open(out);
         for i in 0..self.calls.len() {
