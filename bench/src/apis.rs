@@ -7,7 +7,24 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::procs::{cpu_ticks, ticks_per_second};
-use crate::{Setup, gateway_with, wrk_path};
+use crate::{STREAM, Setup, gateway_with, wrk_path};
+
+/// The stream workload's chat body, and its user prompt with the
+/// simulator's lengths in a `[[sim:…]]` marker (the translators do not
+/// forward `x_sim`).
+pub(crate) fn stream_prompt() -> (serde_json::Value, String) {
+    let chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
+    let sim: Vec<String> = chat["x_sim"]
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| format!("{k}={v}")).collect())
+        .unwrap_or_default();
+    let prompt = format!(
+        "{} [[sim:{}]]",
+        chat["messages"][1]["content"].as_str().unwrap_or(""),
+        sim.join(",")
+    );
+    (chat, prompt)
+}
 
 /// The other API's side: its name (`--apis` and the title), its path, the
 /// wrk script that sends it, its body.

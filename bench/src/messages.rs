@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::apis::{Api, against_chat};
-use crate::{STREAM, Setup, write_body};
+use crate::apis::{Api, against_chat, stream_prompt};
+use crate::{Setup, write_body};
 
 /// `max_tokens` of both requests (the Messages API requires it): more
 /// than the simulator's 97 tokens, so nothing is cut.
@@ -18,16 +18,7 @@ const MAX_TOKENS: u64 = 1024;
 /// Appends the table to `report`.
 pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let dir = s.dir;
-    let chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
-    let sim: Vec<String> = chat["x_sim"]
-        .as_object()
-        .map(|o| o.iter().map(|(k, v)| format!("{k}={v}")).collect())
-        .unwrap_or_default();
-    let marker = format!(" [[sim:{}]]", sim.join(","));
-    let content = format!(
-        "{}{marker}",
-        chat["messages"][1]["content"].as_str().unwrap_or("")
-    );
+    let (chat, content) = stream_prompt();
     // As Claude Code asks: a system prompt, thinking (so the reasoning is
     // written, as chat forwards it).
     let messages = serde_json::json!({

@@ -5,23 +5,18 @@
 //! simulator's lengths are the stream workload's (in a `[[sim:…]]` marker:
 //! the translator does not forward `x_sim`).
 
-use crate::apis::{Api, against_chat};
-use crate::{STREAM, Setup, write_body};
+use crate::apis::{Api, against_chat, stream_prompt};
+use crate::{Setup, write_body};
 
 /// Appends the table to `report`.
 pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let dir = s.dir;
-    let chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
-    let sim: Vec<String> = chat["x_sim"]
-        .as_object()
-        .map(|o| o.iter().map(|(k, v)| format!("{k}={v}")).collect())
-        .unwrap_or_default();
-    let marker = format!(" [[sim:{}]]", sim.join(","));
+    let (chat, prompt) = stream_prompt();
     let responses = serde_json::json!({
         "model": chat["model"],
         "stream": true,
         "instructions": chat["messages"][0]["content"],
-        "input": format!("{}{marker}", chat["messages"][1]["content"].as_str().unwrap_or("")),
+        "input": prompt,
     });
     let mut chat_marked = chat.clone();
     if let Some(o) = chat_marked.as_object_mut() {

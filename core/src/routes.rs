@@ -42,23 +42,28 @@ impl Route {
 /// unknown unless `apis` turns them on), 405 (with `Allow`) for a known
 /// path and the wrong method.
 pub(crate) fn route(method: Method, path: &str, apis: Apis) -> Result<Route, ApiError> {
-    let (allowed, allow, route) = match path {
-        MODELS_PATH => (
-            matches!(method, Method::Get | Method::Head),
-            "GET, HEAD",
-            Route::Models,
-        ),
-        CHAT_PATH => (method == Method::Post, "POST", Route::Chat),
-        RESPONSES_PATH if apis.responses => (method == Method::Post, "POST", Route::Responses),
-        MESSAGES_PATH if apis.messages => (method == Method::Post, "POST", Route::Messages),
-        COUNT_TOKENS_PATH if apis.messages => (method == Method::Post, "POST", Route::CountTokens),
-        _ => return Err(ApiError::unknown_url(method.as_str(), path)),
+    let route = served(path, apis).ok_or_else(|| ApiError::unknown_url(method.as_str(), path))?;
+    let (allowed, allow) = match route {
+        Route::Models => (matches!(method, Method::Get | Method::Head), "GET, HEAD"),
+        _ => (method == Method::Post, "POST"),
     };
     if allowed {
         Ok(route)
     } else {
         Err(ApiError::method_not_allowed(method.as_str(), allow))
     }
+}
+
+/// What `path` names, when it is served (whatever the method).
+pub(crate) fn served(path: &str, apis: Apis) -> Option<Route> {
+    Some(match path {
+        MODELS_PATH => Route::Models,
+        CHAT_PATH => Route::Chat,
+        RESPONSES_PATH if apis.responses => Route::Responses,
+        MESSAGES_PATH if apis.messages => Route::Messages,
+        COUNT_TOKENS_PATH if apis.messages => Route::CountTokens,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

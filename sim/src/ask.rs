@@ -27,28 +27,29 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
+    text_where(content, |_| true)
 }
 
 /// What the user said in `content`: its text without the context an agent
 /// adds in parts of their own (Claude Code's `<system-reminder>` parts).
 fn said(content: &Value) -> String {
+    text_where(content, |t| {
+        !t.trim_start().starts_with("<system-reminder>")
+    })
+}
+
+/// The text of `content`: a string, or its parts' texts that `keep`
+/// keeps, joined by spaces.
+fn text_where(content: &Value, keep: impl Fn(&str) -> bool) -> String {
     match content {
+        Value::String(s) => s.clone(),
         Value::Array(parts) => parts
             .iter()
             .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
+            .filter(|t| keep(t))
             .collect::<Vec<_>>()
             .join(" "),
-        other => text_of(other),
+        _ => String::new(),
     }
 }
 

@@ -22,6 +22,16 @@ mod text;
 #[cfg(test)]
 mod tests;
 
+/// An answer stream translated as it arrives: each chat chunk's events,
+/// then the last.
+pub trait Translator {
+    /// The events for one chat chunk (an SSE event's data), appended to
+    /// `out`.
+    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>);
+    /// The stream's last events, with the provider's usage.
+    fn end(&mut self, end: End<'_>, usage: Option<&crate::usage::Usage>, out: &mut Vec<u8>);
+}
+
 /// How a chat answer ended, for the other API's last event or status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End<'a> {

@@ -220,22 +220,30 @@ impl Connection {
         let req = self.req.as_mut().expect("chat request in progress");
         if let Some(dialect) = req.dialect.as_deref_mut() {
             // Another API's request, as the one chat request it stands for.
+            use crate::dialect::{messages, responses};
+            let body = &req.body;
             let translated = match dialect {
                 Dialect::Responses(asked, _) => {
-                    crate::dialect::responses::request::translate(&req.body)
-                        .map(|(chat, a)| (chat, *asked = a))
-                }
-                Dialect::Messages(asked, _) if req.count_tokens => {
-                    crate::dialect::messages::request::translate_count(&req.body)
-                        .map(|(chat, a)| (chat, *asked = a))
+                    responses::request::translate(body).map(|(chat, a)| {
+                        *asked = a;
+                        chat
+                    })
                 }
                 Dialect::Messages(asked, _) => {
-                    crate::dialect::messages::request::translate(&req.body)
-                        .map(|(chat, a)| (chat, *asked = a))
+                    let count = req.count_tokens;
+                    let read = if count {
+                        messages::request::translate_count(body)
+                    } else {
+                        messages::request::translate(body)
+                    };
+                    read.map(|(chat, a)| {
+                        *asked = a;
+                        chat
+                    })
                 }
             };
             match translated {
-                Ok((chat, ())) => req.body = chat,
+                Ok(chat) => req.body = chat,
                 Err(e) => {
                     req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
                     return self.respond_error(now, e, false);

@@ -8,9 +8,9 @@ use super::request::Dialect;
 use super::respond::{client_body, common_headers, limit_headers, provider_error_message};
 use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
-use crate::dialect::End;
 use crate::dialect::messages::events::MessageStream;
 use crate::dialect::responses::events::ResponseStream;
+use crate::dialect::{End, Translator};
 use crate::dialect::{messages, responses};
 use crate::endpoints::Outcome;
 use crate::error::{ApiError, UpstreamFault};
@@ -554,29 +554,22 @@ impl Dialect {
         } else {
             None
         };
+        let s = self.stream(request_id, unix);
+        match (end, data) {
+            (Some(end), _) => s.end(end, tracker.usage().as_ref(), out),
+            (None, Some(data)) => s.chunk(&data, out),
+            (None, None) => {}
+        }
+    }
+
+    /// The stream's translator, started with its first event.
+    fn stream(&mut self, request_id: &str, unix: u64) -> &mut dyn Translator {
         match self {
             Dialect::Responses(asked, stream) => {
-                let s = stream
-                    .get_or_insert_with(|| ResponseStream::new(asked.clone(), request_id, unix));
-                match end {
-                    Some(end) => s.end(end, tracker.usage().as_ref(), out),
-                    None => {
-                        if let Some(data) = data {
-                            s.chunk(&data, out);
-                        }
-                    }
-                }
+                stream.get_or_insert_with(|| ResponseStream::new(asked.clone(), request_id, unix))
             }
             Dialect::Messages(asked, stream) => {
-                let s = stream.get_or_insert_with(|| MessageStream::new(asked.clone(), request_id));
-                match end {
-                    Some(end) => s.end(end, tracker.usage().as_ref(), out),
-                    None => {
-                        if let Some(data) = data {
-                            s.chunk(&data, out);
-                        }
-                    }
-                }
+                stream.get_or_insert_with(|| MessageStream::new(asked.clone(), request_id))
             }
         }
     }
@@ -584,10 +577,12 @@ impl Dialect {
     /// The stream's last event, when it started and the provider's
     /// `[DONE]` did not bring it.
     fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
-        match self {
-            Dialect::Responses(_, Some(s)) => s.end(end, usage, out),
-            Dialect::Messages(_, Some(s)) => s.end(end, usage, out),
-            _ => {}
+        let started: Option<&mut dyn Translator> = match self {
+            Dialect::Responses(_, s) => s.as_mut().map(|s| s as _),
+            Dialect::Messages(_, s) => s.as_mut().map(|s| s as _),
+        };
+        if let Some(s) = started {
+            s.end(end, usage, out);
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::http::{Framing, HttpLimits};
 use crate::http::{Method, RequestHead, leading_empty_lines, parse_request_head};
 use crate::limits::{LimitStatus, Limits};
 use crate::quota::Quota;
-use crate::routes::{CHAT_PATH, COUNT_TOKENS_PATH, MESSAGES_PATH, RESPONSES_PATH, Route, route};
+use crate::routes::{CHAT_PATH, Route, route, served};
 use crate::time::Instant;
 use crate::validate::ChatRequest;
 
@@ -288,12 +288,11 @@ impl Connection {
         }
         // The API the path is on (when it is served), for the answer's
         // shape: a wrong method on it is answered in that API's shape too.
-        let apis = self.gw.config().apis;
-        match head.path.as_str() {
-            RESPONSES_PATH if apis.responses => {
+        match served(&head.path, self.gw.config().apis) {
+            Some(Route::Responses) => {
                 req.dialect = Some(Box::new(Dialect::Responses(Asked::default(), None)));
             }
-            MESSAGES_PATH | COUNT_TOKENS_PATH if apis.messages => {
+            Some(Route::Messages | Route::CountTokens) => {
                 req.dialect = Some(Box::new(Dialect::Messages(MessagesAsked::default(), None)));
             }
             _ => {}

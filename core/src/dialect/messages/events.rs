@@ -464,6 +464,23 @@ fn index_member(o: &mut Vec<u8>, index: u64) {
 /// A `content_block_delta` of `kind` whose `field` is the JSON string
 /// `text`, as written.
 fn delta(out: &mut Vec<u8>, index: u64, kind: &[u8], field: &[u8], text: &[u8]) {
+    delta_of(out, index, kind, field, &[text]);
+}
+
+/// An `input_json_delta` whose `partial_json` is `inside` (the inside of
+/// a JSON string).
+fn json_delta(out: &mut Vec<u8>, index: u64, inside: &[u8]) {
+    delta_of(
+        out,
+        index,
+        b"input_json_delta",
+        b"partial_json",
+        &[b"\"", inside, b"\""],
+    );
+}
+
+/// A `content_block_delta` whose `field` is the JSON string `parts` make.
+fn delta_of(out: &mut Vec<u8>, index: u64, kind: &[u8], field: &[u8], parts: &[&[u8]]) {
     out.extend_from_slice(
         b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
     );
@@ -473,20 +490,10 @@ fn delta(out: &mut Vec<u8>, index: u64, kind: &[u8], field: &[u8], text: &[u8]) 
     out.extend_from_slice(b"\",\"");
     out.extend_from_slice(field);
     out.extend_from_slice(b"\":");
-    out.extend_from_slice(text);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
     out.extend_from_slice(b"}}\n\n");
-}
-
-/// An `input_json_delta` whose `partial_json` is `inside` (the inside of
-/// a JSON string).
-fn json_delta(out: &mut Vec<u8>, index: u64, inside: &[u8]) {
-    out.extend_from_slice(
-        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
-    );
-    push_decimal(out, index);
-    out.extend_from_slice(b",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"");
-    out.extend_from_slice(inside);
-    out.extend_from_slice(b"\"}}\n\n");
 }
 
 /// The usage object: input without the cached tokens (which are their
@@ -607,4 +614,14 @@ fn tool_use(out: &mut Vec<u8>, d: &CallDelta<'_>, message_id: &str, position: u6
         }
     }
     out.push(b'}');
+}
+
+impl crate::dialect::Translator for MessageStream {
+    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        MessageStream::chunk(self, data, out);
+    }
+
+    fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
+        MessageStream::end(self, end, usage, out);
+    }
 }

@@ -689,3 +689,13 @@ pub fn body(
     }
     out
 }
+
+impl crate::dialect::Translator for ResponseStream {
+    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        ResponseStream::chunk(self, data, out);
+    }
+
+    fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
+        ResponseStream::end(self, end, usage, out);
+    }
+}
