@@ -41,6 +41,10 @@ pub(crate) struct Plan {
     pub split: Duration,
     /// Summary for the journal.
     pub stream: bool,
+    /// The fingerprints of the request's prefixes, for the server's prompt
+    /// cache to remember: empty unless the request was answered (a
+    /// rejected request's prompt was never read).
+    pub prefixes: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +76,7 @@ impl Plan {
             interval: Duration::ZERO,
             split: Duration::ZERO,
             stream: false,
+            prefixes: Vec::new(),
         }
     }
 }
@@ -90,6 +95,8 @@ struct Answer<'a> {
     script: Script,
     id: String,
     created: u64,
+    /// Prompt tokens read from the prompt cache.
+    cached: u64,
 }
 
 impl Answer<'_> {
@@ -97,7 +104,7 @@ impl Answer<'_> {
     /// reasoning.
     fn usage_at(&self, completion: u64, reasoning: u64) -> String {
         let p = self.ask.prompt_tokens;
-        let cached = if p >= 128 { p / 128 * 64 } else { 0 };
+        let cached = self.cached.min(p);
         format!(
             "{{\"prompt_tokens\":{p},\"completion_tokens\":{completion},\"total_tokens\":{t},\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}},\"completion_tokens_details\":{{\"reasoning_tokens\":{reasoning}}},\"cache_read_input_tokens\":{cached},\"cache_created_input_tokens\":0}}",
             t = p + completion,
@@ -114,7 +121,19 @@ impl Answer<'_> {
 /// Plans the response to a chat completion request: the request is read,
 /// its fault chosen, and then either a response without an answer (a
 /// rejection, garbage, silence), a whole completion, or a stream.
-pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) -> Plan {
+///
+/// `seen` is the prompt cache, asked once and only for an answer: given
+/// the fingerprints of the request's prefixes (its first 1, 2, … all
+/// messages), how many messages the longest prefix seen before has (0:
+/// none). Those messages' tokens are reported cached; template tokens
+/// never are. The plan's `prefixes` are for the cache to remember.
+pub(crate) fn plan_chat(
+    body: &[u8],
+    opts: &SimOptions,
+    created: u64,
+    seq: u64,
+    seen: impl FnOnce(&[u64]) -> usize,
+) -> Plan {
     let mut ask = match parse_ask(body) {
         Ok(a) => a,
         Err(msg) => return plan_error(400, &msg, None, "invalid_request_error", "invalid_request"),
@@ -150,16 +169,26 @@ pub(crate) fn plan_chat(body: &[u8], opts: &SimOptions, created: u64, seq: u64) 
     if let Some(plan) = plan_without_answer(&ask, fault.as_ref(), timing) {
         return plan;
     }
+    let cached = match seen(&ask.prefix_fingerprints).min(ask.prefix_tokens.len()) {
+        0 => 0,
+        k => ask.prefix_tokens[k - 1],
+    };
     let answer = Answer {
         ask: &ask,
         script: script(&ask, opts),
         id: format!("chatcmpl-{:016x}{:08x}", ask.seed, seq),
         created,
+        cached,
     };
-    if !ask.stream || fault == Some(Fault::JsonForStream) {
-        return plan_completion(&answer, timing);
+    let plan = if !ask.stream || fault == Some(Fault::JsonForStream) {
+        plan_completion(&answer, timing)
+    } else {
+        plan_stream(&answer, fault, timing)
+    };
+    Plan {
+        prefixes: std::mem::take(&mut ask.prefix_fingerprints),
+        ..plan
     }
-    plan_stream(&answer, fault, timing)
 }
 
 /// The request's own fault (`x_sim` or marker), else the server's.
@@ -185,6 +214,7 @@ fn plan_without_answer(ask: &Ask, fault: Option<&Fault>, timing: Timing) -> Opti
         interval: timing.interval,
         split: Duration::ZERO,
         stream: ask.stream,
+        prefixes: Vec::new(),
     };
     match fault? {
         Fault::Reject {
@@ -285,6 +315,7 @@ fn plan_stream(answer: &Answer<'_>, fault: Option<Fault>, timing: Timing) -> Pla
         interval: timing.interval,
         split: timing.split,
         stream: true,
+        prefixes: Vec::new(),
     }
 }
 
@@ -509,14 +540,19 @@ mod tests {
         (kinds, t, reasoning, content)
     }
 
+    /// A prompt cache that has seen nothing.
+    fn no_cache(_: &[u64]) -> usize {
+        0
+    }
+
     const ASK: &str = r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"What is two plus two?"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 
     #[test]
     fn stream_shape_follows_the_spec() {
-        let plan = plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1);
+        let plan = plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1, no_cache);
         assert_eq!(
             plan,
-            plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1),
+            plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1, no_cache),
             "deterministic"
         );
         let evs = events_of(&plan);
@@ -546,8 +582,13 @@ mod tests {
     #[test]
     fn length_with_empty_content() {
         let body = ASK.replace("\"stream\":true", "\"stream\":true,\"max_tokens\":5");
-        let (_, t, reasoning, content) =
-            track(&plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1));
+        let (_, t, reasoning, content) = track(&plan_chat(
+            body.as_bytes(),
+            &SimOptions::default(),
+            0,
+            1,
+            no_cache,
+        ));
         assert_eq!(t.finish_reason(), Some("length"));
         assert_eq!(content, "");
         assert_eq!(reasoning.split_whitespace().count(), 5);
@@ -558,7 +599,7 @@ mod tests {
     fn tool_round_trip() {
         let body = r#"{"model":"m","messages":[{"role":"user","content":"weather in Paris"}],
             "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}"#;
-        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1);
+        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         let v: Value = serde_json::from_slice(&events_of(&plan)[0]).unwrap();
         assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
         let call = &v["choices"][0]["message"]["tool_calls"][0];
@@ -570,7 +611,7 @@ mod tests {
             {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},
             {"role":"tool","tool_call_id":"c","content":"sunny 21C"}],
             "tools":[{"type":"function","function":{"name":"get_weather"}}]}"#;
-        let plan = plan_chat(body2.as_bytes(), &SimOptions::default(), 0, 1);
+        let plan = plan_chat(body2.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         let v: Value = serde_json::from_slice(&events_of(&plan)[0]).unwrap();
         assert_eq!(v["choices"][0]["finish_reason"], "stop");
         assert!(
@@ -582,18 +623,60 @@ mod tests {
     }
 
     #[test]
+    fn cached_tokens_are_the_seen_prefix_tokens_never_the_template() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"abcdefgh"},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}]}"#;
+        let opts = SimOptions {
+            template_tokens: 40,
+            ..SimOptions::default()
+        };
+        let usage = |seen: usize| {
+            let mut asked = Vec::new();
+            let plan = plan_chat(body.as_bytes(), &opts, 0, 1, |p: &[u64]| {
+                asked = p.to_vec();
+                seen
+            });
+            assert_eq!(asked.len(), 3, "one fingerprint per prefix");
+            assert_eq!(plan.prefixes, asked, "all of them to remember");
+            let v: Value = serde_json::from_slice(&events_of(&plan)[0]).unwrap();
+            let u = &v["usage"];
+            assert_eq!(
+                u["prompt_tokens_details"]["cached_tokens"],
+                u["cache_read_input_tokens"]
+            );
+            (
+                u["prompt_tokens_details"]["cached_tokens"]
+                    .as_u64()
+                    .unwrap(),
+                u["prompt_tokens"].as_u64().unwrap(),
+            )
+        };
+        // 3 + (4 + 2), + (4 + 1), + (4 + 1), + the template's 40.
+        assert_eq!(usage(0), (0, 59));
+        assert_eq!(usage(1), (9, 59));
+        assert_eq!(usage(2), (14, 59));
+        assert_eq!(usage(3), (19, 59));
+        assert_eq!(usage(7), (19, 59), "never more than the messages");
+        // A rejection is not answered: nothing to remember, nothing asked.
+        let rejected = body.replace("]}", r#"],"x_sim":{"fault":"reject"}}"#);
+        let plan = plan_chat(rejected.as_bytes(), &opts, 0, 1, |_: &[u64]| {
+            panic!("a rejection asks no cache")
+        });
+        assert_eq!((plan.status, plan.prefixes.len()), (500, 0));
+    }
+
+    #[test]
     fn faults_from_marker_and_param() {
         let body = r#"{"model":"m","messages":[{"role":"user","content":"hi [[sim:fault=reject,status=429]]"}]}"#;
-        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1);
+        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         assert_eq!((plan.status, plan.retry_after), (429, Some(2)));
         let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x_sim":{"fault":"reset","after":3}}"#;
-        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1);
+        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         assert_eq!(plan.pieces.len(), 4);
         assert_eq!(plan.pieces[3], Piece::Reset);
         let body =
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"x_sim":{"fault":"nope"}}"#;
         assert_eq!(
-            plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1).status,
+            plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache).status,
             400
         );
     }

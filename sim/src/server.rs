@@ -1,7 +1,7 @@
 //! The simulator's server side: HTTP in, planned responses out on schedule,
 //! and a journal of what it received and how each exchange ended.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +22,9 @@ const JOURNAL_CAP: usize = 2000;
 const JOURNAL_BODY_CAP: usize = 256 * 1024;
 /// Interval of the `heartbeat_after_finish` and `keepalive_after_usage` comments.
 const HEARTBEAT: Duration = Duration::from_millis(200);
+/// Prefix fingerprints the prompt cache remembers (the oldest forgotten
+/// first).
+const PROMPT_CACHE_CAP: usize = 65_536;
 
 /// How an exchange with the simulator ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,6 +90,60 @@ pub struct SimServer {
     open: AtomicU64,
     journal: Mutex<VecDeque<JournalEntry>>,
     totals: Mutex<SimTotals>,
+    prompt_cache: Mutex<PromptCache>,
+}
+
+/// The prefixes of `messages` this simulator has answered, as
+/// fingerprints: a request's cached tokens are those of its longest prefix
+/// found here.
+struct PromptCache {
+    /// Oldest first.
+    order: VecDeque<u64>,
+    set: HashSet<u64>,
+    cap: usize,
+}
+
+impl std::fmt::Debug for PromptCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromptCache")
+            .field("len", &self.order.len())
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+impl PromptCache {
+    fn new(cap: usize) -> PromptCache {
+        PromptCache {
+            order: VecDeque::new(),
+            set: HashSet::new(),
+            cap,
+        }
+    }
+
+    /// How many messages the longest of `prefixes` (fingerprints of the
+    /// first 1, 2, … messages) seen before has; 0 if none was.
+    fn longest_seen(&self, prefixes: &[u64]) -> usize {
+        prefixes
+            .iter()
+            .rposition(|f| self.set.contains(f))
+            .map_or(0, |i| i + 1)
+    }
+
+    /// Remembers `prefixes`, forgetting the oldest beyond the cap.
+    fn remember(&mut self, prefixes: &[u64]) {
+        for &f in prefixes {
+            if self.cap == 0 || !self.set.insert(f) {
+                continue;
+            }
+            if self.order.len() == self.cap {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+            self.order.push_back(f);
+        }
+    }
 }
 
 /// Running totals over every chat exchange the simulator finished, however
@@ -108,6 +165,9 @@ pub struct SimTotals {
     pub completion_tokens: u64,
     /// Likewise.
     pub reasoning_tokens: u64,
+    /// Likewise (`prompt_tokens_details.cached_tokens`: read from the
+    /// simulator's prompt cache).
+    pub cached_tokens: u64,
     /// Connections open now, the one asking included: a client's idle
     /// keep-alive connections are seen here until it closes them.
     pub open_connections: u64,
@@ -217,7 +277,12 @@ impl SimServer {
             open: AtomicU64::new(0),
             journal: Mutex::new(VecDeque::new()),
             totals: Mutex::new(SimTotals::default()),
+            prompt_cache: Mutex::new(PromptCache::new(PROMPT_CACHE_CAP)),
         })
+    }
+
+    fn prompt_cache(&self) -> std::sync::MutexGuard<'_, PromptCache> {
+        self.prompt_cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The running totals.
@@ -242,6 +307,7 @@ impl SimServer {
         t.prompt_tokens += usage.prompt_tokens;
         t.completion_tokens += usage.completion_tokens;
         t.reasoning_tokens += usage.reasoning_tokens;
+        t.cached_tokens += usage.cached_tokens;
     }
 
     fn begin(&self) {
@@ -512,7 +578,13 @@ impl SimConnection {
             }
             (Method::Post, "/v1/chat/completions") => {
                 let options = self.server.options_now(now);
-                plan_chat(&p.body, &options, self.server.wall.unix_secs(now), seq)
+                let created = self.server.wall.unix_secs(now);
+                let mut plan = plan_chat(&p.body, &options, created, seq, |prefixes| {
+                    self.server.prompt_cache().longest_seen(prefixes)
+                });
+                let prefixes = std::mem::take(&mut plan.prefixes);
+                self.server.prompt_cache().remember(&prefixes);
+                plan
             }
             (Method::Post, "/_sim/fault") => self.server.set_fault(&p.body, now),
             // A trace sink for benchmarks: every OTLP export accepted, unread.
@@ -980,6 +1052,117 @@ mod tests {
         let t = server.totals();
         assert_eq!((t.exchanges, t.completed), (1, 1));
         assert_eq!((t.completion_tokens, t.reasoning_tokens), (5, 3));
+    }
+
+    /// The usage a whole (unstreamed) answer to `body` reports.
+    fn usage_of(server: &Arc<SimServer>, body: &str) -> chatgate_core::Usage {
+        let mut c = SimConnection::new(Arc::clone(server));
+        c.handle_data(at(0), &request(body));
+        let out = drain(&mut c);
+        assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        last_usage(&out).expect("a usage object")
+    }
+
+    const TURN_1: &str = r#"{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is two plus two?"}]}"#;
+    const TURN_2: &str = r#"{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is two plus two?"},{"role":"assistant","content":"Four."},{"role":"user","content":"And three plus three?"}]}"#;
+
+    #[test]
+    fn a_first_request_reads_nothing_from_the_prompt_cache() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let u = usage_of(&server, TURN_1);
+        assert!(u.prompt_tokens > 0);
+        assert_eq!((u.cached_tokens, u.cache_read_input_tokens), (0, 0));
+        assert_eq!(server.totals().cached_tokens, 0);
+    }
+
+    #[test]
+    fn a_continued_conversation_reads_its_earlier_messages_from_the_cache() {
+        let opts = SimOptions {
+            template_tokens: 50,
+            ..SimOptions::default()
+        };
+        let server = SimServer::new(opts, WallClock::new(0));
+        let first = usage_of(&server, TURN_1);
+        let second = usage_of(&server, TURN_2);
+        // The first turn's messages, the base 3 included and the template
+        // not: 3 + (4 + 4) + (4 + 6).
+        assert_eq!(first.prompt_tokens, 21 + 50);
+        assert_eq!(second.cached_tokens, 21);
+        assert_eq!(second.cache_read_input_tokens, 21);
+        assert!(second.cached_tokens < second.prompt_tokens);
+        // Repeated whole: every message, never the template.
+        let again = usage_of(&server, TURN_2);
+        assert_eq!(again.cached_tokens, again.prompt_tokens - 50);
+        // Only a prefix counts: the same last message after a different
+        // first one is not cached.
+        let other = TURN_2.replace("You are terse.", "You are verbose.");
+        assert_eq!(usage_of(&server, &other).cached_tokens, 0);
+        assert_eq!(
+            server.totals().cached_tokens,
+            second.cached_tokens + again.cached_tokens
+        );
+    }
+
+    #[test]
+    fn streams_report_cached_tokens_and_rejections_are_not_remembered() {
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let rejected = TURN_1.replace("]}", r#"],"x_sim":{"fault":"reject","status":503}}"#);
+        let mut c = SimConnection::new(Arc::clone(&server));
+        c.handle_data(at(0), &request(&rejected));
+        assert!(drain(&mut c).starts_with(b"HTTP/1.1 503"));
+        let stream = TURN_1.replace(
+            "]}",
+            r#"],"stream":true,"stream_options":{"include_usage":true}}"#,
+        );
+        let mut sent = Vec::new();
+        for _ in 0..2 {
+            let mut c = SimConnection::new(Arc::clone(&server));
+            c.handle_data(at(0), &request(&stream));
+            sent.push(last_usage(&drain(&mut c)).expect("a usage chunk"));
+        }
+        assert_eq!(sent[0].cached_tokens, 0, "the rejection was not remembered");
+        assert_eq!(sent[1].cached_tokens, sent[1].prompt_tokens);
+        assert_eq!(sent[1].cache_read_input_tokens, sent[1].prompt_tokens);
+    }
+
+    #[test]
+    fn each_simulator_has_its_own_prompt_cache() {
+        let one = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let two = SimServer::new(SimOptions::default(), WallClock::new(0));
+        usage_of(&one, TURN_1);
+        assert!(usage_of(&one, TURN_2).cached_tokens > 0);
+        assert_eq!(usage_of(&two, TURN_2).cached_tokens, 0);
+    }
+
+    #[test]
+    fn the_prompt_cache_forgets_its_oldest_beyond_the_cap() {
+        let mut cache = PromptCache::new(PROMPT_CACHE_CAP);
+        let n = PROMPT_CACHE_CAP as u64 + 1000;
+        let all: Vec<u64> = (0..n)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        for chunk in all.chunks(7) {
+            cache.remember(chunk);
+        }
+        // Remembering again what it holds changes nothing.
+        cache.remember(&all[all.len() - 10..]);
+        assert_eq!(cache.order.len(), PROMPT_CACHE_CAP);
+        assert_eq!(cache.set.len(), PROMPT_CACHE_CAP);
+        assert_eq!(cache.longest_seen(&all[..1000]), 0, "the oldest forgotten");
+        assert_eq!(cache.longest_seen(&all[1000..1003]), 3);
+        assert_eq!(cache.longest_seen(&[all[0], all[n as usize - 1]]), 2);
+        // Through a server: a request of more messages than the cap holds
+        // leaves the cap full and the request's latest prefixes in it.
+        let server = SimServer::new(SimOptions::default(), WallClock::new(0));
+        let messages: Vec<String> = (0..PROMPT_CACHE_CAP + 10)
+            .map(|i| format!(r#"{{"role":"user","content":"{i}"}}"#))
+            .collect();
+        let body = format!(r#"{{"model":"m","messages":[{}]}}"#, messages.join(","));
+        let first = usage_of(&server, &body);
+        assert_eq!(first.cached_tokens, 0);
+        assert_eq!(server.prompt_cache().order.len(), PROMPT_CACHE_CAP);
+        let again = usage_of(&server, &body);
+        assert_eq!(again.cached_tokens, again.prompt_tokens);
     }
 
     #[test]
