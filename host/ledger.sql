@@ -37,5 +37,7 @@ ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS usage_missing boolean NOT N
 ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS charged_nano_usd bigint NOT NULL DEFAULT 0;
 -- ... and the client API when it is not chat completions (`responses`).
 ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS api text;
+-- ... and the model that answered when a fallback did (`served_model`).
+ALTER TABLE chatgate_ledger ADD COLUMN IF NOT EXISTS served_model text;
 CREATE INDEX IF NOT EXISTS chatgate_ledger_key_ts ON chatgate_ledger (key, ts);
 CREATE INDEX IF NOT EXISTS chatgate_ledger_ts ON chatgate_ledger (ts);

@@ -39,6 +39,8 @@ pub struct KeyEntry {
     pub expires: Option<String>,
     /// `expires` in Unix seconds.
     pub expires_unix: Option<u64>,
+    /// The models it may call (ids or aliases; `None`: every model).
+    pub models: Option<std::sync::Arc<[String]>>,
 }
 
 impl KeyEntry {
@@ -57,6 +59,7 @@ impl std::fmt::Debug for KeyEntry {
             .field("quota", &self.quota)
             .field("created", &self.created)
             .field("expires", &self.expires)
+            .field("models", &self.models)
             .finish()
     }
 }
@@ -156,7 +159,7 @@ impl KeyTable {
 
     /// Parses a keys file (`[[key]]` tables with `name`, `sha256` and optional
     /// `requests_per_minute`, `tokens_per_minute`, `budget_usd`,
-    /// `budget_period`, `max_in_flight`, `created`, `expires`); what a key
+    /// `budget_period`, `max_in_flight`, `created`, `expires`, `models`); what a key
     /// does not set comes from `defaults`.
     pub fn parse_toml(text: &str, defaults: impl Into<KeyDefaults>) -> Result<KeyTable, KeysError> {
         let defaults = defaults.into();
@@ -270,6 +273,8 @@ pub struct RawKey {
     pub created: Option<String>,
     /// `expires`, if set.
     pub expires: Option<String>,
+    /// `models`: the models it may call, if limited.
+    pub models: Option<Vec<String>>,
 }
 
 impl RawKey {
@@ -351,6 +356,16 @@ impl RawKey {
             created: self.created.clone(),
             expires: self.expires.clone(),
             expires_unix,
+            models: match &self.models {
+                None => None,
+                Some(list) if list.is_empty() || list.iter().any(String::is_empty) => {
+                    return Err(fail(
+                        "models",
+                        "must list at least one model id or alias, none empty (leave it out for every model)".into(),
+                    ));
+                }
+                Some(list) => Some(list.clone().into()),
+            },
         })
     }
 
@@ -380,6 +395,10 @@ impl RawKey {
         }
         if let Some(e) = &self.expires {
             s.push_str(&format!("expires = {}\n", toml_string(e)));
+        }
+        if let Some(list) = &self.models {
+            let names: Vec<String> = list.iter().map(|m| toml_string(m)).collect();
+            s.push_str(&format!("models = [{}]\n", names.join(", ")));
         }
         s
     }

@@ -121,6 +121,19 @@ impl ProviderError {
         p
     }
 
+    /// Whether this refusal says the request is too long for the model's
+    /// context: the OpenAI code `context_length_exceeded`, or the words
+    /// of servers that do not send it (vLLM's `maximum context length`,
+    /// llama.cpp's `context size`).
+    pub fn is_context_overflow(&self) -> bool {
+        let said = self.message.as_deref().unwrap_or("");
+        self.is_refusal()
+            && (self.code.as_deref() == Some("context_length_exceeded")
+                || said.contains("context length")
+                || said.contains("maximum context")
+                || said.contains("context size"))
+    }
+
     /// Whether the request itself was refused (a 4xx other than 408 and
     /// 429): sending it again gets the same answer.
     pub fn is_refusal(&self) -> bool {

@@ -119,7 +119,7 @@ impl Gateway {
         wall: WallClock,
         random: u64,
     ) -> Arc<Gateway> {
-        let endpoints = EndpointSet::new(config.endpoints.clone(), None);
+        let endpoints = EndpointSet::new(config.endpoints.clone(), config.catalog.clone(), None);
         let metrics = Metrics::default();
         metrics.keys_loaded(keys.len());
         // Trace ids from another stream than request ids.

@@ -37,7 +37,8 @@ pub struct LedgerRecord {
     pub request_id: String,
     /// The key's name (never the key).
     pub key: String,
-    /// The model id the client asked for (empty when the body was invalid).
+    /// The model id the client asked for (its id when it used an alias;
+    /// empty when the body was invalid).
     pub model: String,
     /// Streamed or not.
     pub stream: bool,
@@ -81,6 +82,10 @@ pub struct LedgerRecord {
     /// completions (`responses`); written only then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<String>,
+    /// The model that answered, when it is not the one asked for (a
+    /// fallback); the cost is at its prices. Written only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
     /// The provider answered but reported no usage: the token counts and
     /// cost above are the reported ones (zero), and the key's limits and
     /// budget were charged `charged_nano_usd` instead. Written only when
@@ -138,6 +143,7 @@ impl LedgerRecord {
             attempts: 0,
             provider_request_id: None,
             api: None,
+            served_model: None,
             usage_missing: false,
             charged_nano_usd: 0,
             budget_overshoot_nano_usd: 0,
@@ -190,6 +196,9 @@ impl LedgerRecord {
         f.flag("complete", self.complete);
         f.flag("client_disconnected", self.client_disconnected);
         f.num("upstream_status", self.upstream_status.map_or(0, u64::from));
+        if let Some(m) = &self.served_model {
+            f.str("served_model", m);
+        }
         if let Some(endpoint) = &self.endpoint {
             f.str("endpoint", endpoint);
             f.num("attempts", u64::from(self.attempts));
@@ -264,6 +273,10 @@ impl LedgerRecord {
         if let Some(api) = &self.api {
             o.extend_from_slice(b",\"api\":");
             json_string(&mut o, api);
+        }
+        if let Some(m) = &self.served_model {
+            o.extend_from_slice(b",\"served_model\":");
+            json_string(&mut o, m);
         }
         if self.usage_missing {
             o.extend_from_slice(b",\"usage_missing\":true");

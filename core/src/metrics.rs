@@ -164,10 +164,23 @@ struct PerKey {
     usage_missing: u64,
 }
 
+/// One model's figures (the model that answered).
+#[derive(Debug, Default)]
+struct PerModel {
+    /// Metered requests it answered (or was asked last).
+    requests: u64,
+    tokens: [u64; 4],
+    cost_nano_usd: u64,
+}
+
 /// Every figure the admin listener exposes.
 #[derive(Debug, Default)]
 pub struct Metrics {
     per_key: Mutex<BTreeMap<String, PerKey>>,
+    /// By model id (catalogue ids only: never a name a client made up).
+    per_model: Mutex<BTreeMap<String, PerModel>>,
+    /// Fallbacks taken, by (from, to) model id.
+    fallbacks: Mutex<BTreeMap<(String, String), u64>>,
     total: Histogram,
     ttfb: Histogram,
     overhead: Histogram,
@@ -224,6 +237,32 @@ impl Metrics {
             *slot += v;
         }
         k.cost_nano_usd += m.cost_nano_usd;
+    }
+
+    /// A metered request the model `model` (a catalogue id) answered, or
+    /// was asked last.
+    pub fn model_metered(&self, model: &str, m: Metered) {
+        let mut map = self.per_model.lock().unwrap_or_else(|e| e.into_inner());
+        if !map.contains_key(model) {
+            map.insert(model.to_owned(), PerModel::default());
+        }
+        let p = map.get_mut(model).expect("inserted");
+        p.requests += 1;
+        for (slot, v) in p
+            .tokens
+            .iter_mut()
+            .zip([m.prompt, m.completion, m.reasoning, m.cached])
+        {
+            *slot += v;
+        }
+        p.cost_nano_usd += m.cost_nano_usd;
+    }
+
+    /// A request the model `from` could not answer went to its fallback
+    /// `to`.
+    pub fn fallback(&self, from: &str, to: &str) {
+        let mut map = self.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry((from.to_owned(), to.to_owned())).or_default() += 1;
     }
 
     /// A request refused by `key`'s rate limit.
@@ -383,6 +422,7 @@ impl Metrics {
     pub fn render(&self, open_connections: usize) -> String {
         let mut out = String::with_capacity(8192);
         self.render_per_key(&mut out);
+        self.render_per_model(&mut out);
         for (histogram, name, help) in [
             (
                 &self.total,
@@ -528,6 +568,74 @@ impl Metrics {
                 get(&self.shared_limits_unavailable),
             ),
         ]
+    }
+
+    /// The families labelled by model.
+    fn render_per_model(&self, out: &mut String) {
+        let map = self.per_model.lock().unwrap_or_else(|e| e.into_inner());
+        header(
+            out,
+            "chatgate_model_requests_total",
+            COUNTER,
+            "Metered requests, by the model that answered (or was asked last).",
+        );
+        for (model, p) in map.iter() {
+            let _ = writeln!(
+                out,
+                "chatgate_model_requests_total{{model=\"{}\"}} {}",
+                escape(model),
+                p.requests
+            );
+        }
+        header(
+            out,
+            "chatgate_model_tokens_total",
+            COUNTER,
+            "Tokens metered, by the model that answered and kind (completion includes reasoning).",
+        );
+        for (model, p) in map.iter() {
+            for (kind, n) in ["prompt", "completion", "reasoning", "cached"]
+                .iter()
+                .zip(p.tokens)
+            {
+                let _ = writeln!(
+                    out,
+                    "chatgate_model_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
+                    escape(model)
+                );
+            }
+        }
+        header(
+            out,
+            "chatgate_model_cost_usd_total",
+            COUNTER,
+            "Cost metered, by the model that answered, in US dollars (exact to the nano-dollar).",
+        );
+        for (model, p) in map.iter() {
+            let _ = writeln!(
+                out,
+                "chatgate_model_cost_usd_total{{model=\"{}\"}} {}.{:09}",
+                escape(model),
+                p.cost_nano_usd / 1_000_000_000,
+                p.cost_nano_usd % 1_000_000_000
+            );
+        }
+        drop(map);
+        let map = self.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+        header(
+            out,
+            "chatgate_model_fallbacks_total",
+            COUNTER,
+            "Requests a model could not answer that went to its fallback, by model and fallback.",
+        );
+        for ((from, to), n) in map.iter() {
+            let _ = writeln!(
+                out,
+                "chatgate_model_fallbacks_total{{from=\"{}\",to=\"{}\"}} {n}",
+                escape(from),
+                escape(to)
+            );
+        }
     }
 
     /// The families labelled by key.

@@ -37,7 +37,7 @@
 
 use std::fmt;
 
-use crate::catalog::Catalog;
+use crate::catalog::KeyView;
 use crate::error::ApiError;
 
 #[cfg(test)]
@@ -64,7 +64,7 @@ pub(crate) const IMAGE_TOKEN_ESTIMATE: u64 = 765;
 /// A validated chat completion request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatRequest {
-    /// The model id (a catalogue entry).
+    /// The model's id (the request may have named it by an alias).
     pub model: String,
     /// `stream: true`.
     pub stream: bool,
@@ -74,8 +74,14 @@ pub struct ChatRequest {
     /// per-message and per-image allowances), used to reserve rate-limit
     /// tokens until the provider reports the real count.
     pub estimated_prompt_tokens: u64,
-    /// The body for the provider when it differs from the client's.
+    /// The body for the provider when it differs from the client's (its
+    /// `model` is the model's provider id).
     pub rewritten: Option<Vec<u8>>,
+    /// Its `prompt_cache_key`'s hash, when it is a string: the
+    /// conversation it belongs to, for affinity.
+    pub cache_key: Option<u64>,
+    /// Its `user`'s hash, when it is a string.
+    pub user: Option<u64>,
 }
 
 impl ChatRequest {
@@ -95,8 +101,14 @@ impl ChatRequest {
 }
 
 /// Validates a chat completion body and prepares the provider's body.
-pub fn validate_chat_request(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
-    body::validate(body, catalog)
+///
+/// `models` is the catalogue as the request's key sees it (a `&Catalog`
+/// for every model): a model it may not call is refused as unknown.
+pub fn validate_chat_request<'a>(
+    body: &[u8],
+    models: impl Into<KeyView<'a>>,
+) -> Result<ChatRequest, ApiError> {
+    body::validate(body, models.into())
 }
 
 /// For metering a request that failed validation: its `model` and `stream`

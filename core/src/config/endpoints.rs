@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::ConfigError;
+use crate::catalog::Model;
 use crate::url::{Url, UrlError, host_for_url};
 
 /// Most endpoints a provider may have: the endpoint set keeps their
@@ -23,9 +24,13 @@ pub struct EndpointConfig {
     pub target: Target,
     /// Its share of the requests, relative to the others' (at least 1).
     pub weight: u32,
-    /// The model id this endpoint expects, when it names the model
-    /// differently (the `model` field is rewritten for it only).
+    /// The model id this endpoint expects for every model it serves,
+    /// when it names them differently (the `model` field is rewritten for
+    /// it only).
     pub model: Option<String>,
+    /// Its own names for particular models: (catalogue id, its name),
+    /// before `model`.
+    pub models: Vec<(String, String)>,
     /// Extra CA certificates (a PEM file) for its TLS.
     pub ca: Option<String>,
 }
@@ -38,13 +43,34 @@ impl EndpointConfig {
             target,
             weight: 1,
             model: None,
+            models: Vec::new(),
             ca,
         }
+    }
+
+    /// The id this endpoint is sent for `model`: its own name for that
+    /// model (`models`), else its name for every model (`model`), else
+    /// the catalogue's provider id.
+    pub fn model_name<'a>(&'a self, model: &'a Model) -> &'a str {
+        self.models
+            .iter()
+            .find(|(id, _)| *id == model.id)
+            .map(|(_, name)| name.as_str())
+            .or(self.model.as_deref())
+            .unwrap_or_else(|| model.provider_id())
     }
 }
 
 /// The fields an `[[upstream]]` table may have.
-const FIELDS: [&str; 6] = ["name", "url", "api_key_env", "weight", "model", "ca"];
+const FIELDS: [&str; 7] = [
+    "name",
+    "url",
+    "api_key_env",
+    "weight",
+    "model",
+    "models",
+    "ca",
+];
 
 /// The endpoints of the config file's `[[upstream]]` tables; `env` holds the
 /// variables their `api_key_env` name. Every refusal is one line naming the
@@ -143,11 +169,40 @@ fn parse_endpoint(
             ));
         }
     };
+    let models = match t.get("models") {
+        None => Vec::new(),
+        Some(toml::Value::Table(m)) => {
+            let mut names = Vec::with_capacity(m.len());
+            for (model, name) in m {
+                match name {
+                    toml::Value::String(s) if !s.is_empty() => {
+                        names.push((model.clone(), s.clone()))
+                    }
+                    _ => {
+                        return Err(bad(
+                            "models",
+                            format!(
+                                "'{model}' must map to a non-empty string (the endpoint's name for it)"
+                            ),
+                        ));
+                    }
+                }
+            }
+            names
+        }
+        Some(_) => {
+            return Err(bad(
+                "models",
+                "must be a table of model id = the endpoint's name for it".into(),
+            ));
+        }
+    };
     Ok(EndpointConfig {
         name,
         target,
         weight,
         model: string("model")?,
+        models,
         ca: string("ca")?,
     })
 }
@@ -329,6 +384,16 @@ mod tests {
                 one("name = \"a b\"\nurl = \"http://h/v1\""),
                 vec![],
                 "[[upstream]] #1 name: 'a b' must be",
+            ),
+            (
+                one("name = \"a\"\nurl = \"http://h/v1\"\nmodels = 3"),
+                vec![],
+                "[[upstream]] #1 models: must be a table of model id = the endpoint's name for it",
+            ),
+            (
+                one("name = \"a\"\nurl = \"http://h/v1\"\nmodels = { m = 1 }"),
+                vec![],
+                "[[upstream]] #1 models: 'm' must map to a non-empty string",
             ),
             (
                 one("name = \"a\"\nurl = \"http://h/v1\"\nkey = \"sk-x\""),

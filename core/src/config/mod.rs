@@ -13,20 +13,19 @@
 //! | `settings.rs` | every setting's flag, variable, file key and default, and the precedence |
 //! | `gateway.rs` | [`GatewayConfig`] and [`Timeouts`]: what the exchange reads |
 //! | `endpoints.rs` | a provider endpoint's configuration ([`EndpointConfig`], [`Target`]) and the `[[upstream]]` tables |
+//! | `models.rs` | the catalogue of the `[[model]]` tables: prices, endpoints, aliases, fallbacks |
 //! | `redis.rs` | the shared limiter's URL ([`RedisUrl`]) |
 //! | `traces.rs` | the trace exporter's settings, from chatgate's and the `OTEL_*` variables |
 
 mod endpoints;
 mod gateway;
+mod models;
 mod redis;
 mod settings;
 mod traces;
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use crate::catalog::{Catalog, Model, Price};
 use crate::limits::Limits;
 use crate::quota::{Budget, Period, usd_to_nano};
 
@@ -86,16 +85,6 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileModel {
-    id: String,
-    owned_by: Option<String>,
-    upstream_id: Option<String>,
-    input_usd_per_million: Option<f64>,
-    output_usd_per_million: Option<f64>,
-}
-
 impl ServeConfig {
     /// Resolves every setting; the provider key comes from
     /// `CHATGATE_UPSTREAM_API_KEY` in `sources.env`.
@@ -122,7 +111,7 @@ impl ServeConfig {
             env: sources.env,
             file,
         };
-        let endpoints = endpoint_configs(&r, tables)?;
+        let mut endpoints = endpoint_configs(&r, tables)?;
         let keys_path = r.required("keys", "create one with `keys new --keys FILE --name NAME`")?;
         let log_format = one_of(&r, "log_format", &["text", "json"], "text or json")?;
         let log_level = one_of(
@@ -136,7 +125,7 @@ impl ServeConfig {
             tokens_per_minute: positive(&r, "default_tpm")?,
         };
         let timeouts = timeouts(&r)?;
-        let catalog = catalog(models, &r.string("owned_by"))?;
+        let catalog = models::catalog(models, &r.string("owned_by"), &mut endpoints)?;
         let mut gateway = GatewayConfig::with_endpoints(endpoints);
         gateway.upstream_attempts = match r.get("upstream_attempts") {
             Some(_) => positive(&r, "upstream_attempts")? as usize,
@@ -478,40 +467,10 @@ fn positive(r: &Resolver, key: &str) -> Result<u64, ConfigError> {
     Ok(v)
 }
 
-fn catalog(models: Option<toml::Value>, owned_by: &str) -> Result<Catalog, ConfigError> {
-    let Some(models) = models else {
-        let mut m = Model::default_model();
-        m.owned_by = owned_by.to_owned();
-        return Catalog::new(vec![m]).map_err(ConfigError);
-    };
-    let list: Vec<FileModel> = models.try_into().map_err(|e: toml::de::Error| {
-        ConfigError(format!("config file: [[model]]: {}", e.message()))
-    })?;
-    let mut out = Vec::with_capacity(list.len());
-    for m in list {
-        let price = Price::from_usd_per_million(
-            m.input_usd_per_million.unwrap_or(2.85),
-            m.output_usd_per_million.unwrap_or(14.25),
-        )
-        .ok_or_else(|| {
-            ConfigError(format!(
-                "model '{}': prices must be non-negative numbers",
-                m.id
-            ))
-        })?;
-        out.push(Model {
-            id: m.id,
-            owned_by: m.owned_by.unwrap_or_else(|| owned_by.to_owned()),
-            upstream_id: m.upstream_id,
-            price,
-        });
-    }
-    Catalog::new(out).map_err(|e| ConfigError(format!("config file: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::Price;
 
     fn sources(flags: &[(&str, &str)], env: &[(&str, &str)], file: Option<&str>) -> Sources {
         Sources {

@@ -10,6 +10,19 @@
 //! available (all ejected), the one that comes back soonest is tried rather
 //! than failing without an attempt.
 //!
+//! **Models.** Each model of the catalogue is served by its own endpoints
+//! (every endpoint unless it names some): a request chooses only among its
+//! model's.
+//!
+//! **Affinity.** A request that carries a conversation's key (its
+//! `prompt_cache_key`, a session header, its `user`) goes to the endpoint
+//! that key ranks first among those available (rendezvous hashing,
+//! weighted), so a conversation keeps hitting one provider's prompt cache;
+//! unless that endpoint already has more than a quarter above its share of
+//! the requests in flight, when the next in the key's ranking takes it. An
+//! ejected endpoint's conversations go to their next choice, and come back
+//! when it does.
+//!
 //! **Health** is passive ([`health`]): consecutive failures eject an
 //! endpoint for a cool-down that grows; one trial request readmits it.
 //!
@@ -34,6 +47,7 @@ pub(crate) use health::{Change, Health, State};
 pub use health::{FailureKind, Outcome};
 pub use prompt::PromptAllowance;
 
+use crate::catalog::Catalog;
 use crate::config::{EndpointConfig, MAX_ENDPOINTS};
 use crate::http::write::header;
 use crate::metrics::{Histogram, header as metric_header};
@@ -47,6 +61,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 pub struct Endpoint {
     id: u64,
     config: EndpointConfig,
+    /// Its name's hash: its place in every affinity key's ranking (by
+    /// name, so instances and reloads rank alike).
+    name_hash: u64,
     /// The fixed start of every request head sent to it (request line,
     /// `Host`, `Authorization`, `Content-Type`, `User-Agent`).
     prefix: Vec<u8>,
@@ -86,6 +103,7 @@ impl Endpoint {
         let prefix = request_prefix(&config);
         Endpoint {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name_hash: affinity_hash(config.name.as_bytes()),
             config,
             prefix,
             health: Mutex::new(Health::default()),
@@ -181,19 +199,51 @@ fn bits(mut set: u64) -> impl Iterator<Item = usize> {
     })
 }
 
-/// The endpoints in force, and the round robin's state.
+/// A stable 64-bit hash (FNV-1a, then mixed): what an affinity key and an
+/// endpoint's name are ranked by.
+pub(crate) fn affinity_hash(bytes: &[u8]) -> u64 {
+    let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    mix(h)
+}
+
+/// splitmix64's finaliser: every input bit moves every output bit.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The load an endpoint may carry for an affinity key, as a share of its
+/// weight's part of the requests in flight: a quarter above it
+/// (consistent hashing with bounded loads).
+const AFFINITY_BOUND: (u128, u128) = (5, 4);
+
+/// The endpoints and the catalogue in force (a reload replaces both at
+/// once), and the round robin's state.
 #[derive(Debug)]
 pub struct EndpointSet {
     endpoints: Vec<Arc<Endpoint>>,
     /// Smooth weighted round robin: each endpoint's current weight.
     current: Mutex<Vec<i64>>,
+    catalog: Catalog,
+    /// For each model (by its index in the catalogue), the endpoints that
+    /// serve it (bits).
+    serves: Vec<u64>,
 }
 
 impl EndpointSet {
-    /// The set for `pool` (at least one endpoint). Endpoints of `previous`
-    /// whose configuration is unchanged are kept as they are: their health,
-    /// counts and the runtime's connections to them carry over.
-    pub fn new(pool: Vec<EndpointConfig>, previous: Option<&EndpointSet>) -> EndpointSet {
+    /// The set for `pool` (at least one endpoint) serving `catalog` (whose
+    /// models name endpoints of the pool, as the configuration checked).
+    /// Endpoints of `previous` whose configuration is unchanged are kept
+    /// as they are: their health, counts and the runtime's connections to
+    /// them carry over.
+    pub fn new(
+        pool: Vec<EndpointConfig>,
+        catalog: Catalog,
+        previous: Option<&EndpointSet>,
+    ) -> EndpointSet {
         let endpoints: Vec<Arc<Endpoint>> = pool
             .into_iter()
             .map(|config| {
@@ -206,9 +256,26 @@ impl EndpointSet {
             (1..=MAX_ENDPOINTS).contains(&endpoints.len()),
             "a set has 1 to {MAX_ENDPOINTS} endpoints (checked by the configuration)"
         );
+        let serves = catalog
+            .models()
+            .iter()
+            .map(|m| {
+                endpoints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| {
+                        m.endpoints
+                            .as_ref()
+                            .is_none_or(|names| names.contains(&e.config.name))
+                    })
+                    .fold(0u64, |set, (i, _)| set | 1 << i)
+            })
+            .collect();
         EndpointSet {
             current: Mutex::new(vec![0; endpoints.len()]),
             endpoints,
+            catalog,
+            serves,
         }
     }
 
@@ -217,13 +284,40 @@ impl EndpointSet {
         &self.endpoints
     }
 
+    /// The catalogue the endpoints serve.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The endpoints (bits of their indices) that serve the model with
+    /// this index.
+    pub fn serving(&self, model: usize) -> u64 {
+        self.serves.get(model).copied().unwrap_or(0)
+    }
+
+    /// Whether the configuration this set was made of is `pool` serving
+    /// `catalog` (a reload that changes neither changes nothing).
+    pub fn is_made_of(&self, pool: &[EndpointConfig], catalog: &Catalog) -> bool {
+        self.catalog == *catalog
+            && self.endpoints.len() == pool.len()
+            && self.endpoints.iter().zip(pool).all(|(e, c)| e.config == *c)
+    }
+
     /// Chooses the endpoint for a request's next attempt at `now`, among
-    /// those it has not tried (`tried`, by id); `None` when it has tried
-    /// them all.
-    pub fn choose(&self, now: Instant, tried: &[u64]) -> Option<Attempt> {
+    /// those serving its model (by index) that it has not tried (`tried`,
+    /// by id); by its conversation's `affinity` key when it has one.
+    /// `None` when it has tried them all.
+    pub fn choose(
+        &self,
+        now: Instant,
+        tried: &[u64],
+        model: usize,
+        affinity: Option<u64>,
+    ) -> Option<Attempt> {
+        let serving = self.serving(model);
         let index = if self.endpoints.len() == 1 {
             // The usual pool: nothing to choose.
-            if tried.contains(&self.endpoints[0].id) {
+            if serving == 0 || tried.contains(&self.endpoints[0].id) {
                 return None;
             }
             0
@@ -232,7 +326,8 @@ impl EndpointSet {
             // `MAX_ENDPOINTS`): nothing is allocated per request.
             let mut candidates = 0u64;
             let mut available = 0u64;
-            for (i, e) in self.endpoints.iter().enumerate() {
+            for i in bits(serving) {
+                let e = &self.endpoints[i];
                 if !tried.contains(&e.id) {
                     candidates |= 1 << i;
                     if e.health().available(now) {
@@ -249,7 +344,10 @@ impl EndpointSet {
                     .min_by_key(|&i| self.endpoints[i].health().back_at().unwrap_or(now))
                     .unwrap_or(0)
             } else {
-                self.pick(available)
+                match affinity {
+                    Some(key) if available.count_ones() > 1 => self.rendezvous(available, key),
+                    _ => self.pick(available),
+                }
             }
         };
         let endpoint = Arc::clone(&self.endpoints[index]);
@@ -299,15 +397,45 @@ impl EndpointSet {
         }
     }
 
-    /// The prompt tokens to reserve for a request estimated at `estimate`:
-    /// the largest bound of any endpoint (the request may go to any), with
-    /// at least `floor` extra tokens.
-    pub fn prompt_bound(&self, estimate: u64, floor: u64) -> u64 {
-        self.endpoints
-            .iter()
+    /// The `available` endpoint (bits) that ranks first for the affinity
+    /// `key` (weighted rendezvous hashing: the highest `weight / -ln(u)`,
+    /// `u` uniform from the key and the endpoint's name) among those under
+    /// their bound on load; the first in the ranking if none is.
+    fn rendezvous(&self, available: u64, key: u64) -> usize {
+        let weight = |i: usize| u128::from(self.endpoints[i].config.weight.max(1));
+        let load = |i: usize| u128::from(self.endpoints[i].load());
+        let total_weight: u128 = bits(available).map(weight).sum();
+        let total_load: u128 = bits(available).map(load).sum();
+        let score = |i: usize| {
+            let h = mix(key ^ self.endpoints[i].name_hash);
+            // Uniform in (0, 1), never 0 or 1.
+            let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            weight(i) as f64 / -u.ln()
+        };
+        // Within bound: with one more request, at most 5/4 of its share of
+        // the load in flight with this request counted.
+        let within = |i: usize| {
+            let (num, den) = AFFINITY_BOUND;
+            (load(i) + 1) * den * total_weight
+                <= num * (total_load + 1) * weight(i) + den * total_weight
+        };
+        let ranked = |i: &usize, j: &usize| score(*i).total_cmp(&score(*j));
+        bits(available)
+            .filter(|&i| within(i))
+            .max_by(ranked)
+            .or_else(|| bits(available).max_by(ranked))
+            .unwrap_or(0)
+    }
+
+    /// The prompt tokens to reserve for a request estimated at `estimate`
+    /// that may go to the endpoints `serving` (bits): the largest bound of
+    /// any of them, with at least `floor` extra tokens.
+    pub fn prompt_bound(&self, estimate: u64, floor: u64, serving: u64) -> u64 {
+        bits(serving)
+            .filter_map(|i| self.endpoints.get(i))
             .map(|e| e.prompt.bound(estimate, floor))
             .max()
-            .unwrap_or(estimate)
+            .unwrap_or(estimate.saturating_add(floor))
     }
 
     /// The ejected endpoints due for a probe at `now` (each counted as
@@ -334,7 +462,8 @@ impl EndpointSet {
     pub fn status(&self, now: Instant, wall: WallClock) -> Vec<EndpointStatus> {
         self.endpoints
             .iter()
-            .map(|e| {
+            .enumerate()
+            .map(|(i, e)| {
                 let h = e.health().clone();
                 let c = &e.config;
                 EndpointStatus {
@@ -342,6 +471,17 @@ impl EndpointSet {
                     url: c.target.display_url(),
                     weight: c.weight,
                     model: c.model.clone(),
+                    models: self
+                        .catalog
+                        .models()
+                        .iter()
+                        .zip(&self.serves)
+                        .filter(|(_, set)| **set & (1 << i) != 0)
+                        .map(|(m, _)| ServedModel {
+                            id: m.id.clone(),
+                            sent_as: c.model_name(m).to_owned(),
+                        })
+                        .collect(),
                     state: h.state().as_str(),
                     ejected_until: h
                         .back_at()
@@ -442,8 +582,10 @@ pub struct EndpointStatus {
     pub url: String,
     /// Its weight.
     pub weight: u32,
-    /// The model id it is sent, when it differs.
+    /// The model id it is sent for every model, when it differs.
     pub model: Option<String>,
+    /// The models it serves, and the id it is sent for each.
+    pub models: Vec<ServedModel>,
     /// `healthy`, `ejected` or `trial`.
     pub state: &'static str,
     /// Until when it is ejected (RFC 3339), while it is.
@@ -463,6 +605,15 @@ pub struct EndpointStatus {
     pub prompt_extra_tokens: u64,
     /// The ratio of its prompt counts to the estimate on large prompts.
     pub prompt_ratio: f64,
+}
+
+/// A model an endpoint serves, as `GET /upstreams` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServedModel {
+    /// The catalogue id.
+    pub id: String,
+    /// The id the endpoint is sent for it.
+    pub sent_as: String,
 }
 
 /// One attempt of a request on an endpoint: reports how it ended exactly

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::request::Dialect;
+use super::request::{Dialect, KeyRef};
 use super::timers::Timer;
 use super::{Connection, Event, Phase};
 use crate::error::{ApiError, StoreError};
@@ -24,6 +24,21 @@ use crate::limits::{Admission, LimitKind, Limits, Rejection};
 use crate::quota::{Quota, QuotaRefusal, worst_case_cost};
 use crate::time::Instant;
 use crate::validate::validate_chat_request;
+
+/// The models that answer in place of the model `asked` (an index of
+/// `catalog`), in order: its fallbacks that a key with this model list
+/// may call (as indices).
+pub(super) fn fallbacks<'a>(
+    catalog: &'a crate::catalog::Catalog,
+    asked: usize,
+    key_models: Option<&'a [String]>,
+) -> impl Iterator<Item = usize> + 'a {
+    catalog.models()[asked]
+        .fallback
+        .iter()
+        .filter_map(|id| catalog.index(id))
+        .filter(move |&m| catalog.models()[m].allowed_by(key_models))
+}
 
 /// How often a request waiting in its key's queue looks whether its turn
 /// came (a slot freed on another instance is seen this late at most).
@@ -250,7 +265,10 @@ impl Connection {
                 }
             }
         }
-        let chat = match validate_chat_request(&req.body, &gw.config().catalog) {
+        let routes = gw.endpoints();
+        let catalog = routes.catalog();
+        let key_models = req.key.as_ref().and_then(KeyRef::models);
+        let chat = match validate_chat_request(&req.body, catalog.seen_by(key_models)) {
             Ok(c) => c,
             Err(mut e) => {
                 req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
@@ -265,27 +283,42 @@ impl Connection {
             }
         };
         let config = gw.config();
-        let price = config
-            .catalog
-            .get(&chat.model)
-            .map_or(crate::catalog::Price::DEFAULT, |m| m.price);
-        // The prompt as the providers will count it: the estimate plus what
-        // they were seen to add (their chat templates), an upper bound.
-        let prompt = gw
-            .endpoints()
-            .prompt_bound(chat.estimated_prompt_tokens, config.prompt_overhead_tokens);
+        // The models that may answer: the one asked for, then its
+        // fallbacks the key may call. Its reservation covers the worst of
+        // them: the prompt as the providers of any of them will count it
+        // (the estimate plus what they were seen to add, their chat
+        // templates: an upper bound), at the dearest of their prices.
+        let asked = catalog.index(&chat.model).unwrap_or(0);
+        let answering: Vec<usize> = std::iter::once(asked)
+            .chain(fallbacks(catalog, asked, key_models))
+            .collect();
+        let serving = answering.iter().fold(0, |set, &m| set | routes.serving(m));
+        let prompt = routes.prompt_bound(
+            chat.estimated_prompt_tokens,
+            config.prompt_overhead_tokens,
+            serving,
+        );
         if req.count_tokens {
             return self.respond_count_tokens(now, prompt);
         }
         req.hold.tokens = prompt.saturating_add(chat.max_tokens.unwrap_or(0)).max(1);
         req.hold.worst_tokens =
             prompt.saturating_add(chat.max_tokens.unwrap_or(config.budget_reserve_tokens));
-        req.hold.cost = worst_case_cost(
-            &price,
-            prompt,
-            chat.max_tokens,
-            config.budget_reserve_tokens,
-        );
+        req.hold.cost = answering
+            .iter()
+            .map(|&m| {
+                worst_case_cost(
+                    &catalog.models()[m].price,
+                    prompt,
+                    chat.max_tokens,
+                    config.budget_reserve_tokens,
+                )
+            })
+            .max()
+            .unwrap_or(0);
+        req.model = asked;
+        req.affinity = chat.cache_key.or(req.session).or(chat.user);
+        req.routes = Some(Arc::clone(&routes));
         req.chat = Some(chat);
         self.admit(now);
     }

@@ -22,21 +22,24 @@ use crate::http::write::{self, header, header_u64};
 use crate::time::Instant;
 use crate::validate::with_model;
 
+use super::admission::fallbacks;
+use super::request::KeyRef;
+
 impl Connection {
     /// Starts the request's next attempt on an endpoint it has not tried:
     /// builds the request as that endpoint is sent it and asks the runtime
     /// for a connection. False when no endpoint is left.
     pub(super) fn begin_attempt(&mut self, now: Instant) -> bool {
-        let endpoints = self.gw.endpoints();
         self.timers.stop(Timer::Retry);
         let req = self.req.as_mut().expect("request in progress");
+        let endpoints = req.routes.clone().unwrap_or_else(|| self.gw.endpoints());
         // The endpoints tried before this attempt: the list grows (and
         // allocates) only when a request is tried again.
         if let Some(previous) = &req.endpoint {
             req.tried.push(previous.id());
         }
         req.endpoint_before_retry = None;
-        let Some(attempt) = endpoints.choose(now, &req.tried) else {
+        let Some(attempt) = endpoints.choose(now, &req.tried, req.model, req.affinity) else {
             return false;
         };
         let mut attempt = attempt;
@@ -45,6 +48,8 @@ impl Connection {
         }
         let endpoint = Arc::clone(attempt.endpoint());
         req.attempts += 1;
+        req.model_attempts += 1;
+        req.model_started.get_or_insert(now);
         req.provider_id = crate::gateway::provider_request_id(&req.id, req.attempts);
         req.upstream_status = None;
         req.endpoint = Some(Arc::clone(&endpoint));
@@ -60,48 +65,46 @@ impl Connection {
     }
 
     /// A later attempt's request: the body the previous endpoint was sent,
-    /// with the model id this one expects.
+    /// with the model id this one expects for the model answering (which
+    /// a fallback may have changed).
     fn next_request(&mut self, endpoint: &Endpoint) {
         let req = self.req.as_mut().expect("request in progress");
         let chat = req.chat.as_ref().expect("validated");
+        let routes = req.routes.as_ref().expect("routed");
+        let model = &routes.catalog().models()[req.model];
+        let name = endpoint.config().model_name(model);
         let body = &req.upstream_request[req.body_at..];
-        let model = match endpoint.config().model.as_deref() {
-            Some(m) => Some(Cow::Borrowed(m)),
-            None if req.body_model => Some(Cow::Owned(
-                self.gw
-                    .config()
-                    .catalog
-                    .get(&chat.model)
-                    .and_then(|m| m.upstream_id.clone())
-                    .unwrap_or_else(|| chat.model.clone()),
-            )),
-            None => None,
-        };
-        let body = match &model {
-            Some(m) => Cow::Owned(with_model(body, m)),
-            None => Cow::Borrowed(body),
+        let body = if req.body_model || name != model.provider_id() {
+            Cow::Owned(with_model(body, name))
+        } else {
+            Cow::Borrowed(body)
         };
         let (out, body_at) = provider_request(endpoint, &body, chat.stream, req);
+        req.body_model = name != model.provider_id();
         req.upstream_request = out;
         req.body_at = body_at;
-        req.body_model = endpoint.config().model.is_some();
     }
 
-    /// The first attempt's request, from the validated body.
+    /// The first attempt's request, from the validated body (which names
+    /// the model by its provider id).
     fn first_request(&mut self, endpoint: &Endpoint) {
         let req = self.req.as_mut().expect("request in progress");
         if let Some(t) = req.trace.as_mut() {
             t.note_request(&req.body);
         }
         let chat = req.chat.as_ref().expect("validated");
+        let routes = req.routes.as_ref().expect("routed");
+        let model = &routes.catalog().models()[req.model];
+        let name = endpoint.config().model_name(model);
         let body = chat.upstream_body(&req.body);
-        let (out, body_at) = match endpoint.config().model.as_deref() {
-            Some(m) => provider_request(endpoint, &with_model(body, m), chat.stream, req),
-            None => provider_request(endpoint, body, chat.stream, req),
+        req.body_model = name != model.provider_id();
+        let (out, body_at) = if req.body_model {
+            provider_request(endpoint, &with_model(body, name), chat.stream, req)
+        } else {
+            provider_request(endpoint, body, chat.stream, req)
         };
         req.upstream_request = out;
         req.body_at = body_at;
-        req.body_model = endpoint.config().model.is_some();
         req.body = Vec::new();
     }
 
@@ -117,20 +120,37 @@ impl Connection {
         let status = self.req.as_ref().and_then(|r| r.upstream_status);
         self.trace_attempt_failed(now, err, status);
         let (outcome, retry) = classify(err, status);
-        let retry_here = retry == Retry::Anywhere;
         if let Some(attempt) = attempt {
             attempt.finish(outcome, now);
         }
+        if self.req.is_none() || self.cut_at.is_some_and(|c| now >= c) {
+            return false;
+        }
+        let overflow = err
+            .provider
+            .as_deref()
+            .is_some_and(|p| p.is_context_overflow());
+        match retry {
+            // A context overflow: a model with a larger context may take it.
+            Retry::No => overflow && self.fall_back(now, err),
+            _ => self.try_again(now, err, retry) || self.fall_back(now, err),
+        }
+    }
+
+    /// After a failure of the endpoint's (or one that may be the
+    /// request's, `Retry::Elsewhere`): another attempt on the model
+    /// answering, on an endpoint not tried yet, or on the best one again
+    /// after a pause. True when one is started or waits for its pause.
+    fn try_again(&mut self, now: Instant, err: &ApiError, retry: Retry) -> bool {
         let gw = Arc::clone(&self.gw);
         let config = gw.config();
         let Some(req) = self.req.as_ref() else {
             return false;
         };
-        let in_time = req
-            .up_started
-            .is_some_and(|s| now < s + config.timeouts.upstream_first_byte);
-        let cut = self.cut_at.is_some_and(|c| now >= c);
-        if retry == Retry::No || !in_time || cut || req.attempts as usize >= config.max_attempts() {
+        let deadline = req
+            .model_started
+            .map_or(now, |s| s + config.timeouts.upstream_first_byte);
+        if now >= deadline || req.model_attempts as usize >= config.max_attempts() {
             return false;
         }
         let from = req.endpoint.as_ref().map_or("", |e| e.name());
@@ -146,16 +166,13 @@ impl Connection {
         // Every endpoint was tried: the best one again, after a pause, if
         // the failure may be the endpoint's passing state, the drain has
         // not begun, and the first-byte timeout leaves room for it.
-        if !retry_here || self.cut_at.is_some() {
+        if retry != Retry::Anywhere || self.cut_at.is_some() {
             return false;
         }
         let req = self.req.as_mut().expect("request in progress");
         let Some(pause) = retry_pause(err.retry_after, req.retries, &req.id) else {
             return false;
         };
-        let deadline = req
-            .up_started
-            .map_or(now, |s| s + config.timeouts.upstream_first_byte);
         if now + pause >= deadline {
             return false;
         }
@@ -165,6 +182,63 @@ impl Connection {
         req.endpoint_before_retry = req.endpoint.take();
         self.timers.set(Timer::Retry, now + pause);
         true
+    }
+
+    /// The model answering could not: the request goes to the next of the
+    /// asked model's fallbacks that its key may call, with the attempts
+    /// and first-byte timeout of a request of its own (the client has
+    /// received nothing yet). True when an attempt on it started.
+    fn fall_back(&mut self, now: Instant, err: &ApiError) -> bool {
+        if self.cut_at.is_some() {
+            return false;
+        }
+        let gw = Arc::clone(&self.gw);
+        let Some(req) = self.req.as_mut() else {
+            return false;
+        };
+        let Some(routes) = req.routes.clone() else {
+            return false;
+        };
+        let catalog = routes.catalog();
+        let key_models = req.key.as_ref().and_then(KeyRef::models);
+        let asked = catalog.index(&req.chat.as_ref().expect("validated").model);
+        let Some(asked) = asked else {
+            return false;
+        };
+        // The fallbacks after the one answering now.
+        let next = {
+            let mut later = fallbacks(catalog, asked, key_models);
+            if req.model == asked {
+                later.next()
+            } else {
+                later.skip_while(|&m| m != req.model).nth(1)
+            }
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        let from = &catalog.models()[req.model].id;
+        let to = &catalog.models()[next].id;
+        tracing::info!(
+            request_id = req.id.as_str(),
+            from = from.as_str(),
+            to = to.as_str(),
+            error = err.fault.map_or(err.code, UpstreamFault::as_str),
+            "model could not answer; its fallback is asked"
+        );
+        gw.metrics().fallback(from, to);
+        req.model = next;
+        req.model_attempts = 0;
+        req.model_started = None;
+        req.retries = 0;
+        req.tried.clear();
+        // The body names the previous model.
+        req.body_model = true;
+        // Not an endpoint it tried for this model (one endpoint may serve
+        // both), but the one the record names if nothing else answers.
+        req.endpoint_before_retry = req.endpoint.take();
+        self.timers.stop(Timer::Retry);
+        self.begin_attempt(now)
     }
 
     /// A retry's pause is over: the request's next attempt goes to the best

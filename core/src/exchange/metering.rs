@@ -28,6 +28,12 @@ impl Connection {
         if let Some(chat) = &req.chat {
             rec.model = chat.model.clone();
             rec.stream = chat.stream;
+            rec.served_model = req
+                .routes
+                .as_ref()
+                .map(|r| &r.catalog().models()[req.model].id)
+                .filter(|id| **id != chat.model)
+                .cloned();
         } else if let Some((model, stream)) = &req.peeked {
             rec.model = model.clone();
             rec.stream = *stream;
@@ -51,12 +57,12 @@ impl Connection {
         rec
     }
 
+    /// The prices of the model that answered.
     fn price(&self) -> Price {
         let req = self.req.as_ref().expect("request");
-        req.chat
+        req.routes
             .as_ref()
-            .and_then(|c| self.gw.config().catalog.get(&c.model))
-            .map_or(Price::DEFAULT, |m| m.price)
+            .map_or(Price::DEFAULT, |r| r.catalog().models()[req.model].price)
     }
 
     /// Tokens and cost into the record: what the provider reported. An
@@ -152,16 +158,18 @@ impl Connection {
             );
             console.record(rec);
         }
-        m.metered(
-            &rec.key,
-            Metered {
-                prompt: rec.prompt_tokens,
-                completion: rec.completion_tokens,
-                reasoning: rec.reasoning_tokens,
-                cached: rec.cached_tokens,
-                cost_nano_usd: rec.cost_nano_usd,
-            },
-        );
+        let metered = Metered {
+            prompt: rec.prompt_tokens,
+            completion: rec.completion_tokens,
+            reasoning: rec.reasoning_tokens,
+            cached: rec.cached_tokens,
+            cost_nano_usd: rec.cost_nano_usd,
+        };
+        m.metered(&rec.key, metered);
+        if req.chat.is_some() {
+            // A validated request: its model is a catalogue id.
+            m.model_metered(rec.served_model.as_deref().unwrap_or(&rec.model), metered);
+        }
         if let Some(fault) = rec
             .error
             .as_deref()

@@ -12,6 +12,7 @@ use crate::dialect::messages::events::MessageStream;
 use crate::dialect::messages::request::Asked as MessagesAsked;
 use crate::dialect::responses::events::ResponseStream;
 use crate::dialect::responses::request::Asked;
+use crate::endpoints::EndpointSet;
 use crate::error::ApiError;
 use crate::http::BodyDecoder;
 use crate::http::write::{self, header, header_u64};
@@ -29,6 +30,15 @@ pub(super) struct KeyRef {
     pub(super) name: String,
     pub(super) limits: Limits,
     pub(super) quota: Quota,
+    /// The models it may call (`None`: every model).
+    pub(super) models: Option<Arc<[String]>>,
+}
+
+impl KeyRef {
+    /// Its model list.
+    pub(super) fn models(&self) -> Option<&[String]> {
+        self.models.as_deref()
+    }
 }
 
 /// The request being served.
@@ -83,6 +93,22 @@ pub(super) struct Request {
     /// `POST /v1/messages/count_tokens`: the prompt is counted, nothing
     /// is asked of the provider, nothing metered.
     pub(super) count_tokens: bool,
+    /// The endpoints and catalogue in force when it was validated: every
+    /// attempt chooses among them (a reload meanwhile changes nothing for
+    /// it).
+    pub(super) routes: Option<Arc<EndpointSet>>,
+    /// The model answering it (its index in `routes`' catalogue): the one
+    /// asked for, or a fallback.
+    pub(super) model: usize,
+    /// Attempts on the model answering it, and when the first of them
+    /// started (its first-byte timeout counts from there).
+    pub(super) model_attempts: u32,
+    pub(super) model_started: Option<Instant>,
+    /// The conversation it belongs to (its `prompt_cache_key`, a session
+    /// header, its `user`), hashed: what its endpoint is chosen by.
+    pub(super) affinity: Option<u64>,
+    /// The session header's hash.
+    pub(super) session: Option<u64>,
 }
 
 /// A client API translated onto the chat exchange: what its answer's
@@ -142,6 +168,12 @@ impl Request {
             trace: None,
             dialect: None,
             count_tokens: false,
+            routes: None,
+            model: 0,
+            model_attempts: 0,
+            model_started: None,
+            affinity: None,
+            session: head.session,
         }
     }
 
@@ -390,6 +422,7 @@ impl Connection {
             name: entry.name.clone(),
             limits: entry.limits,
             quota: entry.quota,
+            models: entry.models.clone(),
         })
     }
 
@@ -438,7 +471,6 @@ impl Connection {
         true
     }
 
-    /// `GET /v1/models`.
     /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, the
     /// prompt's upper bound as admission counts it.
     pub(super) fn respond_count_tokens(&mut self, now: Instant, input_tokens: u64) {
@@ -459,11 +491,15 @@ impl Connection {
         self.end_response(close);
     }
 
+    /// `GET /v1/models`: the models the key may call.
     fn respond_models(&mut self, now: Instant, has_body: bool) {
         let gw = Arc::clone(&self.gw);
         let close = has_body || self.closing_after_this();
         let req = self.req.as_ref().expect("models request");
-        let list = gw.config().catalog.list_body();
+        let routes = gw.endpoints();
+        let list = routes
+            .catalog()
+            .list_body(req.key.as_ref().and_then(KeyRef::models));
         let mut out = Vec::with_capacity(512 + list.len());
         write::status_line(&mut out, 200);
         common_headers(&mut out, &req.id, gw.wall().unix_secs(now), close);
@@ -474,7 +510,7 @@ impl Connection {
         }
         write::end_head(&mut out);
         if req.method != Method::Head {
-            out.extend_from_slice(list);
+            out.extend_from_slice(&list);
         }
         self.access_log(now, 200, None);
         self.push_client(now, &out);

@@ -105,11 +105,12 @@ impl Connection {
         let wait = t
             .upstream_attempt
             .map_or(t.upstream_first_byte, |a| a.min(t.upstream_first_byte));
-        // Never past the first-byte timeout counted from the first attempt.
+        // Never past the first-byte timeout counted from the first attempt
+        // on the model answering.
         let by = self
             .req
             .as_ref()
-            .and_then(|r| r.up_started)
+            .and_then(|r| r.model_started)
             .map_or(now + wait, |s| (now + wait).min(s + t.upstream_first_byte));
         if let Some(up) = self.up.as_mut().filter(|u| u.state == UpState::Connecting) {
             self.gw.metrics().upstream_connection(reused);

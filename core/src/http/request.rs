@@ -83,6 +83,10 @@ pub struct RequestHead {
     /// The `tracestate` fields' values, joined with commas (several fields
     /// are one list). Read by `trace`.
     pub tracestate: Option<Vec<u8>>,
+    /// The hash of the conversation a session header names
+    /// (`X-Claude-Code-Session-Id`, Codex's `session-id`, `x-session-id`;
+    /// the first non-empty one), for affinity.
+    pub session: Option<u64>,
     /// Length of the head in bytes, final CRLF included.
     pub head_len: usize,
 }
@@ -180,6 +184,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
     let mut traceparents = 0;
     let mut traceparent = None;
     let mut tracestate: Option<Vec<u8>> = None;
+    let mut session = None;
     for h in req.headers.iter() {
         let name = h.name;
         if name_is(name, "content-length") {
@@ -225,6 +230,15 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
                 all.push(b',');
             }
             all.extend_from_slice(h.value);
+        } else if session.is_none()
+            && (name_is(name, "x-claude-code-session-id")
+                || name_is(name, "session-id")
+                || name_is(name, "x-session-id"))
+        {
+            let value = h.value.trim_ascii();
+            if !value.is_empty() {
+                session = Some(crate::endpoints::affinity_hash(value));
+            }
         }
     }
     // Two traceparents contradict each other: neither is trusted.
@@ -268,6 +282,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
         content_type,
         traceparent,
         tracestate,
+        session,
         head_len,
     })
 }

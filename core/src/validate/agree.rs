@@ -12,13 +12,20 @@ use super::reference::{self, validate_reference};
 use super::{Param, peek_model_and_stream, validate_chat_request};
 use crate::catalog::{Catalog, Model};
 
-fn catalogs() -> [Catalog; 2] {
+fn catalogs() -> [Catalog; 3] {
     let mapped = Catalog::new(vec![Model {
         upstream_id: Some("provider/model \"k3\"".into()),
         ..Model::default_model()
     }])
     .expect("a valid catalogue");
-    [Catalog::default(), mapped]
+    // The usual name is an alias of another model.
+    let aliased = Catalog::new(vec![Model {
+        id: "k3-large".into(),
+        aliases: vec!["reasoning-model-k3".into()],
+        ..Model::default_model()
+    }])
+    .expect("a valid catalogue");
+    [Catalog::default(), mapped, aliased]
 }
 
 /// Checks `body` against the oracle with both catalogues; true when it is

@@ -21,12 +21,13 @@ use super::params::{
 };
 use super::rewrite::{Edits, rewrite};
 use super::{ChatRequest, Param};
-use crate::catalog::Catalog;
+use crate::catalog::KeyView;
+use crate::endpoints::affinity_hash;
 use crate::error::ApiError;
 use crate::json::{Code, Cursor, Keys, Stop, position};
 
 /// The top-level members the rules read, by slot.
-const TOP_KEYS: usize = 11;
+const TOP_KEYS: usize = 13;
 const MODEL: usize = 0;
 const MESSAGES: usize = 1;
 const STREAM: usize = 2;
@@ -38,6 +39,8 @@ const MAX_COMPLETION_TOKENS: usize = 7;
 const STOP: usize = 8;
 const TOOLS: usize = 9;
 const TOOL_CHOICE: usize = 10;
+const PROMPT_CACHE_KEY: usize = 11;
+const USER: usize = 12;
 
 #[inline(always)]
 fn top_slot(key: &[u8]) -> Option<usize> {
@@ -53,6 +56,8 @@ fn top_slot(key: &[u8]) -> Option<usize> {
         b"stop" => STOP,
         b"tools" => TOOLS,
         b"tool_choice" => TOOL_CHOICE,
+        b"prompt_cache_key" => PROMPT_CACHE_KEY,
+        b"user" => USER,
         _ => return None,
     })
 }
@@ -159,7 +164,7 @@ impl Top {
 }
 
 /// The pass, then the rules (see the module documentation).
-pub(super) fn validate(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
+pub(super) fn validate(body: &[u8], models: KeyView<'_>) -> Result<ChatRequest, ApiError> {
     let mut c = Cursor::new(body);
     match c.peek() {
         Some(b'{') => {}
@@ -187,18 +192,14 @@ pub(super) fn validate(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, Ap
     let messages = top.messages.take();
     let raw = |slot: usize| top.raw(body, slot);
     let model_raw = raw(MODEL).ok_or_else(|| ApiError::missing("model"))?;
-    let entry = if top.plain_model {
-        // Its text is the id: no copy.
-        let id = &model_raw[1..model_raw.len() - 1];
-        catalog.models().iter().find(|m| m.id.as_bytes() == id)
+    // The name as sent: its text when it has no escape (no copy).
+    let named = if top.plain_model {
+        Cow::Borrowed(std::str::from_utf8(&model_raw[1..model_raw.len() - 1]).unwrap_or(""))
     } else {
-        catalog.get(&string(model_raw, Param::root("model"))?)
+        string(model_raw, Param::root("model"))?
     };
-    let Some(entry) = entry else {
-        return Err(ApiError::model_not_found(&string(
-            model_raw,
-            Param::root("model"),
-        )?));
+    let Some(entry) = models.find(&named) else {
+        return Err(ApiError::model_not_found(&named));
     };
     let model = &entry.id;
     let messages = match messages {
@@ -219,7 +220,9 @@ pub(super) fn validate(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, Ap
         rare_params(raw)?
     };
 
-    let map_model = entry.upstream_id.as_deref().filter(|u| u != model);
+    // The provider is sent the model's provider id, whatever name the
+    // client used.
+    let map_model = Some(entry.provider_id()).filter(|u| *u != named);
     let force_usage = stream && !include_usage_already;
     let rewritten = (force_usage || !messages.strip.is_empty() || map_model.is_some()).then(|| {
         rewrite(
@@ -243,7 +246,22 @@ pub(super) fn validate(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, Ap
             .estimate
             .saturating_add(tools_len.div_ceil(4) as u64),
         rewritten,
+        cache_key: conversation(raw(PROMPT_CACHE_KEY)),
+        user: conversation(raw(USER)),
     })
+}
+
+/// The hash of a member that names a conversation (`prompt_cache_key`,
+/// `user`), when it is a non-empty string: of its characters, so that
+/// escapes do not make two names of one conversation.
+fn conversation(raw: Option<&[u8]>) -> Option<u64> {
+    let raw = raw.filter(|r| r.len() > 2 && r[0] == b'"')?;
+    let inner = &raw[1..raw.len() - 1];
+    if !inner.contains(&b'\\') {
+        return Some(affinity_hash(inner));
+    }
+    let text = string(raw, Param::root("user")).ok()?;
+    Some(affinity_hash(text.as_bytes()))
 }
 
 /// The checks of the top-level members other than the model, `messages`

@@ -14,7 +14,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::{ChatRequest, IMAGE_TOKEN_ESTIMATE, MAX_STOP, Param, ROLES};
-use crate::catalog::Catalog;
+use crate::catalog::KeyView;
 use crate::error::ApiError;
 use crate::json::MAX_DEPTH;
 
@@ -109,7 +109,11 @@ fn surrogate_at(json: &[u8], at: usize) -> Surrogate {
 
 /// The reference validation: serde_json reads the top level, every rule
 /// is checked in the order the errors name them.
-pub(super) fn validate_reference(body: &[u8], catalog: &Catalog) -> Result<ChatRequest, ApiError> {
+pub(super) fn validate_reference<'a>(
+    body: &[u8],
+    models: impl Into<KeyView<'a>>,
+) -> Result<ChatRequest, ApiError> {
+    let models = models.into();
     // serde_json reads a `&str` without checking UTF-8 again in every
     // string and raw value; other bytes are read (and refused) as bytes.
     let top: Members<'_> = match std::str::from_utf8(body) {
@@ -125,8 +129,8 @@ pub(super) fn validate_reference(body: &[u8], catalog: &Catalog) -> Result<ChatR
 
     let model_raw = top.get("model").ok_or_else(|| ApiError::missing("model"))?;
     let model = string(model_raw, Param::root("model"))?;
-    let entry = catalog
-        .get(&model)
+    let entry = models
+        .find(&model)
         .ok_or_else(|| ApiError::model_not_found(&model))?;
 
     let messages_raw = top
@@ -157,17 +161,28 @@ pub(super) fn validate_reference(body: &[u8], catalog: &Catalog) -> Result<ChatR
     let estimated_prompt_tokens = messages
         .estimate
         .saturating_add(tools_len.div_ceil(4) as u64);
-    let map_model = entry.upstream_id.as_deref().filter(|u| *u != model);
+    let map_model = Some(entry.provider_id()).filter(|u| *u != model);
     let force_usage = stream && !include_usage_already;
     let rewritten = (force_usage || messages.needs_strip || map_model.is_some())
         .then(|| rewrite(body.len(), &top, force_usage, &messages, map_model));
 
+    // A conversation's name: a non-empty string's characters.
+    let conversation = |name: &str| {
+        let text: Option<String> = top
+            .get(name)
+            .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw).ok())
+            .and_then(|v| v.as_str().map(str::to_owned));
+        text.filter(|t| !t.is_empty())
+            .map(|t| crate::endpoints::affinity_hash(t.as_bytes()))
+    };
     Ok(ChatRequest {
-        model: model.into_owned(),
+        model: entry.id.clone(),
         stream,
         max_tokens,
         estimated_prompt_tokens,
         rewritten,
+        cache_key: conversation("prompt_cache_key"),
+        user: conversation("user"),
     })
 }
 

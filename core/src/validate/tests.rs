@@ -3,7 +3,7 @@
 
 use super::reference::{json_hazard, validate_reference};
 use super::*;
-use crate::catalog::{Model, Price};
+use crate::catalog::{Catalog, Model, Price};
 use crate::json::MAX_DEPTH;
 use serde_json::{Value, json};
 
@@ -158,6 +158,58 @@ fn model_mapping() {
     assert_eq!(v["model"], "provider-model");
     assert_eq!(r.model, "reasoning-model-k3");
     let _ = Price::DEFAULT;
+}
+
+#[test]
+fn an_alias_is_metered_as_its_model_and_sent_as_its_provider_id() {
+    let c = Catalog::new(vec![Model {
+        aliases: vec!["gpt-4o".into()],
+        ..Model::default_model()
+    }])
+    .unwrap();
+    let r = validate(&format!(r#"{{"model":"gpt-4o",{M}}}"#), &c).unwrap();
+    assert_eq!(r.model, "reasoning-model-k3");
+    let v: Value = serde_json::from_slice(r.rewritten.as_ref().unwrap()).unwrap();
+    assert_eq!(v["model"], "reasoning-model-k3");
+    // Its own id needs no rewrite.
+    let r = validate(&format!(r#"{{"model":"reasoning-model-k3",{M}}}"#), &c).unwrap();
+    assert_eq!(r.rewritten, None);
+    // A key that may not call it is told what it would be of an unknown
+    // model.
+    let list = ["other".to_owned()];
+    let e = validate_chat_request(
+        format!(r#"{{"model":"gpt-4o",{M}}}"#).as_bytes(),
+        c.seen_by(Some(&list)),
+    )
+    .unwrap_err();
+    let unknown =
+        validate(&format!(r#"{{"model":"gpt-4o",{M}}}"#), &Catalog::default()).unwrap_err();
+    assert_eq!(
+        (e.status, e.code, &e.message),
+        (404, "model_not_found", &unknown.message)
+    );
+}
+
+#[test]
+fn a_conversation_is_named_by_its_cache_key_or_user() {
+    let r = ok(&format!(
+        r#"{{"model":"reasoning-model-k3","prompt_cache_key":"conv-1","user":"ann",{M}}}"#
+    ));
+    let hash = |s: &str| crate::endpoints::affinity_hash(s.as_bytes());
+    assert_eq!(
+        (r.cache_key, r.user),
+        (Some(hash("conv-1")), Some(hash("ann")))
+    );
+    // Escaped, the same name.
+    let r = ok(&format!(
+        r#"{{"model":"reasoning-model-k3","prompt_cache_key":"conv\u002d1",{M}}}"#
+    ));
+    assert_eq!(r.cache_key, Some(hash("conv-1")));
+    // Not a string, or empty: no name.
+    let r = ok(&format!(
+        r#"{{"model":"reasoning-model-k3","prompt_cache_key":7,"user":"",{M}}}"#
+    ));
+    assert_eq!((r.cache_key, r.user), (None, None));
 }
 
 #[test]

@@ -49,6 +49,7 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         created: None,
         expires: None,
         expires_unix: None,
+        models: None,
     }])
     .map_err(|e| Error::Config(e.to_string()))?;
     let ledger_path =

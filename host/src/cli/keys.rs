@@ -38,7 +38,25 @@ pub(super) fn quota_changes(m: &ArgMatches) -> Result<crate::stores::keys_file::
             ))
         })?)),
     };
+    let models = match m.get_one::<String>("models").map(String::as_str) {
+        None => None,
+        Some("all") => Some(None),
+        Some(list) => {
+            let names: Vec<String> = list
+                .split(',')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if names.is_empty() {
+                return Err(Error::Config(format!(
+                    "--models '{list}' names no model (give ids or aliases, comma-separated, or all)"
+                )));
+            }
+            Some(Some(names))
+        }
+    };
     Ok(crate::stores::keys_file::KeyChanges {
+        models,
         rpm: m.get_one::<u64>("rpm").copied(),
         tpm: m.get_one::<u64>("tpm").copied(),
         budget_usd,
@@ -56,7 +74,7 @@ pub(super) fn set(m: &ArgMatches) -> ExitCode {
     };
     if changes == crate::stores::keys_file::KeyChanges::default() {
         return fail(
-            "keys set: nothing to change (give --rpm, --tpm, --budget-usd, --budget-period or --max-in-flight)",
+            "keys set: nothing to change (give --rpm, --tpm, --budget-usd, --budget-period, --max-in-flight or --models)",
         );
     }
     match crate::stores::keys_file::set(path, name, &changes) {
@@ -146,6 +164,7 @@ pub(super) fn new(m: &ArgMatches) -> ExitCode {
         budget_usd: changes.budget_usd.flatten(),
         budget_period: changes.budget_period,
         max_in_flight: changes.max_in_flight.flatten(),
+        models: changes.models.flatten(),
         created: Some(rfc3339_ms(now_unix_ms())),
         ..chatgate_core::RawKey::new(name, &key_hash_hex(&key))
     }

@@ -230,8 +230,8 @@ pub(super) fn now_unix_ms() -> u64 {
 }
 
 /// `--budget-usd`, `--budget-period`, `--max-in-flight` (`none` removes
-/// a value, for `keys set`).
-pub(super) fn quota_args(set: bool) -> [Arg; 3] {
+/// a value, for `keys set`), `--models`.
+pub(super) fn quota_args(set: bool) -> [Arg; 4] {
     let none = if set { "|none" } else { "" };
     [
         Arg::new("budget_usd")
@@ -251,5 +251,13 @@ pub(super) fn quota_args(set: bool) -> [Arg; 3] {
             .allow_hyphen_values(true)
             .value_name(leak(format!("N{none}")))
             .help("Most requests of this key open at once, streams included [default: no cap]"),
+        Arg::new("models")
+            .long("models")
+            .value_name(if set { "ID,…|all" } else { "ID,…" })
+            .help(if set {
+                "The models this key may call: catalogue ids or aliases, comma-separated (all: every model)"
+            } else {
+                "The models this key may call: catalogue ids or aliases, comma-separated [default: every model]"
+            }),
     ]
 }

@@ -67,16 +67,10 @@ fn reload<R: Runtime>(shared: &Shared<R>, src: &EndpointsSource) -> Result<Optio
     let cfg = ServeConfig::resolve(sources)?;
     let gateway = &shared.gateway;
     let current = gateway.endpoints();
-    let unchanged = current.endpoints().len() == cfg.gateway.endpoints.len()
-        && current
-            .endpoints()
-            .iter()
-            .zip(&cfg.gateway.endpoints)
-            .all(|(e, c)| e.config() == c);
-    if unchanged {
+    if current.is_made_of(&cfg.gateway.endpoints, &cfg.gateway.catalog) {
         return Ok(None);
     }
-    let next = EndpointSet::new(cfg.gateway.endpoints, Some(&current));
+    let next = EndpointSet::new(cfg.gateway.endpoints, cfg.gateway.catalog, Some(&current));
     shared.connectors.prepare(&next)?;
     let names: Vec<&str> = next.endpoints().iter().map(|e| e.name()).collect();
     let names = names.join(",");

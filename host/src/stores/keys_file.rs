@@ -63,6 +63,8 @@ pub(crate) struct KeyChanges {
     pub budget_period: Option<String>,
     /// `--max-in-flight N|none`.
     pub max_in_flight: Option<Option<u64>>,
+    /// `--models a,b|all`.
+    pub models: Option<Option<Vec<String>>>,
 }
 
 /// `keys set NAME`: changes the limits of every entry of that name (a
@@ -89,6 +91,9 @@ pub(crate) fn set(path: &str, name: &str, c: &KeyChanges) -> Result<(), Error> {
         if let Some(n) = c.max_in_flight {
             k.max_in_flight = n;
         }
+        if let Some(m) = &c.models {
+            k.models.clone_from(m);
+        }
     }
     if !found {
         return Err(Error::Config(format!("no key named '{name}' in '{path}'")));
@@ -109,6 +114,7 @@ pub(crate) fn list(path: &str, now_unix: u64) -> Result<String, Error> {
         "in-flight".into(),
         "created".into(),
         "expires".into(),
+        "models".into(),
         "sha256".into(),
     ]];
     for k in &raw {
@@ -134,10 +140,11 @@ pub(crate) fn list(path: &str, now_unix: u64) -> Result<String, Error> {
             k.max_in_flight.map_or("default".into(), |n| n.to_string()),
             k.created.clone().unwrap_or_else(|| "-".into()),
             expires,
+            k.models.as_ref().map_or("all".into(), |m| m.join(",")),
             format!("{}…", k.sha256.get(..8).unwrap_or(&k.sha256)),
         ]);
     }
-    let mut widths = [0usize; 8];
+    let mut widths = [0usize; 9];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());

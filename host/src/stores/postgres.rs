@@ -461,7 +461,7 @@ fn failed(e: postgres::Error) -> Error {
     Error::Postgres(e.to_string())
 }
 
-const COLUMNS: usize = 24;
+const COLUMNS: usize = 25;
 
 fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Error> {
     if records.is_empty() {
@@ -471,7 +471,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Erro
         "INSERT INTO chatgate_ledger (request_id, ts, key, model, stream, status, prompt_tokens, \
          completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd, finish_reason, complete, \
          client_disconnected, upstream_status, endpoint, attempts, error, duration_ms, ttfb_ms, \
-         provider_request_id, usage_missing, charged_nano_usd, api) VALUES ",
+         provider_request_id, usage_missing, charged_nano_usd, api, served_model) VALUES ",
     );
     for i in 0..records.len() {
         let p = |k: usize| i * COLUMNS + k;
@@ -542,6 +542,7 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Erro
             &r.usage_missing,
             &n.charged,
             &r.api,
+            &r.served_model,
         ]);
     }
     let mut tx = c.transaction().map_err(failed)?;

@@ -293,7 +293,9 @@ fn the_prompt_allowance_is_learned_from_reports() {
     // The next request's reservation covers what was reported.
     let estimate = rec.prompt_tokens - 100;
     assert_eq!(
-        pair.gateway.endpoints().prompt_bound(estimate, 64),
+        pair.gateway
+            .endpoints()
+            .prompt_bound(estimate, 64, u64::MAX),
         rec.prompt_tokens
     );
 }

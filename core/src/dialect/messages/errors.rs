@@ -51,11 +51,7 @@ pub fn message(err: &ApiError) -> String {
     }
     if let Some(p) = err.provider.as_deref().filter(|p| p.is_refusal()) {
         let said = p.message.as_deref().unwrap_or("no message");
-        let overflow = p.code.as_deref() == Some("context_length_exceeded")
-            || said.contains("context length")
-            || said.contains("maximum context")
-            || said.contains("context size");
-        if overflow {
+        if p.is_context_overflow() {
             return overflow_message(said);
         }
         return format!("{} The provider said: {said}", err.message);
