@@ -237,6 +237,28 @@ function failuresText(failures) {
   return parts.length ? parts.join(", ") : "none";
 }
 
+function drawModels(models) {
+  const body = document.querySelector("#models-table tbody");
+  if (!models.length) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: "9", class: "empty" }, "No requests today.")));
+    return;
+  }
+  body.replaceChildren(...models.map((m) => el("tr", { dataset: { model: m.model } },
+    el("th", { scope: "row", class: "text" }, m.configured ? m.model : `${m.model} (not in the catalogue)`),
+    cell("requests", int(m.requests)),
+    cell("prompt_tokens", int(m.prompt_tokens)),
+    cell("completion_tokens", int(m.completion_tokens)),
+    cell("reasoning_tokens", int(m.reasoning_tokens)),
+    cell("cached_tokens", int(m.cached_tokens)),
+    cell("cost", usd(m.cost_nano_usd)),
+    cell("fallbacks", int(m.fallbacks)),
+    cell("errors", int(m.errors)))));
+}
+
+function modelsText(models) {
+  return (models || []).map((m) => (m.sent_as === m.id ? m.id : `${m.id} (as ${m.sent_as})`)).join(", ");
+}
+
 function drawProviders(providers) {
   const body = document.querySelector("#providers-table tbody");
   body.replaceChildren(...providers.map((p) => {
@@ -248,6 +270,7 @@ function drawProviders(providers) {
     return el("tr", { dataset: { endpoint: p.name } },
       el("th", { scope: "row", class: "text" }, p.name),
       cell("url", p.url, "text mono"),
+      cell("models", modelsText(p.models), "text"),
       cell("state", st, `text state-${p.state}`),
       cell("in_flight", int(p.in_flight)),
       cell("requests", int(p.requests)),
@@ -355,6 +378,7 @@ async function refresh() {
     drawGauges(d);
     for (const c of CHARTS) drawChart(c, d.points);
     drawKeys(d.keys);
+    drawModels(d.models || []);
     drawProviders(d.providers);
     drawFailures(d.failures);
     if (state.openKey) openKey(state.openKey, false).catch(showFailure);

@@ -440,6 +440,10 @@ pub(crate) struct Line<'a> {
     pub(crate) error: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub(crate) endpoint: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(crate) model: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub(crate) served_model: Option<Cow<'a, str>>,
 }
 
 impl<'a> Line<'a> {
@@ -466,6 +470,8 @@ impl<'a> Line<'a> {
             status: r.status,
             error: r.error.as_deref().map(Cow::Borrowed),
             endpoint: r.endpoint.as_deref().map(Cow::Borrowed),
+            model: Cow::Borrowed(&r.model),
+            served_model: r.served_model.as_deref().map(Cow::Borrowed),
         }
     }
 }

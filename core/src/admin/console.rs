@@ -216,7 +216,7 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
     // The keys file's keys in its order, then others with requests in the
     // last day; their tallies copied out, so that requests finishing meanwhile
     // wait on the book's lock for as little as possible.
-    let (rows, failures) = {
+    let (rows, model_rows, failures) = {
         let book = console.book();
         let mut seen = rustc_hash::FxHashSet::default();
         let mut names: Vec<String> = table
@@ -239,7 +239,8 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
                 (n, t)
             })
             .collect();
-        (rows, book.failures())
+        let models = book.models_since(day_start);
+        (rows, models, book.failures())
     };
     let keys: Vec<Value> = rows
         .iter()
@@ -269,6 +270,26 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
         })
         .collect();
     let endpoints = gw.endpoints();
+    // The catalogue's models in its order, then other names seen today
+    // (requests refused before a model was known).
+    let catalog = endpoints.catalog();
+    let mut model_rows = model_rows;
+    model_rows.sort_by_key(|(m, _)| {
+        (
+            catalog.index(m).unwrap_or(usize::MAX),
+            m == crate::console::OTHER_MODELS,
+            m.clone(),
+        )
+    });
+    let models: Vec<Value> = model_rows
+        .iter()
+        .map(|(model, today)| {
+            let mut v = tally_json(today);
+            v["model"] = json!(model);
+            v["configured"] = json!(catalog.get(model).is_some());
+            v
+        })
+        .collect();
     let providers: Vec<Value> = endpoints
         .status(now, gw.wall())
         .into_iter()
@@ -295,6 +316,7 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
             "connections": gw.open_connections(),
         },
         "keys": keys,
+        "models": models,
         "providers": providers,
         "failures": failures,
     })

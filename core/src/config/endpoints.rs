@@ -33,6 +33,9 @@ pub struct EndpointConfig {
     pub models: Vec<(String, String)>,
     /// Extra CA certificates (a PEM file) for its TLS.
     pub ca: Option<String>,
+    /// Who runs it, as traces name it (`gen_ai.provider.name`: `openai`
+    /// unless set, the API every endpoint speaks).
+    pub provider: Option<String>,
 }
 
 impl EndpointConfig {
@@ -45,7 +48,13 @@ impl EndpointConfig {
             model: None,
             models: Vec::new(),
             ca,
+            provider: None,
         }
+    }
+
+    /// Who runs it, for traces' `gen_ai.provider.name`.
+    pub fn provider_name(&self) -> &str {
+        self.provider.as_deref().unwrap_or("openai")
     }
 
     /// The id this endpoint is sent for `model`: its own name for that
@@ -62,7 +71,7 @@ impl EndpointConfig {
 }
 
 /// The fields an `[[upstream]]` table may have.
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 8] = [
     "name",
     "url",
     "api_key_env",
@@ -70,6 +79,7 @@ const FIELDS: [&str; 7] = [
     "model",
     "models",
     "ca",
+    "provider",
 ];
 
 /// The endpoints of the config file's `[[upstream]]` tables; `env` holds the
@@ -204,6 +214,7 @@ fn parse_endpoint(
         model: string("model")?,
         models,
         ca: string("ca")?,
+        provider: string("provider")?,
     })
 }
 

@@ -15,6 +15,12 @@ use crate::ledger::Line;
 const HOURS: u64 = 25;
 /// Failures kept.
 pub(super) const FAILURES: usize = 100;
+/// Models tallied: the catalogue's, and names clients asked for that
+/// failed validation, up to this many; the rest are tallied together
+/// under [`OTHER_MODELS`] (a client making up names cannot grow the book).
+const MODELS: usize = 64;
+/// Where the models beyond [`MODELS`] are tallied.
+pub(crate) const OTHER_MODELS: &str = "(other)";
 
 /// One key's figures over some hours.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -38,6 +44,9 @@ pub struct Tally {
     pub budget_refused: u64,
     /// Answered with a 5xx.
     pub errors: u64,
+    /// Answered by a fallback of the model asked for (counted under the
+    /// fallback).
+    pub fallbacks: u64,
 }
 
 impl Tally {
@@ -48,6 +57,7 @@ impl Tally {
         self.reasoning_tokens += r.reasoning_tokens;
         self.cached_tokens += r.cached_tokens;
         self.cost_nano_usd += r.cost_nano_usd;
+        self.fallbacks += u64::from(r.served_model.is_some());
         match r.error.as_deref() {
             Some("rate_limit_exceeded") => self.rate_limited += 1,
             Some("insufficient_quota") => self.budget_refused += 1,
@@ -66,6 +76,7 @@ impl Tally {
         self.rate_limited += o.rate_limited;
         self.budget_refused += o.budget_refused;
         self.errors += o.errors;
+        self.fallbacks += o.fallbacks;
     }
 }
 
@@ -88,34 +99,65 @@ pub struct Failure {
     pub stream: bool,
 }
 
-/// Per key, the hours with a request (oldest first), each as its Unix
-/// hour and tally; and the newest failures.
+/// Names (keys, models) with the hours they had a request in (oldest
+/// first), each as its Unix hour and tally.
+type ByHour = FxHashMap<String, VecDeque<(u64, Tally)>>;
+
+/// Per key and per model (the one that answered), the hours with a
+/// request; and the newest failures.
 #[derive(Debug, Default)]
 pub(crate) struct Book {
-    keys: FxHashMap<String, VecDeque<(u64, Tally)>>,
+    keys: ByHour,
+    models: ByHour,
     failures: VecDeque<Failure>,
+}
+
+/// Adds `r`, which finished in `hour`, to `name`'s tallies in `book`.
+fn add_to(book: &mut ByHour, name: &str, r: &Line<'_>, hour: u64) {
+    let hours = match book.get_mut(name) {
+        Some(h) => h,
+        None => book.entry(name.to_owned()).or_default(),
+    };
+    match hours.iter_mut().rev().find(|(h, _)| *h == hour) {
+        Some((_, t)) => t.add(r),
+        None => {
+            let at = hours.partition_point(|(h, _)| *h < hour);
+            let mut t = Tally::default();
+            t.add(r);
+            hours.insert(at, (hour, t));
+            let newest = hours.back().map_or(hour, |(h, _)| *h);
+            while hours.front().is_some_and(|(h, _)| *h + HOURS <= newest) {
+                hours.pop_front();
+            }
+        }
+    }
+}
+
+/// `name`'s tally in `book` from `since_ms` on.
+fn since_in(book: &ByHour, name: &str, since_ms: u64) -> Tally {
+    let from = since_ms / 3_600_000;
+    let mut t = Tally::default();
+    if let Some(hours) = book.get(name) {
+        for (_, h) in hours.iter().filter(|(h, _)| *h >= from) {
+            t.merge(h);
+        }
+    }
+    t
 }
 
 impl Book {
     /// Adds one request that finished at `unix_ms`.
     pub(crate) fn add(&mut self, r: &Line<'_>, unix_ms: u64) {
         let hour = unix_ms / 3_600_000;
-        let hours = match self.keys.get_mut(r.key.as_ref()) {
-            Some(h) => h,
-            None => self.keys.entry(r.key.clone().into_owned()).or_default(),
-        };
-        match hours.iter_mut().rev().find(|(h, _)| *h == hour) {
-            Some((_, t)) => t.add(r),
-            None => {
-                let at = hours.partition_point(|(h, _)| *h < hour);
-                let mut t = Tally::default();
-                t.add(r);
-                hours.insert(at, (hour, t));
-                let newest = hours.back().map_or(hour, |(h, _)| *h);
-                while hours.front().is_some_and(|(h, _)| *h + HOURS <= newest) {
-                    hours.pop_front();
-                }
-            }
+        add_to(&mut self.keys, &r.key, r, hour);
+        let model = r.served_model.as_deref().unwrap_or(&r.model);
+        if !model.is_empty() {
+            let model = if self.models.contains_key(model) || self.models.len() < MODELS {
+                model
+            } else {
+                OTHER_MODELS
+            };
+            add_to(&mut self.models, model, r, hour);
         }
         if !r.complete {
             if self.failures.len() == FAILURES {
@@ -172,14 +214,17 @@ impl Book {
 
     /// `key`'s tally from `since_ms` on.
     pub(crate) fn since(&self, key: &str, since_ms: u64) -> Tally {
-        let from = since_ms / 3_600_000;
-        let mut t = Tally::default();
-        if let Some(hours) = self.keys.get(key) {
-            for (_, h) in hours.iter().filter(|(h, _)| *h >= from) {
-                t.merge(h);
-            }
-        }
-        t
+        since_in(&self.keys, key, since_ms)
+    }
+
+    /// Every model with a request from `since_ms` on (the one that
+    /// answered), with its tally there.
+    pub(crate) fn models_since(&self, since_ms: u64) -> Vec<(String, Tally)> {
+        self.models
+            .keys()
+            .map(|m| (m.clone(), since_in(&self.models, m, since_ms)))
+            .filter(|(_, t)| t.requests > 0)
+            .collect()
     }
 
     /// `key`'s 24 hours up to the one holding `now_ms`, oldest first, each
@@ -225,6 +270,37 @@ mod tests {
         r.cost_nano_usd = cost;
         r.error = error.map(Into::into);
         r
+    }
+
+    #[test]
+    fn models_are_tallied_under_the_one_that_answered_and_bounded() {
+        let mut b = Book::default();
+        let t = 1_800_000_000_000;
+        let mut small = rec("a", t, 200, 10, None);
+        small.model = "small".into();
+        b.add_record(&small);
+        let mut fell = rec("a", t, 200, 40, None);
+        fell.model = "small".into();
+        fell.served_model = Some("big".into());
+        b.add_record(&fell);
+        let mut models = b.models_since(t - 1);
+        models.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(models.len(), 2);
+        assert_eq!((models[0].0.as_str(), models[0].1.fallbacks), ("big", 1));
+        assert_eq!(
+            (models[1].0.as_str(), models[1].1.cost_nano_usd),
+            ("small", 10)
+        );
+        // A client making up names fills the book only so far.
+        for n in 0..200 {
+            let mut r = rec("a", t, 404, 0, Some("model_not_found"));
+            r.model = format!("made-up-{n}");
+            b.add_record(&r);
+        }
+        let models = b.models_since(t - 1);
+        assert_eq!(models.len(), MODELS + 1);
+        let other = models.iter().find(|(m, _)| m == OTHER_MODELS).unwrap();
+        assert_eq!(other.1.requests, 200 - (MODELS as u64 - 2));
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 
 pub(crate) use access::form_value;
 pub use access::{Access, COOKIE, SESSION_SECS};
+pub(crate) use book::OTHER_MODELS;
 pub use book::{Failure, Tally};
 pub use timeline::{Point, SLOT_SECS, SLOTS};
 

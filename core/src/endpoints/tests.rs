@@ -13,6 +13,7 @@ fn endpoint(name: &str, weight: u32) -> EndpointConfig {
         model: None,
         models: Vec::new(),
         ca: None,
+        provider: None,
     }
 }
 

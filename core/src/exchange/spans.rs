@@ -80,6 +80,8 @@ impl ResponseIds {
 pub(super) struct AttemptTrace {
     pub(super) span_id: SpanId,
     pub(super) endpoint: std::sync::Arc<crate::endpoints::Endpoint>,
+    /// The model id the endpoint was sent.
+    pub(super) model: String,
     pub(super) started: Instant,
     /// When and how it failed (a later attempt followed, or none could).
     pub(super) failed: Option<(Instant, String, Option<u16>)>,
@@ -151,9 +153,20 @@ impl Connection {
         let (Some(t), Some(endpoint)) = (req.trace.as_mut(), req.endpoint.as_ref()) else {
             return;
         };
+        let model = req
+            .routes
+            .as_ref()
+            .map(|r| {
+                endpoint
+                    .config()
+                    .model_name(&r.catalog().models()[req.model])
+            })
+            .unwrap_or_default()
+            .to_owned();
         t.attempts.push(AttemptTrace {
             span_id: tracer.span_id(),
             endpoint: std::sync::Arc::clone(endpoint),
+            model,
             started: now,
             failed: None,
         });
@@ -209,6 +222,13 @@ impl Connection {
         if let Some(r) = end.record {
             usage_attributes(&mut attributes, r, t.response.as_ref());
         }
+        if let Some(a) = t.attempts.last() {
+            // Who answered (or was asked last).
+            attributes.push((
+                "gen_ai.provider.name",
+                Value::Str(a.endpoint.config().provider_name().to_owned()),
+            ));
+        }
         let events = first_byte(req, &mut attributes, ns);
         let status = server_status(&end, &mut attributes);
         let state = t.state.clone().unwrap_or_default();
@@ -221,7 +241,7 @@ impl Connection {
                 None if i == last => (now, status.clone()),
                 None => (now, Status::Unset),
             };
-            let attrs = attempt_attributes(a, i, &req.id, &model, &end, &status);
+            let attrs = attempt_attributes(a, i, &req.id, &end, &status);
             spans.push(Span {
                 trace_id: t.trace_id,
                 span_id: a.span_id,
@@ -345,6 +365,10 @@ fn usage_attributes(attributes: &mut Vec<Attribute>, r: &LedgerRecord, ids: Opti
     if let Some(e) = &r.endpoint {
         attributes.push(("chatgate.endpoint", Value::Str(e.clone())));
     }
+    if let Some(m) = &r.served_model {
+        // A fallback answered.
+        attributes.push(("chatgate.served_model", Value::Str(m.clone())));
+    }
     if r.stream && r.status == 200 && !r.complete {
         attributes.push(("chatgate.incomplete_stream", Value::Bool(true)));
     }
@@ -399,7 +423,6 @@ fn attempt_attributes(
     a: &AttemptTrace,
     i: usize,
     request_id: &str,
-    model: &str,
     end: &Ending<'_>,
     status: &Status,
 ) -> Vec<Attribute> {
@@ -412,9 +435,13 @@ fn attempt_attributes(
         ),
         ("server.address", Value::Str(target.host.clone())),
         ("server.port", Value::Int(i64::from(target.port))),
+        (
+            "gen_ai.provider.name",
+            Value::Str(a.endpoint.config().provider_name().to_owned()),
+        ),
     ];
-    if !model.is_empty() {
-        attrs.push(("gen_ai.request.model", Value::Str(model.to_owned())));
+    if !a.model.is_empty() {
+        attrs.push(("gen_ai.request.model", Value::Str(a.model.clone())));
     }
     // The id the provider was sent (its logs name the request so).
     attrs.push((

@@ -1,8 +1,9 @@
-//! The endpoint set's live reload (its log lines still say "provider
-//! pool", as operators' alerts know them): the config file is watched (checked
-//! every second: modification time, size, inode) and re-read on SIGHUP;
-//! a changed pool of `[[upstream]]` endpoints is applied without dropping
-//! anything in flight.
+//! The endpoint set's live reload, with the model catalogue it serves (its
+//! log lines still say "provider pool", as operators' alerts know them):
+//! the config file is watched (checked every second: modification time,
+//! size, inode) and re-read on SIGHUP; a changed pool of `[[upstream]]`
+//! endpoints or `[[model]]` catalogue is applied without dropping anything
+//! in flight (a request keeps the set it was validated against).
 //!
 //! The file is resolved again exactly as at start (flags and environment
 //! still win over it), and only the pool is applied; other settings take
@@ -41,18 +42,23 @@ pub(crate) fn apply<R: Runtime>(shared: &Shared<R>, src: &mut EndpointsSource, w
     src.env = std::env::vars().collect();
     match reload(shared, src) {
         Ok(Some(names)) => {
-            tracing::info!(endpoints = names.as_str(), "provider pool reloaded ({why})")
+            tracing::info!(
+                endpoints = names.as_str(),
+                "provider pool reloaded ({why}), with the model catalogue"
+            )
         }
         Ok(None) => tracing::info!(
-            "config file reread ({why}): the provider pool is unchanged; other settings apply at the next start"
+            "config file reread ({why}): the provider pool and model catalogue are unchanged; other settings apply at the next start"
         ),
         Err(e) => {
-            tracing::error!("provider pool reload refused ({why}): {e}; the pool in force stays")
+            tracing::error!(
+                "provider pool reload refused ({why}): {e}; the pool and catalogue in force stay"
+            )
         }
     }
 }
 
-/// Applies the file's endpoint set; `Ok(None)` when it did not change,
+/// Applies the file's endpoint set and catalogue; `Ok(None)` when neither changed,
 /// else the new set's endpoint names.
 fn reload<R: Runtime>(shared: &Shared<R>, src: &EndpointsSource) -> Result<Option<String>, Error> {
     let file = std::fs::read_to_string(&src.path).map_err(|source| Error::File {
