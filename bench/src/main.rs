@@ -25,7 +25,9 @@
 //! | `apis.rs` | a client API's stream against the same stream through chat completions: the table the two below print |
 //! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
 //! | `messages.rs` | a stream through the Messages API against the same stream through chat completions |
+//! | `affinity.rs` | prompt-cache affinity: how often a conversation's turns reach the endpoint that cached its previous turn, with a conversation key and without |
 
+mod affinity;
 mod apis;
 mod client;
 mod endpoints;
@@ -131,13 +133,14 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 6] = [
+    let extra: [(&str, Workload); 7] = [
         ("lean", lean::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
         ("traces", traces::report),
         ("responses", responses::report),
         ("messages", messages::report),
+        ("affinity", affinity::report),
     ];
     for (name, run) in extra {
         if want(name) {
@@ -708,7 +711,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces,responses,messages]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces,responses,messages,affinity]"
                 );
                 std::process::exit(0);
             }

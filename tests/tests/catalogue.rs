@@ -19,6 +19,7 @@ cases!(
     a_conversation_stays_on_one_endpoint_moves_when_it_is_ejected_and_comes_back,
     bad_catalogues_refuse_to_start_and_a_reload_moves_a_model,
     the_responses_and_messages_apis_route_the_same_way,
+    the_readmes_two_provider_catalogue_works_as_written,
 );
 
 /// The endpoints: `a` and `b` serve `small`, `c` serves `big` (which it
@@ -730,4 +731,84 @@ fn the_responses_and_messages_apis_route_the_same_way(bin: &str) {
             .count(),
         6
     );
+}
+
+fn the_readmes_two_provider_catalogue_works_as_written(bin: &str) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let block = readme
+        .split("```toml\n")
+        .map(|b| b.split("```").next().unwrap_or(""))
+        .find(|b| b.starts_with("# two providers"))
+        .expect("the README's two-provider catalogue");
+    let local = Sim::start(bin, &[], &[]);
+    let cloud = Sim::start(bin, &[], &[("CHATGATE_SIM_API_KEY", "sk-cloud")]);
+    // The file as written, with the simulators where the providers are
+    // (the keys file given on the command line wins over its `keys`).
+    let mut urls = [local.url(), cloud.url()].into_iter();
+    let text: String = block
+        .lines()
+        .map(|l| match l.starts_with("url = ") {
+            true => format!("url = \"{}\"\n", urls.next().expect("two endpoints")),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chatgate.toml");
+    std::fs::write(&config, text).unwrap();
+    let gw = Gw::start(
+        bin,
+        "",
+        GwOptions {
+            args: vec!["--config".into(), config.to_string_lossy().into_owned()],
+            env: vec![("CLOUD_PROVIDER_KEY".into(), "sk-cloud".into())],
+            ..GwOptions::default()
+        },
+    );
+    let ask = |model: &str| {
+        request(
+            gw.addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(&gw.key),
+            Some(&chat_for(model, "")),
+        )
+    };
+    let sent = |sim: &Sim| -> Vec<String> {
+        sim.journal()
+            .iter()
+            .map(|e| {
+                let body: Value = serde_json::from_str(e["body"].as_str().unwrap()).unwrap();
+                body["model"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    for model in ["k3", "claude-haiku-4-5", "gpt-4o-mini"] {
+        assert_eq!(ask(model).status, 200);
+    }
+    for model in ["k3-large", "claude-sonnet-4-5", "gpt-4o"] {
+        assert_eq!(ask(model).status, 200);
+    }
+    assert_eq!(sent(&local), ["Qwen/Qwen3-8B"; 3]);
+    assert_eq!(sent(&cloud), ["provider-large-2026"; 3]);
+    // The local server down: k3's requests are answered by k3-large.
+    local.set_fault(r#"{"fault":"reject","status":503}"#);
+    let r = ask("claude-haiku-4-5");
+    assert_eq!(r.status, 200);
+    let rec = gw.ledger_len(7).pop().unwrap();
+    assert_eq!(
+        (
+            rec.model.as_str(),
+            rec.served_model.as_deref(),
+            rec.endpoint.as_deref()
+        ),
+        ("k3", Some("k3-large"), Some("cloud"))
+    );
+    assert_eq!(
+        rec.cost_nano_usd,
+        rec.prompt_tokens * 5_000 + rec.completion_tokens * 25_000
+    );
+    let models = request(gw.addr, "GET", "/v1/models", Some(&gw.key), None).json();
+    assert_eq!(models["data"][0]["id"], "k3");
+    assert_eq!(models["data"][1]["id"], "k3-large");
 }

@@ -162,6 +162,13 @@ fn a_request_continues_the_clients_trace_and_its_spans_match_the_ledger(bin: &st
         assert_eq!(c["attributes"]["chatgate.endpoint"], "default");
         assert_eq!(c["attributes"]["server.address"], "127.0.0.1");
         assert_eq!(c["attributes"]["server.port"], sim.addr.port());
+        // Who was asked, and the model as it was sent.
+        assert_eq!(c["attributes"]["gen_ai.provider.name"], "openai");
+        assert_eq!(a["gen_ai.provider.name"], "openai");
+        assert_eq!(
+            c["attributes"]["gen_ai.request.model"],
+            "reasoning-model-k3"
+        );
         // The provider was sent the attempt's context.
         let sent = journal
             .iter()

@@ -18,8 +18,8 @@
 //! `prompt_cache_key`, a session header, its `user`) goes to the endpoint
 //! that key ranks first among those available (rendezvous hashing,
 //! weighted), so a conversation keeps hitting one provider's prompt cache;
-//! unless that endpoint already has more than a quarter above its share of
-//! the requests in flight, when the next in the key's ranking takes it. An
+//! unless that endpoint already has more than twice its share of the
+//! requests in flight, when the next in the key's ranking takes it. An
 //! ejected endpoint's conversations go to their next choice, and come back
 //! when it does.
 //!
@@ -215,10 +215,13 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The load an endpoint may carry for an affinity key, as a share of its
-/// weight's part of the requests in flight: a quarter above it
-/// (consistent hashing with bounded loads).
-const AFFINITY_BOUND: (u128, u128) = (5, 4);
+/// The load an endpoint may carry for an affinity key, as a multiple of
+/// its weight's part of the requests in flight (plus one): twice it
+/// (consistent hashing with bounded loads). A tighter bound spills
+/// conversations at ordinary load: with 8 requests in flight over three
+/// endpoints, a quarter above the share moves one request in six off its
+/// conversation's endpoint by chance alone; twice it, one in 150.
+const AFFINITY_BOUND: (u128, u128) = (2, 1);
 
 /// The endpoints and the catalogue in force (a reload replaces both at
 /// once), and the round robin's state.
@@ -412,8 +415,9 @@ impl EndpointSet {
             let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
             weight(i) as f64 / -u.ln()
         };
-        // Within bound: with one more request, at most 5/4 of its share of
-        // the load in flight with this request counted.
+        // Within bound: with one more request, at most `AFFINITY_BOUND`
+        // times its share of the load in flight (this request counted),
+        // plus one.
         let within = |i: usize| {
             let (num, den) = AFFINITY_BOUND;
             (load(i) + 1) * den * total_weight

@@ -293,8 +293,9 @@ fn one_hot_conversation_cannot_overload_its_endpoint() {
         .map(|_| s.choose(T0, &[], 0, Some(key)).unwrap())
         .collect();
     let on_home = held.iter().filter(|a| name(a) == home).count();
-    assert!((10..=14).contains(&on_home), "{on_home} of 30 on {home}");
-    assert!(held.iter().all(|a| a.endpoint().load() <= 14));
+    // At most twice its share (10 of 30), plus one.
+    assert!((15..=21).contains(&on_home), "{on_home} of 30 on {home}");
+    assert!(held.iter().all(|a| a.endpoint().load() <= 21));
     drop(held);
     // Idle again: back home.
     assert_eq!(name(&s.choose(T0, &[], 0, Some(key)).unwrap()), home);
