@@ -82,8 +82,9 @@ pub struct LedgerRecord {
     /// completions (`responses`); written only then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<String>,
-    /// The model that answered, when it is not the one asked for (a
-    /// fallback); the cost is at its prices. Written only then.
+    /// The model the request went to in the end, when it is not the one
+    /// asked for (a fallback: it answered, or was tried last); the cost is
+    /// at its prices. Written only then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
     /// The provider answered but reported no usage: the token counts and

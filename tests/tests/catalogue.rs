@@ -356,11 +356,18 @@ fn a_key_limited_to_a_model_sees_and_reaches_only_it(bin: &str) {
 }
 
 fn every_endpoint_down_hands_the_request_to_the_fallback_before_any_byte(bin: &str) {
+    let pg = PgServer::start();
+    let pg_url = pg.url();
     let mut f = Fleet::start(
         bin,
         &["a", "b", "c"],
         CATALOGUE,
-        &["--admin-listen", "127.0.0.1:0"],
+        &[
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--ledger-postgres",
+            &pg_url,
+        ],
     );
     let admin = f.gw.admin_addr();
     let key = f.gw.key.clone();
@@ -405,6 +412,26 @@ fn every_endpoint_down_hands_the_request_to_the_fallback_before_any_byte(bin: &s
         metric_or_zero(admin, "chatgate_model_requests_total{model=\"big\"}"),
         "2"
     );
+    // The shared ledger has both models too.
+    let deadline = Instant::now() + PATIENCE;
+    let mut c = pg.client();
+    loop {
+        let rows = c
+            .query("SELECT model, served_model FROM chatgate_ledger", &[])
+            .unwrap_or_default();
+        let got: Vec<(String, Option<String>)> =
+            rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        if got.len() == 2 {
+            assert!(
+                got.iter()
+                    .all(|g| *g == ("small".into(), Some("big".into()))),
+                "{got:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "rows never shipped: {got:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // A stream cut after its first byte never moves to another model: it
     // ends incomplete, and big hears nothing of it.
     for s in &f.sims[..2] {

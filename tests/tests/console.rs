@@ -608,6 +608,25 @@ fn console_in_a_browser(bin: &str, browser: &Browser, shots: &Path) {
         );
     };
     assert!(sums.contains_key("test") && sums.contains_key("alice"));
+    // The one model's row: every request of the day, as the ledger says
+    // (read on the same refresh as the keys above).
+    let models = browser.js(
+        "return Array.from(document.querySelectorAll('#models-table tbody tr[data-model]')).map(tr => \
+           [tr.dataset.model, tr.querySelector('td[data-field=\"requests\"]').textContent, \
+            tr.querySelector('td[data-field=\"cost\"]').textContent])",
+    );
+    let requests: u64 = sums.values().map(|s| s[0]).sum();
+    let cost: u64 = sums.values().map(|s| s[5]).sum();
+    let shown = models[0][1].as_str().unwrap_or("").replace(',', "");
+    assert_eq!(
+        (models[0][0].as_str(), shown, models[0][2].as_str()),
+        (Some(MODEL), requests.to_string(), Some(usd(cost).as_str())),
+        "{models}"
+    );
+    let served = browser.js(
+        "return document.querySelector('#providers-table tr[data-endpoint=\"sim\"] td[data-field=\"models\"]').textContent",
+    );
+    assert_eq!(served, MODEL);
     assert_eq!(
         rows["bob"]["requests"], "0",
         "a key without requests has a row"

@@ -270,17 +270,11 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
         })
         .collect();
     let endpoints = gw.endpoints();
-    // The catalogue's models in its order, then other names seen today
-    // (requests refused before a model was known).
+    // The catalogue's models in its order, then models a reload removed
+    // that answered earlier today.
     let catalog = endpoints.catalog();
     let mut model_rows = model_rows;
-    model_rows.sort_by_key(|(m, _)| {
-        (
-            catalog.index(m).unwrap_or(usize::MAX),
-            m == crate::console::OTHER_MODELS,
-            m.clone(),
-        )
-    });
+    model_rows.sort_by_key(|(m, _)| (catalog.index(m).unwrap_or(usize::MAX), m.clone()));
     let models: Vec<Value> = model_rows
         .iter()
         .map(|(model, today)| {

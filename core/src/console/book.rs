@@ -15,12 +15,6 @@ use crate::ledger::Line;
 const HOURS: u64 = 25;
 /// Failures kept.
 pub(super) const FAILURES: usize = 100;
-/// Models tallied: the catalogue's, and names clients asked for that
-/// failed validation, up to this many; the rest are tallied together
-/// under [`OTHER_MODELS`] (a client making up names cannot grow the book).
-const MODELS: usize = 64;
-/// Where the models beyond [`MODELS`] are tallied.
-pub(crate) const OTHER_MODELS: &str = "(other)";
 
 /// One key's figures over some hours.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -44,7 +38,7 @@ pub struct Tally {
     pub budget_refused: u64,
     /// Answered with a 5xx.
     pub errors: u64,
-    /// Answered by a fallback of the model asked for (counted under the
+    /// Taken by a fallback of the model asked for (counted under the
     /// fallback).
     pub fallbacks: u64,
 }
@@ -146,17 +140,15 @@ fn since_in(book: &ByHour, name: &str, since_ms: u64) -> Tally {
 }
 
 impl Book {
-    /// Adds one request that finished at `unix_ms`.
-    pub(crate) fn add(&mut self, r: &Line<'_>, unix_ms: u64) {
+    /// Adds one request that finished at `unix_ms`, under its model too
+    /// when `model_known` (the model that answered, or was asked, is in
+    /// the catalogue: never a name a client made up, so clients cannot
+    /// grow the book).
+    pub(crate) fn add(&mut self, r: &Line<'_>, unix_ms: u64, model_known: bool) {
         let hour = unix_ms / 3_600_000;
         add_to(&mut self.keys, &r.key, r, hour);
-        let model = r.served_model.as_deref().unwrap_or(&r.model);
-        if !model.is_empty() {
-            let model = if self.models.contains_key(model) || self.models.len() < MODELS {
-                model
-            } else {
-                OTHER_MODELS
-            };
+        if model_known {
+            let model = r.served_model.as_deref().unwrap_or(&r.model);
             add_to(&mut self.models, model, r, hour);
         }
         if !r.complete {
@@ -176,14 +168,20 @@ impl Book {
     }
 
     /// Adds one record of this process (filed under its own timestamp, as
-    /// its ledger line will be).
-    pub(crate) fn add_record(&mut self, r: &LedgerRecord) {
-        self.add(&Line::of(r), r.unix_ms);
+    /// its ledger line will be); `model_known` as for [`Book::add`].
+    pub(crate) fn add_record(&mut self, r: &LedgerRecord, model_known: bool) {
+        self.add(&Line::of(r), r.unix_ms, model_known);
     }
 
     /// Adds one line of a ledger file read at start, when it finished in
-    /// the 24 hours before `now_ms`; `false` when it cannot be read.
-    pub(crate) fn add_line(&mut self, line: &[u8], now_ms: u64) -> bool {
+    /// the 24 hours before `now_ms`, under its model when `known` says the
+    /// catalogue has it; `false` when it cannot be read.
+    pub(crate) fn add_line(
+        &mut self,
+        line: &[u8],
+        now_ms: u64,
+        known: impl Fn(&str) -> bool,
+    ) -> bool {
         // Most of a long ledger is older than a day: its timestamp, the
         // first member the gateway writes, tells without parsing the rest.
         const TS: &[u8] = b"{\"ts\":\"";
@@ -207,7 +205,9 @@ impl Book {
             return false;
         };
         if ms >= oldest {
-            self.add(&e, ms);
+            let model = e.served_model.as_deref().unwrap_or(&e.model);
+            let known = !model.is_empty() && known(model);
+            self.add(&e, ms, known);
         }
         true
     }
@@ -278,11 +278,11 @@ mod tests {
         let t = 1_800_000_000_000;
         let mut small = rec("a", t, 200, 10, None);
         small.model = "small".into();
-        b.add_record(&small);
+        b.add_record(&small, true);
         let mut fell = rec("a", t, 200, 40, None);
         fell.model = "small".into();
         fell.served_model = Some("big".into());
-        b.add_record(&fell);
+        b.add_record(&fell, true);
         let mut models = b.models_since(t - 1);
         models.sort_by(|x, y| x.0.cmp(&y.0));
         assert_eq!(models.len(), 2);
@@ -291,28 +291,35 @@ mod tests {
             (models[1].0.as_str(), models[1].1.cost_nano_usd),
             ("small", 10)
         );
-        // A client making up names fills the book only so far.
+        // Names a client made up are not models: its key's tally only.
         for n in 0..200 {
             let mut r = rec("a", t, 404, 0, Some("model_not_found"));
             r.model = format!("made-up-{n}");
-            b.add_record(&r);
+            b.add_record(&r, false);
         }
-        let models = b.models_since(t - 1);
-        assert_eq!(models.len(), MODELS + 1);
-        let other = models.iter().find(|(m, _)| m == OTHER_MODELS).unwrap();
-        assert_eq!(other.1.requests, 200 - (MODELS as u64 - 2));
+        assert_eq!(b.models_since(t - 1).len(), 2);
+        assert_eq!(b.since("a", t - 1).requests, 202);
+        // Read back from the ledger, only the catalogue's names count.
+        let mut seeded = Book::default();
+        for r in [&small, &fell] {
+            let line = r.to_line();
+            assert!(seeded.add_line(&line[..line.len() - 1], t, |m| m == "small"));
+        }
+        let models = seeded.models_since(t - 1);
+        assert_eq!(models.len(), 1);
+        assert_eq!((models[0].0.as_str(), models[0].1.requests), ("small", 1));
     }
 
     #[test]
     fn tallies_by_hour_and_keeps_a_day() {
         let mut b = Book::default();
         let t0 = 1_800_000_000_000u64 / 3_600_000 * 3_600_000;
-        b.add(&Line::of(&rec("a", t0 + 1, 200, 100, None)), t0 + 1);
-        b.add(&Line::of(&rec("a", t0 + 2, 200, 100, None)), t0 + 2);
+        b.add(&Line::of(&rec("a", t0 + 1, 200, 100, None)), t0 + 1, true);
+        b.add(&Line::of(&rec("a", t0 + 2, 200, 100, None)), t0 + 2, true);
         let r = rec("a", t0 + 3_600_000, 429, 0, Some("insufficient_quota"));
-        b.add(&Line::of(&r), t0 + 3_600_000);
+        b.add(&Line::of(&r), t0 + 3_600_000, true);
         let r = rec("a", t0 + 3_600_001, 502, 0, Some("upstream_error"));
-        b.add(&Line::of(&r), t0 + 3_600_001);
+        b.add(&Line::of(&r), t0 + 3_600_001, true);
         let all = b.since("a", t0);
         assert_eq!(all.requests, 4);
         assert_eq!(all.cost_nano_usd, 200);
@@ -329,7 +336,11 @@ mod tests {
         assert_eq!(b.keys(t0).collect::<Vec<_>>(), ["a"]);
         assert_eq!(b.keys(t0 + 30 * 3_600_000).count(), 0);
         // A day later the old hours are gone.
-        b.add(&Line::of(&rec("a", t0, 200, 1, None)), t0 + 30 * 3_600_000);
+        b.add(
+            &Line::of(&rec("a", t0, 200, 1, None)),
+            t0 + 30 * 3_600_000,
+            true,
+        );
         assert_eq!(b.since("a", 0).requests, 1);
     }
 
@@ -353,12 +364,16 @@ mod tests {
             r.request_id = "req_x".into();
             serde_json::to_vec(&r).unwrap()
         };
-        assert!(b.add_line(&line(now - 1000), now));
-        assert!(b.add_line(&line(now - 2 * 86_400_000), now));
-        assert!(b.add_line(b"   ", now));
-        assert!(!b.add_line(b"{not json", now));
+        assert!(b.add_line(&line(now - 1000), now, |_| true));
+        assert!(b.add_line(&line(now - 2 * 86_400_000), now, |_| true));
+        assert!(b.add_line(b"   ", now, |_| true));
+        assert!(!b.add_line(b"{not json", now, |_| true));
         // An old line is skipped on its timestamp alone, unread.
-        assert!(b.add_line(b"{\"ts\":\"2020-01-01T00:00:00.000Z\", garbage", now));
+        assert!(b.add_line(
+            b"{\"ts\":\"2020-01-01T00:00:00.000Z\", garbage",
+            now,
+            |_| true
+        ));
         let t = b.since("k", 0);
         assert_eq!((t.requests, t.cost_nano_usd), (1, 7));
         let at = |s: &str| crate::time::parse_rfc3339_ms(s).unwrap() % 1000;
@@ -374,7 +389,7 @@ mod tests {
         for i in 0..150u64 {
             let mut r = rec("k", 1000 + i, 502, 0, Some("upstream_error"));
             r.request_id = format!("req_{i}");
-            b.add(&Line::of(&r), 1000 + i);
+            b.add(&Line::of(&r), 1000 + i, true);
         }
         let f = b.failures();
         assert_eq!(f.len(), FAILURES);

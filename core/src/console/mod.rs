@@ -33,7 +33,6 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 
 pub(crate) use access::form_value;
 pub use access::{Access, COOKIE, SESSION_SECS};
-pub(crate) use book::OTHER_MODELS;
 pub use book::{Failure, Tally};
 pub use timeline::{Point, SLOT_SECS, SLOTS};
 
@@ -86,17 +85,19 @@ impl Console {
         }
     }
 
-    /// A ledger record of this process.
-    pub(crate) fn record(&self, rec: &LedgerRecord) {
+    /// A ledger record of this process; `model_known` when its model is
+    /// a catalogue id (it was validated).
+    pub(crate) fn record(&self, rec: &LedgerRecord, model_known: bool) {
         if self.is_on() {
-            lock(&self.book).add_record(rec);
+            lock(&self.book).add_record(rec, model_known);
         }
     }
 
-    /// A line of the ledger file read at start (without its newline);
-    /// `false` when it cannot be read.
-    pub fn seed_line(&self, line: &[u8], now_ms: u64) -> bool {
-        !self.is_on() || lock(&self.book).add_line(line, now_ms)
+    /// A line of the ledger file read at start (without its newline),
+    /// tallied under its model too when `catalog` has it; `false` when it
+    /// cannot be read.
+    pub fn seed_line(&self, line: &[u8], now_ms: u64, catalog: &crate::catalog::Catalog) -> bool {
+        !self.is_on() || lock(&self.book).add_line(line, now_ms, |m| catalog.get(m).is_some())
     }
 
     /// The gauges sampled at `unix_ms`: requests in flight and open

@@ -5,11 +5,14 @@
 //! A request is sent again only while the client has received nothing
 //! (the response head waits for the provider's first event), only for a
 //! failure that is the endpoint's rather than the request's (never for a
-//! 4xx other than 408 and 429), at most `--upstream-attempts` times in all,
-//! and only while the first-byte timeout, counted from the first attempt,
-//! has not passed. Failed attempts are not metered; the ledger line names
-//! the endpoint that served (or was tried last) and how many attempts
-//! there were.
+//! 4xx other than 408 and 429), at most `--upstream-attempts` times per
+//! model, and only while the first-byte timeout, counted from the model's
+//! first attempt, has not passed. Then the model's fallbacks, if it has
+//! any, each with attempts and a first-byte timeout of its own (also after
+//! a refusal that says the request is too long for the model's context).
+//! Failed attempts are not metered; the ledger line names the endpoint
+//! that served (or was tried last), the model it went to in the end when
+//! that is a fallback, and how many attempts there were.
 
 use std::borrow::Cow;
 use std::sync::Arc;

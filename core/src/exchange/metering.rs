@@ -156,7 +156,7 @@ impl Connection {
                 finished.total.saturating_sub(finished.provider),
                 finished.ttfb,
             );
-            console.record(rec);
+            console.record(rec, req.chat.is_some());
         }
         let metered = Metered {
             prompt: rec.prompt_tokens,

@@ -135,9 +135,10 @@ pub(super) fn start_serving<R: Runtime>(
 pub(super) fn seed_spend(gateway: &Gateway, ledger: &str) -> Result<(), Error> {
     let unix_ms = now_unix_ms();
     let console = gateway.console();
+    let routes = gateway.endpoints();
     let tally = crate::stores::spend::tally_file(ledger, unix_ms, |line| {
         // An unreadable line is counted (and warned about) by the tally.
-        let _ = console.seed_line(line, unix_ms);
+        let _ = console.seed_line(line, unix_ms, routes.catalog());
     })?;
     for (key, spent) in &tally.keys {
         gateway.quota().seed(key, *spent, unix_ms);

@@ -462,27 +462,45 @@ fn failed(e: postgres::Error) -> Error {
 }
 
 const COLUMNS: usize = 25;
+/// The insert's head: its `COLUMNS` columns, in the order of the
+/// parameters.
+const INSERT: &str = "INSERT INTO chatgate_ledger (request_id, ts, key, model, stream, status, \
+    prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd, \
+    finish_reason, complete, client_disconnected, upstream_status, endpoint, attempts, error, \
+    duration_ms, ttfb_ms, provider_request_id, usage_missing, charged_nano_usd, api, \
+    served_model) VALUES ";
+/// The columns whose parameter is cast (1-based), and how.
+const CASTS: [(usize, &str); 3] = [
+    (2, "::text::timestamptz"),
+    (6, "::int::smallint"),
+    (15, "::int::smallint"),
+];
+
+/// The `VALUES` tuples of `rows` rows: `COLUMNS` numbered parameters each,
+/// cast where the column needs it.
+fn push_values(sql: &mut String, rows: usize) {
+    use std::fmt::Write as _;
+    for i in 0..rows {
+        sql.push_str(if i == 0 { "(" } else { ",(" });
+        for k in 1..=COLUMNS {
+            if k > 1 {
+                sql.push_str(", ");
+            }
+            let _ = write!(sql, "${}", i * COLUMNS + k);
+            if let Some((_, cast)) = CASTS.iter().find(|(at, _)| *at == k) {
+                sql.push_str(cast);
+            }
+        }
+        sql.push(')');
+    }
+}
 
 fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Error> {
     if records.is_empty() {
         return Ok(());
     }
-    let mut sql = String::from(
-        "INSERT INTO chatgate_ledger (request_id, ts, key, model, stream, status, prompt_tokens, \
-         completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd, finish_reason, complete, \
-         client_disconnected, upstream_status, endpoint, attempts, error, duration_ms, ttfb_ms, \
-         provider_request_id, usage_missing, charged_nano_usd, api, served_model) VALUES ",
-    );
-    for i in 0..records.len() {
-        let p = |k: usize| i * COLUMNS + k;
-        if i > 0 {
-            sql.push(',');
-        }
-        sql.push_str(&format!(
-            "(${}, ${}::text::timestamptz, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::int::smallint, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-            p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11), p(12), p(13), p(14), p(15), p(16), p(17), p(18), p(19), p(20), p(21), p(22), p(23), p(24)
-        ));
-    }
+    let mut sql = String::from(INSERT);
+    push_values(&mut sql, records.len());
     sql.push_str(" ON CONFLICT (request_id) DO NOTHING");
     struct Row {
         status: i32,
@@ -545,6 +563,11 @@ fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Erro
             &r.served_model,
         ]);
     }
+    debug_assert_eq!(
+        params.len(),
+        records.len() * COLUMNS,
+        "a parameter per column"
+    );
     let mut tx = c.transaction().map_err(failed)?;
     tx.execute(sql.as_str(), &params).map_err(failed)?;
     tx.commit().map_err(failed)
@@ -622,6 +645,20 @@ pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::S
 mod tests {
     use super::*;
     use crate::stores::ledger::Ledger;
+
+    #[test]
+    fn every_column_has_its_parameter() {
+        let columns = INSERT[INSERT.find('(').unwrap() + 1..INSERT.find(')').unwrap()]
+            .split(',')
+            .count();
+        assert_eq!(columns, COLUMNS);
+        let mut sql = String::new();
+        push_values(&mut sql, 2);
+        assert_eq!(sql.matches('$').count(), 2 * COLUMNS);
+        assert!(sql.starts_with("($1, $2::text::timestamptz, $3"), "{sql}");
+        assert!(sql.ends_with(&format!(", ${})", 2 * COLUMNS)), "{sql}");
+        assert!(sql.contains(&format!(",(${}, ", COLUMNS + 1)), "{sql}");
+    }
 
     fn line(id: &str) -> Vec<u8> {
         LedgerRecord::new(1_795_000_000_000, id, "k").to_line()
