@@ -650,6 +650,23 @@ fn operations_guide_runs_as_written() {
         row.contains("default/month") && row.contains(" 4 "),
         "{out}"
     );
+    // A key limited to a model: `keys list` says which.
+    let (code, minted, err) = sh(
+        &subst.apply(
+            &commands.take("chatgate-smol keys new --keys /etc/chatgate/keys.toml --name ci "),
+        ),
+        &[],
+        tmp.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(minted.starts_with("sk-cg-"), "{minted}");
+    let (_, out, _) = sh(
+        &subst.apply("chatgate-smol keys list --keys /etc/chatgate/keys.toml"),
+        &[],
+        tmp.path(),
+    );
+    let row = out.lines().find(|l| l.starts_with("ci ")).expect(&out);
+    assert!(row.contains(" k3 "), "{out}");
     let (code, out, err) = sh(
         &subst.apply(&commands.take("chatgate-smol keys rotate alice ")),
         &[],

@@ -84,8 +84,9 @@ pub struct RequestHead {
     /// are one list). Read by `trace`.
     pub tracestate: Option<Vec<u8>>,
     /// The hash of the conversation a session header names
-    /// (`X-Claude-Code-Session-Id`, Codex's `session-id`, `x-session-id`;
-    /// the first non-empty one), for affinity.
+    /// (`X-Claude-Code-Session-Id`, `session_id` or `session-id` as Codex
+    /// and others send it, `x-session-id`; the first non-empty one), for
+    /// affinity.
     pub session: Option<u64>,
     /// Length of the head in bytes, final CRLF included.
     pub head_len: usize,
@@ -232,6 +233,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
             all.extend_from_slice(h.value);
         } else if session.is_none()
             && (name_is(name, "x-claude-code-session-id")
+                || name_is(name, "session_id")
                 || name_is(name, "session-id")
                 || name_is(name, "x-session-id"))
         {
@@ -328,6 +330,31 @@ mod tests {
         assert!(h.keep_alive);
         assert_eq!(h.authorization.as_deref(), Some("Bearer k"));
         assert!(!format!("{h:?}").contains("Bearer k"));
+    }
+
+    #[test]
+    fn a_session_header_names_the_conversation() {
+        let hash = |s: &str| crate::endpoints::affinity_hash(s.as_bytes());
+        for header in [
+            "X-Claude-Code-Session-Id",
+            "session_id",
+            "Session-Id",
+            "x-session-id",
+        ] {
+            let h = parse(&format!(
+                "GET / HTTP/1.1\r\nHost: a\r\n{header}:  s-1 \r\n\r\n"
+            ))
+            .unwrap();
+            assert_eq!(h.session, Some(hash("s-1")), "{header}");
+        }
+        // The first non-empty one.
+        let h = parse("GET / HTTP/1.1\r\nHost: a\r\nx-session-id:\r\nsession_id: b\r\nx-session-id: c\r\n\r\n")
+            .unwrap();
+        assert_eq!(h.session, Some(hash("b")));
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().session,
+            None
+        );
     }
 
     #[test]
