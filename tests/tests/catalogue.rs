@@ -20,6 +20,7 @@ cases!(
     bad_catalogues_refuse_to_start_and_a_reload_moves_a_model,
     the_responses_and_messages_apis_route_the_same_way,
     the_readmes_two_provider_catalogue_works_as_written,
+    a_budget_reserves_for_the_dearest_model_that_may_answer,
 );
 
 /// The endpoints: `a` and `b` serve `small`, `c` serves `big` (which it
@@ -838,4 +839,57 @@ fn the_readmes_two_provider_catalogue_works_as_written(bin: &str) {
     let models = request(gw.addr, "GET", "/v1/models", Some(&gw.key), None).json();
     assert_eq!(models["data"][0]["id"], "k3");
     assert_eq!(models["data"][1]["id"], "k3-large");
+}
+
+fn a_budget_reserves_for_the_dearest_model_that_may_answer(bin: &str) {
+    let mut f = Fleet::start_with(
+        bin,
+        &["a", "b", "c"],
+        CATALOGUE,
+        &["--admin-listen", "127.0.0.1:0"],
+        GwOptions {
+            extra_keys: vec![("thrifty".into(), None, None)],
+            ..GwOptions::default()
+        },
+    );
+    let admin = f.gw.admin_addr();
+    let keys = f.gw.dir.path().join("keys.toml");
+    let keys = keys.to_str().unwrap();
+    let set = |args: &[&str]| {
+        let mut all = vec!["keys", "set", "thrifty", "--keys", keys];
+        all.extend_from_slice(args);
+        let (code, _, err) = run(bin, &all, &[]);
+        assert_eq!(code, 0, "{err}");
+    };
+    // A thousandth of a dollar a day: small's worst case for 100 tokens
+    // fits many times over, big's (ten times the prices) does not.
+    set(&["--budget-usd", "0.001", "--budget-period", "day"]);
+    let deadline = Instant::now() + PATIENCE;
+    let budget = "chatgate_budget_usd{key=\"thrifty\",period=\"day\"}";
+    while metric_or_zero(admin, budget) == "0" {
+        assert!(Instant::now() < deadline, "the budget never applied");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let thrifty = f.gw.keys["thrifty"].clone();
+    let ask = || f.chat(&thrifty, "small", r#""max_tokens":100"#);
+    // small may fall back to big: the reservation is big's, refused.
+    let r = ask();
+    assert_eq!(
+        r.error().2,
+        "insufficient_quota",
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(f.received(), [0, 0, 0]);
+    // Limited to small, it has no fallback to reserve for: admitted.
+    set(&["--models", "small"]);
+    loop {
+        let r = request(f.gw.addr, "GET", "/v1/models", Some(&thrifty), None);
+        if r.json()["data"].as_array().map(Vec::len) == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the key's models never applied");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ask().status, 200);
 }
