@@ -9,8 +9,7 @@
 //! `model_not_found` with the same message (a key learns nothing of the
 //! models it may not use).
 
-use std::collections::HashMap;
-
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 /// The one model of the specification.
@@ -123,8 +122,9 @@ impl Model {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     models: Vec<Model>,
-    /// Every id and alias, with its model's index.
-    names: HashMap<String, usize>,
+    /// Every id and alias, with its model's index (FxHash: the names are
+    /// the operator's, and a lookup is on every request's path).
+    names: FxHashMap<String, usize>,
     list_body: Vec<u8>,
 }
 
@@ -151,7 +151,7 @@ impl Catalog {
         if models.is_empty() {
             return Err("the model catalogue is empty".into());
         }
-        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut names: FxHashMap<String, usize> = FxHashMap::default();
         for (i, m) in models.iter().enumerate() {
             for name in std::iter::once(&m.id).chain(&m.aliases) {
                 if name.is_empty() {
@@ -202,7 +202,7 @@ impl Catalog {
 
     /// The index of the model with this id.
     pub fn index(&self, id: &str) -> Option<usize> {
-        self.models.iter().position(|m| m.id == id)
+        self.resolve(id).filter(|&i| self.models[i].id == id)
     }
 
     /// All models, in configuration order.

@@ -289,10 +289,8 @@ impl Connection {
         // (the estimate plus what they were seen to add, their chat
         // templates: an upper bound), at the dearest of their prices.
         let asked = catalog.index(&chat.model).unwrap_or(0);
-        let answering: Vec<usize> = std::iter::once(asked)
-            .chain(fallbacks(catalog, asked, key_models))
-            .collect();
-        let serving = answering.iter().fold(0, |set, &m| set | routes.serving(m));
+        let answering = || std::iter::once(asked).chain(fallbacks(catalog, asked, key_models));
+        let serving = answering().fold(0, |set, m| set | routes.serving(m));
         let prompt = routes.prompt_bound(
             chat.estimated_prompt_tokens,
             config.prompt_overhead_tokens,
@@ -304,9 +302,8 @@ impl Connection {
         req.hold.tokens = prompt.saturating_add(chat.max_tokens.unwrap_or(0)).max(1);
         req.hold.worst_tokens =
             prompt.saturating_add(chat.max_tokens.unwrap_or(config.budget_reserve_tokens));
-        req.hold.cost = answering
-            .iter()
-            .map(|&m| {
+        req.hold.cost = answering()
+            .map(|m| {
                 worst_case_cost(
                     &catalog.models()[m].price,
                     prompt,
