@@ -7,7 +7,7 @@
 //! endpoint about one time in three.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
 
@@ -146,23 +146,5 @@ fn converse(conn: &mut TcpStream, key: &str, n: usize, keyed: bool, h: &mut Hits
 fn exchange(conn: &mut TcpStream, key: &str, body: &str) -> Value {
     conn.write_all(&crate::client::chat_request(key, body))
         .expect("send");
-    let mut got = Vec::new();
-    let mut buf = [0u8; 16384];
-    loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-            assert!(head.starts_with("http/1.1 200"), "{head}");
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .expect("a length");
-            if got.len() >= end + 4 + len {
-                return serde_json::from_slice(&got[end + 4..end + 4 + len]).expect("JSON");
-            }
-        }
-        let n = conn.read(&mut buf).expect("read");
-        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-    }
+    serde_json::from_slice(&crate::client::read_answer(conn)).expect("JSON")
 }

@@ -91,6 +91,31 @@ pub(crate) async fn exchange(
     })
 }
 
+/// Reads one whole `200` answer with a `Content-Length` from `s` (the
+/// gateway's non-streamed answers): its body.
+pub(crate) fn read_answer(s: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200"), "{head}");
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("a length");
+            if got.len() >= end + 4 + len {
+                return got[end + 4..end + 4 + len].to_vec();
+            }
+        }
+        let n = s.read(&mut buf).expect("read");
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
 /// A POST of `body` to the chat endpoint.
 pub(crate) fn chat_request(key: &str, body: &str) -> Vec<u8> {
     format!(

@@ -5,7 +5,7 @@
 //! and the next one serves it.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -143,23 +143,6 @@ fn first_request(addr: SocketAddr, key: &str) -> Duration {
     let started = Instant::now();
     let mut s = TcpStream::connect(addr).expect("connect");
     s.write_all(&request).expect("send");
-    let mut got = Vec::new();
-    let mut buf = [0u8; 16384];
-    loop {
-        let n = s.read(&mut buf).expect("read");
-        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-            assert!(head.starts_with("http/1.1 200"), "{head}");
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .expect("a length");
-            if got.len() >= end + 4 + len {
-                return started.elapsed();
-            }
-        }
-    }
+    crate::client::read_answer(&mut s);
+    started.elapsed()
 }

@@ -237,6 +237,24 @@ pub fn metric(admin: SocketAddr, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name}"))
 }
 
+/// `serve` with the config file `config` and the keys file `keys`, run to
+/// its end (for configurations it refuses): exit code, stdout, stderr.
+pub fn serve_refusing(bin: &str, config: &Path, keys: &Path) -> (i32, String, String) {
+    run(
+        bin,
+        &[
+            "serve",
+            "--config",
+            config.to_str().expect("a UTF-8 path"),
+            "--keys",
+            keys.to_str().expect("a UTF-8 path"),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    )
+}
+
 /// `demo`, as a newcomer runs it, with its ledger in `dir`: the process,
 /// the address it printed on stdout, its banner (stderr) and the key the
 /// banner gives.

@@ -37,7 +37,9 @@ mod tls;
 mod wait;
 
 pub use chat::{MODEL, body, stream_body};
-pub use gateway::{Gw, GwOptions, gateways_sharing_a_key, metric, mint, start_demo};
+pub use gateway::{
+    Gw, GwOptions, gateways_sharing_a_key, metric, mint, serve_refusing, start_demo,
+};
 pub use http::{
     Conn, Response, ResponseExt, parse_one, raw_request, request, sse_data, try_exchange,
 };

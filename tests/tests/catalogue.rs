@@ -58,6 +58,21 @@ impl Fleet {
         Fleet::start_with(bin, names, catalogue, args, GwOptions::default())
     }
 
+    /// The usual fleet (`a`, `b`, `c` serving [`CATALOGUE`]) with one key
+    /// more, named `name`.
+    fn with_key(bin: &str, args: &[&str], name: &str) -> Fleet {
+        Fleet::start_with(
+            bin,
+            &["a", "b", "c"],
+            CATALOGUE,
+            args,
+            GwOptions {
+                extra_keys: vec![(name.into(), None, None)],
+                ..GwOptions::default()
+            },
+        )
+    }
+
     fn start_with(
         bin: &str,
         names: &[&str],
@@ -164,6 +179,36 @@ fn chat_for(model: &str, extra: &str) -> String {
     body.to_string()
 }
 
+/// `keys set NAME ARGS…` on the fleet gateway's keys file.
+fn keys_set(bin: &str, f: &Fleet, name: &str, args: &[&str]) {
+    let keys = f.gw.dir.path().join("keys.toml");
+    let mut all = vec!["keys", "set", name, "--keys", keys.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let (code, _, err) = run(bin, &all, &[]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// The model ids `GET /v1/models` lists for `key`.
+fn listed(f: &Fleet, key: &str) -> Vec<String> {
+    let r = request(f.gw.addr, "GET", "/v1/models", Some(key), None);
+    assert_eq!(r.status, 200);
+    r.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Waits until `key` sees exactly `models` (a keys-file change applied).
+fn wait_listed(f: &Fleet, key: &str, models: &[&str]) {
+    let deadline = Instant::now() + PATIENCE;
+    while listed(f, key) != models {
+        assert!(Instant::now() < deadline, "{key} never saw {models:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A metric's value, or 0 when it has no line yet.
 fn metric_or_zero(admin: std::net::SocketAddr, name: &str) -> String {
     let text = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();
@@ -241,48 +286,13 @@ fn two_models_never_cross_and_an_alias_is_metered_as_its_model(bin: &str) {
 }
 
 fn a_key_limited_to_a_model_sees_and_reaches_only_it(bin: &str) {
-    let f = Fleet::start_with(
-        bin,
-        &["a", "b", "c"],
-        CATALOGUE,
-        &[],
-        GwOptions {
-            extra_keys: vec![("limited".into(), None, None)],
-            ..GwOptions::default()
-        },
-    );
+    let f = Fleet::with_key(bin, &[], "limited");
     let keys = f.gw.dir.path().join("keys.toml");
-    let (code, _, err) = run(
-        bin,
-        &[
-            "keys",
-            "set",
-            "limited",
-            "--keys",
-            keys.to_str().unwrap(),
-            "--models",
-            "claude-haiku-4-5",
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
+    keys_set(bin, &f, "limited", &["--models", "claude-haiku-4-5"]);
     let limited = f.gw.keys["limited"].clone();
     // Applied within a second: the list shows the one model.
-    let deadline = Instant::now() + PATIENCE;
-    let ids = |key: &str| -> Vec<String> {
-        let r = request(f.gw.addr, "GET", "/v1/models", Some(key), None);
-        assert_eq!(r.status, 200);
-        r.json()["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["id"].as_str().unwrap().to_owned())
-            .collect()
-    };
-    while ids(&limited) != ["small"] {
-        assert!(Instant::now() < deadline, "the key's models never applied");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listed(&f, &limited, &["small"]);
+    let ids = |key: &str| listed(&f, key);
     assert_eq!(ids(&f.gw.key), ["small", "big"], "another key sees all");
     // The model it may not call answers as an unknown model would.
     let unknown = f.chat(&limited, "no-such-model", "");
@@ -313,24 +323,9 @@ fn a_key_limited_to_a_model_sees_and_reaches_only_it(bin: &str) {
             .any(|l| l.starts_with("limited") && l.contains("claude-haiku-4-5")),
         "{out}"
     );
-    let (code, _, err) = run(
-        bin,
-        &[
-            "keys",
-            "set",
-            "limited",
-            "--keys",
-            keys.to_str().unwrap(),
-            "--models",
-            "all",
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
-    while ids(&limited).len() != 2 {
-        assert!(Instant::now() < deadline, "every model never came back");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    keys_set(bin, &f, "limited", &["--models", "all"]);
+    wait_listed(&f, &limited, &["small", "big"]);
+    let deadline = Instant::now() + PATIENCE;
     // `keys new --models` mints a limited key.
     let (code, out, err) = run(
         bin,
@@ -449,16 +444,7 @@ fn every_endpoint_down_hands_the_request_to_the_fallback_before_any_byte(bin: &s
 }
 
 fn a_context_overflow_goes_to_the_larger_model_unless_the_key_may_not_call_it(bin: &str) {
-    let f = Fleet::start_with(
-        bin,
-        &["a", "b", "c"],
-        CATALOGUE,
-        &[],
-        GwOptions {
-            extra_keys: vec![("small-only".into(), None, None)],
-            ..GwOptions::default()
-        },
-    );
+    let f = Fleet::with_key(bin, &[], "small-only");
     let overflow = r#"{"fault":"reject","status":400,"message":"This model's maximum context length is 2048 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion)."}"#;
     for s in &f.sims[..2] {
         s.set_fault(overflow);
@@ -477,31 +463,9 @@ fn a_context_overflow_goes_to_the_larger_model_unless_the_key_may_not_call_it(bi
         "a refusal is not tried on the model's other endpoint"
     );
     // A key that may not call the larger model gets small's refusal.
-    let keys = f.gw.dir.path().join("keys.toml");
-    let (code, _, err) = run(
-        bin,
-        &[
-            "keys",
-            "set",
-            "small-only",
-            "--keys",
-            keys.to_str().unwrap(),
-            "--models",
-            "small",
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
+    keys_set(bin, &f, "small-only", &["--models", "small"]);
     let limited = f.gw.keys["small-only"].clone();
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let r = request(f.gw.addr, "GET", "/v1/models", Some(&limited), None);
-        if r.json()["data"].as_array().map(Vec::len) == Some(1) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the key's models never applied");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listed(&f, &limited, &["small"]);
     let big_before = f.received()[2];
     let r = f.chat(&limited, "small", "");
     assert_eq!(r.status, 502);
@@ -633,19 +597,7 @@ fn bad_catalogues_refuse_to_start_and_a_reload_moves_a_model(bin: &str) {
         ),
     ] {
         std::fs::write(&config, format!("{pool}{models}")).unwrap();
-        let (code, out, err) = run(
-            bin,
-            &[
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--keys",
-                keys.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            &[],
-        );
+        let (code, out, err) = serve_refusing(bin, &config, &keys);
         assert_eq!((code, out.as_str()), (2, ""), "{models}: {err}");
         assert_eq!(err.trim(), format!("chatgate: {says}"));
     }
@@ -842,25 +794,9 @@ fn the_readmes_two_provider_catalogue_works_as_written(bin: &str) {
 }
 
 fn a_budget_reserves_for_the_dearest_model_that_may_answer(bin: &str) {
-    let mut f = Fleet::start_with(
-        bin,
-        &["a", "b", "c"],
-        CATALOGUE,
-        &["--admin-listen", "127.0.0.1:0"],
-        GwOptions {
-            extra_keys: vec![("thrifty".into(), None, None)],
-            ..GwOptions::default()
-        },
-    );
+    let mut f = Fleet::with_key(bin, &["--admin-listen", "127.0.0.1:0"], "thrifty");
     let admin = f.gw.admin_addr();
-    let keys = f.gw.dir.path().join("keys.toml");
-    let keys = keys.to_str().unwrap();
-    let set = |args: &[&str]| {
-        let mut all = vec!["keys", "set", "thrifty", "--keys", keys];
-        all.extend_from_slice(args);
-        let (code, _, err) = run(bin, &all, &[]);
-        assert_eq!(code, 0, "{err}");
-    };
+    let set = |args: &[&str]| keys_set(bin, &f, "thrifty", args);
     // A thousandth of a dollar a day: small's worst case for 100 tokens
     // fits many times over, big's (ten times the prices) does not.
     set(&["--budget-usd", "0.001", "--budget-period", "day"]);
@@ -883,13 +819,6 @@ fn a_budget_reserves_for_the_dearest_model_that_may_answer(bin: &str) {
     assert_eq!(f.received(), [0, 0, 0]);
     // Limited to small, it has no fallback to reserve for: admitted.
     set(&["--models", "small"]);
-    loop {
-        let r = request(f.gw.addr, "GET", "/v1/models", Some(&thrifty), None);
-        if r.json()["data"].as_array().map(Vec::len) == Some(1) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the key's models never applied");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listed(&f, &thrifty, &["small"]);
     assert_eq!(ask().status, 200);
 }

@@ -440,19 +440,7 @@ fn bad_pools_refuse_to_start_and_a_reload_keeps_requests_in_flight(bin: &str) {
         ),
     ] {
         std::fs::write(&config, text).unwrap();
-        let (code, out, err) = run(
-            bin,
-            &[
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--keys",
-                keys.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            &[],
-        );
+        let (code, out, err) = serve_refusing(bin, &config, &keys);
         assert_eq!(code, 2, "{text}: {err}");
         assert!(out.is_empty());
         let line = err.trim();

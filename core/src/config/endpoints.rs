@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::ConfigError;
+use super::tables::Table;
 use crate::catalog::Model;
 use crate::url::{Url, UrlError, host_for_url};
 
@@ -126,25 +127,9 @@ fn parse_endpoint(
     table: &toml::Value,
     env: &HashMap<String, String>,
 ) -> Result<EndpointConfig, ConfigError> {
-    let bad = |field: &str, why: String| {
-        ConfigError(format!("config file: [[upstream]] #{n} {field}: {why}"))
-    };
-    let toml::Value::Table(t) = table else {
-        return Err(bad("", "is not a table".into()));
-    };
-    if let Some(field) = t.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(bad(
-            field,
-            format!("unknown field (fields: {})", FIELDS.join(", ")),
-        ));
-    }
-    let string = |field: &str| -> Result<Option<String>, ConfigError> {
-        match t.get(field) {
-            None => Ok(None),
-            Some(toml::Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
-            Some(_) => Err(bad(field, "must be a non-empty string".into())),
-        }
-    };
+    let t = Table::open("upstream", n, table, &FIELDS)?;
+    let bad = |field: &str, why: String| t.bad(field, why);
+    let string = |field: &str| t.string(field);
     let name = string("name")?.ok_or_else(|| bad("name", "is missing".into()))?;
     if !name
         .bytes()

@@ -14,6 +14,7 @@
 //! | `gateway.rs` | [`GatewayConfig`] and [`Timeouts`]: what the exchange reads |
 //! | `endpoints.rs` | a provider endpoint's configuration ([`EndpointConfig`], [`Target`]) and the `[[upstream]]` tables |
 //! | `models.rs` | the catalogue of the `[[model]]` tables: prices, endpoints, aliases, fallbacks |
+//! | `tables.rs` | one `[[upstream]]` or `[[model]]` table read field by field, its refusals naming table and field |
 //! | `redis.rs` | the shared limiter's URL ([`RedisUrl`]) |
 //! | `traces.rs` | the trace exporter's settings, from chatgate's and the `OTEL_*` variables |
 
@@ -22,6 +23,7 @@ mod gateway;
 mod models;
 mod redis;
 mod settings;
+mod tables;
 mod traces;
 
 use std::time::Duration;

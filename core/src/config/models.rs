@@ -4,6 +4,7 @@
 
 use super::ConfigError;
 use super::endpoints::EndpointConfig;
+use super::tables::Table;
 use crate::catalog::{Catalog, Model, Price};
 
 /// The fields a `[[model]]` table may have.
@@ -136,39 +137,10 @@ fn model(
     owned_by: &str,
     endpoints: &[EndpointConfig],
 ) -> Result<Model, ConfigError> {
-    let bad = |field: &str, why: String| {
-        ConfigError(format!("config file: [[model]] #{n} {field}: {why}"))
-    };
-    let toml::Value::Table(t) = table else {
-        return Err(bad("", "is not a table".into()));
-    };
-    if let Some(field) = t.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(bad(
-            field,
-            format!("unknown field (fields: {})", FIELDS.join(", ")),
-        ));
-    }
-    let string = |field: &str| -> Result<Option<String>, ConfigError> {
-        match t.get(field) {
-            None => Ok(None),
-            Some(toml::Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
-            Some(_) => Err(bad(field, "must be a non-empty string".into())),
-        }
-    };
-    let list = |field: &str| -> Result<Option<Vec<String>>, ConfigError> {
-        let Some(v) = t.get(field) else {
-            return Ok(None);
-        };
-        let items = v.as_array().map(|a| {
-            a.iter()
-                .map(|s| s.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
-                .collect::<Option<Vec<String>>>()
-        });
-        match items {
-            Some(Some(names)) => Ok(Some(names)),
-            _ => Err(bad(field, "must be a list of non-empty strings".into())),
-        }
-    };
+    let t = Table::open("model", n, table, &FIELDS)?;
+    let bad = |field: &str, why: String| t.bad(field, why);
+    let string = |field: &str| t.string(field);
+    let list = |field: &str| t.list(field);
     let usd = |field: &str, default: f64| -> Result<f64, ConfigError> {
         match t.get(field) {
             None => Ok(default),
