@@ -132,8 +132,9 @@ fn command(bin: &'static str) -> Command {
              retry_after, bytes, count, die, template_tokens, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms). \
              POST /_sim/fault {\"fault\": NAME, …, \"for_ms\": N or \"times\": N} sets a fault for every request (for N ms, or the next N), DELETE clears it. \
              GET /_sim/journal lists what was received and how each exchange ended; GET /_sim/stats \
-             gives running totals (exchanges, outcomes, tokens reported, exchanges at once) and the open \
-             connections; POST /v1/traces accepts any OTLP export (a trace sink for benchmarks). Set \
+             gives running totals (exchanges, outcomes, tokens reported, cached tokens included, exchanges at once) \
+             and the open connections. Each simulator has its own prompt cache: cached_tokens is the longest \
+             run of first messages it answered before; POST /v1/traces accepts any OTLP export (a trace sink for benchmarks). Set \
              CHATGATE_SIM_API_KEY to require that bearer key.",
         )
         .arg(Arg::new("listen").long("listen").value_name("ADDR").required(true).help("Address to listen on (port 0 picks a free one; the address is printed)"))
