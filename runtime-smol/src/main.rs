@@ -84,6 +84,10 @@ impl Runtime for Smol {
         Async::<TcpStream>::connect(addr)
     }
 
+    fn peer_addr(&self, tcp: &Async<TcpStream>) -> Option<SocketAddr> {
+        tcp.get_ref().peer_addr().ok()
+    }
+
     fn poll_readable(&self, tcp: &Async<TcpStream>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         tcp.poll_readable(cx)
     }

@@ -65,6 +65,10 @@ impl Runtime for Tokio {
             .map(TokioAsyncReadCompatExt::compat)
     }
 
+    fn peer_addr(&self, tcp: &Self::Tcp) -> Option<SocketAddr> {
+        tcp.get_ref().peer_addr().ok()
+    }
+
     fn set_nodelay(&self, tcp: &Self::Tcp) {
         let _ = tcp.get_ref().set_nodelay(true);
     }

@@ -32,6 +32,7 @@ cases!(
     the_login_form_opens_a_strict_session_and_logout_ends_it,
     after_a_restart_the_console_reads_its_figures_from_the_ledger,
     with_redis_each_instance_shows_its_own_and_says_so,
+    wrong_tokens_make_their_address_wait,
 );
 
 /// A chromedriver process and one headless Chromium session.
@@ -1056,4 +1057,62 @@ fn with_redis_each_instance_shows_its_own_and_says_so(bin: &str) {
         assert_eq!(o["keys"][0]["name"], "shared");
         assert_eq!(o["keys"][0]["requests"], (i + 1) as u64, "{o}");
     }
+}
+
+/// Three wrong tokens are free; then each wrong one makes the address wait
+/// longer (`429`, `Retry-After`, a message saying so), even the right
+/// token is refused while it waits, and the right one after the wait
+/// clears it. A bearer token counts as a guess too.
+fn wrong_tokens_make_their_address_wait(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = console_gateway(bin, &sim);
+    let admin = gw.admin_addr();
+    let login = |token: &str| {
+        let body = format!("token={token}");
+        raw(
+            admin,
+            &format!(
+                "POST /login HTTP/1.1\r\nHost: a\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let bearer = |token: &str| {
+        raw(
+            admin,
+            &format!(
+                "GET /api/overview HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {token}\r\n\r\n"
+            ),
+        )
+    };
+    assert_eq!(login("wrong-1").status, 401);
+    assert_eq!(bearer("wrong-2").status, 401);
+    assert_eq!(login("wrong-3").status, 401);
+    let waits = login("wrong-4");
+    assert_eq!(waits.status, 429);
+    assert_eq!(waits.header("retry-after"), Some("1"));
+    let text = String::from_utf8_lossy(&waits.body).into_owned();
+    assert!(
+        text.contains("Too many wrong admin tokens from this address: try again in 1 second."),
+        "{text}"
+    );
+    // While it waits, not even the right token is looked at.
+    let early = login(TOKEN);
+    assert_eq!((early.status, early.header("set-cookie")), (429, None));
+    let api = bearer(TOKEN);
+    assert_eq!(api.status, 429);
+    assert!(
+        api.json()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Too many wrong admin tokens")
+    );
+    // After the wait, one more wrong token doubles it.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(login("wrong-5").header("retry-after"), Some("2"));
+    std::thread::sleep(Duration::from_millis(2100));
+    // The right token opens a session and clears the address.
+    assert_eq!(login(TOKEN).status, 303);
+    assert_eq!(login("wrong-6").status, 401, "free tries again");
+    assert_eq!(bearer(TOKEN).status, 200);
 }

@@ -77,6 +77,8 @@ pub(super) struct Asking<'a> {
     pub cookie: Option<&'a str>,
     /// The body (the login form).
     pub body: &'a [u8],
+    /// The address the request came from, when the runtime knows it.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 impl std::fmt::Debug for Asking<'_> {
@@ -121,7 +123,22 @@ pub(super) fn console_response(
             ),
         };
     };
+    // A login or a bearer token is a guess of the token: an address that
+    // guessed wrong too often waits, and its guess is not even looked at.
+    let guess = matches!(route, ConsoleRoute::Login)
+        || crate::console::Access::presents_token(ask.authorization);
+    let peer = ask.peer.filter(|_| guess);
+    if let Some(wait) = peer.and_then(|p| access.throttle().check(p, unix_ms).err()) {
+        return throttled(route, wait, ask.head_only);
+    }
     let allowed = access.allows(ask.authorization, ask.cookie, unix_ms);
+    if let Some(p) = peer.filter(|_| !matches!(route, ConsoleRoute::Login)) {
+        if allowed {
+            access.throttle().succeeded(p);
+        } else {
+            access.throttle().failed(p, unix_ms);
+        }
+    }
     let login_form = |status: u16, message: &str| {
         respond(
             status,
@@ -135,8 +152,15 @@ pub(super) fn console_response(
         ConsoleRoute::Login => {
             let token = crate::console::form_value(ask.body, "token").unwrap_or_default();
             if !token.is_empty() && access.is_token(token.as_bytes()) {
+                if let Some(p) = peer {
+                    access.throttle().succeeded(p);
+                }
                 back_to_page(&access.open_session(fresh, unix_ms), ask.head_only)
             } else {
+                let wait = peer.map_or(0, |p| access.throttle().failed(p, unix_ms));
+                if wait > 0 {
+                    return throttled(route, wait, ask.head_only);
+                }
                 login_form(401, "That is not the admin token.")
             }
         }
@@ -314,6 +338,34 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
         "providers": providers,
         "failures": failures,
     })
+}
+
+/// The answer to a guess from an address that must wait `secs` seconds:
+/// `429` with `Retry-After`, the login form again for the page and the
+/// form, a JSON error for the API.
+fn throttled(route: &ConsoleRoute, secs: u64, head_only: bool) -> Vec<u8> {
+    let message = format!(
+        "Too many wrong admin tokens from this address: try again in {secs} second{}.",
+        if secs == 1 { "" } else { "s" }
+    );
+    let retry = secs.to_string();
+    let headers = [("Retry-After", retry.as_str())];
+    match route {
+        ConsoleRoute::Page | ConsoleRoute::Login => respond(
+            429,
+            "text/html; charset=utf-8",
+            LOGIN.replace("{{message}}", &message).as_bytes(),
+            &headers,
+            head_only,
+        ),
+        _ => respond(
+            429,
+            "application/json",
+            &error_body(&message),
+            &headers,
+            head_only,
+        ),
+    }
 }
 
 /// 303 to `/`, setting the session cookie to `set_cookie`.

@@ -145,6 +145,7 @@ pub fn admin_response(
     ready: Option<&Readiness>,
     now: Instant,
     fresh: [u8; 32],
+    peer: Option<std::net::IpAddr>,
 ) -> Vec<u8> {
     let head_only = req.head_only;
     match &req.route {
@@ -155,6 +156,7 @@ pub fn admin_response(
                 authorization: req.authorization.as_deref(),
                 cookie: req.cookie.as_deref(),
                 body,
+                peer,
             },
             gw,
             now,

@@ -27,6 +27,8 @@ pub struct Access {
     token: [u8; 32],
     /// Session id and when it expires (Unix ms), oldest first.
     sessions: Mutex<Vec<([u8; 32], u64)>>,
+    /// Wrong tokens, by address.
+    throttle: super::Throttle,
 }
 
 impl Access {
@@ -36,7 +38,19 @@ impl Access {
         Access {
             token: Sha256::digest(token.trim().as_bytes()).into(),
             sessions: Mutex::new(Vec::new()),
+            throttle: super::Throttle::default(),
         }
+    }
+
+    /// The failed logins by address.
+    pub fn throttle(&self) -> &super::Throttle {
+        &self.throttle
+    }
+
+    /// Whether the request presents a token (a `Bearer` one): a guess,
+    /// when it is wrong.
+    pub fn presents_token(authorization: Option<&str>) -> bool {
+        authorization.and_then(bearer).is_some()
     }
 
     /// The token is `presented`.

@@ -17,11 +17,13 @@
 //! | file | job |
 //! |---|---|
 //! | `access.rs` | the admin token, the login form and the sessions |
-//! | `book.rs` | each key's last 24 hours by the hour, and the newest failures |
+//! | `book.rs` | each key's and each model's last 24 hours by the hour, and the newest failures |
+//! | `throttle.rs` | failed logins by address, and the growing wait after them |
 //! | `timeline.rs` | the last hour in ten-second slots, with latency histograms |
 
 mod access;
 mod book;
+mod throttle;
 mod timeline;
 
 use std::sync::{Mutex, MutexGuard};
@@ -34,6 +36,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 pub(crate) use access::form_value;
 pub use access::{Access, COOKIE, SESSION_SECS};
 pub use book::{Failure, Tally};
+pub use throttle::Throttle;
 pub use timeline::{Point, SLOT_SECS, SLOTS};
 
 use crate::ledger::LedgerRecord;

@@ -54,6 +54,8 @@ pub trait Runtime: Clone + Send + Sync + 'static {
         let _ = (tcp, cx);
         Poll::Ready(Ok(()))
     }
+    /// The address `tcp` is connected to, if it can be read.
+    fn peer_addr(&self, tcp: &Self::Tcp) -> Option<SocketAddr>;
     /// Sets `TCP_NODELAY` (every write carries a complete message).
     fn set_nodelay(&self, tcp: &Self::Tcp);
     /// Half-closes `tcp`: sends the FIN that tells the peer no more bytes

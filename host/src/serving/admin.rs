@@ -99,7 +99,16 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
         } else {
             [0; 32]
         };
-        let out = admin_response(&req, &body, &shared.gateway, ready.as_ref(), now, fresh);
+        let peer = rt.peer_addr(&tcp).map(|a| a.ip());
+        let out = admin_response(
+            &req,
+            &body,
+            &shared.gateway,
+            ready.as_ref(),
+            now,
+            fresh,
+            peer,
+        );
         tcp.write_all(&out).await.ok()?;
         tcp.flush().await.ok()
     };
