@@ -77,8 +77,9 @@ pub(super) struct Asking<'a> {
     pub cookie: Option<&'a str>,
     /// The body (the login form).
     pub body: &'a [u8],
-    /// The address the request came from, when the runtime knows it.
-    pub peer: Option<std::net::IpAddr>,
+    /// The address the request came from (16 bytes, IPv4 mapped), when
+    /// the runtime knows it.
+    pub peer: Option<crate::console::Peer>,
 }
 
 impl std::fmt::Debug for Asking<'_> {

@@ -145,7 +145,7 @@ pub fn admin_response(
     ready: Option<&Readiness>,
     now: Instant,
     fresh: [u8; 32],
-    peer: Option<std::net::IpAddr>,
+    peer: Option<crate::console::Peer>,
 ) -> Vec<u8> {
     let head_only = req.head_only;
     match &req.route {

@@ -36,7 +36,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 pub(crate) use access::form_value;
 pub use access::{Access, COOKIE, SESSION_SECS};
 pub use book::{Failure, Tally};
-pub use throttle::Throttle;
+pub use throttle::{Peer, Throttle};
 pub use timeline::{Point, SLOT_SECS, SLOTS};
 
 use crate::ledger::LedgerRecord;

@@ -423,12 +423,15 @@ impl EndpointSet {
             (load(i) + 1) * den * total_weight
                 <= num * (total_load + 1) * weight(i) + den * total_weight
         };
-        let ranked = |i: &usize, j: &usize| score(*i).total_cmp(&score(*j));
-        bits(available)
-            .filter(|&i| within(i))
-            .max_by(ranked)
-            .or_else(|| bits(available).max_by(ranked))
-            .unwrap_or(0)
+        // Each endpoint scored once: the best within bound, else the best.
+        let best = |only_within: bool| {
+            bits(available)
+                .filter(|&i| !only_within || within(i))
+                .map(|i| (score(i), i))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, i)| i)
+        };
+        best(true).or_else(|| best(false)).unwrap_or(0)
     }
 
     /// The prompt tokens to reserve for a request estimated at `estimate`

@@ -99,7 +99,11 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
         } else {
             [0; 32]
         };
-        let peer = rt.peer_addr(&tcp).map(|a| a.ip());
+        // As 16 bytes, an IPv4 address mapped into IPv6.
+        let peer = rt.peer_addr(&tcp).map(|a| match a.ip() {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(v6) => v6.octets(),
+        });
         let out = admin_response(
             &req,
             &body,
