@@ -162,12 +162,16 @@ impl KeyTable {
     /// `budget_period`, `max_in_flight`, `created`, `expires`, `models`); what a key
     /// does not set comes from `defaults`.
     pub fn parse_toml(text: &str, defaults: impl Into<KeyDefaults>) -> Result<KeyTable, KeysError> {
-        let defaults = defaults.into();
-        let raw = parse_keys_file(text)?;
-        let mut entries = Vec::with_capacity(raw.len());
-        for raw in raw {
-            entries.push(raw.resolve(&defaults)?);
-        }
+        KeyTable::from_raw(&parse_keys_file(text)?, &defaults.into())
+    }
+
+    /// The table of keys as written (in a keys file or a store's rows);
+    /// what a key does not set comes from `defaults`.
+    pub fn from_raw(raw: &[RawKey], defaults: &KeyDefaults) -> Result<KeyTable, KeysError> {
+        let entries = raw
+            .iter()
+            .map(|k| k.resolve(defaults))
+            .collect::<Result<Vec<_>, _>>()?;
         KeyTable::new(entries)
     }
 
@@ -184,6 +188,11 @@ impl KeyTable {
     /// All keys, in file order.
     pub fn entries(&self) -> &[KeyEntry] {
         &self.entries
+    }
+
+    /// The entries of one name (two while a rotated key's grace runs).
+    pub fn entries_of(&self, name: &str) -> Vec<&KeyEntry> {
+        self.entries.iter().filter(|e| e.name == name).collect()
     }
 
     /// Checks an `Authorization` header value.

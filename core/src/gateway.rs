@@ -127,8 +127,10 @@ impl Gateway {
             .trace
             .clone()
             .map(|t| crate::trace::Tracer::new(t, random.rotate_left(29) ^ 0x5851_f42d_4c95_7f2d));
-        let console =
-            crate::console::Console::new(config.console_token.as_ref().map(|t| t.expose()));
+        let console = crate::console::Console::named(
+            config.console_token.as_ref().map(|t| t.expose()),
+            &config.console_token_name,
+        );
         Arc::new(Gateway {
             config,
             keys: RwLock::new(Arc::new(keys)),

@@ -144,6 +144,7 @@ pub use sse::{SseError, SseFramer};
 mod auth;
 mod catalog;
 pub mod dialect;
+mod keyops;
 mod ledger;
 mod limits;
 mod pool;
@@ -160,6 +161,7 @@ pub use auth::{
     is_valid_name, key_hash_hex, key_sha256, mint_key, parse_keys_file, render_keys_file,
 };
 pub use catalog::{Catalog, Model, Price, format_usd};
+pub use keyops::{AuditRecord, FieldChange, KeyChanges, KeyOp, OpError, apply_key_op, check_keys};
 pub use ledger::LedgerRecord;
 pub use limits::{
     Admission, LimitKind, LimitStatus, Limits, REDIS_SCRIPT, RateLimiter, Rejection,
@@ -198,7 +200,8 @@ pub mod console;
 mod exchange;
 
 pub use admin::{
-    AdminRequest, AdminRoute, ConsoleRoute, MAX_ADMIN_BODY, Readiness, admin_response, admin_route,
+    AdminRequest, AdminRoute, ApiChange, ApiRoute, ApiStep, ConsoleRoute, MAX_ADMIN_BODY,
+    Readiness, StoreFailure, admin_response, admin_route, admin_step, api_audit, api_changed,
 };
 pub use exchange::{
     Accept, AdmitRequest, Connection, Event, Refusal, Settlement, SharedAdmission, UpstreamFailure,

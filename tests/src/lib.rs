@@ -46,7 +46,7 @@ pub use http::{
 pub use noise::Noise;
 pub use otlp::OtlpReceiver;
 pub use pg::PgServer;
-pub use process::{Proc, RUNTIMES, bin_path, child_command, run};
+pub use process::{Proc, RUNTIMES, address_from, bin_path, child_command, run};
 pub use redis::{RedisClient, RedisServer};
 pub use resources::{raise_fd_limit, rss_kib};
 pub use sim::Sim;

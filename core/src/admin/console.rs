@@ -7,7 +7,9 @@
 //! | `POST /login` | form field `token`: a session cookie and a redirect to `/`, or the form again (401) |
 //! | `POST /logout` | the cookie removed, a redirect to `/` |
 //! | `GET /api/overview` | everything the page shows, as JSON |
-//! | `GET /api/keys/{name}` | that key's last 24 hours by the hour |
+//!
+//! The keys and the audit trail are the admin API's (`api.rs`), behind
+//! the same gate ([`admitted`]).
 //!
 //! Every answer carries a `Content-Security-Policy` that allows nothing
 //! but this origin's own files and JSON: no inline script or style, no
@@ -17,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::format_usd;
 use crate::console::CSP;
-use crate::console::{Console, SLOT_SECS, Tally};
+use crate::console::{Console, SLOT_SECS, Tally, Who};
 use crate::gateway::Gateway;
 use crate::quota::Period;
 use crate::time::{Instant, rfc3339_ms};
@@ -42,9 +44,6 @@ pub enum ConsoleRoute {
     Logout,
     /// `GET /api/overview`.
     Overview,
-    /// `GET /api/keys/{name}` (the name decoded; `None` when it is not a
-    /// key name).
-    Key(Option<String>),
 }
 
 /// The console's route for `method` (`GET` also for `HEAD`) and `path`,
@@ -58,10 +57,6 @@ pub(super) fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
         (false, "/login") => ConsoleRoute::Login,
         (false, "/logout") => ConsoleRoute::Logout,
         (true, "/api/overview") => ConsoleRoute::Overview,
-        (true, p) if p.starts_with("/api/keys/") => ConsoleRoute::Key(
-            crate::url::percent_decode(&p["/api/keys/".len()..])
-                .filter(|n| crate::auth::is_valid_name(n)),
-        ),
         _ => return None,
     })
 }
@@ -124,20 +119,10 @@ pub(super) fn console_response(
             ),
         };
     };
-    // A login or a bearer token is a guess of the token: an address that
-    // guessed wrong too often waits, and its guess is not even looked at.
-    let guess = matches!(route, ConsoleRoute::Login)
-        || crate::console::Access::presents_token(ask.authorization);
-    let peer = ask.peer.filter(|_| guess);
-    if let Some(wait) = peer.and_then(|p| access.throttle().check(p, unix_ms).err()) {
-        return throttled(route, wait, ask.head_only);
-    }
-    let allowed = access.allows(ask.authorization, ask.cookie, unix_ms);
-    if let Some(p) = peer.filter(|_| !matches!(route, ConsoleRoute::Login)) {
-        if allowed {
-            access.throttle().succeeded(p);
-        } else {
-            access.throttle().failed(p, unix_ms);
+    // Anyone may log in, or out.
+    if !matches!(route, ConsoleRoute::Login | ConsoleRoute::Logout) {
+        if let Err(answer) = admitted(ask, access, unix_ms, route == &ConsoleRoute::Page) {
+            return answer;
         }
     }
     let login_form = |status: u16, message: &str| {
@@ -151,6 +136,10 @@ pub(super) fn console_response(
     };
     match route {
         ConsoleRoute::Login => {
+            let peer = ask.peer;
+            if let Some(wait) = peer.and_then(|p| access.throttle().check(p, unix_ms).err()) {
+                return throttled(route, wait, ask.head_only);
+            }
             let token = crate::console::form_value(ask.body, "token").unwrap_or_default();
             if !token.is_empty() && access.is_token(token.as_bytes()) {
                 if let Some(p) = peer {
@@ -166,46 +155,67 @@ pub(super) fn console_response(
             }
         }
         ConsoleRoute::Logout => back_to_page(&access.close_session(ask.cookie), ask.head_only),
-        _ if !allowed => match route {
-            ConsoleRoute::Page => login_form(401, ""),
-            _ => respond(
-                401,
-                json_type,
-                &error_body(
-                    "the console needs the admin token: log in at / or send Authorization: Bearer",
-                ),
-                &[("WWW-Authenticate", "Bearer realm=\"chatgate console\"")],
-                ask.head_only,
-            ),
-        },
         ConsoleRoute::Page => respond(200, html, INDEX.as_bytes(), &[], ask.head_only),
         ConsoleRoute::Overview => {
             let body = to_vec(&overview(gw, console, now, unix_ms));
             respond(200, json_type, &body, &[], ask.head_only)
         }
-        ConsoleRoute::Key(Some(name)) => {
-            let hours: Vec<Value> = console
-                .book()
-                .hours(name, unix_ms)
-                .into_iter()
-                .map(|(h, t)| {
-                    let mut v = tally_json(&t);
-                    v["hour"] = json!(rfc3339_ms(h * 3_600_000));
-                    v
-                })
-                .collect();
-            let body = to_vec(&json!({ "key": name, "hours": hours }));
-            respond(200, json_type, &body, &[], ask.head_only)
-        }
-        ConsoleRoute::Key(None) => respond(
-            404,
-            json_type,
-            &error_body("not a key name"),
-            &[],
-            ask.head_only,
-        ),
         ConsoleRoute::File(..) => unreachable!("answered above"),
     }
+}
+
+/// Who asks, when they may go on past the login: the admin token as a
+/// `Bearer`, or an open session. Otherwise the answer: `429` while the
+/// address waits after wrong tokens (its guess not even looked at), `401`
+/// (the login form when `page`, else JSON).
+pub(super) fn admitted(
+    ask: Asking<'_>,
+    access: &crate::console::Access,
+    unix_ms: u64,
+    page: bool,
+) -> Result<Who, Vec<u8>> {
+    let route = if page {
+        &ConsoleRoute::Page
+    } else {
+        &ConsoleRoute::Overview
+    };
+    // A bearer token is a guess of the token: an address that guessed
+    // wrong too often waits.
+    let peer = ask
+        .peer
+        .filter(|_| crate::console::Access::presents_token(ask.authorization));
+    if let Some(wait) = peer.and_then(|p| access.throttle().check(p, unix_ms).err()) {
+        return Err(throttled(route, wait, ask.head_only));
+    }
+    let who = access.who(ask.authorization, ask.cookie, unix_ms);
+    if let Some(p) = peer {
+        if who.is_some() {
+            access.throttle().succeeded(p);
+        } else {
+            access.throttle().failed(p, unix_ms);
+        }
+    }
+    who.ok_or_else(|| {
+        if page {
+            respond(
+                401,
+                "text/html; charset=utf-8",
+                LOGIN.replace("{{message}}", "").as_bytes(),
+                &[("WWW-Authenticate", "Bearer realm=\"chatgate console\"")],
+                ask.head_only,
+            )
+        } else {
+            respond(
+                401,
+                "application/json",
+                &error_body(
+                    "the console needs the admin token: log in at / or send Authorization: Bearer",
+                ),
+                &[("WWW-Authenticate", "Bearer realm=\"chatgate console\"")],
+                ask.head_only,
+            )
+        }
+    })
 }
 
 fn to_vec(v: &Value) -> Vec<u8> {
@@ -218,7 +228,7 @@ fn error_body(message: &str) -> Vec<u8> {
     to_vec(&json!({ "error": message }))
 }
 
-fn tally_json(t: &Tally) -> Value {
+pub(super) fn tally_json(t: &Tally) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or_default();
     v["cost_usd"] = json!(format_usd(t.cost_nano_usd));
     v
@@ -409,14 +419,8 @@ mod tests {
         assert_eq!(console_route(true, "/"), Some(ConsoleRoute::Page));
         assert_eq!(console_route(false, "/"), None);
         assert_eq!(console_route(false, "/login"), Some(ConsoleRoute::Login));
-        assert_eq!(
-            console_route(true, "/api/keys/team%40a.b"),
-            Some(ConsoleRoute::Key(Some("team@a.b".into())))
-        );
-        assert_eq!(
-            console_route(true, "/api/keys/a%2Fb"),
-            Some(ConsoleRoute::Key(None))
-        );
+        // The keys are the API's.
+        assert_eq!(console_route(true, "/api/keys/team%40a.b"), None);
         assert!(matches!(
             console_route(true, "/console.js"),
             Some(ConsoleRoute::File("text/javascript; charset=utf-8", _))

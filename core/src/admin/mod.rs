@@ -6,12 +6,14 @@
 //! small body), gathers a [`Readiness`] when asked, and writes the bytes
 //! returned here.
 
+mod api;
 mod console;
 
 use crate::gateway::Gateway;
 use crate::http::write::{self, header, header_u64};
 use crate::http::{Framing, HttpLimits, Method, header_value, parse_request_head};
 use crate::time::Instant;
+pub use api::{ApiChange, ApiRoute, ApiStep, StoreFailure, api_audit, api_changed};
 pub use console::ConsoleRoute;
 use console::{Asking, console_response, console_route};
 
@@ -48,12 +50,15 @@ pub enum AdminRoute {
     Upstreams,
     /// The console's page, files, login and data.
     Console(ConsoleRoute),
+    /// The admin API (`api.rs`): keys and the audit trail.
+    Api(ApiRoute),
     /// Anything else: answered at once.
     Other,
 }
 
-/// Largest body read on the admin listener (the console's login form).
-pub const MAX_ADMIN_BODY: usize = 4096;
+/// Largest body read on the admin listener (the console's login form, the
+/// admin API's JSON).
+pub const MAX_ADMIN_BODY: usize = 16 * 1024;
 
 /// A request head on the admin listener, routed.
 #[derive(Clone, PartialEq, Eq)]
@@ -62,13 +67,18 @@ pub struct AdminRequest {
     pub route: AdminRoute,
     /// `HEAD`: answered like `GET`, without a body.
     pub head_only: bool,
-    /// Body bytes to read before answering: the console's login form
-    /// (`Content-Length`, at most [`MAX_ADMIN_BODY`]; a longer or chunked
-    /// one is answered without being read). Other routes read none, so a
-    /// probe that announces a body it never sends is answered at once.
+    /// Body bytes to read before answering: the console's login form and
+    /// the admin API's changes (`Content-Length`, at most
+    /// [`MAX_ADMIN_BODY`]; a longer or chunked one is answered `413`
+    /// without being read). Other routes read none, so a probe that
+    /// announces a body it never sends is answered at once.
     pub body_len: usize,
+    /// The body announced is longer than [`MAX_ADMIN_BODY`], or chunked.
+    body_refused: bool,
     authorization: Option<String>,
     cookie: Option<String>,
+    /// `X-CSRF-Token`.
+    csrf: Option<String>,
 }
 
 impl std::fmt::Debug for AdminRequest {
@@ -91,6 +101,15 @@ impl AdminRequest {
     pub fn logs_in(&self) -> bool {
         self.route == AdminRoute::Console(ConsoleRoute::Login)
     }
+
+    /// The answer needs 32 fresh random bytes: a session id (a login) or
+    /// a key's secret (the API mints one).
+    pub fn needs_random(&self) -> bool {
+        match &self.route {
+            AdminRoute::Api(r) => r.mints(),
+            _ => self.logs_in(),
+        }
+    }
 }
 
 /// Routes a complete request head.
@@ -99,8 +118,10 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         route: AdminRoute::Other,
         head_only,
         body_len: 0,
+        body_refused: false,
         authorization: None,
         cookie: None,
+        csrf: None,
     };
     let Ok(h) = parse_request_head(head, &HttpLimits::default()) else {
         return other(false);
@@ -112,27 +133,104 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         (true, "/healthz") => AdminRoute::Health,
         (true, "/readyz") => AdminRoute::Ready,
         (true, "/upstreams") => AdminRoute::Upstreams,
-        (_, path) if get || h.method == Method::Post => match console_route(get, path) {
-            Some(r) => AdminRoute::Console(r),
+        (_, path) => match ApiRoute::of(&h.method, path, query(head)) {
+            Some(r) => AdminRoute::Api(r),
+            None if get || h.method == Method::Post => match console_route(get, path) {
+                Some(r) => AdminRoute::Console(r),
+                None => AdminRoute::Other,
+            },
             None => AdminRoute::Other,
         },
-        _ => AdminRoute::Other,
     };
-    let body_len = match h.framing {
-        Framing::Length(n)
-            if n <= MAX_ADMIN_BODY as u64 && route == AdminRoute::Console(ConsoleRoute::Login) =>
-        {
-            n as usize
-        }
-        _ => 0,
+    let reads_body = match &route {
+        AdminRoute::Console(ConsoleRoute::Login) => true,
+        AdminRoute::Api(r) => matches!(
+            r,
+            ApiRoute::Create | ApiRoute::Update(_) | ApiRoute::Rotate(_)
+        ),
+        _ => false,
     };
+    let (body_len, body_refused) = match h.framing {
+        _ if !reads_body => (0, false),
+        Framing::Length(n) if n <= MAX_ADMIN_BODY as u64 => (n as usize, false),
+        Framing::Empty => (0, false),
+        _ => (0, true),
+    };
+    let text = |name| header_value(head, name).map(|v| String::from_utf8_lossy(v).into_owned());
     AdminRequest {
         route,
         head_only,
         body_len,
+        body_refused,
         authorization: h.authorization,
-        cookie: header_value(head, "cookie").map(|v| String::from_utf8_lossy(v).into_owned()),
+        cookie: text("cookie"),
+        csrf: text("x-csrf-token"),
     }
+}
+
+/// The query string of a request head's target (after `?`), or `""`.
+fn query(head: &[u8]) -> &str {
+    let line = head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or_default();
+    let target = line.split(|&b| b == b' ').nth(1).unwrap_or_default();
+    let q = target
+        .iter()
+        .position(|&b| b == b'?')
+        .map_or(&[][..], |i| &target[i + 1..]);
+    std::str::from_utf8(q).unwrap_or_default()
+}
+
+/// What the runtime does for a request: most are answered at once
+/// ([`ApiStep::Answer`], from [`admin_response`]); a change to the keys or
+/// a read of the audit trail is made by the runtime against the key store,
+/// then answered by [`api_changed`] or [`api_audit`].
+pub fn admin_step(
+    req: &AdminRequest,
+    body: &[u8],
+    gw: &Gateway,
+    ready: Option<&Readiness>,
+    now: Instant,
+    fresh: [u8; 32],
+    peer: Option<crate::console::Peer>,
+) -> ApiStep {
+    let AdminRoute::Api(route) = &req.route else {
+        return ApiStep::Answer(admin_response(req, body, gw, ready, now, fresh, peer));
+    };
+    let Some(access) = gw.console().access() else {
+        return ApiStep::Answer(api::error(
+            404,
+            "off",
+            None,
+            "the admin API is off: start chatgate with --admin-token-env NAME, NAME being the \
+             environment variable that holds the admin token",
+            &[],
+        ));
+    };
+    let ask = Asking {
+        head_only: req.head_only,
+        authorization: req.authorization.as_deref(),
+        cookie: req.cookie.as_deref(),
+        body,
+        peer,
+    };
+    let who = match console::admitted(ask, access, gw.wall().unix_ms(now), false) {
+        Ok(who) => who,
+        Err(answer) => return ApiStep::Answer(answer),
+    };
+    if req.body_refused {
+        return ApiStep::Answer(api::error(
+            413,
+            "too_large",
+            Some("body"),
+            &format!(
+                "the body must be JSON of at most {MAX_ADMIN_BODY} bytes, with Content-Length"
+            ),
+            &[],
+        ));
+    }
+    api::api_step(route, &who, body, req.csrf.as_deref(), gw, now, fresh)
 }
 
 /// The whole response (with `Connection: close`) to a routed request at
@@ -162,6 +260,17 @@ pub fn admin_response(
             now,
             fresh,
         ),
+        AdminRoute::Api(_) => match admin_step(req, body, gw, ready, now, fresh, peer) {
+            ApiStep::Answer(a) => a,
+            // Only a runtime with a key store makes these.
+            _ => api::error(
+                503,
+                "store_unavailable",
+                None,
+                "this gateway has no key store (the demo keeps its keys in memory)",
+                &[],
+            ),
+        },
         AdminRoute::Upstreams => {
             let status = gw.endpoints().status(now, gw.wall());
             let mut body =

@@ -146,6 +146,8 @@ pub struct GatewayConfig {
     /// The admin token that opens the console (`--admin-token-env`); the
     /// console is off without one.
     pub console_token: Option<super::Secret>,
+    /// The variable the admin token is in: the audit trail's `token:NAME`.
+    pub console_token_name: String,
 }
 
 /// Rate limits decided by a store shared by several gateway instances.
@@ -185,6 +187,7 @@ impl GatewayConfig {
             shared_limits: None,
             trace: None,
             console_token: None,
+            console_token_name: "admin".into(),
         }
     }
 

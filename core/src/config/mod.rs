@@ -156,6 +156,9 @@ impl ServeConfig {
             None => None,
         };
         gateway.console_token = console_token(&r)?;
+        if let Some((var, _)) = r.get("admin_token_env") {
+            gateway.console_token_name = var;
+        }
         let redis = redis(&r)?;
         let fallback = one_of(
             &r,

@@ -25,18 +25,74 @@ pub(super) const MAX_SESSIONS: usize = 64;
 #[derive(Debug)]
 pub struct Access {
     token: [u8; 32],
-    /// Session id and when it expires (Unix ms), oldest first.
-    sessions: Mutex<Vec<([u8; 32], u64)>>,
+    /// Who presents the token, in the audit trail: `token:` and the name
+    /// of the variable it is in.
+    token_actor: String,
+    /// Open sessions, oldest first.
+    sessions: Mutex<Vec<Session>>,
     /// Wrong tokens, by address.
     throttle: super::Throttle,
+}
+
+#[derive(Debug)]
+struct Session {
+    id: [u8; 32],
+    /// When it expires (Unix ms).
+    until: u64,
+    actor: String,
+    admin: bool,
+}
+
+/// Who a request to the console or the admin API comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Who {
+    /// In the audit trail: `token:VARIABLE` or `user:EMAIL`.
+    pub actor: String,
+    /// May change keys (else may only look).
+    pub admin: bool,
+    /// With a session cookie: the CSRF token its state-changing requests
+    /// must carry in `X-CSRF-Token` (none with a bearer token, which a
+    /// browser does not send by itself).
+    pub csrf: Option<String>,
+}
+
+impl Who {
+    /// A state-changing request may go on: a bearer token, or a session
+    /// whose CSRF token is `presented`.
+    pub fn may_submit(&self, presented: Option<&str>) -> bool {
+        match (&self.csrf, presented) {
+            (None, _) => true,
+            (Some(c), Some(p)) => constant_time_eq(
+                &Sha256::digest(c.as_bytes()),
+                &Sha256::digest(p.trim().as_bytes()),
+            ),
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// The CSRF token of a session: derived from its id, which only the
+/// session's cookie holds.
+fn csrf_of(id: &[u8; 32]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"chatgate csrf ");
+    h.update(id);
+    hex(&h.finalize().into())
 }
 
 impl Access {
     /// Access with this admin token (surrounding whitespace is not part
     /// of it, here or where it is presented).
     pub fn new(token: &str) -> Access {
+        Access::named(token, "admin")
+    }
+
+    /// Access with this admin token, which the audit trail calls
+    /// `token:{name}`.
+    pub fn named(token: &str, name: &str) -> Access {
         Access {
             token: Sha256::digest(token.trim().as_bytes()).into(),
+            token_actor: format!("token:{name}"),
             sessions: Mutex::new(Vec::new()),
             throttle: super::Throttle::default(),
         }
@@ -62,29 +118,69 @@ impl Access {
     /// The request may read the console: a `Bearer` token, or a session
     /// cookie still open at `unix_ms`.
     pub fn allows(&self, authorization: Option<&str>, cookie: Option<&str>, unix_ms: u64) -> bool {
-        if let Some(token) = authorization.and_then(bearer) {
-            return self.is_token(token.as_bytes());
-        }
-        let Some(id) = cookie.and_then(session_cookie).and_then(unhex) else {
-            return false;
-        };
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        sessions.retain(|(_, until)| *until > unix_ms);
-        // Every open session is compared, whichever matches.
-        sessions
-            .iter()
-            .fold(false, |found, (s, _)| constant_time_eq(s, &id) | found)
+        self.who(authorization, cookie, unix_ms).is_some()
     }
 
-    /// Opens a session with the runtime's fresh random `id` at `unix_ms`:
-    /// the `Set-Cookie` value.
-    pub fn open_session(&self, id: [u8; 32], unix_ms: u64) -> String {
+    /// Who the request comes from: the admin token (`Bearer`), or the
+    /// session its cookie names, still open at `unix_ms`; `None` for
+    /// neither.
+    pub fn who(
+        &self,
+        authorization: Option<&str>,
+        cookie: Option<&str>,
+        unix_ms: u64,
+    ) -> Option<Who> {
+        if let Some(token) = authorization.and_then(bearer) {
+            return self.is_token(token.as_bytes()).then(|| Who {
+                actor: self.token_actor.clone(),
+                admin: true,
+                csrf: None,
+            });
+        }
+        let id = cookie.and_then(session_cookie).and_then(unhex)?;
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        sessions.retain(|(_, until)| *until > unix_ms);
+        sessions.retain(|s| s.until > unix_ms);
+        // Every open session is compared, whichever matches.
+        let found = sessions.iter().fold(None, |found, s| {
+            if constant_time_eq(&s.id, &id) {
+                Some(s)
+            } else {
+                found
+            }
+        });
+        found.map(|s| Who {
+            actor: s.actor.clone(),
+            admin: s.admin,
+            csrf: Some(csrf_of(&s.id)),
+        })
+    }
+
+    /// Opens a session for the admin token with the runtime's fresh random
+    /// `id` at `unix_ms`: the `Set-Cookie` value.
+    pub fn open_session(&self, id: [u8; 32], unix_ms: u64) -> String {
+        let actor = self.token_actor.clone();
+        self.open_session_for(id, unix_ms, actor, true)
+    }
+
+    /// Opens a session for `actor` (an administrator when `admin`).
+    pub fn open_session_for(
+        &self,
+        id: [u8; 32],
+        unix_ms: u64,
+        actor: String,
+        admin: bool,
+    ) -> String {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|s| s.until > unix_ms);
         if sessions.len() >= MAX_SESSIONS {
             sessions.remove(0);
         }
-        sessions.push((id, unix_ms + SESSION_SECS * 1000));
+        sessions.push(Session {
+            id,
+            until: unix_ms + SESSION_SECS * 1000,
+            actor,
+            admin,
+        });
         format!(
             "{COOKIE}={}; Path=/; Max-Age={SESSION_SECS}; HttpOnly; SameSite=Strict",
             hex(&id)
@@ -96,7 +192,7 @@ impl Access {
     pub fn close_session(&self, cookie: Option<&str>) -> String {
         if let Some(id) = cookie.and_then(session_cookie).and_then(unhex) {
             let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            sessions.retain(|(s, _)| !constant_time_eq(s, &id));
+            sessions.retain(|s| !constant_time_eq(&s.id, &id));
         }
         format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict")
     }
@@ -170,6 +266,31 @@ mod tests {
         assert!(a.allows(None, Some(&c8), 2000));
         assert!(a.close_session(Some(&c8)).contains("Max-Age=0"));
         assert!(!a.allows(None, Some(&c8), 2000));
+    }
+
+    #[test]
+    fn who_and_csrf() {
+        let a = Access::named("admin-token-0123456789", "CHATGATE_ADMIN_TOKEN");
+        let w = a
+            .who(Some("Bearer admin-token-0123456789"), None, 0)
+            .unwrap();
+        assert_eq!(w.actor, "token:CHATGATE_ADMIN_TOKEN");
+        assert!(w.admin && w.may_submit(None));
+        let set = a.open_session_for([3; 32], 0, "user:v@example.com".into(), false);
+        let cookie = set.split(';').next().unwrap();
+        let w = a.who(None, Some(cookie), 1).unwrap();
+        assert_eq!((w.actor.as_str(), w.admin), ("user:v@example.com", false));
+        let csrf = w.csrf.clone().unwrap();
+        assert_eq!(csrf.len(), 64);
+        assert!(w.may_submit(Some(&csrf)));
+        assert!(!w.may_submit(None));
+        assert!(!w.may_submit(Some("0000")));
+        // Another session has another token.
+        let _ = a.open_session([4; 32], 0);
+        let other = a
+            .who(None, Some(&format!("{COOKIE}={}", hex(&[4; 32]))), 1)
+            .unwrap();
+        assert_ne!(other.csrf, w.csrf);
     }
 
     #[test]

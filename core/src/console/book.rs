@@ -102,6 +102,8 @@ type ByHour = FxHashMap<String, VecDeque<(u64, Tally)>>;
 #[derive(Debug, Default)]
 pub(crate) struct Book {
     keys: ByHour,
+    /// Each key's newest request (Unix ms).
+    last_used: rustc_hash::FxHashMap<String, u64>,
     models: ByHour,
     failures: VecDeque<Failure>,
 }
@@ -147,6 +149,12 @@ impl Book {
     pub(crate) fn add(&mut self, r: &Line<'_>, unix_ms: u64, model_known: bool) {
         let hour = unix_ms / 3_600_000;
         add_to(&mut self.keys, &r.key, r, hour);
+        match self.last_used.get_mut(r.key.as_ref()) {
+            Some(t) => *t = (*t).max(unix_ms),
+            None => {
+                self.last_used.insert(r.key.clone().into_owned(), unix_ms);
+            }
+        }
         if model_known {
             let model = r.served_model.as_deref().unwrap_or(&r.model);
             add_to(&mut self.models, model, r, hour);
@@ -249,6 +257,12 @@ impl Book {
             .iter()
             .filter(move |(_, hours)| hours.back().is_some_and(|(h, _)| *h >= from))
             .map(|(k, _)| k.as_str())
+    }
+
+    /// `key`'s newest request this process saw (its requests, and its
+    /// ledger's lines of the last 24 hours read at start).
+    pub(crate) fn last_used(&self, key: &str) -> Option<u64> {
+        self.last_used.get(key).copied()
     }
 
     /// The newest failures, newest first.

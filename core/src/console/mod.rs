@@ -34,7 +34,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 pub(crate) use access::form_value;
-pub use access::{Access, COOKIE, SESSION_SECS};
+pub use access::{Access, COOKIE, SESSION_SECS, Who};
 pub use book::{Failure, Tally};
 pub use throttle::{Peer, Throttle};
 pub use timeline::{Point, SLOT_SECS, SLOTS};
@@ -58,8 +58,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Console {
     /// The console, on when there is an admin token.
     pub fn new(token: Option<&str>) -> Console {
+        Console::named(token, "admin")
+    }
+
+    /// The console, on when there is an admin token, which the audit trail
+    /// calls `token:{name}` (the variable it is in).
+    pub fn named(token: Option<&str>, name: &str) -> Console {
         Console {
-            access: token.map(Access::new),
+            access: token.map(|t| Access::named(t, name)),
             timeline: Mutex::default(),
             book: Mutex::default(),
         }

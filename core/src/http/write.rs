@@ -8,6 +8,7 @@ pub fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
         200 => "OK",
+        201 => "Created",
         204 => "No Content",
         303 => "See Other",
         400 => "Bad Request",
@@ -16,6 +17,7 @@ pub fn reason(status: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        409 => "Conflict",
         413 => "Content Too Large",
         417 => "Expectation Failed",
         429 => "Too Many Requests",

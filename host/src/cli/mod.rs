@@ -75,7 +75,8 @@ fn command(bin: &'static str) -> Command {
         .subcommand(
             Command::new("new")
                 .about("Mint a key: prints it once on stdout, appends its SHA-256 to the keys file (mode 0600)")
-                .arg(Arg::new("keys").long("keys").value_name("FILE").required(true).help("Keys file (created if missing)"))
+                .arg(keys_file_arg())
+                .arg(ledger_arg())
                 .arg(Arg::new("name").long("name").value_name("NAME").required(true).help("Name of the key (letters, digits, - _ . @)"))
                 .arg(Arg::new("rpm").long("rpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Requests per minute for this key [default: 60]"))
                 .arg(Arg::new("tpm").long("tpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Tokens per minute for this key [default: 100000]"))
@@ -86,6 +87,7 @@ fn command(bin: &'static str) -> Command {
                 .about("Change a key's limits without minting a new secret; a running gateway applies it within a second")
                 .arg(Arg::new("name").value_name("NAME").required(true).help("Name of the key"))
                 .arg(keys_file_arg())
+                .arg(ledger_arg())
                 .arg(Arg::new("rpm").long("rpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Requests per minute"))
                 .arg(Arg::new("tpm").long("tpm").value_name("N").value_parser(clap::value_parser!(u64).range(1..)).help("Tokens per minute"))
                 .args(quota_args(true)),
@@ -99,14 +101,23 @@ fn command(bin: &'static str) -> Command {
             Command::new("revoke")
                 .about("Remove a key (every entry of that name); a running gateway refuses it within a second")
                 .arg(Arg::new("name").value_name("NAME").required(true).help("Name of the key"))
-                .arg(keys_file_arg()),
+                .arg(keys_file_arg())
+                .arg(ledger_arg()),
         )
         .subcommand(
             Command::new("rotate")
                 .about("Mint a new key under the same name and limits; the old one stays valid for the grace period")
                 .arg(Arg::new("name").value_name("NAME").required(true).help("Name of the key"))
                 .arg(Arg::new("grace").long("grace").value_name("DURATION").default_value("24h").help("How long the old key stays valid (e.g. 30m, 24h, 0s)"))
-                .arg(keys_file_arg()),
+                .arg(keys_file_arg())
+                .arg(ledger_arg()),
+        )
+        .subcommand(
+            Command::new("import")
+                .about("Copy every key of a keys file (hashes, limits, times) into the store --keys names, e.g. PostgreSQL; names already there with the same entries are skipped")
+                .arg(Arg::new("from").long("from").value_name("FILE").required(true).help("The keys file to import"))
+                .arg(keys_file_arg())
+                .arg(ledger_arg()),
         );
     let usage = Command::new("usage")
         .about("Usage report from the ledger: requests, tokens, incomplete streams and cost per key and period")
@@ -167,10 +178,19 @@ fn command(bin: &'static str) -> Command {
 pub(super) fn keys_file_arg() -> Arg {
     Arg::new("keys")
         .long("keys")
-        .value_name("FILE")
+        .value_name("FILE|URL")
         .env("CHATGATE_KEYS")
         .required(true)
-        .help("Keys file")
+        .help("Where the keys are: a keys file (created if missing), or a postgres:// URL (the keys every instance shares)")
+}
+
+/// `--ledger`: the audit file is beside it.
+pub(super) fn ledger_arg() -> Arg {
+    Arg::new("ledger")
+        .long("ledger")
+        .value_name("FILE")
+        .env("CHATGATE_LEDGER")
+        .help("The gateway's ledger: the change is recorded in the audit file beside it (FILE without .jsonl, then .audit.jsonl), which the console and GET /api/audit show; with keys in PostgreSQL it is recorded there in any case")
 }
 
 pub(super) fn u64_arg(name: &'static str, help: &'static str) -> Arg {
@@ -213,6 +233,7 @@ pub fn main<R: Runtime>(
             Some(("set", m)) => keys::set(m),
             Some(("revoke", m)) => keys::revoke(m),
             Some(("rotate", m)) => keys::rotate(m),
+            Some(("import", m)) => keys::import(m),
             _ => fail("unknown keys command"),
         },
         Some(("usage", m)) => usage::usage(m),

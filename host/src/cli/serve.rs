@@ -18,6 +18,7 @@ use crate::reload::keys::KeysSource;
 use crate::runtime::{Runtime, raise_fd_limit, random_u64, unix_ms_at_start};
 use crate::serving::driver::Shared;
 use crate::serving::listener::{bind, run_gateway};
+use crate::stores::keys::KeyStore;
 use crate::stores::ledger::Ledger;
 use crate::telemetry::logging::init_logging;
 
@@ -52,7 +53,13 @@ pub(super) fn start_serving<R: Runtime>(
         Err(code) => return Ok(code),
     };
     let keys_stamp = crate::reload::stamp(&cfg.keys_path);
-    let keys = load_keys(&cfg, bin)?;
+    let keys_src = KeysSource {
+        store: KeyStore::new(&cfg.keys_path),
+        defaults: cfg.gateway.key_defaults(),
+        audit: crate::stores::audit::path_beside(&cfg.ledger_path),
+        loaded: keys_stamp,
+    };
+    let (keys, raw_keys) = load_keys(&cfg, &keys_src, bin)?;
     let summary = cfg.summary(keys.len());
     let ledger = Ledger::open(&cfg.ledger_path)?;
     let gateway = Gateway::new(
@@ -80,11 +87,6 @@ pub(super) fn start_serving<R: Runtime>(
         }
         Some(Err(e)) => return Err(e),
     };
-    let keys_src = KeysSource {
-        path: cfg.keys_path.clone(),
-        defaults: cfg.gateway.key_defaults(),
-        loaded: keys_stamp,
-    };
     let spend = match &cfg.ledger_postgres {
         Some(url) => crate::stores::spend::SpendSource::Postgres(url.clone()),
         None => crate::stores::spend::SpendSource::File(cfg.ledger_path.clone()),
@@ -108,6 +110,7 @@ pub(super) fn start_serving<R: Runtime>(
         listener,
         admin,
         keys_src: Some(keys_src),
+        raw_keys,
         endpoints_src: config_path(m).map(|path| crate::reload::endpoints::EndpointsSource {
             path,
             flags: serve_flags(m),
@@ -179,29 +182,47 @@ pub(super) fn resolve_serve_config(m: &ArgMatches) -> Result<ServeConfig, Error>
     Ok(ServeConfig::resolve(Sources { flags, env, file })?)
 }
 
-/// The keys file: readable, valid, not empty (and within what the shared
-/// limiter computes exactly, with Redis).
-pub(super) fn load_keys(cfg: &ServeConfig, bin: &str) -> Result<KeyTable, Error> {
+/// The keys: a keys file readable, valid, not empty, or the keys in
+/// PostgreSQL (none is fine: the admin API adds them), and within what the
+/// shared limiter computes exactly, with Redis. With PostgreSQL, the keys
+/// as written too, for its watcher.
+pub(super) fn load_keys(
+    cfg: &ServeConfig,
+    src: &KeysSource,
+    bin: &str,
+) -> Result<(KeyTable, Option<Vec<chatgate_core::RawKey>>), Error> {
     let path = &cfg.keys_path;
-    let new = format!("`{bin} keys new --keys {path} --name NAME`");
-    // A whole message, not `Error::File`: the way out comes after the cause.
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::Config(format!(
-            "cannot read the keys file '{path}': {e}; create it with {new}"
-        ))
-    })?;
-    let keys = KeyTable::parse_toml(&text, cfg.gateway.key_defaults())
-        .map_err(|e| Error::Config(format!("{e} ({path})")))?;
-    if keys.is_empty() {
-        return Err(Error::Config(format!(
-            "the keys file '{path}' has no keys; create one with {new}"
-        )));
-    }
+    let label = src.store.label();
+    let (keys, raw) = match &src.store {
+        KeyStore::File(_) => {
+            let new = format!("`{bin} keys new --keys {path} --name NAME`");
+            // A whole message, not `Error::File`: the way out comes after the cause.
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Error::Config(format!(
+                    "cannot read the keys file '{path}': {e}; create it with {new}"
+                ))
+            })?;
+            let keys = KeyTable::parse_toml(&text, cfg.gateway.key_defaults())
+                .map_err(|e| Error::Config(format!("{e} ({path})")))?;
+            if keys.is_empty() {
+                return Err(Error::Config(format!(
+                    "the keys file '{path}' has no keys; create one with {new}"
+                )));
+            }
+            (keys, None)
+        }
+        KeyStore::Postgres(_) => {
+            let raw = src.store.read()?;
+            let keys = KeyTable::from_raw(&raw, &src.defaults)
+                .map_err(|e| Error::Config(format!("{e} ({label})")))?;
+            (keys, Some(raw))
+        }
+    };
     if cfg.redis.is_some() {
         crate::stores::redis::check_keys(&keys)
-            .map_err(|e| Error::Config(format!("{e} ({path})")))?;
+            .map_err(|e| Error::Config(format!("{e} ({label})")))?;
     }
-    Ok(keys)
+    Ok((keys, raw))
 }
 
 /// The sockets a gateway serves, and where its keys reload from.
@@ -209,6 +230,9 @@ pub(super) struct Bound {
     pub(super) listener: std::net::TcpListener,
     pub(super) admin: Option<std::net::TcpListener>,
     pub(super) keys_src: Option<KeysSource>,
+    /// The keys as read from PostgreSQL at start (their watcher's first
+    /// version), when they live there.
+    pub(super) raw_keys: Option<Vec<chatgate_core::RawKey>>,
     /// Where the provider pool reloads from (the config file).
     pub(super) endpoints_src: Option<crate::reload::endpoints::EndpointsSource>,
     /// PostgreSQL URL and the local ledger it ships from.
@@ -232,6 +256,7 @@ pub(super) fn run_bound<R: Runtime>(
         listener,
         admin,
         keys_src,
+        raw_keys,
         endpoints_src,
         ledger_postgres,
         otlp,
@@ -246,8 +271,12 @@ pub(super) fn run_bound<R: Runtime>(
         connectors,
         ledger,
         shared_limits,
+        keys: keys_src.clone(),
         draining: event_listener::Event::new(),
     });
+    if let (Some(src), Some(raw)) = (&keys_src, raw_keys) {
+        crate::reload::keys::watch_postgres(&shared, src, raw);
+    }
     let listener = match rt.listener(listener) {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot listen on {addr}: {e}")),

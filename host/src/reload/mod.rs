@@ -92,9 +92,10 @@ async fn watching<R: Runtime>(
         }
         let why = if hup { "SIGHUP" } else { "the file changed" };
         if let Some(w) = keys.as_mut() {
-            let path = w.src.path.clone();
-            if w.changed(&path) || hup {
-                keys::reload(&shared, &w.src, why);
+            if let Some(path) = w.src.file().map(str::to_owned) {
+                if w.changed(&path) || hup {
+                    keys::reload(&shared, &w.src, why);
+                }
             }
         }
         if let Some(w) = endpoint_set.as_mut() {

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatgate_core::http::HeadScanner;
-use chatgate_core::{AdminRoute, Readiness, admin_response, admin_route};
+use chatgate_core::{AdminRoute, ApiChange, ApiStep, AuditRecord, Readiness, StoreFailure};
+use chatgate_core::{admin_route, admin_step, api_audit, api_changed};
 
 /// How often the console's gauges (requests in flight, streams) are
 /// sampled.
@@ -17,6 +18,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::runtime::Runtime;
 use crate::serving::driver::{Shared, linger_close};
+use crate::stores::keys::{Actor, ChangeError};
 
 /// Largest request head read on the admin listener.
 const MAX_ADMIN_HEAD: usize = 16 * 1024;
@@ -93,18 +95,19 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
             shared.gateway.metrics().pool_idle(shared.connectors.idle());
         }
         let now = crate::runtime::now();
-        // A session id only for a login: other answers need no randomness.
-        let fresh = if req.logs_in() {
+        // A session id or a key's secret only when the answer needs one.
+        let fresh = if req.needs_random() {
             crate::runtime::random_32()
         } else {
             [0; 32]
         };
+        let addr = rt.peer_addr(&tcp);
         // As 16 bytes, an IPv4 address mapped into IPv6.
-        let peer = rt.peer_addr(&tcp).map(|a| match a.ip() {
+        let peer = addr.map(|a| match a.ip() {
             std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             std::net::IpAddr::V6(v6) => v6.octets(),
         });
-        let out = admin_response(
+        let step = admin_step(
             &req,
             &body,
             &shared.gateway,
@@ -113,6 +116,28 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
             fresh,
             peer,
         );
+        let out = match step {
+            ApiStep::Answer(out) => out,
+            ApiStep::Change(change) => {
+                let address = addr.map(|a| a.ip().to_string());
+                let result = store_change(&shared, &change, address).await;
+                api_changed(&change, result, &shared.gateway, crate::runtime::now())
+            }
+            ApiStep::Audit { before, limit } => {
+                let result = match shared.keys.clone() {
+                    None => Ok(Vec::new()),
+                    Some(src) => {
+                        rt.unblock(move || {
+                            src.store
+                                .audit(src.audit.as_deref(), before, limit)
+                                .map_err(|e| e.to_string())
+                        })
+                        .await
+                    }
+                };
+                api_audit(result, limit)
+            }
+        };
         tcp.write_all(&out).await.ok()?;
         tcp.flush().await.ok()
     };
@@ -122,6 +147,56 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
     })
     .await;
     linger_close(&rt, tcp).await;
+}
+
+/// Makes an admin API change in the key store (off the reactor), then
+/// applies the keys in this process at once: the next request on the
+/// public listener sees it.
+async fn store_change<R: Runtime>(
+    shared: &Arc<Shared<R>>,
+    change: &ApiChange,
+    address: Option<String>,
+) -> Result<AuditRecord, StoreFailure> {
+    let Some(src) = shared.keys.clone() else {
+        return Err(StoreFailure::Unavailable(
+            "this gateway has no key store (the demo keeps its keys in memory)".into(),
+        ));
+    };
+    let op = change.op.clone();
+    let actor = Actor {
+        name: change.actor.clone(),
+        address,
+    };
+    let now_ms = shared.gateway.wall().unix_ms(crate::runtime::now());
+    let (result, src) = shared
+        .rt
+        .unblock(move || {
+            let r = src.store.change(&op, &actor, now_ms, src.audit.as_deref());
+            (r, src)
+        })
+        .await;
+    match result {
+        Ok(record) => {
+            tracing::info!(
+                key = %record.key,
+                action = %record.action,
+                actor = %record.actor,
+                "key changed through the admin API"
+            );
+            let reload = src.clone();
+            let shared2 = Arc::clone(shared);
+            shared
+                .rt
+                .unblock(move || crate::reload::keys::reload(&shared2, &reload, "the admin API"))
+                .await;
+            Ok(record)
+        }
+        Err(ChangeError::Refused(e)) => Err(StoreFailure::Refused(e)),
+        Err(ChangeError::Store(e)) => {
+            tracing::error!("admin API: {e}");
+            Err(StoreFailure::Unavailable(e.to_string()))
+        }
+    }
 }
 
 /// Keys loaded, ledger writable, a provider endpoint not ejected and

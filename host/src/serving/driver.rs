@@ -45,6 +45,9 @@ pub(crate) struct Shared<R: Runtime> {
     pub ledger: Ledger,
     /// The shared limiter (Redis), when configured.
     pub shared_limits: Option<Arc<crate::stores::redis::SharedLimiter<R>>>,
+    /// Where the keys come from and changes to them are recorded (none in
+    /// the demo, whose keys live in memory).
+    pub keys: Option<crate::reload::keys::KeysSource>,
     /// Notified when draining starts.
     pub draining: event_listener::Event,
 }

@@ -1,8 +1,12 @@
-//! The stores: the keys file (`keys_file`), the append-only ledger file
+//! The stores: the keys (`keys`: in the keys file, `keys_file`, or in
+//! PostgreSQL, `keys_pg`) and their audit trail (`audit`), the append-only ledger file
 //! (`ledger`), its shipping to PostgreSQL (`postgres`), the shared limiter
 //! over Redis (`redis`), and where spend is rebuilt from (`spend`).
 
+pub(crate) mod audit;
+pub(crate) mod keys;
 pub(crate) mod keys_file;
+pub(crate) mod keys_pg;
 pub(crate) mod ledger;
 pub(crate) mod postgres;
 pub(crate) mod redis;

@@ -441,6 +441,12 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
 }
 
 fn connect(url: &str) -> Result<postgres::Client, Error> {
+    open(url, SCHEMA, SCHEMA_LOCK)
+}
+
+/// A connection to `url`, with `schema` created if missing under the
+/// advisory lock `lock`.
+pub(crate) fn open(url: &str, schema: &str, lock: i64) -> Result<postgres::Client, Error> {
     let mut config: postgres::Config = url
         .parse()
         .map_err(|e| Error::Config(format!("bad URL: {e}")))?;
@@ -450,7 +456,7 @@ fn connect(url: &str) -> Result<postgres::Client, Error> {
     // NOT EXISTS (PostgreSQL can fail one with a duplicate-type error): an
     // advisory lock makes them take turns.
     c.batch_execute(&format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;"
+        "BEGIN; SELECT pg_advisory_xact_lock({lock}); {schema} COMMIT;"
     ))
     .map_err(failed)?;
     Ok(c)
