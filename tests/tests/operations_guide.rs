@@ -546,6 +546,7 @@ fn operations_guide_runs_as_written() {
     let overview: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(overview["keys"][0]["name"], "alice", "{out}");
     assert_eq!(request(admin, "GET", "/", None, None).status, 401);
+    admin_api(&mut commands, &subst, &admin_token, public, tmp.path());
     let prometheus = block(&doc, "yaml", "scrape_configs");
     assert!(prometheus.contains("\"127.0.0.1:9090\""));
     std::fs::write(t("prometheus.yml"), subst.apply(&prometheus)).unwrap();
@@ -741,7 +742,7 @@ fn operations_guide_runs_as_written() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .find(|n| n != "ledger.jsonl")
+        .find(|n| n != "ledger.jsonl" && !n.ends_with(".audit.jsonl"))
         .expect("the moved ledger");
     let moved = std::fs::read_to_string(tmp.path().join("var").join(moved)).unwrap();
     assert_eq!(
@@ -791,6 +792,77 @@ fn operations_guide_runs_as_written() {
     assert_eq!(status.code(), Some(0), "{}", gw.stderr());
 
     commands.all_taken();
+}
+
+/// The admin API's curl examples, in the guide's order, against the
+/// running gateway; then `keys import` into a PostgreSQL of its own.
+fn admin_api(commands: &mut Commands, subst: &Subst, token: &str, public: SocketAddr, dir: &Path) {
+    let mut next = || {
+        let cmd = subst
+            .apply(&commands.take("curl -s -H \"Authorization: Bearer $CHATGATE_ADMIN_TOKEN\""));
+        let (code, out, err) = sh(&cmd, &[("CHATGATE_ADMIN_TOKEN", token)], dir);
+        assert_eq!(code, 0, "{err}");
+        (
+            cmd,
+            serde_json::from_str::<Value>(&out).unwrap_or(Value::Null),
+        )
+    };
+    let (_, list) = next();
+    assert_eq!(list["keys"][0]["name"], "alice", "{list}");
+    let (cmd, bob) = next();
+    assert!(cmd.contains("-d '{\"name\": \"bob\""), "{cmd}");
+    let first = bob["secret"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{bob}"))
+        .to_owned();
+    assert_eq!(
+        (bob["rpm"].clone(), bob["models"].clone()),
+        (60.into(), serde_json::json!(["reasoning-model-k3"]))
+    );
+    assert_eq!(chat_status(public, &first), 200);
+    let (_, changed) = next();
+    assert_eq!(
+        (changed["rpm"].clone(), changed["budget"].clone()),
+        (120.into(), Value::Null)
+    );
+    let (_, rotated) = next();
+    let second = rotated["secret"].as_str().unwrap().to_owned();
+    assert_eq!(rotated["state"], "rotating");
+    assert_eq!(chat_status(public, &first), 200, "in its grace hour");
+    assert_eq!(chat_status(public, &second), 200);
+    let (_, gone) = next();
+    assert_eq!(gone, Value::Null, "204, no body");
+    assert_eq!(chat_status(public, &first), 401);
+    assert_eq!(chat_status(public, &second), 401);
+    let (_, trail) = next();
+    let actions: Vec<&str> = trail["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["key"] == "bob")
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["revoke", "rotate", "update", "create"]);
+    assert!(!trail.to_string().contains(&first) && !trail.to_string().contains(&second));
+
+    // The keys file into PostgreSQL, twice: the second finds them there.
+    let pg = PgServer::start();
+    let import = commands
+        .take("chatgate-smol keys import ")
+        .replace("postgres://chatgate@db.internal/chatgate", &pg.url());
+    for _ in 0..2 {
+        let (code, _, err) = sh(&subst.apply(&import), &[], dir);
+        assert_eq!(code, 0, "{err}");
+    }
+    let rows: i64 = pg
+        .client()
+        .query_one(
+            "SELECT count(*) FROM chatgate_keys WHERE name = 'alice'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
 }
 
 /// The config sample's `key = "value"` lines (the sample is flat).

@@ -1,10 +1,12 @@
 //! The admin listener's answers: `/metrics` (Prometheus text), `/healthz`
 //! (the process answers), `/readyz` (it can serve: keys loaded, ledger
 //! writable, a provider endpoint not ejected and reachable), `/upstreams`
-//! (each provider endpoint's state, as JSON) and the console: its page,
-//! login and JSON (`console.rs`), from what [`crate::console`] records. Pure: the runtime reads a request head (and a
-//! small body), gathers a [`Readiness`] when asked, and writes the bytes
-//! returned here.
+//! (each provider endpoint's state, as JSON), the console: its page, login
+//! and JSON (`console.rs`), from what [`crate::console`] records, and the
+//! admin API: the keys and their audit trail (`api.rs`). Pure: the runtime
+//! reads a request head (and a small body), gathers a [`Readiness`] when
+//! asked, makes the key store's changes [`admin_step`] hands it, and writes
+//! the bytes returned here.
 
 mod api;
 mod console;

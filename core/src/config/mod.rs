@@ -231,7 +231,11 @@ impl ServeConfig {
             ),
             endpoints_summary(&g.endpoints),
             keys,
-            self.keys_path,
+            if self.keys_path.contains("://") {
+                "postgres"
+            } else {
+                &self.keys_path
+            },
             g.default_limits.requests_per_minute,
             g.default_limits.tokens_per_minute,
             self.ledger_path,

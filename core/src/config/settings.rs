@@ -128,9 +128,9 @@ pub const SERVE_SETTINGS: &[Setting] = &[
     ),
     s(
         "keys",
-        "FILE",
+        "FILE|URL",
         None,
-        "Client keys file (TOML, written by `keys new`)",
+        "Client keys: a keys file (TOML, written by `keys new`), or a postgres:// URL (keys every instance shares)",
     ),
     s(
         "ledger",
