@@ -1,4 +1,6 @@
-// chatgate console: reads /api/overview every few seconds and draws it.
+// chatgate console: reads /api/overview every few seconds and draws it;
+// an administrator creates, edits, rotates and revokes keys through the
+// admin API (/api/keys), each change sent with the session's CSRF token.
 // No library, no other origin, no inline script or style (the page's
 // Content-Security-Policy allows none): charts are SVG built here.
 "use strict";
@@ -12,7 +14,20 @@ const state = {
   openKey: null,
   // Answers for a key opened before the current one are dropped.
   keyAsk: 0,
+  filter: "",
+  ticks: 0,
+  // The audit trail's next page (null: no older records).
+  auditBefore: null,
+  // The key being edited, and its fields as loaded (only what changes is sent).
+  editing: null,
+  loaded: null,
+  // The key a confirmation is for, and what it does.
+  confirming: null,
 };
+
+// Who is signed in: whether they may change keys, and the CSRF token
+// every change carries.
+const session = { actor: "", admin: false, csrf: null };
 
 // ---- formatting -------------------------------------------------------
 
@@ -185,10 +200,23 @@ function keyRow(k) {
     cell("budget", budget, "text"),
     cell("rate_limited", int(k.rate_limited)),
     cell("budget_refused", int(k.budget_refused)),
-    cell("in_flight", k.max_in_flight ? `${int(k.in_flight)} of ${int(k.max_in_flight)}` : int(k.in_flight)));
+    cell("in_flight", k.max_in_flight ? `${int(k.in_flight)} of ${int(k.max_in_flight)}` : int(k.in_flight)),
+    actionsCell(k));
   if (k.budget && used >= 1) tr.classList.add("over-budget");
   else if (k.budget && used >= 0.8) tr.classList.add("near-budget");
   return tr;
+}
+
+function actionsCell(k) {
+  const td = el("td", { class: "actions admin-only", dataset: { field: "actions" } });
+  if (!k.configured) return td;
+  const button = (label, what) => {
+    const b = el("button", { type: "button", class: `key-${what}`, "aria-label": `${label} ${k.name}` }, label);
+    b.addEventListener("click", () => (what === "edit" ? openForm(k.name) : openConfirm(k.name, what)).catch(showFailure));
+    return b;
+  };
+  td.append(button("Edit", "edit"), button("Rotate", "rotate"), button("Revoke", "revoke"));
+  return td;
 }
 
 function sortedKeys(keys) {
@@ -201,10 +229,12 @@ function sortedKeys(keys) {
   });
 }
 
-function drawKeys(keys) {
+function drawKeys(all) {
   const body = document.querySelector("#keys-table tbody");
+  const keys = all.filter((k) => k.name.toLowerCase().includes(state.filter));
   if (!keys.length) {
-    body.replaceChildren(el("tr", {}, el("td", { colspan: "11", class: "empty" }, "No keys yet.")));
+    const text = all.length ? "No key matches the filter." : "No keys yet.";
+    body.replaceChildren(el("tr", {}, el("td", { colspan: "12", class: "empty" }, text)));
     return;
   }
   // Keep the focus on a key's button across a refresh.
@@ -361,6 +391,215 @@ function closeKey() {
   if (b) b.focus();
 }
 
+// ---- changing keys ----------------------------------------------------
+
+// One call of the admin API: its JSON (null for 204), or an Error with
+// the API's own message.
+async function api(method, path, body) {
+  const headers = { "X-CSRF-Token": session.csrf || "" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, {
+    method, headers, cache: "no-store", body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (res.status === 401) { location.reload(); throw new Error("signed out"); }
+  const data = res.status === 204 ? null : await res.json().catch(() => null);
+  if (!res.ok) throw new Error(data && data.error ? data.error.message : `status ${res.status}`);
+  return data;
+}
+
+async function loadSession() {
+  const s = await api("GET", "/api/session");
+  Object.assign(session, s);
+  document.body.dataset.admin = String(Boolean(s.admin));
+  document.getElementById("who").textContent =
+    `Signed in as ${s.actor.replace(/^(token|user):/, "")}${s.admin ? "" : " (may look, not change)"}`;
+}
+
+const FORM_FIELDS = ["rpm", "tpm", "budget_usd", "budget_period", "max_in_flight", "models"];
+
+// The form's value of a field as the API takes it (null: the default).
+function formValue(field) {
+  const v = document.querySelector(`#key-form [name="${field}"]`).value.trim();
+  if (v === "") return null;
+  if (field === "budget_period") return v;
+  if (field === "models") return v.split(",").map((m) => m.trim()).filter((m) => m);
+  return Number(v);
+}
+
+function setField(field, v) {
+  document.querySelector(`#key-form [name="${field}"]`).value =
+    v === null || v === undefined ? "" : Array.isArray(v) ? v.join(", ") : String(v);
+}
+
+// Opens the form for a new key (no name) or to edit `name`.
+async function openForm(name) {
+  const dialog = document.getElementById("key-form");
+  document.getElementById("key-form-message").textContent = "";
+  state.editing = name || null;
+  state.loaded = null;
+  document.getElementById("key-form-name-row").hidden = Boolean(name);
+  document.getElementById("f-name").required = !name;
+  document.getElementById("key-form-h").textContent = name ? `Edit ${name}` : "New key";
+  document.getElementById("key-form-save").textContent = name ? "Save" : "Create";
+  document.getElementById("f-name").value = "";
+  for (const f of FORM_FIELDS) setField(f, null);
+  if (name) {
+    const k = await api("GET", `/api/keys/${encodeURIComponent(name)}`);
+    const fields = {
+      rpm: k.rpm, tpm: k.tpm, budget_usd: k.budget ? Number(k.budget.usd) : null,
+      budget_period: k.budget ? k.budget.period : null, max_in_flight: k.max_in_flight, models: k.models,
+    };
+    for (const f of FORM_FIELDS) setField(f, fields[f]);
+    state.loaded = Object.fromEntries(FORM_FIELDS.map((f) => [f, JSON.stringify(formValue(f))]));
+  }
+  dialog.showModal();
+  (name ? document.getElementById("f-rpm") : document.getElementById("f-name")).focus();
+}
+
+async function saveForm(e) {
+  e.preventDefault();
+  const message = document.getElementById("key-form-message");
+  message.textContent = "";
+  const body = {};
+  for (const f of FORM_FIELDS) {
+    const v = formValue(f);
+    // When editing, only what changed: an untouched default stays a default.
+    if (!state.loaded || state.loaded[f] !== JSON.stringify(v)) body[f] = v;
+  }
+  try {
+    let k;
+    if (state.editing) {
+      if (!Object.keys(body).length) { message.textContent = "Nothing changed."; return; }
+      k = await api("PATCH", `/api/keys/${encodeURIComponent(state.editing)}`, body);
+      notice(`Saved ${k.name}.`);
+    } else {
+      for (const f of Object.keys(body)) if (body[f] === null) delete body[f];
+      body.name = document.getElementById("f-name").value.trim();
+      k = await api("POST", "/api/keys", body);
+      notice(`Created ${k.name}.`);
+    }
+    document.getElementById("key-form").close();
+    if (k.secret) showSecret(k.name, k.secret);
+    changed();
+  } catch (err) {
+    message.textContent = err.message;
+  }
+}
+
+function openConfirm(name, what) {
+  state.confirming = { name, what };
+  document.getElementById("key-confirm-message").textContent = "";
+  document.getElementById("key-confirm-h").textContent = what === "rotate" ? `Rotate ${name}` : `Revoke ${name}`;
+  document.getElementById("key-confirm-text").textContent = what === "rotate"
+    ? `A new secret for ${name}, with the same limits. Its clients must switch to it before the current one stops working.`
+    : `Every secret of ${name} is refused at once, on every instance. This cannot be undone (a new key can be created).`;
+  document.getElementById("key-confirm-grace-row").hidden = what !== "rotate";
+  document.getElementById("f-grace").value = "24h";
+  document.getElementById("key-confirm-ok").textContent = what === "rotate" ? "Rotate" : "Revoke";
+  document.getElementById("key-confirm").showModal();
+  document.getElementById("key-confirm-cancel").focus();
+  return Promise.resolve();
+}
+
+async function confirmed(e) {
+  e.preventDefault();
+  const { name, what } = state.confirming;
+  const path = `/api/keys/${encodeURIComponent(name)}`;
+  try {
+    if (what === "rotate") {
+      const k = await api("POST", `${path}/rotate`, { grace: document.getElementById("f-grace").value.trim() });
+      document.getElementById("key-confirm").close();
+      notice(`Rotated ${name}: the previous secret works until ${time(k.previous_secret_expires)}.`);
+      showSecret(name, k.secret);
+    } else {
+      await api("DELETE", path);
+      document.getElementById("key-confirm").close();
+      notice(`Revoked ${name}.`);
+    }
+    changed();
+  } catch (err) {
+    document.getElementById("key-confirm-message").textContent = err.message;
+  }
+}
+
+function showSecret(name, secret) {
+  document.getElementById("secret-name").textContent = name;
+  const input = document.getElementById("secret-value");
+  input.value = secret;
+  document.getElementById("secret-copied").textContent = "";
+  document.getElementById("key-secret").showModal();
+  input.focus();
+  input.select();
+}
+
+async function copySecret() {
+  const input = document.getElementById("secret-value");
+  const said = document.getElementById("secret-copied");
+  try {
+    await navigator.clipboard.writeText(input.value);
+    said.textContent = "Copied to the clipboard.";
+  } catch {
+    // No clipboard API (a page not served from localhost or HTTPS).
+    input.select();
+    said.textContent = document.execCommand("copy") ? "Copied to the clipboard." : "Select the text and copy it.";
+  }
+}
+
+function closeSecret() {
+  const input = document.getElementById("secret-value");
+  input.value = "";
+  document.getElementById("key-secret").close();
+}
+
+function notice(text) {
+  document.getElementById("key-notice").textContent = text;
+}
+
+// After a change: the keys and the trail again, now.
+function changed() {
+  loadAudit(true).catch(showFailure);
+  if (state.openKey) closeKey();
+}
+
+// ---- the audit trail --------------------------------------------------
+
+function valueText(v) {
+  if (v === null || v === undefined) return "default";
+  return Array.isArray(v) ? v.join(", ") : String(v);
+}
+
+function changesText(action, changes) {
+  if (action === "revoke") {
+    const n = changes.length && changes[0].field === "secrets" ? changes[0].before : 1;
+    return `every secret refused (${n})`;
+  }
+  if (!changes.length) return "";
+  return changes.map((c) => (c.before === null ? `${c.field} ${valueText(c.after)}`
+    : `${c.field} ${valueText(c.before)} → ${valueText(c.after)}`)).join("; ");
+}
+
+// The newest page again (`reset`), or the next older one.
+async function loadAudit(reset) {
+  const before = reset ? "" : `&before=${state.auditBefore}`;
+  const d = await api("GET", `/api/audit?limit=20${before}`);
+  const rows = d.records.map((r) => el("tr", { dataset: { audit: String(r.id) } },
+    el("td", { class: "text" }, time(r.at)),
+    cell("actor", r.actor, "text"),
+    cell("address", r.address || "", "text"),
+    cell("action", r.action, "text"),
+    cell("key", r.key, "text"),
+    cell("changes", changesText(r.action, r.changes), "text")));
+  const body = document.querySelector("#audit-table tbody");
+  if (reset) {
+    body.replaceChildren(...(rows.length ? rows
+      : [el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No changes yet."))]));
+  } else {
+    body.append(...rows);
+  }
+  state.auditBefore = d.next_before;
+  document.getElementById("audit-more").hidden = !d.next_before;
+}
+
 // ---- refresh ----------------------------------------------------------
 
 function showFailure(e) {
@@ -382,6 +621,10 @@ async function refresh() {
     drawProviders(d.providers);
     drawFailures(d.failures);
     if (state.openKey) openKey(state.openKey, false).catch(showFailure);
+    // The trail's newest page every ten seconds, unless older pages are open.
+    if (++state.ticks % 5 === 0 && document.querySelectorAll("#audit-table tbody tr").length <= 20) {
+      loadAudit(true).catch(showFailure);
+    }
     document.getElementById("updated").textContent = `Updated ${time(d.now)}`;
     document.getElementById("status").textContent = "";
     document.body.dataset.updated = d.now;
@@ -396,9 +639,24 @@ async function refresh() {
 document.addEventListener("DOMContentLoaded", () => {
   buildCharts();
   setupSorting();
+  document.getElementById("key-filter").addEventListener("input", (e) => {
+    state.filter = e.target.value.trim().toLowerCase();
+    if (state.data) drawKeys(state.data.keys);
+  });
+  document.getElementById("key-new").addEventListener("click", () => openForm(null).catch(showFailure));
+  document.getElementById("key-form-form").addEventListener("submit", saveForm);
+  document.getElementById("key-form-cancel").addEventListener("click", () => document.getElementById("key-form").close());
+  document.getElementById("key-confirm-form").addEventListener("submit", confirmed);
+  document.getElementById("key-confirm-cancel").addEventListener("click", () => document.getElementById("key-confirm").close());
+  document.getElementById("secret-copy").addEventListener("click", () => copySecret());
+  document.getElementById("secret-done").addEventListener("click", closeSecret);
+  document.getElementById("key-secret").addEventListener("close", closeSecret);
+  document.getElementById("audit-more").addEventListener("click", () => loadAudit(false).catch(showFailure));
+  loadSession().then(() => loadAudit(true)).catch(showFailure);
   document.getElementById("key-close").addEventListener("click", closeKey);
   document.addEventListener("keydown", (e) => {
-    if (e.key === "Escape" && state.openKey) closeKey();
+    // Escape closes an open dialog first (the browser does that).
+    if (e.key === "Escape" && state.openKey && !document.querySelector("dialog[open]")) closeKey();
   });
   refresh();
 });

@@ -202,11 +202,11 @@ fn keys_set_changes_a_budget_within_a_second_and_refuses_bad_values(bin: &str) {
         ),
         (
             vec!["--budget-usd", "5", "--budget-period", "year"],
-            "budget_period: 'year' is not one of day, week, month, total",
+            "--budget-period: 'year' is not one of day, week, month, total",
         ),
         (
             vec!["--max-in-flight", "0"],
-            "max_in_flight: must be at least 1",
+            "--max-in-flight: must be at least 1",
         ),
     ] {
         let mut all = vec!["set", "test", "--keys", keys];
@@ -223,7 +223,7 @@ fn keys_set_changes_a_budget_within_a_second_and_refuses_bad_values(bin: &str) {
     }
     let (code, _, err) = keys_cmd(bin, &["set", "nobody", "--keys", keys, "--rpm", "5"]);
     assert_ne!(code, 0);
-    assert!(err.contains("no key named 'nobody'"), "{err}");
+    assert!(err.contains("no key is named 'nobody'"), "{err}");
     // `keys new` takes the same flags.
     let (code, _, err) = keys_cmd(
         bin,

@@ -433,6 +433,198 @@ fn the_console_in_a_browser_shows_the_ledger_limits_and_providers() {
     }
 }
 
+#[test]
+fn the_console_manages_keys_in_a_browser() {
+    let shots = shots_dir();
+    let browser = Browser::start();
+    for bin in RUNTIMES {
+        console_manages_keys(bin, &browser, &shots);
+    }
+}
+
+/// Clicks the element `css` selects (it must be there).
+fn click(browser: &Browser, css: &str) {
+    let found = browser.js(&format!(
+        "const e = document.querySelector({css:?}); if (!e) return false; e.click(); return true;"
+    ));
+    assert_eq!(found, true, "nothing to click at {css}");
+}
+
+/// Types `value` into the input `css` selects, as a user would (the
+/// page hears its `input` event).
+fn fill(browser: &Browser, css: &str, value: &str) {
+    browser.js(&format!(
+        "const e = document.querySelector({css:?}); e.value = {value:?}; \
+         e.dispatchEvent(new Event('input', {{ bubbles: true }})); return true;"
+    ));
+}
+
+/// The text of the first element `css` selects, once it has some.
+fn text_of(browser: &Browser, what: &str, css: &str) -> String {
+    browser
+        .until(
+            what,
+            PATIENCE,
+            &format!(
+                "const e = document.querySelector({css:?}); return e && (e.value || e.textContent)"
+            ),
+        )
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn notice_is(browser: &Browser, text: &str) {
+    browser.until(
+        &format!("the notice {text:?}"),
+        PATIENCE,
+        &format!("return document.getElementById('key-notice').textContent === {text:?}"),
+    );
+}
+
+fn dialog_open(browser: &Browser, id: &str) {
+    browser.until(
+        &format!("the dialog {id}"),
+        PATIENCE,
+        &format!("return document.getElementById('{id}').open"),
+    );
+}
+
+fn console_manages_keys(bin: &str, browser: &Browser, shots: &Path) {
+    let name = bin.trim_start_matches("chatgate-");
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = console_gateway(bin, &sim);
+    let admin = gw.admin_addr();
+    let base = format!("http://{admin}");
+    browser.cmd(
+        "POST",
+        "/window/rect",
+        Some(json!({"width": 1400, "height": 1000})),
+    );
+    browser.go(&format!("{base}/"));
+    browser.js(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; document.getElementById('login').submit();"
+    ));
+    browser.until(
+        "an administrator's session",
+        PATIENCE,
+        "return document.body.dataset.admin === 'true'",
+    );
+    let who = text_of(browser, "who is signed in", "#who");
+    assert_eq!(who, "Signed in as CONSOLE_TEST_TOKEN");
+
+    // A refusal is shown in the form, naming the field; nothing is made.
+    click(browser, "#key-new");
+    dialog_open(browser, "key-form");
+    fill(browser, "#f-name", "web team");
+    click(browser, "#key-form-save");
+    let refused = text_of(browser, "the form's refusal", "#key-form-message");
+    assert!(
+        refused.starts_with("name: 'web team' is not a key name"),
+        "{refused}"
+    );
+
+    // Created: the secret shown once, in a dialog that warns so.
+    fill(browser, "#f-name", "web-team");
+    fill(browser, "#f-rpm", "30");
+    fill(browser, "#f-budget", "3");
+    click(browser, "#key-form-save");
+    dialog_open(browser, "key-secret");
+    let secret = text_of(browser, "the new secret", "#secret-value");
+    assert!(secret.starts_with("sk-cg-"), "{secret}");
+    let warning = text_of(browser, "the warning", "#key-secret .warning");
+    assert!(warning.contains("only time it is shown"), "{warning}");
+    click(browser, "#secret-copy");
+    let copied = text_of(browser, "the copy", "#secret-copied");
+    assert!(
+        copied.contains("Cop") || copied.contains("Select"),
+        "{copied}"
+    );
+    browser.screenshot_of(None, &shots.join(format!("{name}-secret.png")));
+    click(browser, "#secret-done");
+    assert_eq!(
+        browser.js("return document.getElementById('secret-value').value"),
+        ""
+    );
+    let chat = |key: &str| {
+        request(
+            gw.addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(key),
+            Some(&body("")),
+        )
+        .status
+    };
+    assert_eq!(chat(&secret), 200);
+
+    // Filtered to it.
+    browser.until(
+        "the new key's row",
+        PATIENCE,
+        "return document.querySelector('#keys-table tr[data-key=\"web-team\"]')",
+    );
+    fill(browser, "#key-filter", "web");
+    browser.until(
+        "only the new key",
+        PATIENCE,
+        "const rows = [...document.querySelectorAll('#keys-table tbody tr[data-key]')].map(r => r.dataset.key); \
+         return rows.length === 1 && rows[0] === 'web-team'",
+    );
+    browser.screenshot_of(
+        Some("#keys"),
+        &shots.join(format!("{name}-keys-manage.png")),
+    );
+
+    // Edited: only what changed is sent, so the budget stays as it was.
+    click(browser, "#keys-table tr[data-key='web-team'] .key-edit");
+    dialog_open(browser, "key-form");
+    assert_eq!(text_of(browser, "the loaded limit", "#f-rpm"), "30");
+    fill(browser, "#f-rpm", "5");
+    browser.screenshot_of(None, &shots.join(format!("{name}-key-edit.png")));
+    click(browser, "#key-form-save");
+    notice_is(browser, "Saved web-team.");
+    let view = request(admin, "GET", "/api/keys/web-team", Some(TOKEN), None).json();
+    assert_eq!(
+        (view["rpm"].clone(), view["budget"]["usd"].clone()),
+        (json!(5), json!("3.000000000"))
+    );
+
+    // Rotated with no grace: the old secret refused, the new one works.
+    click(browser, "#keys-table tr[data-key='web-team'] .key-rotate");
+    dialog_open(browser, "key-confirm");
+    fill(browser, "#f-grace", "0s");
+    click(browser, "#key-confirm-ok");
+    dialog_open(browser, "key-secret");
+    let fresh = text_of(browser, "the rotated secret", "#secret-value");
+    assert_ne!(fresh, secret);
+    click(browser, "#secret-done");
+    eventually("the old secret refused", || chat(&secret) == 401);
+    assert_eq!(chat(&fresh), 200);
+
+    // Revoked.
+    click(browser, "#keys-table tr[data-key='web-team'] .key-revoke");
+    dialog_open(browser, "key-confirm");
+    browser.screenshot_of(None, &shots.join(format!("{name}-revoke.png")));
+    click(browser, "#key-confirm-ok");
+    notice_is(browser, "Revoked web-team.");
+    assert_eq!(chat(&fresh), 401);
+
+    // The trail shows each change, newest first, and no secret.
+    let actions = browser.until(
+        "the audit trail",
+        PATIENCE,
+        "const a = [...document.querySelectorAll('#audit-table td[data-field=\"action\"]')].map(t => t.textContent); \
+         return a.length >= 4 && a",
+    );
+    assert_eq!(actions, json!(["revoke", "rotate", "update", "create"]));
+    let trail = text_of(browser, "the trail's text", "#audit-table tbody");
+    assert!(trail.contains("rpm 30 → 5"), "{trail}");
+    assert!(!trail.contains(&secret) && !trail.contains(&fresh));
+    browser.screenshot_of(Some("#audit"), &shots.join(format!("{name}-audit.png")));
+    drop(gw);
+}
+
 fn console_in_a_browser(bin: &str, browser: &Browser, shots: &Path) {
     clear_of_midnight(Duration::from_secs(240));
     let name = bin.trim_start_matches("chatgate-");

@@ -330,7 +330,7 @@ fn keys_reload_revoke_and_rotate(bin: &str) {
     assert_eq!(kept_chat(&alice), 200, "the connection was not dropped");
     let (code, _, err) = run(bin, &["keys", "revoke", "bob", "--keys", &keys_s], &[]);
     assert_eq!(code, 2);
-    assert!(err.contains("no key named 'bob'"), "{err}");
+    assert!(err.contains("no key is named 'bob'"), "{err}");
     // Rotate: the new key works, the old one until its grace ends.
     let (code, out, err) = run(
         bin,
