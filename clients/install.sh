@@ -7,7 +7,9 @@
 #   - Codex CLI into clients/codex/node_modules, with `npm ci` from
 #     clients/codex/package-lock.json (tests/tests/responses.rs);
 #   - Claude Code into clients/claude/node_modules, the same way
-#     (tests/tests/messages.rs).
+#     (tests/tests/messages.rs);
+#   - node-oidc-provider into clients/oidc/node_modules, the same way
+#     (tests/tests/sso.rs: a real OpenID provider to sign in against).
 # Needs python3 (3.10 or newer, with venv) and node (20 or newer) with npm,
 # and access to PyPI and the npm registry. Safe to run again: each half is
 # skipped while its lock file (and interpreter) are unchanged.
@@ -61,4 +63,6 @@ npm_locked() {
 npm_locked node "$root/clients/node"
 npm_locked codex "$root/clients/codex"
 npm_locked claude "$root/clients/claude"
+# A real OpenID provider for the single sign-on tests (tests/tests/sso.rs).
+npm_locked oidc-provider "$root/clients/oidc"
 say "done"

@@ -130,7 +130,8 @@ impl Gateway {
         let console = crate::console::Console::named(
             config.console_token.as_ref().map(|t| t.expose()),
             &config.console_token_name,
-        );
+        )
+        .with_sso(config.sso.clone());
         Arc::new(Gateway {
             config,
             keys: RwLock::new(Arc::new(keys)),

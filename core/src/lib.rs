@@ -202,6 +202,7 @@ mod exchange;
 pub use admin::{
     AdminRequest, AdminRoute, ApiChange, ApiRoute, ApiStep, ConsoleRoute, MAX_ADMIN_BODY,
     Readiness, StoreFailure, admin_response, admin_route, admin_step, api_audit, api_changed,
+    sso_finish, sso_unavailable,
 };
 pub use exchange::{
     Accept, AdmitRequest, Connection, Event, Refusal, Settlement, SharedAdmission, UpstreamFailure,

@@ -22,7 +22,9 @@
 //! | `otlp.rs` | the OTLP trace receiver ([`OtlpReceiver`]) and the spans it decoded |
 //! | `resources.rs` | what the OS says: [`raise_fd_limit`], a process's resident memory ([`rss_kib`]) |
 //! | `noise.rs` | [`Noise`], deterministic hostile input from a seed |
+//! | `browser.rs` | headless Chromium over WebDriver ([`Browser`]), and what a user does on a page: [`click`], [`fill`], [`text_of`], [`dialog_open`] |
 
+mod browser;
 mod chat;
 mod gateway;
 mod http;
@@ -36,6 +38,7 @@ mod sim;
 mod tls;
 mod wait;
 
+pub use browser::{Browser, ENTER, ESCAPE, TAB, click, dialog_open, fill, text_of};
 pub use chat::{MODEL, body, stream_body};
 pub use gateway::{
     Gw, GwOptions, gateways_sharing_a_key, metric, mint, serve_refusing, start_demo,

@@ -115,6 +115,14 @@ pub enum ApiStep {
     /// Make this change in the key store on behalf of `actor`, then
     /// answer with [`api_changed`].
     Change(ApiChange),
+    /// Fetch the identity provider's discovery document
+    /// ([`crate::console::Sso::discovery_url`]) and the keys it names, give
+    /// them to [`crate::console::Sso::set_provider`], and ask again (once).
+    SsoDiscover,
+    /// Post this code to the identity provider's token endpoint
+    /// ([`crate::console::Sso::token_request`]), then answer with
+    /// [`super::sso_finish`].
+    SsoExchange(crate::console::Exchange),
     /// Read a page of the audit trail: up to `limit` records with ids below
     /// `before`, newest first; then answer with [`api_audit`].
     Audit {

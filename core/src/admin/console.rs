@@ -26,6 +26,13 @@ use crate::time::{Instant, rfc3339_ms};
 
 const INDEX: &str = include_str!("../../console/index.html");
 const LOGIN: &str = include_str!("../../console/login.html");
+/// After single sign-on: a page of this origin that opens the console, so
+/// that the browser sends the new `SameSite=Strict` session cookie (it
+/// would not on a redirect that began at the identity provider's site).
+const SIGNED_IN: &str = include_str!("../../console/signed-in.html");
+/// How long the identity provider's keys are used before they are read
+/// again.
+const PROVIDER_MAX_AGE_MS: u64 = 3_600_000;
 const OFF: &str = include_str!("../../console/off.html");
 const CSS: &str = include_str!("../../console/console.css");
 const JS: &str = include_str!("../../console/console.js");
@@ -44,11 +51,16 @@ pub enum ConsoleRoute {
     Logout,
     /// `GET /api/overview`.
     Overview,
+    /// `GET /sso/login`: single sign-on starts.
+    SsoLogin,
+    /// `GET /sso/callback?…`: the identity provider sends the browser
+    /// back (the query string).
+    SsoCallback(String),
 }
 
 /// The console's route for `method` (`GET` also for `HEAD`) and `path`,
 /// if it is one.
-pub(super) fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
+pub(super) fn console_route(get: bool, path: &str, query: &str) -> Option<ConsoleRoute> {
     Some(match (get, path) {
         (true, "/") => ConsoleRoute::Page,
         (true, "/console.css") => ConsoleRoute::File("text/css; charset=utf-8", CSS),
@@ -57,6 +69,8 @@ pub(super) fn console_route(get: bool, path: &str) -> Option<ConsoleRoute> {
         (false, "/login") => ConsoleRoute::Login,
         (false, "/logout") => ConsoleRoute::Logout,
         (true, "/api/overview") => ConsoleRoute::Overview,
+        (true, "/sso/login") => ConsoleRoute::SsoLogin,
+        (true, "/sso/callback") => ConsoleRoute::SsoCallback(query.to_owned()),
         _ => return None,
     })
 }
@@ -75,6 +89,8 @@ pub(super) struct Asking<'a> {
     /// The address the request came from (16 bytes, IPv4 mapped), when
     /// the runtime knows it.
     pub peer: Option<crate::console::Peer>,
+    /// Single sign-on is configured: the login form links to it.
+    pub sso: bool,
 }
 
 impl std::fmt::Debug for Asking<'_> {
@@ -129,7 +145,7 @@ pub(super) fn console_response(
         respond(
             status,
             html,
-            LOGIN.replace("{{message}}", message).as_bytes(),
+            login_page(message, ask.sso).as_bytes(),
             &[("WWW-Authenticate", "Bearer realm=\"chatgate console\"")],
             ask.head_only,
         )
@@ -161,6 +177,132 @@ pub(super) fn console_response(
             respond(200, json_type, &body, &[], ask.head_only)
         }
         ConsoleRoute::File(..) => unreachable!("answered above"),
+        ConsoleRoute::SsoLogin | ConsoleRoute::SsoCallback(_) => {
+            respond(404, html, b"", &[], ask.head_only)
+        }
+    }
+}
+
+/// Single sign-on's steps: its start (the browser sent to the identity
+/// provider, once its discovery document and keys are known) and its
+/// callback (the code handed to the runtime to exchange).
+pub(super) fn sso_step(
+    route: &ConsoleRoute,
+    host: Option<&str>,
+    cookie: Option<&str>,
+    gw: &Gateway,
+    now: Instant,
+    fresh: [u8; 32],
+) -> super::ApiStep {
+    use super::ApiStep;
+    let html = "text/html; charset=utf-8";
+    let Some(sso) = gw.console().sso() else {
+        return ApiStep::Answer(respond(
+            404,
+            html,
+            login_page("Single sign-on is not configured (sso_issuer).", false).as_bytes(),
+            &[],
+            false,
+        ));
+    };
+    let unix_ms = gw.wall().unix_ms(now);
+    match route {
+        ConsoleRoute::SsoLogin => {
+            if !sso.has_provider(unix_ms, PROVIDER_MAX_AGE_MS) {
+                return ApiStep::SsoDiscover;
+            }
+            let redirect = sso.redirect_uri(host.unwrap_or("localhost"));
+            match sso.begin(&fresh, &redirect, unix_ms) {
+                Some((url, cookie)) => ApiStep::Answer(respond(
+                    303,
+                    html,
+                    b"",
+                    &[("Location", &url), ("Set-Cookie", &cookie)],
+                    false,
+                )),
+                None => ApiStep::SsoDiscover,
+            }
+        }
+        ConsoleRoute::SsoCallback(query) => match sso.callback(query, cookie, unix_ms) {
+            Ok(exchange) => ApiStep::SsoExchange(exchange),
+            Err(why) => {
+                tracing::warn!("single sign-on refused: {why}");
+                ApiStep::Answer(respond(
+                    400,
+                    html,
+                    login_page(&format!("Single sign-on failed: {why}."), true).as_bytes(),
+                    &[("Set-Cookie", &clear_state())],
+                    false,
+                ))
+            }
+        },
+        _ => ApiStep::Answer(respond(404, html, b"", &[], false)),
+    }
+}
+
+/// The login page saying that the identity provider cannot be asked.
+pub(super) fn sso_unavailable(why: &str) -> Vec<u8> {
+    tracing::warn!("single sign-on: the identity provider cannot be asked: {why}");
+    respond(
+        503,
+        "text/html; charset=utf-8",
+        login_page(
+            &format!("The identity provider cannot be reached ({why}); try again, or use the admin token."),
+            true,
+        )
+        .as_bytes(),
+        &[("Retry-After", "5")],
+        false,
+    )
+}
+
+fn clear_state() -> String {
+    format!(
+        "{}=; Path=/sso; Max-Age=0; HttpOnly; SameSite=Lax",
+        crate::console::STATE_COOKIE
+    )
+}
+
+/// The answer to a single sign-on whose code the runtime exchanged:
+/// `answer` is the token endpoint's status and body, or why there was
+/// none; `fresh` is 32 random bytes, the new session's id.
+pub(super) fn sso_finish(
+    exchange: &crate::console::Exchange,
+    answer: Result<(u16, Vec<u8>), String>,
+    gw: &Gateway,
+    now: Instant,
+    fresh: [u8; 32],
+) -> Vec<u8> {
+    let html = "text/html; charset=utf-8";
+    let console = gw.console();
+    let (Some(sso), Some(access)) = (console.sso(), console.access()) else {
+        return respond(404, html, b"", &[], false);
+    };
+    let unix_ms = gw.wall().unix_ms(now);
+    let signed_in = answer.and_then(|(status, body)| sso.finish(exchange, status, &body, unix_ms));
+    match signed_in {
+        Ok(who) => {
+            tracing::info!(email = %who.email, admin = who.admin, "signed in to the console");
+            let session =
+                access.open_session_for(fresh, unix_ms, format!("user:{}", who.email), who.admin);
+            respond(
+                200,
+                html,
+                SIGNED_IN.as_bytes(),
+                &[("Set-Cookie", &session), ("Set-Cookie", &clear_state())],
+                false,
+            )
+        }
+        Err(why) => {
+            tracing::warn!("single sign-on refused: {why}");
+            respond(
+                403,
+                html,
+                login_page(&format!("Single sign-on failed: {why}."), true).as_bytes(),
+                &[("Set-Cookie", &clear_state())],
+                false,
+            )
+        }
     }
 }
 
@@ -200,7 +342,7 @@ pub(super) fn admitted(
             respond(
                 401,
                 "text/html; charset=utf-8",
-                LOGIN.replace("{{message}}", "").as_bytes(),
+                login_page("", ask.sso).as_bytes(),
                 &[("WWW-Authenticate", "Bearer realm=\"chatgate console\"")],
                 ask.head_only,
             )
@@ -216,6 +358,26 @@ pub(super) fn admitted(
             )
         }
     })
+}
+
+/// The login form with `message`, and a link to single sign-on when it
+/// is configured.
+fn login_page(message: &str, sso: bool) -> String {
+    let link = if sso {
+        "<p><a class=\"sso\" href=\"/sso/login\">Sign in with single sign-on</a></p>\n<p class=\"hint\">Or with the admin token:</p>\n"
+    } else {
+        ""
+    };
+    LOGIN
+        .replace("{{sso}}", link)
+        .replace("{{message}}", &html_escape(message))
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn to_vec(v: &Value) -> Vec<u8> {
@@ -365,7 +527,7 @@ fn throttled(route: &ConsoleRoute, secs: u64, head_only: bool) -> Vec<u8> {
         ConsoleRoute::Page | ConsoleRoute::Login => respond(
             429,
             "text/html; charset=utf-8",
-            LOGIN.replace("{{message}}", &message).as_bytes(),
+            login_page(&message, false).as_bytes(),
             &headers,
             head_only,
         ),
@@ -416,27 +578,32 @@ mod tests {
 
     #[test]
     fn routes() {
-        assert_eq!(console_route(true, "/"), Some(ConsoleRoute::Page));
-        assert_eq!(console_route(false, "/"), None);
-        assert_eq!(console_route(false, "/login"), Some(ConsoleRoute::Login));
+        assert_eq!(console_route(true, "/", ""), Some(ConsoleRoute::Page));
+        assert_eq!(console_route(false, "/", ""), None);
+        assert_eq!(console_route(false, "/login", ""), Some(ConsoleRoute::Login));
         // The keys are the API's.
-        assert_eq!(console_route(true, "/api/keys/team%40a.b"), None);
+        assert_eq!(console_route(true, "/api/keys/team%40a.b", ""), None);
         assert!(matches!(
-            console_route(true, "/console.js"),
+            console_route(true, "/console.js", ""),
             Some(ConsoleRoute::File("text/javascript; charset=utf-8", _))
         ));
-        assert_eq!(console_route(true, "/metrics"), None);
+        assert_eq!(console_route(true, "/metrics", ""), None);
+        assert_eq!(
+            console_route(true, "/sso/callback", "code=c&state=s"),
+            Some(ConsoleRoute::SsoCallback("code=c&state=s".into()))
+        );
     }
 
     #[test]
     fn the_files_load_nothing_from_elsewhere() {
-        for f in [INDEX, LOGIN, OFF, CSS, JS] {
+        for f in [INDEX, LOGIN, OFF, CSS, JS, SIGNED_IN] {
             // The SVG namespace is a name, not a place.
             let f = f.replace("http://www.w3.org/2000/svg", "");
             assert!(!f.contains("http://") && !f.contains("https://"));
             assert!(!f.contains("style=\""), "no inline style");
             assert!(!f.contains("<script>"), "no inline script");
         }
-        assert!(LOGIN.contains("{{message}}"));
+        assert!(LOGIN.contains("{{message}}") && LOGIN.contains("{{sso}}"));
+        assert!(!login_page("<b>", true).contains("<b>"));
     }
 }

@@ -81,6 +81,8 @@ pub struct AdminRequest {
     cookie: Option<String>,
     /// `X-CSRF-Token`.
     csrf: Option<String>,
+    /// `Host`: single sign-on's callback URL, unless configured.
+    host: Option<String>,
 }
 
 impl std::fmt::Debug for AdminRequest {
@@ -109,6 +111,8 @@ impl AdminRequest {
     pub fn needs_random(&self) -> bool {
         match &self.route {
             AdminRoute::Api(r) => r.mints(),
+            // A sign-in's state, nonce and PKCE verifier; then its session.
+            AdminRoute::Console(ConsoleRoute::SsoLogin | ConsoleRoute::SsoCallback(_)) => true,
             _ => self.logs_in(),
         }
     }
@@ -124,6 +128,7 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         authorization: None,
         cookie: None,
         csrf: None,
+        host: None,
     };
     let Ok(h) = parse_request_head(head, &HttpLimits::default()) else {
         return other(false);
@@ -137,10 +142,12 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         (true, "/upstreams") => AdminRoute::Upstreams,
         (_, path) => match ApiRoute::of(&h.method, path, query(head)) {
             Some(r) => AdminRoute::Api(r),
-            None if get || h.method == Method::Post => match console_route(get, path) {
-                Some(r) => AdminRoute::Console(r),
-                None => AdminRoute::Other,
-            },
+            None if get || h.method == Method::Post => {
+                match console_route(get, path, query(head)) {
+                    Some(r) => AdminRoute::Console(r),
+                    None => AdminRoute::Other,
+                }
+            }
             None => AdminRoute::Other,
         },
     };
@@ -167,6 +174,7 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         authorization: h.authorization,
         cookie: text("cookie"),
         csrf: text("x-csrf-token"),
+        host: text("host"),
     }
 }
 
@@ -197,6 +205,18 @@ pub fn admin_step(
     fresh: [u8; 32],
     peer: Option<crate::console::Peer>,
 ) -> ApiStep {
+    if let AdminRoute::Console(r @ (ConsoleRoute::SsoLogin | ConsoleRoute::SsoCallback(_))) =
+        &req.route
+    {
+        return console::sso_step(
+            r,
+            req.host.as_deref(),
+            req.cookie.as_deref(),
+            gw,
+            now,
+            fresh,
+        );
+    }
     let AdminRoute::Api(route) = &req.route else {
         return ApiStep::Answer(admin_response(req, body, gw, ready, now, fresh, peer));
     };
@@ -216,6 +236,7 @@ pub fn admin_step(
         cookie: req.cookie.as_deref(),
         body,
         peer,
+        sso: gw.console().sso().is_some(),
     };
     let who = match console::admitted(ask, access, gw.wall().unix_ms(now), false) {
         Ok(who) => who,
@@ -233,6 +254,24 @@ pub fn admin_step(
         ));
     }
     api::api_step(route, &who, body, req.csrf.as_deref(), gw, now, fresh)
+}
+
+/// The answer to a single sign-on whose code the runtime exchanged at the
+/// identity provider's token endpoint: its status and body, or why there
+/// was none. `fresh` is 32 random bytes: the session's id.
+pub fn sso_finish(
+    exchange: &crate::console::Exchange,
+    answer: Result<(u16, Vec<u8>), String>,
+    gw: &Gateway,
+    now: Instant,
+    fresh: [u8; 32],
+) -> Vec<u8> {
+    console::sso_finish(exchange, answer, gw, now, fresh)
+}
+
+/// The answer when the identity provider cannot be asked: `why`.
+pub fn sso_unavailable(why: &str) -> Vec<u8> {
+    console::sso_unavailable(why)
 }
 
 /// The whole response (with `Connection: close`) to a routed request at
@@ -257,6 +296,7 @@ pub fn admin_response(
                 cookie: req.cookie.as_deref(),
                 body,
                 peer,
+                sso: gw.console().sso().is_some(),
             },
             gw,
             now,

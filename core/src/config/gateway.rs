@@ -148,6 +148,8 @@ pub struct GatewayConfig {
     pub console_token: Option<super::Secret>,
     /// The variable the admin token is in: the audit trail's `token:NAME`.
     pub console_token_name: String,
+    /// Single sign-on to the console, when configured.
+    pub sso: Option<crate::console::SsoConfig>,
 }
 
 /// Rate limits decided by a store shared by several gateway instances.
@@ -188,6 +190,7 @@ impl GatewayConfig {
             trace: None,
             console_token: None,
             console_token_name: "admin".into(),
+            sso: None,
         }
     }
 

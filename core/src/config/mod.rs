@@ -156,6 +156,7 @@ impl ServeConfig {
             None => None,
         };
         gateway.console_token = console_token(&r)?;
+        gateway.sso = sso(&r, gateway.console_token.is_some())?;
         if let Some((var, _)) = r.get("admin_token_env") {
             gateway.console_token_name = var;
         }
@@ -279,6 +280,75 @@ fn console_token(r: &Resolver) -> Result<Option<Secret>, ConfigError> {
         ))),
         Some(t) => Ok(Some(Secret::new(t.clone()))),
     }
+}
+
+/// Single sign-on, when `sso_issuer` is set: every setting it needs, or
+/// the one that is missing.
+fn sso(r: &Resolver, console: bool) -> Result<Option<crate::console::SsoConfig>, ConfigError> {
+    let Some((issuer, _)) = r.get("sso_issuer") else {
+        for k in [
+            "sso_client_id",
+            "sso_client_secret_env",
+            "sso_allowed",
+            "sso_admins",
+            "sso_redirect_url",
+        ] {
+            if r.get(k).is_some() {
+                return Err(ConfigError(format!(
+                    "{k}: single sign-on needs sso_issuer too"
+                )));
+            }
+        }
+        return Ok(None);
+    };
+    if !console {
+        return Err(ConfigError(
+            "sso_issuer: single sign-on opens the console, which needs admin_token_env (the token keeps working for automation)".into(),
+        ));
+    }
+    if !issuer.starts_with("https://") && !issuer.starts_with("http://") {
+        return Err(ConfigError(format!(
+            "sso_issuer: '{issuer}' is not an http(s) URL"
+        )));
+    }
+    let need = |k: &str| {
+        r.get(k)
+            .map(|(v, _)| v)
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| ConfigError(format!("{k}: single sign-on (sso_issuer) needs it")))
+    };
+    let client_id = need("sso_client_id")?;
+    let var = need("sso_client_secret_env")?;
+    let secret = r.env.get(&var).filter(|v| !v.is_empty()).ok_or_else(|| {
+        ConfigError(format!(
+            "sso_client_secret_env: the environment variable {var} is not set"
+        ))
+    })?;
+    let list = |k: &str| -> Vec<String> {
+        r.get(k)
+            .map(|(v, _)| {
+                v.split(',')
+                    .map(|e| e.trim().to_owned())
+                    .filter(|e| !e.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (allowed, admins) = (list("sso_allowed"), list("sso_admins"));
+    if allowed.is_empty() && admins.is_empty() {
+        return Err(ConfigError(
+            "sso_allowed: say who may sign in (sso_allowed and/or sso_admins: addresses or @domains)".into(),
+        ));
+    }
+    Ok(Some(crate::console::SsoConfig {
+        issuer,
+        client_id,
+        client_secret: Secret::new(secret.as_str()),
+        allowed,
+        admins,
+        redirect_url: r.get("sso_redirect_url").map(|(v, _)| v),
+        login_timeout_ms: r.duration("sso_login_timeout")?.as_millis() as u64,
+    }))
 }
 
 /// A switch: `true` or `false` (also `1`/`0`, `yes`/`no`, `on`/`off`;
@@ -480,6 +550,43 @@ fn positive(r: &Resolver, key: &str) -> Result<u64, ConfigError> {
 mod tests {
     use super::*;
     use crate::catalog::Price;
+
+    #[test]
+    fn single_sign_on_needs_its_settings() {
+        let base = [
+            ("upstream", "http://h/v1"),
+            ("keys", "k"),
+            ("admin_listen", "127.0.0.1:0"),
+            ("admin_token_env", "T"),
+            ("sso_issuer", "https://id.example"),
+            ("sso_client_id", "chatgate"),
+            ("sso_client_secret_env", "S"),
+            ("sso_admins", "boss@example.com"),
+            ("sso_allowed", "@example.com, x@y.org"),
+        ];
+        let env = [("T", "admin-token-0123456789"), ("S", "secret")];
+        let c = ServeConfig::resolve(sources(&base, &env, None)).unwrap();
+        let sso = c.gateway.sso.unwrap();
+        assert_eq!(sso.allowed, ["@example.com", "x@y.org"]);
+        assert_eq!(sso.login_timeout_ms, 600_000);
+        assert_eq!(sso.client_secret.expose(), "secret");
+        let without = |key: &str| {
+            let flags: Vec<(&str, &str)> = base.iter().copied().filter(|(k, _)| *k != key).collect();
+            ServeConfig::resolve(sources(&flags, &env, None)).unwrap_err().0
+        };
+        assert!(without("admin_token_env").contains("needs admin_token_env"));
+        assert!(without("sso_client_id").starts_with("sso_client_id:"));
+        assert!(without("sso_issuer").contains("needs sso_issuer too"));
+        let e = ServeConfig::resolve(sources(&base, &env[..1], None)).unwrap_err().0;
+        assert!(e.contains("S is not set"), "{e}");
+        let nobody: Vec<(&str, &str)> = base
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "sso_admins" && *k != "sso_allowed")
+            .collect();
+        let e = ServeConfig::resolve(sources(&nobody, &env, None)).unwrap_err().0;
+        assert!(e.contains("who may sign in"), "{e}");
+    }
 
     fn sources(flags: &[(&str, &str)], env: &[(&str, &str)], file: Option<&str>) -> Sources {
         Sources {

@@ -61,6 +61,48 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Environment variable holding the admin token that opens the console on the admin listener (at least 16 characters); the console is off unless set",
     ),
     s(
+        "sso_issuer",
+        "URL",
+        None,
+        "Single sign-on to the console with this OpenID Connect provider (its issuer URL); needs sso_client_id, sso_client_secret_env and sso_allowed or sso_admins",
+    ),
+    s(
+        "sso_client_id",
+        "ID",
+        None,
+        "This gateway's client id at the OpenID provider",
+    ),
+    s(
+        "sso_client_secret_env",
+        "NAME",
+        None,
+        "Environment variable holding the client secret at the OpenID provider",
+    ),
+    s(
+        "sso_allowed",
+        "LIST",
+        None,
+        "Who may sign in and look: e-mail addresses and @domains, comma-separated",
+    ),
+    s(
+        "sso_admins",
+        "LIST",
+        None,
+        "Who may sign in and change keys: e-mail addresses and @domains, comma-separated",
+    ),
+    s(
+        "sso_redirect_url",
+        "URL",
+        None,
+        "The callback URL registered at the provider (default: http://HOST/sso/callback, HOST as the browser asked for the admin listener)",
+    ),
+    s(
+        "sso_login_timeout",
+        "DURATION",
+        Some("10m"),
+        "How long a sign-in may take at the provider",
+    ),
+    s(
         "ledger_postgres",
         "URL",
         None,

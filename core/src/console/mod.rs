@@ -17,12 +17,14 @@
 //! | file | job |
 //! |---|---|
 //! | `access.rs` | the admin token, the login form and the sessions |
+//! | `sso.rs` | single sign-on with OpenID Connect: the sign-in's state, nonce and PKCE, the ID token checked, who may enter and who may change |
 //! | `book.rs` | each key's and each model's last 24 hours by the hour, and the newest failures |
 //! | `throttle.rs` | failed logins by address, and the growing wait after them |
 //! | `timeline.rs` | the last hour in ten-second slots, with latency histograms |
 
 mod access;
 mod book;
+mod sso;
 mod throttle;
 mod timeline;
 
@@ -36,6 +38,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 pub(crate) use access::form_value;
 pub use access::{Access, COOKIE, SESSION_SECS, Who};
 pub use book::{Failure, Tally};
+pub use sso::{Exchange, STATE_COOKIE, SignedIn, Sso, SsoConfig};
 pub use throttle::{Peer, Throttle};
 pub use timeline::{Point, SLOT_SECS, SLOTS};
 
@@ -45,6 +48,7 @@ use crate::ledger::LedgerRecord;
 #[derive(Debug)]
 pub struct Console {
     access: Option<Access>,
+    sso: Option<Sso>,
     timeline: Mutex<timeline::Timeline>,
     book: Mutex<book::Book>,
 }
@@ -66,6 +70,7 @@ impl Console {
     pub fn named(token: Option<&str>, name: &str) -> Console {
         Console {
             access: token.map(|t| Access::named(t, name)),
+            sso: None,
             timeline: Mutex::default(),
             book: Mutex::default(),
         }
@@ -74,6 +79,17 @@ impl Console {
     /// On: an admin token is configured.
     pub fn is_on(&self) -> bool {
         self.access.is_some()
+    }
+
+    /// With single sign-on too.
+    pub fn with_sso(mut self, sso: Option<SsoConfig>) -> Console {
+        self.sso = sso.map(Sso::new);
+        self
+    }
+
+    /// Single sign-on, when configured.
+    pub fn sso(&self) -> Option<&Sso> {
+        self.sso.as_ref()
     }
 
     /// Who may read it, when it is on.

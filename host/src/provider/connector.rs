@@ -393,3 +393,57 @@ where
         }
     }
 }
+
+/// Reads a whole response from `s`: its head, its body (at most
+/// `max_body` bytes kept; `None` keeps nothing, for answers whose body
+/// does not matter), and whether the connection can carry another
+/// request. For the gateway's own requests (trace exports, single
+/// sign-on). A body that is not HTTP is `InvalidData`, a peer that closes
+/// mid-answer `UnexpectedEof`.
+pub(crate) async fn read_response<S>(
+    s: &mut S,
+    max_body: Option<usize>,
+) -> io::Result<(chatgate_core::http::ResponseHead, Vec<u8>, bool)>
+where
+    S: futures_lite::AsyncRead + Unpin,
+{
+    use chatgate_core::http::{BodyDecoder, Framing, HttpLimits};
+    use futures_lite::AsyncReadExt;
+    let limits = HttpLimits::default();
+    let mut chunk = [0u8; 4096];
+    let (head, mut rest) = read_response_head(s, &limits).await?;
+    let mut decoder = BodyDecoder::new(head.framing, limits);
+    let (mut body, mut sink) = (Vec::new(), Vec::new());
+    loop {
+        let used = decoder
+            .decode(&rest, &mut sink)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        rest.drain(..used);
+        if let Some(max) = max_body {
+            if body.len() + sink.len() > max {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("an answer longer than {max} bytes"),
+                ));
+            }
+            body.extend_from_slice(&sink);
+        }
+        sink.clear();
+        if decoder.is_done() {
+            break;
+        }
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            if head.framing == Framing::UntilClose {
+                return Ok((head, body, false));
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the peer closed the connection mid-answer",
+            ));
+        }
+        rest.extend_from_slice(&chunk[..n]);
+    }
+    let reusable = head.keep_alive && rest.is_empty();
+    Ok((head, body, reusable))
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chatgate_core::http::HeadScanner;
 use chatgate_core::{AdminRoute, ApiChange, ApiStep, AuditRecord, Readiness, StoreFailure};
-use chatgate_core::{admin_route, admin_step, api_audit, api_changed};
+use chatgate_core::{admin_route, admin_step, api_audit, api_changed, sso_finish, sso_unavailable};
 
 /// How often the console's gauges (requests in flight, streams) are
 /// sampled.
@@ -107,7 +107,7 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
             std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             std::net::IpAddr::V6(v6) => v6.octets(),
         });
-        let step = admin_step(
+        let mut step = admin_step(
             &req,
             &body,
             &shared.gateway,
@@ -116,12 +116,41 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
             fresh,
             peer,
         );
+        let sso = shared.gateway.console().sso();
+        if let (ApiStep::SsoDiscover, Some(sso)) = (&step, sso) {
+            let now_ms = shared.gateway.wall().unix_ms(now);
+            step = match crate::serving::sso::discover(&rt, sso, now_ms).await {
+                Ok(()) => match admin_step(&req, &body, &shared.gateway, None, now, fresh, peer) {
+                    ApiStep::SsoDiscover => {
+                        ApiStep::Answer(sso_unavailable("its keys could not be used"))
+                    }
+                    again => again,
+                },
+                Err(why) => ApiStep::Answer(sso_unavailable(&why)),
+            };
+        }
         let out = match step {
             ApiStep::Answer(out) => out,
             ApiStep::Change(change) => {
                 let address = addr.map(|a| a.ip().to_string());
                 let result = store_change(&shared, &change, address).await;
                 api_changed(&change, result, &shared.gateway, crate::runtime::now())
+            }
+            ApiStep::SsoDiscover => sso_unavailable("single sign-on is not configured"),
+            ApiStep::SsoExchange(exchange) => {
+                let answer = match sso {
+                    Some(sso) => crate::serving::sso::exchange(&rt, sso, &exchange).await,
+                    None => Err("single sign-on is not configured".into()),
+                };
+                // The session's id: fresh bytes, not the sign-in's.
+                let session = crate::runtime::random_32();
+                sso_finish(
+                    &exchange,
+                    answer,
+                    &shared.gateway,
+                    crate::runtime::now(),
+                    session,
+                )
             }
             ApiStep::Audit { before, limit } => {
                 let result = match shared.keys.clone() {

@@ -13,10 +13,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate_core::http::{BodyDecoder, Framing, HttpLimits};
 use chatgate_core::trace::{Span, Tracer, encode_export};
 use chatgate_core::{Gateway, OtlpExport};
-use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
+use futures_lite::{AsyncWriteExt, future};
 
 use crate::error::Error;
 use crate::provider::connector::{Connector, OutboundStream};
@@ -262,44 +261,18 @@ async fn send<R: Runtime>(
 }
 
 /// Reads one response: its status, `Retry-After` (seconds), and whether
-/// the connection can carry another export. A body that is not HTTP is
-/// `InvalidData`, a collector that closes first `UnexpectedEof`.
+/// the connection can carry another export.
 async fn read_response<T>(
     s: &mut OutboundStream<T>,
 ) -> std::io::Result<(u16, Option<Duration>, bool)>
 where
     OutboundStream<T>: futures_lite::AsyncRead + Unpin,
 {
-    let limits = HttpLimits::default();
-    let mut chunk = [0u8; 4096];
-    let (head, mut rest) = crate::provider::connector::read_response_head(s, &limits).await?;
+    let (head, _, reusable) = crate::provider::connector::read_response(s, None).await?;
     let retry_after = head
         .retry_after
         .as_deref()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
-    let mut decoder = BodyDecoder::new(head.framing, limits);
-    let mut sink = Vec::new();
-    loop {
-        let used = decoder
-            .decode(&rest, &mut sink)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        rest.drain(..used);
-        sink.clear();
-        if decoder.is_done() {
-            break;
-        }
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            if head.framing == Framing::UntilClose {
-                return Ok((head.status, retry_after, false));
-            }
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the collector closed the connection mid-answer",
-            ));
-        }
-        rest.extend_from_slice(&chunk[..n]);
-    }
-    Ok((head.status, retry_after, head.keep_alive && rest.is_empty()))
+    Ok((head.status, retry_after, reusable))
 }
