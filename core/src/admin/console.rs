@@ -580,7 +580,10 @@ mod tests {
     fn routes() {
         assert_eq!(console_route(true, "/", ""), Some(ConsoleRoute::Page));
         assert_eq!(console_route(false, "/", ""), None);
-        assert_eq!(console_route(false, "/login", ""), Some(ConsoleRoute::Login));
+        assert_eq!(
+            console_route(false, "/login", ""),
+            Some(ConsoleRoute::Login)
+        );
         // The keys are the API's.
         assert_eq!(console_route(true, "/api/keys/team%40a.b", ""), None);
         assert!(matches!(

@@ -571,20 +571,27 @@ mod tests {
         assert_eq!(sso.login_timeout_ms, 600_000);
         assert_eq!(sso.client_secret.expose(), "secret");
         let without = |key: &str| {
-            let flags: Vec<(&str, &str)> = base.iter().copied().filter(|(k, _)| *k != key).collect();
-            ServeConfig::resolve(sources(&flags, &env, None)).unwrap_err().0
+            let flags: Vec<(&str, &str)> =
+                base.iter().copied().filter(|(k, _)| *k != key).collect();
+            ServeConfig::resolve(sources(&flags, &env, None))
+                .unwrap_err()
+                .0
         };
         assert!(without("admin_token_env").contains("needs admin_token_env"));
         assert!(without("sso_client_id").starts_with("sso_client_id:"));
         assert!(without("sso_issuer").contains("needs sso_issuer too"));
-        let e = ServeConfig::resolve(sources(&base, &env[..1], None)).unwrap_err().0;
+        let e = ServeConfig::resolve(sources(&base, &env[..1], None))
+            .unwrap_err()
+            .0;
         assert!(e.contains("S is not set"), "{e}");
         let nobody: Vec<(&str, &str)> = base
             .iter()
             .copied()
             .filter(|(k, _)| *k != "sso_admins" && *k != "sso_allowed")
             .collect();
-        let e = ServeConfig::resolve(sources(&nobody, &env, None)).unwrap_err().0;
+        let e = ServeConfig::resolve(sources(&nobody, &env, None))
+            .unwrap_err()
+            .0;
         assert!(e.contains("who may sign in"), "{e}");
     }
 
