@@ -1120,7 +1120,7 @@ fn command_line(bin: &str) {
     for needle in [
         "--upstream <URL>",
         "CHATGATE_UPSTREAM",
-        "--keys <FILE>",
+        "--keys <FILE|URL>",
         "--ledger",
         "CHATGATE_UPSTREAM_API_KEY",
         "--config",
