@@ -28,7 +28,7 @@ cases!(
     a_bad_admin_token_setting_refuses_to_start,
     the_login_form_opens_a_strict_session_and_logout_ends_it,
     after_a_restart_the_console_reads_its_figures_from_the_ledger,
-    with_redis_each_instance_shows_its_own_and_says_so,
+    with_redis_and_postgres_every_console_shows_the_cluster,
     wrong_tokens_make_their_address_wait,
 );
 
@@ -904,18 +904,50 @@ fn overview(admin: SocketAddr) -> Value {
     r.json()
 }
 
-fn with_redis_each_instance_shows_its_own_and_says_so(bin: &str) {
+/// Two instances, one of each binary, sharing Redis and the ledger in
+/// PostgreSQL: each console shows every instance's requests, spend and
+/// requests in flight for a key, and says which figures are whose.
+fn with_redis_and_postgres_every_console_shows_the_cluster(bin: &str) {
     let redis = RedisServer::start();
+    let pg = PgServer::start();
     let sim = Sim::start(bin, &[], &[]);
     let dir = tempfile::tempdir().unwrap();
     let key = mint(bin, dir.path(), "shared", None, None);
-    let keys = std::fs::read_to_string(dir.path().join("keys.toml")).unwrap();
-    let mut gws: Vec<(Gw, SocketAddr)> = (0..2)
-        .map(|_| {
+    let keys_path = dir.path().join("keys.toml").to_string_lossy().into_owned();
+    let (code, _, err) = run(
+        bin,
+        &[
+            "keys",
+            "set",
+            "shared",
+            "--keys",
+            &keys_path,
+            "--budget-usd",
+            "10",
+            "--max-in-flight",
+            "5",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let keys = std::fs::read_to_string(&keys_path).unwrap();
+    let other = if bin == "chatgate-smol" {
+        "chatgate-tokio"
+    } else {
+        "chatgate-smol"
+    };
+    let mut gws: Vec<(Gw, SocketAddr)> = [bin, other]
+        .into_iter()
+        .map(|b| {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("keys.toml"), &keys).unwrap();
-            let opts = console_options(vec!["--redis".into(), redis.url()]);
-            let mut gw = Gw::start_with_keys(bin, &sim.url(), opts, dir, key.clone());
+            let opts = console_options(vec![
+                "--redis".into(),
+                redis.url(),
+                "--ledger-postgres".into(),
+                pg.url(),
+            ]);
+            let mut gw = Gw::start_with_keys(b, &sim.url(), opts, dir, key.clone());
             let admin = gw.admin_addr();
             (gw, admin)
         })
@@ -925,21 +957,43 @@ fn with_redis_each_instance_shows_its_own_and_says_so(bin: &str) {
             assert_eq!(gw.chat(&body("")).status, 200);
         }
     }
-    for (i, (gw, admin)) in gws.iter().enumerate() {
-        gw.ledger_len(i + 1);
-        let o = overview(*admin);
+    let cost: u64 = gws
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (gw, _))| gw.ledger_len(i + 1))
+        .map(|r| r.cost_nano_usd)
+        .sum();
+    for (_, admin) in &gws {
+        // The first look starts the gathering; the figures follow.
+        let mut o = overview(*admin);
+        eventually("every instance's figures", || {
+            o = overview(*admin);
+            o["keys"][0]["requests"] == 3 && o["keys"][0]["budget"]["spent_nano_usd"] == cost
+        });
+        let scope = o["scope"].as_str().unwrap();
         assert!(
-            o["scope"]
-                .as_str()
-                .unwrap()
-                .contains("each console shows its own"),
-            "{}",
-            o["scope"]
+            scope.starts_with("all instances for each key's requests"),
+            "{scope}"
         );
-        // This instance's requests: its own ledger's, not the other's.
+        assert_eq!(
+            o["cluster"],
+            json!({"today": true, "budgets_and_in_flight": true})
+        );
         assert_eq!(o["keys"][0]["name"], "shared");
-        assert_eq!(o["keys"][0]["requests"], (i + 1) as u64, "{o}");
     }
+    // A request held open on the second instance is in flight on the
+    // first one's page.
+    let slow = {
+        let (addr, key) = (gws[1].0.addr, key.clone());
+        std::thread::spawn(move || {
+            let b = body(r#""x_sim":{"ttft_ms":4000}"#);
+            request(addr, "POST", "/v1/chat/completions", Some(&key), Some(&b)).status
+        })
+    };
+    eventually("the other instance's request in flight", || {
+        overview(gws[0].1)["keys"][0]["in_flight"] == 1
+    });
+    assert_eq!(slow.join().unwrap(), 200);
 }
 
 /// Three wrong tokens are free; then each wrong one makes the address wait

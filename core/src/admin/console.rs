@@ -413,6 +413,9 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
     // The keys file's keys in its order, then others with requests in the
     // last day; their tallies copied out, so that requests finishing meanwhile
     // wait on the book's lock for as little as possible.
+    console.looked(unix_ms);
+    let cluster = console.cluster(unix_ms);
+    let shared_quota = cluster.as_ref().and_then(|c| c.quota.as_ref());
     let (rows, model_rows, failures) = {
         let book = console.book();
         let mut seen = rustc_hash::FxHashSet::default();
@@ -429,10 +432,24 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
             .collect();
         others.sort_unstable();
         names.extend(others);
+        if let Some(today) = cluster.as_ref().and_then(|c| c.today.as_ref()) {
+            let mut more: Vec<String> = today
+                .keys()
+                .filter(|k| !k.is_empty() && !names.contains(k))
+                .cloned()
+                .collect();
+            more.sort_unstable();
+            names.extend(more);
+        }
         let rows: Vec<(String, Tally)> = names
             .into_iter()
             .map(|n| {
-                let t = book.since(&n, day_start);
+                // The shared ledger's tally when it was read (every
+                // instance's), else this instance's.
+                let t = match cluster.as_ref().and_then(|c| c.today.as_ref()) {
+                    Some(today) => today.get(&n).copied().unwrap_or_default(),
+                    None => book.since(&n, day_start),
+                };
                 (n, t)
             })
             .collect();
@@ -445,8 +462,10 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
             let name = name.as_str();
             let entry = entries.get(name).copied();
             let status = quota.get(name);
+            let shared = shared_quota.and_then(|q| q.get(name));
             let budget = entry.and_then(|e| e.quota.budget).map(|b| {
-                let spent = status.map_or(0, |s| s.spent_in(b.period));
+                let spent =
+                    shared.map_or_else(|| status.map_or(0, |s| s.spent_in(b.period)), |s| s.0);
                 json!({
                     "limit_usd": format_usd(b.limit_nano),
                     "limit_nano_usd": b.limit_nano,
@@ -461,7 +480,8 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
             v["configured"] = json!(entry.is_some());
             v["budget"] = budget.unwrap_or(Value::Null);
             v["max_in_flight"] = json!(entry.and_then(|e| e.quota.max_in_flight));
-            v["in_flight"] = json!(status.map_or(0, |s| s.in_flight));
+            v["in_flight"] =
+                json!(shared.map_or_else(|| status.map_or(0, |s| s.in_flight), |s| s.1));
             v["queued"] = json!(status.map_or(0, |s| s.queued));
             v
         })
@@ -494,10 +514,10 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
         .collect();
     json!({
         "now": rfc3339_ms(unix_ms),
-        "scope": if gw.config().shared_limits.is_some() {
-            "this instance (instances share budgets through Redis, but each console shows its own requests; the usage report over the shared ledger is the cluster-wide truth)"
-        } else {
-            "this instance"
+        "scope": scope(cluster.as_ref(), gw.config().shared_limits.is_some()),
+        "cluster": {
+            "today": cluster.as_ref().is_some_and(|c| c.today.is_some()),
+            "budgets_and_in_flight": shared_quota.is_some(),
         },
         "slot_secs": SLOT_SECS,
         "points": points,
@@ -511,6 +531,19 @@ fn overview(gw: &Gateway, console: &Console, now: Instant, unix_ms: u64) -> Valu
         "providers": providers,
         "failures": failures,
     })
+}
+
+/// Which figures the page shows are every instance's, in words.
+fn scope(cluster: Option<&crate::console::ClusterFigures>, redis: bool) -> String {
+    let today = cluster.is_some_and(|c| c.today.is_some());
+    let quota = cluster.is_some_and(|c| c.quota.is_some());
+    match (today, quota) {
+        (true, true) => "all instances for each key's requests, tokens and cost today (the shared ledger in PostgreSQL, a second or so behind), spend in its budget period and requests in flight (Redis); this instance for the charts, models, providers and failures".into(),
+        (true, false) => "all instances for each key's requests, tokens and cost today (the shared ledger in PostgreSQL, a second or so behind); this instance for spend, requests in flight, the charts, models, providers and failures".into(),
+        (false, true) => "all instances for each key's spend in its budget period and requests in flight (Redis); this instance for requests, tokens and cost today (with --ledger-postgres they are every instance's), the charts, models, providers and failures".into(),
+        (false, false) if redis => "this instance (the figures of every instance are gathered from Redis and PostgreSQL while the page is open: they will appear shortly, or the shared stores cannot be read)".into(),
+        (false, false) => "this instance".into(),
+    }
 }
 
 /// The answer to a guess from an address that must wait `secs` seconds:

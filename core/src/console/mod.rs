@@ -44,11 +44,34 @@ pub use timeline::{Point, SLOT_SECS, SLOTS};
 
 use crate::ledger::LedgerRecord;
 
+/// How long gathered cluster figures stand in for this instance's.
+pub const CLUSTER_FRESH_MS: u64 = 15_000;
+
+/// Every instance's figures, gathered by the runtime from the shared
+/// stores while someone looks at the console.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterFigures {
+    /// When they were gathered (Unix ms).
+    pub at_ms: u64,
+    /// Each key's tally since midnight UTC, summed over the shared ledger
+    /// in PostgreSQL (`--ledger-postgres`), when it is configured.
+    pub today: Option<std::collections::HashMap<String, Tally>>,
+    /// Each key's spend in its budget's period and its requests in
+    /// flight, as Redis holds them for every instance (`--redis`); a key
+    /// Redis has not seeded yet is left out.
+    pub quota: Option<std::collections::HashMap<String, (u64, u32)>>,
+}
+
 /// The console's state in a gateway process.
 #[derive(Debug)]
 pub struct Console {
     access: Option<Access>,
     sso: Option<Sso>,
+    /// Every instance's figures, when the runtime gathers them.
+    cluster: Mutex<Option<ClusterFigures>>,
+    /// When the overview was last asked for (Unix ms): the runtime
+    /// gathers the cluster's figures only while someone looks.
+    last_look_ms: std::sync::atomic::AtomicU64,
     timeline: Mutex<timeline::Timeline>,
     book: Mutex<book::Book>,
 }
@@ -71,6 +94,8 @@ impl Console {
         Console {
             access: token.map(|t| Access::named(t, name)),
             sso: None,
+            cluster: Mutex::default(),
+            last_look_ms: std::sync::atomic::AtomicU64::new(0),
             timeline: Mutex::default(),
             book: Mutex::default(),
         }
@@ -90,6 +115,33 @@ impl Console {
     /// Single sign-on, when configured.
     pub fn sso(&self) -> Option<&Sso> {
         self.sso.as_ref()
+    }
+
+    /// Every instance's figures, as the runtime gathered them.
+    pub fn set_cluster(&self, figures: ClusterFigures) {
+        *lock(&self.cluster) = Some(figures);
+    }
+
+    /// The cluster's figures, when gathered in the last
+    /// [`CLUSTER_FRESH_MS`] before `now_ms`.
+    pub(crate) fn cluster(&self, now_ms: u64) -> Option<ClusterFigures> {
+        lock(&self.cluster)
+            .as_ref()
+            .filter(|c| now_ms.saturating_sub(c.at_ms) < CLUSTER_FRESH_MS)
+            .cloned()
+    }
+
+    /// Someone looked at the overview at `now_ms`.
+    pub(crate) fn looked(&self, now_ms: u64) {
+        self.last_look_ms
+            .store(now_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Someone looked at the overview in the `within_ms` before `now_ms`:
+    /// the cluster's figures are worth gathering.
+    pub fn watched(&self, now_ms: u64, within_ms: u64) -> bool {
+        now_ms.saturating_sub(self.last_look_ms.load(std::sync::atomic::Ordering::Relaxed))
+            < within_ms
     }
 
     /// Who may read it, when it is on.

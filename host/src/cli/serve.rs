@@ -272,6 +272,7 @@ pub(super) fn run_bound<R: Runtime>(
         ledger,
         shared_limits,
         keys: keys_src.clone(),
+        ledger_postgres: ledger_postgres.as_ref().map(|(url, _)| url.clone()),
         draining: event_listener::Event::new(),
     });
     if let (Some(src), Some(raw)) = (&keys_src, raw_keys) {

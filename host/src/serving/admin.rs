@@ -31,6 +31,12 @@ const RECENT_CONTACT_MS: u64 = 60_000;
 pub(crate) async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
     if shared.gateway.console().is_on() {
         shared.rt.spawn(sample_console(Arc::clone(&shared)));
+        if shared.shared_limits.is_some() || shared.ledger_postgres.is_some() {
+            let url = shared.ledger_postgres.clone();
+            shared
+                .rt
+                .spawn(crate::serving::cluster::gather(Arc::clone(&shared), url));
+        }
     }
     loop {
         match shared.rt.accept(&listener).await {

@@ -48,6 +48,9 @@ pub(crate) struct Shared<R: Runtime> {
     /// Where the keys come from and changes to them are recorded (none in
     /// the demo, whose keys live in memory).
     pub keys: Option<crate::reload::keys::KeysSource>,
+    /// The shared ledger in PostgreSQL, when configured: the console's
+    /// figures of every instance come from it.
+    pub ledger_postgres: Option<String>,
     /// Notified when draining starts.
     pub draining: event_listener::Event,
 }

@@ -619,6 +619,53 @@ pub(crate) fn report_from_postgres(
     Ok(())
 }
 
+/// A connection to the shared ledger (its table created when missing).
+pub(crate) fn connect_ledger(url: &str) -> Result<postgres::Client, Error> {
+    connect(url)
+}
+
+/// Each key's tally since `since_ms` (midnight UTC: the console's "today"),
+/// summed by PostgreSQL over the shared ledger, every instance's lines.
+pub(crate) fn tallies_since(
+    c: &mut postgres::Client,
+    since_ms: u64,
+) -> Result<std::collections::HashMap<String, chatgate_core::console::Tally>, Error> {
+    let rows = c
+        .query(
+            "SELECT key, count(*), \
+               COALESCE(SUM(prompt_tokens), 0)::bigint, COALESCE(SUM(completion_tokens), 0)::bigint, \
+               COALESCE(SUM(reasoning_tokens), 0)::bigint, COALESCE(SUM(cached_tokens), 0)::bigint, \
+               COALESCE(SUM(cost_nano_usd), 0)::bigint, \
+               count(*) FILTER (WHERE error = 'rate_limit_exceeded'), \
+               count(*) FILTER (WHERE error = 'insufficient_quota'), \
+               count(*) FILTER (WHERE status >= 500 AND error IS DISTINCT FROM 'rate_limit_exceeded' \
+                                AND error IS DISTINCT FROM 'insufficient_quota'), \
+               count(*) FILTER (WHERE served_model IS NOT NULL) \
+             FROM chatgate_ledger WHERE ts >= to_timestamp($1::bigint / 1000.0) GROUP BY key",
+            &[&i64::try_from(since_ms).unwrap_or(i64::MAX)],
+        )
+        .map_err(failed)?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
+            let tally = chatgate_core::console::Tally {
+                requests: n(1),
+                prompt_tokens: n(2),
+                completion_tokens: n(3),
+                reasoning_tokens: n(4),
+                cached_tokens: n(5),
+                cost_nano_usd: n(6),
+                rate_limited: n(7),
+                budget_refused: n(8),
+                errors: n(9),
+                fallbacks: n(10),
+            };
+            (r.get::<_, String>(0), tally)
+        })
+        .collect())
+}
+
 /// Every key's spend in the periods that hold `unix_ms`, summed by
 /// PostgreSQL over the shared ledger (one query).
 pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTally, Error> {

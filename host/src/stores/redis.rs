@@ -324,6 +324,73 @@ impl<R: Runtime> SharedLimiter<R> {
         limits: Limits,
         quota: &ScriptQuota<'_>,
     ) -> Result<ScriptOutcome, StoreError> {
+        let ints = self.eval_ints(s, op, key, limits, quota).await?;
+        decode_script_reply(&ints)
+            .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {ints:?}")))
+    }
+
+    /// Every key's spend in its budget's period and its requests in
+    /// flight, as Redis holds them for all instances (the script's
+    /// `status`, one connection, a key at a time); keys with neither a
+    /// budget nor an in-flight cap hold no lease and are left out, and so
+    /// are keys with a budget whose spend Redis has not seeded yet.
+    pub(crate) async fn quota_figures(
+        &self,
+        keys: &chatgate_core::KeyTable,
+        unix_ms: u64,
+    ) -> Result<HashMap<String, (u64, u32)>, StoreError> {
+        let work = async {
+            let (mut s, reused) = self.connector.connect(true).await.map_err(|e| {
+                StoreError::Unreachable(format!("redis {}: {e}", self.url.display()))
+            })?;
+            if !reused {
+                self.handshake(&mut s).await?;
+            }
+            let mut out = HashMap::new();
+            for e in keys.entries().iter().filter(|e| e.expires.is_none()) {
+                if e.quota.budget.is_none() && e.quota.max_in_flight.is_none() {
+                    continue;
+                }
+                let spend_key = &script_keys(&e.name)[1];
+                let seeded = roundtrip(&mut s, &[b"HEXISTS", spend_key.as_bytes(), b"z"]).await?;
+                if e.quota.budget.is_some() && seeded != RedisReply::Integer(1) {
+                    continue;
+                }
+                let quota = ScriptQuota {
+                    quota: e.quota,
+                    cost: 0,
+                    metered: 0,
+                    lease: "",
+                    lease_ms: LEASE.as_millis() as u64,
+                    unix_ms,
+                };
+                let ints = self
+                    .eval_ints(&mut s, ScriptOp::Status, &e.name, e.limits, &quota)
+                    .await?;
+                let n = |i: usize| ints.get(i).copied().unwrap_or(0).max(0) as u64;
+                out.insert(e.name.clone(), (n(9), n(11) as u32));
+            }
+            self.connector.release(s);
+            Ok(out)
+        };
+        let rt = self.rt.clone();
+        let timeout = self.timeout;
+        future::or(work, async move {
+            rt.timer(std::time::Instant::now() + timeout * 4).await;
+            Err(StoreError::Timeout(timeout * 4))
+        })
+        .await
+    }
+
+    /// One call of the script: its integers as they came.
+    async fn eval_ints(
+        &self,
+        s: &mut OutboundStream<R::Tcp>,
+        op: ScriptOp,
+        key: &str,
+        limits: Limits,
+        quota: &ScriptQuota<'_>,
+    ) -> Result<Vec<i64>, StoreError> {
         let redis_key = script_keys(key);
         let args = script_args(op, limits, quota, None);
         let known = self.sha.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -337,15 +404,12 @@ impl<R: Runtime> SharedLimiter<R> {
             let sha = self.load(s).await?;
             reply = evalsha(s, &sha, &redis_key, &args).await?;
         }
-        let ints = match &reply {
-            RedisReply::Error(e) => {
-                return Err(StoreError::Protocol(format!("redis script error: {e}")));
-            }
-            r => r.integers(),
-        };
-        ints.as_deref()
-            .and_then(decode_script_reply)
-            .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {reply:?}")))
+        match &reply {
+            RedisReply::Error(e) => Err(StoreError::Protocol(format!("redis script error: {e}"))),
+            r => r
+                .integers()
+                .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {reply:?}"))),
+        }
     }
 
     async fn load(&self, s: &mut OutboundStream<R::Tcp>) -> Result<Vec<u8>, StoreError> {
