@@ -10,7 +10,9 @@
 //! - keys in PostgreSQL, shared by two instances (one of each runtime):
 //!   `keys import`, a change on one instance in force on the other within
 //!   a second, the CLI on the same store, and an outage of PostgreSQL that
-//!   stops no request while the API says it cannot change anything.
+//!   stops no request while the API says it cannot change anything;
+//! - with PostgreSQL, a console session survives a restart and works on
+//!   every instance, and logging out ends it everywhere.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -27,6 +29,7 @@ cases!(
     bad_input_and_conflicts_change_nothing,
     a_session_needs_its_csrf_token_and_a_bearer_does_not,
     keys_in_postgres_are_shared_by_every_instance,
+    console_sessions_outlive_a_restart_and_reach_every_instance,
 );
 
 /// One call of the admin API with curl and the admin token: status and
@@ -654,5 +657,74 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
     let after = made.1["secret"].as_str().unwrap().to_owned();
     eventually("the other instance reconnected and read it", || {
         chat(a.addr, &after) == 200
+    });
+}
+
+/// Logs in to the console at `admin` with the token: the session cookie.
+fn log_in(admin: SocketAddr) -> String {
+    let form = format!("token={TOKEN}");
+    let mut c = Conn::open(admin);
+    c.send(
+        format!(
+            "POST /login HTTP/1.1\r\nHost: a\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        )
+        .as_bytes(),
+    );
+    let r = c.response();
+    assert_eq!(r.status, 303);
+    r.header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// A request with the session cookie: its status.
+fn with_cookie(admin: SocketAddr, method: &str, path: &str, cookie: &str) -> u16 {
+    let mut c = Conn::open(admin);
+    c.send(
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: a\r\nCookie: {cookie}\r\nContent-Length: 0\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    c.response().status
+}
+
+fn console_sessions_outlive_a_restart_and_reach_every_instance(bin: &str) {
+    let pg = PgServer::start();
+    let url = pg.url();
+    let sim = Sim::start(bin, &[], &[]);
+    let a = PgGw::start(bin, &sim, &url);
+    let b = PgGw::start(other(bin), &sim, &url);
+    let cookie = log_in(a.admin);
+    // Written before the login's answer: the other instance takes it at
+    // its next read of the store.
+    assert_eq!(with_cookie(a.admin, "GET", "/api/session", &cookie), 200);
+    eventually("the session on the other instance", || {
+        with_cookie(b.admin, "GET", "/api/session", &cookie) == 200
+    });
+    // A restart forgets nothing.
+    drop(a);
+    let a = PgGw::start(bin, &sim, &url);
+    assert_eq!(with_cookie(a.admin, "GET", "/api/overview", &cookie), 200);
+    // The store holds digests, never a session's id.
+    let id = cookie.split_once('=').unwrap().1.to_owned();
+    let rows: Vec<String> = pg
+        .client()
+        .query("SELECT id_sha256 FROM chatgate_sessions", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].len() == 64 && rows[0] != id);
+    // Logging out on one instance ends it on every one.
+    assert_eq!(with_cookie(b.admin, "POST", "/logout", &cookie), 303);
+    assert_eq!(with_cookie(b.admin, "GET", "/api/session", &cookie), 401);
+    eventually("the session ended on the other instance", || {
+        with_cookie(a.admin, "GET", "/api/session", &cookie) == 401
     });
 }

@@ -30,17 +30,50 @@ pub struct Access {
     token_actor: String,
     /// Open sessions, oldest first.
     sessions: Mutex<Vec<Session>>,
+    /// Sessions opened and closed here, for the runtime to write to the
+    /// shared store (only while [`Access::persist`] is on).
+    outbox: Mutex<Vec<SessionChange>>,
+    persist: std::sync::atomic::AtomicBool,
     /// Wrong tokens, by address.
     throttle: super::Throttle,
 }
 
 #[derive(Debug)]
 struct Session {
-    id: [u8; 32],
+    /// SHA-256 of its id: the cookie holds the id, nothing else does.
+    digest: [u8; 32],
     /// When it expires (Unix ms).
     until: u64,
     actor: String,
     admin: bool,
+    /// Seen in the shared store: gone from it means closed elsewhere.
+    stored: bool,
+}
+
+/// A session as the shared store keeps it (never its id: its digest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    /// SHA-256 of the session's id.
+    pub digest: [u8; 32],
+    /// When it expires (Unix ms).
+    pub until_ms: u64,
+    /// Who: `token:NAME` or `user:EMAIL`.
+    pub actor: String,
+    /// May change keys.
+    pub admin: bool,
+}
+
+/// A change to the sessions, for the shared store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionChange {
+    /// A session was opened.
+    Opened(StoredSession),
+    /// The session with this digest was closed.
+    Closed([u8; 32]),
+}
+
+fn digest_of(id: &[u8; 32]) -> [u8; 32] {
+    Sha256::digest(id).into()
 }
 
 /// Who a request to the console or the admin API comes from.
@@ -71,12 +104,12 @@ impl Who {
     }
 }
 
-/// The CSRF token of a session: derived from its id, which only the
-/// session's cookie holds.
-fn csrf_of(id: &[u8; 32]) -> String {
+/// The CSRF token of a session: derived from its id's digest, which only
+/// the session's cookie (and the store, where kept) can give.
+fn csrf_of(digest: &[u8; 32]) -> String {
     let mut h = Sha256::new();
     h.update(b"chatgate csrf ");
-    h.update(id);
+    h.update(digest);
     hex(&h.finalize().into())
 }
 
@@ -94,6 +127,8 @@ impl Access {
             token: Sha256::digest(token.trim().as_bytes()).into(),
             token_actor: format!("token:{name}"),
             sessions: Mutex::new(Vec::new()),
+            outbox: Mutex::new(Vec::new()),
+            persist: std::sync::atomic::AtomicBool::new(false),
             throttle: super::Throttle::default(),
         }
     }
@@ -138,11 +173,12 @@ impl Access {
             });
         }
         let id = cookie.and_then(session_cookie).and_then(unhex)?;
+        let digest = digest_of(&id);
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|s| s.until > unix_ms);
         // Every open session is compared, whichever matches.
         let found = sessions.iter().fold(None, |found, s| {
-            if constant_time_eq(&s.id, &id) {
+            if constant_time_eq(&s.digest, &digest) {
                 Some(s)
             } else {
                 found
@@ -151,8 +187,56 @@ impl Access {
         found.map(|s| Who {
             actor: s.actor.clone(),
             admin: s.admin,
-            csrf: Some(csrf_of(&s.id)),
+            csrf: Some(csrf_of(&s.digest)),
         })
+    }
+
+    /// Sessions are kept in a shared store too: record what opens and
+    /// closes for the runtime ([`Access::take_changes`]).
+    pub fn persist(&self) {
+        self.persist
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The sessions opened and closed since the last call, for the shared
+    /// store.
+    pub fn take_changes(&self) -> Vec<SessionChange> {
+        std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn record(&self, change: SessionChange) {
+        if self.persist.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+            if outbox.len() < MAX_SESSIONS * 4 {
+                outbox.push(change);
+            }
+        }
+    }
+
+    /// The sessions the shared store holds at `unix_ms` (this instance's
+    /// and the others'): each one not known here is opened here too, and
+    /// each one seen in the store before and gone from it now was closed
+    /// elsewhere. Sessions opened here and not yet written stay.
+    pub fn sync_sessions(&self, stored: &[StoredSession], unix_ms: u64) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|s| {
+            s.until > unix_ms && (!s.stored || stored.iter().any(|t| t.digest == s.digest))
+        });
+        for t in stored.iter().filter(|t| t.until_ms > unix_ms) {
+            match sessions.iter_mut().find(|s| s.digest == t.digest) {
+                Some(s) => s.stored = true,
+                None => sessions.push(Session {
+                    digest: t.digest,
+                    until: t.until_ms,
+                    actor: t.actor.clone(),
+                    admin: t.admin,
+                    stored: true,
+                }),
+            }
+        }
+        sessions.sort_by_key(|s| s.until);
+        let excess = sessions.len().saturating_sub(MAX_SESSIONS);
+        sessions.drain(..excess);
     }
 
     /// Opens a session for the admin token with the runtime's fresh random
@@ -175,12 +259,20 @@ impl Access {
         if sessions.len() >= MAX_SESSIONS {
             sessions.remove(0);
         }
-        sessions.push(Session {
-            id,
+        let session = Session {
+            digest: digest_of(&id),
             until: unix_ms + SESSION_SECS * 1000,
             actor,
             admin,
-        });
+            stored: false,
+        };
+        self.record(SessionChange::Opened(StoredSession {
+            digest: session.digest,
+            until_ms: session.until,
+            actor: session.actor.clone(),
+            admin,
+        }));
+        sessions.push(session);
         format!(
             "{COOKIE}={}; Path=/; Max-Age={SESSION_SECS}; HttpOnly; SameSite=Strict",
             hex(&id)
@@ -191,8 +283,10 @@ impl Access {
     /// that removes the cookie.
     pub fn close_session(&self, cookie: Option<&str>) -> String {
         if let Some(id) = cookie.and_then(session_cookie).and_then(unhex) {
+            let digest = digest_of(&id);
             let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            sessions.retain(|s| !constant_time_eq(&s.id, &id));
+            sessions.retain(|s| !constant_time_eq(&s.digest, &digest));
+            self.record(SessionChange::Closed(digest));
         }
         format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict")
     }
@@ -291,6 +385,33 @@ mod tests {
             .who(None, Some(&format!("{COOKIE}={}", hex(&[4; 32]))), 1)
             .unwrap();
         assert_ne!(other.csrf, w.csrf);
+    }
+
+    #[test]
+    fn sessions_are_shared_through_a_store() {
+        let here = Access::new("admin-token-0123456789");
+        let there = Access::new("admin-token-0123456789");
+        here.persist();
+        let cookie = here.open_session_for([5; 32], 0, "user:a@b.c".into(), true);
+        let cookie = cookie.split(';').next().unwrap().to_owned();
+        let changes = here.take_changes();
+        let [SessionChange::Opened(stored)] = changes.as_slice() else {
+            panic!("{changes:?}")
+        };
+        assert_ne!(stored.digest, [5; 32], "the store never holds the id");
+        // Another instance (or this one after a restart) reads the store.
+        there.sync_sessions(std::slice::from_ref(stored), 1);
+        let who = there.who(None, Some(&cookie), 2).unwrap();
+        assert_eq!(who.actor, "user:a@b.c");
+        assert_eq!(who.csrf, here.who(None, Some(&cookie), 2).unwrap().csrf);
+        // Not yet written is kept; written and then gone is closed.
+        here.sync_sessions(&[], 3);
+        assert!(here.who(None, Some(&cookie), 4).is_some());
+        there.sync_sessions(&[], 3);
+        assert!(there.who(None, Some(&cookie), 4).is_none());
+        assert!(here.take_changes().is_empty());
+        here.close_session(Some(&cookie));
+        assert_eq!(here.take_changes(), [SessionChange::Closed(stored.digest)]);
     }
 
     #[test]

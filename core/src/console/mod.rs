@@ -36,7 +36,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 pub(crate) use access::form_value;
-pub use access::{Access, COOKIE, SESSION_SECS, Who};
+pub use access::{Access, COOKIE, SESSION_SECS, SessionChange, StoredSession, Who};
 pub use book::{Failure, Tally};
 pub use sso::{Exchange, STATE_COOKIE, SignedIn, Sso, SsoConfig};
 pub use throttle::{Peer, Throttle};

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatgate_core::http::HeadScanner;
-use chatgate_core::{AdminRoute, ApiChange, ApiStep, AuditRecord, Readiness, StoreFailure};
+use chatgate_core::{
+    AdminRoute, ApiChange, ApiStep, AuditRecord, ConsoleRoute, Readiness, StoreFailure,
+};
 use chatgate_core::{admin_route, admin_step, api_audit, api_changed, sso_finish, sso_unavailable};
 
 /// How often the console's gauges (requests in flight, streams) are
@@ -30,6 +32,15 @@ const RECENT_CONTACT_MS: u64 = 60_000;
 /// Serves the admin listener until the process exits.
 pub(crate) async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::Listener) {
     if shared.gateway.console().is_on() {
+        if let (Some(url), Some(access)) =
+            (sessions_url(&shared), shared.gateway.console().access())
+        {
+            // Sessions outlive a restart and work on every instance: the
+            // ones in the store are loaded before the first request.
+            access.persist();
+            sync_sessions(&shared, &url).await;
+            shared.rt.spawn(keep_sessions(Arc::clone(&shared), url));
+        }
         shared.rt.spawn(sample_console(Arc::clone(&shared)));
         if shared.shared_limits.is_some() || shared.ledger_postgres.is_some() {
             let url = shared.ledger_postgres.clone();
@@ -49,6 +60,52 @@ pub(crate) async fn run_admin<R: Runtime>(shared: Arc<Shared<R>>, listener: R::L
                     .await;
             }
         }
+    }
+}
+
+/// How often the console's sessions are read from PostgreSQL (those
+/// opened or closed on other instances).
+const SESSIONS_EVERY: Duration = Duration::from_secs(5);
+
+/// Where the console's sessions are kept: the keys' PostgreSQL, else the
+/// shared ledger's.
+fn sessions_url<R: Runtime>(shared: &Shared<R>) -> Option<String> {
+    match shared.keys.as_ref().map(|k| &k.store) {
+        Some(crate::stores::keys::KeyStore::Postgres(url)) => Some(url.clone()),
+        _ => shared.ledger_postgres.clone(),
+    }
+}
+
+/// Writes this instance's session changes to PostgreSQL and takes in every
+/// instance's sessions; a failure is logged and the sessions here stay.
+async fn sync_sessions<R: Runtime>(shared: &Arc<Shared<R>>, url: &str) {
+    let Some(access) = shared.gateway.console().access() else {
+        return;
+    };
+    let changes = access.take_changes();
+    let now_ms = shared.gateway.wall().unix_ms(crate::runtime::now());
+    let url = url.to_owned();
+    let read = shared
+        .rt
+        .unblock(move || {
+            let mut c = crate::stores::sessions_pg::connect(&url)?;
+            crate::stores::sessions_pg::sync(&mut c, &changes, now_ms)
+        })
+        .await;
+    match read {
+        Ok(stored) => access.sync_sessions(&stored, now_ms),
+        Err(e) => tracing::warn!("console: {e}; sessions are kept in this process meanwhile"),
+    }
+}
+
+/// Keeps the sessions in step with PostgreSQL until the process exits.
+async fn keep_sessions<R: Runtime>(shared: Arc<Shared<R>>, url: String) {
+    loop {
+        shared
+            .rt
+            .timer(std::time::Instant::now() + SESSIONS_EVERY)
+            .await;
+        sync_sessions(&shared, &url).await;
     }
 }
 
@@ -173,6 +230,18 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
                 api_audit(result, limit)
             }
         };
+        // A session opened or closed is in the store before its answer,
+        // so that the next request may go to another instance.
+        if matches!(
+            req.route,
+            AdminRoute::Console(
+                ConsoleRoute::Login | ConsoleRoute::Logout | ConsoleRoute::SsoCallback(_)
+            )
+        ) {
+            if let Some(url) = sessions_url(&shared) {
+                sync_sessions(&shared, &url).await;
+            }
+        }
         tcp.write_all(&out).await.ok()?;
         tcp.flush().await.ok()
     };

@@ -1,0 +1,86 @@
+//! The console's sessions in PostgreSQL (`console.sql`), so that a session
+//! survives a restart and works on every instance: the digest of each
+//! session's id (never the id), who, whether an administrator, and when it
+//! expires. Core decides everything about sessions
+//! (`chatgate_core::console::Access`); this reads and writes the rows.
+
+use chatgate_core::console::{SessionChange, StoredSession};
+
+use crate::error::Error;
+
+/// The schema (created when missing).
+const SCHEMA: &str = include_str!("../../console.sql");
+/// The advisory lock taken while creating it ("cgsess" in ASCII).
+const SCHEMA_LOCK: i64 = 0x6367_7365_7373;
+
+fn failed(e: postgres::Error) -> Error {
+    Error::Postgres(format!("console sessions in PostgreSQL: {e}"))
+}
+
+fn hex(b: &[u8; 32]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if s.len() != 64 {
+        return None;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A connection, the table created when missing.
+pub(crate) fn connect(url: &str) -> Result<postgres::Client, Error> {
+    super::postgres::open(url, SCHEMA, SCHEMA_LOCK)
+}
+
+/// Writes what opened and closed, and forgets the sessions expired at
+/// `now_ms`; then every session still open.
+pub(crate) fn sync(
+    c: &mut postgres::Client,
+    changes: &[SessionChange],
+    now_ms: u64,
+) -> Result<Vec<StoredSession>, Error> {
+    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let mut tx = c.transaction().map_err(failed)?;
+    for change in changes {
+        match change {
+            SessionChange::Opened(s) => tx.execute(
+                "INSERT INTO chatgate_sessions (id_sha256, actor, admin, expires_ms) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (id_sha256) DO NOTHING",
+                &[&hex(&s.digest), &s.actor, &s.admin, &ms(s.until_ms)],
+            ),
+            SessionChange::Closed(d) => tx.execute(
+                "DELETE FROM chatgate_sessions WHERE id_sha256 = $1",
+                &[&hex(d)],
+            ),
+        }
+        .map_err(failed)?;
+    }
+    tx.execute(
+        "DELETE FROM chatgate_sessions WHERE expires_ms <= $1",
+        &[&ms(now_ms)],
+    )
+    .map_err(failed)?;
+    let rows = tx
+        .query(
+            "SELECT id_sha256, actor, admin, expires_ms FROM chatgate_sessions",
+            &[],
+        )
+        .map_err(failed)?;
+    tx.commit().map_err(failed)?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            Some(StoredSession {
+                digest: unhex(r.get::<_, &str>(0))?,
+                actor: r.get(1),
+                admin: r.get(2),
+                until_ms: r.get::<_, i64>(3).max(0) as u64,
+            })
+        })
+        .collect())
+}
