@@ -178,6 +178,19 @@ impl Gw {
     }
 }
 
+/// The status of one non-streamed chat request with `key` to the gateway
+/// at `addr`.
+pub fn chat_status(addr: SocketAddr, key: &str) -> u16 {
+    request(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        Some(key),
+        Some(&crate::chat::body("")),
+    )
+    .status
+}
+
 /// Mints a key named `name` into `dir/keys.toml` with `bin keys new`.
 pub fn mint(bin: &str, dir: &Path, name: &str, rpm: Option<u64>, tpm: Option<u64>) -> String {
     let keys = dir.join("keys.toml").to_string_lossy().into_owned();

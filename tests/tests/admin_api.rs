@@ -52,17 +52,6 @@ fn api(admin: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u1
     )
 }
 
-fn chat(addr: SocketAddr, key: &str) -> u16 {
-    request(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        Some(key),
-        Some(&body("")),
-    )
-    .status
-}
-
 fn options(extra: &[&str]) -> GwOptions {
     let mut args: Vec<String> = vec![
         "--admin-listen".into(),
@@ -114,7 +103,7 @@ fn a_key_through_its_whole_life(bin: &str) {
     assert_eq!(created["budget"]["usd"], "5.000000000");
     assert_eq!(created["state"], "active");
     // In force on the public listener at once.
-    assert_eq!(chat(gw.addr, &secret), 200);
+    assert_eq!(chat_status(gw.addr, &secret), 200);
     let (_, list) = api(admin, "GET", "/api/keys", None);
     let names: Vec<&str> = list["keys"]
         .as_array()
@@ -141,7 +130,7 @@ fn a_key_through_its_whole_life(bin: &str) {
         (changed["rpm"].clone(), changed["budget"].clone()),
         (json!(2), Value::Null)
     );
-    let statuses: Vec<u16> = (0..3).map(|_| chat(gw.addr, &secret)).collect();
+    let statuses: Vec<u16> = (0..3).map(|_| chat_status(gw.addr, &secret)).collect();
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
     api(
         admin,
@@ -151,7 +140,7 @@ fn a_key_through_its_whole_life(bin: &str) {
     );
     // The bucket keeps its level and refills at the new rate.
     eventually("the raised limit admits again", || {
-        chat(gw.addr, &secret) == 200
+        chat_status(gw.addr, &secret) == 200
     });
 
     // Rotated with a 3 s grace: both secrets work, then only the new one.
@@ -167,17 +156,21 @@ fn a_key_through_its_whole_life(bin: &str) {
     assert_eq!(rotated["state"], "rotating");
     assert!(rotated["previous_secret_expires"].is_string());
     assert_eq!(rotated["rpm"], 100_000, "the limits stay");
-    assert_eq!(chat(gw.addr, &secret), 200, "the old secret in its grace");
-    assert_eq!(chat(gw.addr, &fresh), 200);
+    assert_eq!(
+        chat_status(gw.addr, &secret),
+        200,
+        "the old secret in its grace"
+    );
+    assert_eq!(chat_status(gw.addr, &fresh), 200);
     eventually("the old secret refused after its grace", || {
-        chat(gw.addr, &secret) == 401
+        chat_status(gw.addr, &secret) == 401
     });
-    assert_eq!(chat(gw.addr, &fresh), 200);
+    assert_eq!(chat_status(gw.addr, &fresh), 200);
 
     // Revoked: 204, refused at once.
     let (status, _) = api(admin, "DELETE", "/api/keys/team-a", None);
     assert_eq!(status, 204);
-    assert_eq!(chat(gw.addr, &fresh), 401);
+    assert_eq!(chat_status(gw.addr, &fresh), 401);
     let (status, gone) = api(admin, "GET", "/api/keys/team-a", None);
     assert_eq!(
         (status, gone["state"].as_str()),
@@ -398,24 +391,7 @@ fn a_session_needs_its_csrf_token_and_a_bearer_does_not(bin: &str) {
     let sim = Sim::start(bin, &[], &[]);
     let mut gw = Gw::start(bin, &sim.url(), options(&[]));
     let admin = gw.admin_addr();
-    let form = format!("token={TOKEN}");
-    let mut c = Conn::open(admin);
-    c.send(
-        format!(
-            "POST /login HTTP/1.1\r\nHost: a\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
-            form.len()
-        )
-        .as_bytes(),
-    );
-    let login = c.response();
-    assert_eq!(login.status, 303);
-    let cookie = login
-        .header("set-cookie")
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = log_in(admin);
     let with_cookie = |method: &str, path: &str, csrf: Option<&str>, body: &str| {
         let mut c = Conn::open(admin);
         let csrf = csrf.map_or(String::new(), |t| format!("X-CSRF-Token: {t}\r\n"));
@@ -454,7 +430,7 @@ fn a_session_needs_its_csrf_token_and_a_bearer_does_not(bin: &str) {
     let (status, _) = with_cookie("DELETE", "/api/keys/test", None, "");
     assert_eq!(status, 403);
     assert_eq!(
-        chat(gw.addr, &gw.key),
+        chat_status(gw.addr, &gw.key),
         200,
         "the key refused to be revoked works"
     );
@@ -550,8 +526,8 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
     }
     let a = PgGw::start(bin, &sim, &url);
     let b = PgGw::start(other(bin), &sim, &url);
-    assert_eq!(chat(a.addr, &old), 200);
-    assert_eq!(chat(b.addr, &old), 200);
+    assert_eq!(chat_status(a.addr, &old), 200);
+    assert_eq!(chat_status(b.addr, &old), 200);
 
     // Made on A, in force on B within a second.
     let (status, made) = api(
@@ -563,7 +539,7 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
     assert_eq!(status, 201, "{made}");
     let secret = made["secret"].as_str().unwrap().to_owned();
     within_a_second("a new key on the other instance", || {
-        chat(b.addr, &secret) == 200
+        chat_status(b.addr, &secret) == 200
     });
     api(
         a.admin,
@@ -574,15 +550,29 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
     within_a_second("a new limit on the other instance", || {
         api(b.admin, "GET", "/api/keys/shared", None).1["rpm"] == 1
     });
+    api(
+        a.admin,
+        "PATCH",
+        "/api/keys/shared",
+        Some(&json!({"rpm": 100_000})),
+    );
     let (_, rotated) = api(
         b.admin,
         "POST",
         "/api/keys/shared/rotate",
-        Some(&json!({"grace": "0s"})),
+        Some(&json!({"grace": "3s"})),
     );
     let fresh = rotated["secret"].as_str().unwrap().to_owned();
     within_a_second("a rotation on the other instance", || {
-        chat(a.addr, &secret) == 401 && chat(a.addr, &fresh) != 401
+        chat_status(a.addr, &fresh) == 200
+    });
+    assert_eq!(
+        chat_status(a.addr, &secret),
+        200,
+        "the old secret in its grace"
+    );
+    eventually("the old secret refused after its grace", || {
+        chat_status(a.addr, &secret) == 401 && chat_status(b.addr, &secret) == 401
     });
     // The CLI works on the same store, and is recorded as its user.
     let (code, listed, err) = run(bin, &["keys", "list", "--keys", &url], &[]);
@@ -598,7 +588,7 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
     );
     assert_eq!(code, 0, "{err}");
     within_a_second("a revocation on both instances", || {
-        chat(a.addr, &fresh) == 401 && chat(b.addr, &fresh) == 401
+        chat_status(a.addr, &fresh) == 401 && chat_status(b.addr, &fresh) == 401
     });
     // One trail for the cluster, in PostgreSQL, on either instance.
     let (_, trail) = api(b.admin, "GET", "/api/audit", None);
@@ -620,8 +610,9 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
             ("revoke".to_owned(), "cli:ops".to_owned()),
             ("rotate".into(), tok.clone()),
             ("update".into(), tok.clone()),
+            ("update".into(), tok.clone()),
             ("create".into(), tok),
-            ("import".into(), who[4].1.clone()),
+            ("import".into(), who[5].1.clone()),
         ]
     );
     holds_no_secret(&trail.to_string(), &[&old, &secret, &fresh]);
@@ -630,8 +621,8 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
     // they hold; the API says it cannot change anything.
     pg.stop();
     for _ in 0..3 {
-        assert_eq!(chat(a.addr, &old), 200);
-        assert_eq!(chat(b.addr, &old), 200);
+        assert_eq!(chat_status(a.addr, &old), 200);
+        assert_eq!(chat_status(b.addr, &old), 200);
     }
     let (status, down) = api(
         a.admin,
@@ -656,7 +647,7 @@ fn keys_in_postgres_are_shared_by_every_instance(bin: &str) {
     });
     let after = made.1["secret"].as_str().unwrap().to_owned();
     eventually("the other instance reconnected and read it", || {
-        chat(a.addr, &after) == 200
+        chat_status(a.addr, &after) == 200
     });
 }
 

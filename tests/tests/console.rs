@@ -237,16 +237,7 @@ fn console_manages_keys(bin: &str, browser: &Browser, shots: &Path) {
         browser.js("return document.getElementById('secret-value').value"),
         ""
     );
-    let chat = |key: &str| {
-        request(
-            gw.addr,
-            "POST",
-            "/v1/chat/completions",
-            Some(key),
-            Some(&body("")),
-        )
-        .status
-    };
+    let chat = |key: &str| chat_status(gw.addr, key);
     assert_eq!(chat(&secret), 200);
 
     // Filtered to it.

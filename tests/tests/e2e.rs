@@ -1159,7 +1159,7 @@ fn command_line(bin: &str) {
         &[],
     );
     assert_eq!(code, 2);
-    assert!(err.contains("twice"), "{err}");
+    assert!(err.contains("a key named 'alice' exists"), "{err}");
     // serve refuses without keys, or without an upstream, saying what to do.
     let empty = dir.path().join("empty.toml");
     std::fs::write(&empty, "").unwrap();

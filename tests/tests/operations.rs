@@ -265,14 +265,7 @@ fn health_and_readiness(bin: &str) {
 }
 
 fn chat_with(gw: &Gw, key: &str) -> u16 {
-    request(
-        gw.addr,
-        "POST",
-        "/v1/chat/completions",
-        Some(key),
-        Some(&body("")),
-    )
-    .status
+    chat_status(gw.addr, key)
 }
 
 fn keys_reload_revoke_and_rotate(bin: &str) {

@@ -376,17 +376,6 @@ fn metric(admin: SocketAddr, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name}"))
 }
 
-fn chat_status(addr: SocketAddr, key: &str) -> u16 {
-    request(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        Some(key),
-        Some(&body("")),
-    )
-    .status
-}
-
 #[test]
 fn operations_guide_runs_as_written() {
     let doc = guide();

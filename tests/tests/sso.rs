@@ -220,16 +220,7 @@ fn sign_in_and_out(bin: &str, browser: &Browser, shots: &Path) {
     dialog_open(browser, "key-secret");
     let secret = text_of(browser, "the secret", "#secret-value");
     click(browser, "#secret-done");
-    let chat = |key: &str| {
-        request(
-            gw.addr,
-            "POST",
-            "/v1/chat/completions",
-            Some(key),
-            Some(&body("")),
-        )
-        .status
-    };
+    let chat = |key: &str| chat_status(gw.addr, key);
     assert_eq!(chat(&secret), 200);
     browser.screenshot_of(None, &shots.join(format!("{name}-admin.png")));
     // The audit trail names the person.

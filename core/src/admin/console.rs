@@ -240,8 +240,9 @@ pub(super) fn sso_step(
     }
 }
 
-/// The login page saying that the identity provider cannot be asked.
-pub(super) fn sso_unavailable(why: &str) -> Vec<u8> {
+/// The answer when the identity provider cannot be asked: the login page
+/// saying why.
+pub fn sso_unavailable(why: &str) -> Vec<u8> {
     tracing::warn!("single sign-on: the identity provider cannot be asked: {why}");
     respond(
         503,
@@ -263,10 +264,10 @@ fn clear_state() -> String {
     )
 }
 
-/// The answer to a single sign-on whose code the runtime exchanged:
-/// `answer` is the token endpoint's status and body, or why there was
-/// none; `fresh` is 32 random bytes, the new session's id.
-pub(super) fn sso_finish(
+/// The answer to a single sign-on whose code the runtime exchanged at the
+/// identity provider's token endpoint: `answer` is its status and body, or
+/// why there was none; `fresh` is 32 random bytes, the new session's id.
+pub fn sso_finish(
     exchange: &crate::console::Exchange,
     answer: Result<(u16, Vec<u8>), String>,
     gw: &Gateway,

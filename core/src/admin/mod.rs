@@ -16,8 +16,8 @@ use crate::http::write::{self, header, header_u64};
 use crate::http::{Framing, HttpLimits, Method, header_value, parse_request_head};
 use crate::time::Instant;
 pub use api::{ApiChange, ApiRoute, ApiStep, StoreFailure, api_audit, api_changed};
-pub use console::ConsoleRoute;
 use console::{Asking, console_response, console_route};
+pub use console::{ConsoleRoute, sso_finish, sso_unavailable};
 
 /// What `/readyz` checks, gathered by the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,24 +254,6 @@ pub fn admin_step(
         ));
     }
     api::api_step(route, &who, body, req.csrf.as_deref(), gw, now, fresh)
-}
-
-/// The answer to a single sign-on whose code the runtime exchanged at the
-/// identity provider's token endpoint: its status and body, or why there
-/// was none. `fresh` is 32 random bytes: the session's id.
-pub fn sso_finish(
-    exchange: &crate::console::Exchange,
-    answer: Result<(u16, Vec<u8>), String>,
-    gw: &Gateway,
-    now: Instant,
-    fresh: [u8; 32],
-) -> Vec<u8> {
-    console::sso_finish(exchange, answer, gw, now, fresh)
-}
-
-/// The answer when the identity provider cannot be asked: `why`.
-pub fn sso_unavailable(why: &str) -> Vec<u8> {
-    console::sso_unavailable(why)
 }
 
 /// The whole response (with `Connection: close`) to a routed request at

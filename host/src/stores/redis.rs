@@ -267,12 +267,7 @@ impl<R: Runtime> SharedLimiter<R> {
             // A pooled connection may have been closed by the server: one
             // retry on a fresh one.
             for fresh in [false, true] {
-                let (mut s, reused) = self.connector.connect(fresh).await.map_err(|e| {
-                    StoreError::Unreachable(format!("redis {}: {e}", self.url.display()))
-                })?;
-                if !reused {
-                    self.handshake(&mut s).await?;
-                }
+                let (mut s, reused) = self.connection(fresh).await?;
                 match self.eval(&mut s, op, key, limits, quota).await {
                     Ok(out) => {
                         self.connector.release(s);
@@ -291,6 +286,19 @@ impl<R: Runtime> SharedLimiter<R> {
             Err(StoreError::Timeout(timeout))
         })
         .await
+    }
+
+    /// A connection (pooled unless `fresh`) past its handshake; whether
+    /// it was reused.
+    async fn connection(&self, fresh: bool) -> Result<(OutboundStream<R::Tcp>, bool), StoreError> {
+        let (mut s, reused) =
+            self.connector.connect(fresh).await.map_err(|e| {
+                StoreError::Unreachable(format!("redis {}: {e}", self.url.display()))
+            })?;
+        if !reused {
+            self.handshake(&mut s).await?;
+        }
+        Ok((s, reused))
     }
 
     async fn handshake(&self, s: &mut OutboundStream<R::Tcp>) -> Result<(), StoreError> {
@@ -340,12 +348,7 @@ impl<R: Runtime> SharedLimiter<R> {
         unix_ms: u64,
     ) -> Result<HashMap<String, (u64, u32)>, StoreError> {
         let work = async {
-            let (mut s, reused) = self.connector.connect(true).await.map_err(|e| {
-                StoreError::Unreachable(format!("redis {}: {e}", self.url.display()))
-            })?;
-            if !reused {
-                self.handshake(&mut s).await?;
-            }
+            let (mut s, _) = self.connection(true).await?;
             let mut out = HashMap::new();
             for e in keys.entries().iter().filter(|e| e.expires.is_none()) {
                 if e.quota.budget.is_none() && e.quota.max_in_flight.is_none() {
