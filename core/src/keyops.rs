@@ -15,6 +15,9 @@ use crate::auth::{KeyDefaults, KeyTable, RawKey, is_valid_name};
 use crate::quota::{Period, usd_to_nano};
 use crate::time::{parse_rfc3339, rfc3339_ms};
 
+/// The longest a rotated key's previous secret may stay valid.
+pub(crate) const MAX_GRACE_MS: u64 = 365 * 24 * 3_600_000;
+
 /// The fields a change may set, as the API and the audit trail name them.
 pub(crate) const FIELDS: [&str; 6] = [
     "rpm",
@@ -159,6 +162,21 @@ impl KeyChanges {
         };
         positive("rpm", self.rpm)?;
         positive("tpm", self.tpm)?;
+        // Above this, instances sharing limits through Redis would refuse
+        // the whole keys table.
+        for (field, v) in [("rpm", self.rpm), ("tpm", self.tpm)] {
+            if let Some(Some(n)) =
+                v.filter(|v| v.is_some_and(|n| n > crate::limits::SHARED_MAX_PER_MINUTE))
+            {
+                return Err(OpError::invalid(
+                    field,
+                    format!(
+                        "{n} is above {}, the most the limiter computes exactly",
+                        crate::limits::SHARED_MAX_PER_MINUTE
+                    ),
+                ));
+            }
+        }
         positive("max_in_flight", self.max_in_flight)?;
         if let Some(Some(n)) = self.max_in_flight {
             if n > u64::from(u32::MAX) {
@@ -408,7 +426,10 @@ pub fn apply_key_op(
                         "key '{name}' has no current secret to rotate (it is expiring)"
                     ))
                 })?;
-            let expires = rfc3339_ms(now_ms + grace_ms);
+            if *grace_ms > MAX_GRACE_MS {
+                return Err(OpError::invalid("grace", "must be at most 365 days"));
+            }
+            let expires = rfc3339_ms(now_ms.saturating_add(*grace_ms));
             let mut fresh = next[current].clone();
             next[current].expires = Some(expires.clone());
             fresh.sha256.clone_from(sha256);
@@ -545,6 +566,7 @@ mod tests {
         );
         assert_eq!(field(json!({"models": []})), "models");
         assert_eq!(field(json!({"models": [1]})), "models");
+        assert_eq!(field(json!({"tpm": 100_000_000_000u64})), "tpm");
         assert_eq!(field(json!({"secret": "x"})), "secret");
     }
 

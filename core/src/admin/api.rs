@@ -376,7 +376,7 @@ fn change_of(
             let grace_ms = match o.get("grace") {
                 None | Some(Value::Null) => DEFAULT_GRACE_MS,
                 Some(Value::String(g)) => crate::config::parse_duration(g)
-                    .map(|d| d.as_millis() as u64)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                     .ok_or_else(|| {
                         invalid("grace", &format!("'{g}' is not a duration like 30m or 24h"))
                     })?,

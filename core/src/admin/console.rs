@@ -137,7 +137,7 @@ pub(super) fn console_response(
     };
     // Anyone may log in, or out.
     if !matches!(route, ConsoleRoute::Login | ConsoleRoute::Logout) {
-        if let Err(answer) = admitted(ask, access, unix_ms, route == &ConsoleRoute::Page) {
+        if let Err(answer) = admitted(ask, console, unix_ms, route == &ConsoleRoute::Page) {
             return answer;
         }
     }
@@ -313,10 +313,13 @@ pub fn sso_finish(
 /// (the login form when `page`, else JSON).
 pub(super) fn admitted(
     ask: Asking<'_>,
-    access: &crate::console::Access,
+    console: &Console,
     unix_ms: u64,
     page: bool,
 ) -> Result<Who, Vec<u8>> {
+    let Some(access) = console.access() else {
+        return Err(respond(404, "application/json", b"", &[], ask.head_only));
+    };
     let route = if page {
         &ConsoleRoute::Page
     } else {
@@ -330,7 +333,15 @@ pub(super) fn admitted(
     if let Some(wait) = peer.and_then(|p| access.throttle().check(p, unix_ms).err()) {
         return Err(throttled(route, wait, ask.head_only));
     }
-    let who = access.who(ask.authorization, ask.cookie, unix_ms);
+    // A signed-in person may do what the lists in force say now: removed
+    // from them (or single sign-on turned off), their session ends.
+    let who = access
+        .who(ask.authorization, ask.cookie, unix_ms)
+        .and_then(|w| match (w.actor.strip_prefix("user:"), console.sso()) {
+            (Some(email), Some(sso)) => sso.role_of(email).map(|admin| Who { admin, ..w }),
+            (Some(_), None) => None,
+            (None, _) => Some(w),
+        });
     if let Some(p) = peer {
         if who.is_some() {
             access.throttle().succeeded(p);

@@ -220,7 +220,7 @@ pub fn admin_step(
     let AdminRoute::Api(route) = &req.route else {
         return ApiStep::Answer(admin_response(req, body, gw, ready, now, fresh, peer));
     };
-    let Some(access) = gw.console().access() else {
+    if gw.console().access().is_none() {
         return ApiStep::Answer(api::error(
             404,
             "off",
@@ -229,7 +229,7 @@ pub fn admin_step(
              environment variable that holds the admin token",
             &[],
         ));
-    };
+    }
     let ask = Asking {
         head_only: req.head_only,
         authorization: req.authorization.as_deref(),
@@ -238,7 +238,7 @@ pub fn admin_step(
         peer,
         sso: gw.console().sso().is_some(),
     };
-    let who = match console::admitted(ask, access, gw.wall().unix_ms(now), false) {
+    let who = match console::admitted(ask, gw.console(), gw.wall().unix_ms(now), false) {
         Ok(who) => who,
         Err(answer) => return ApiStep::Answer(answer),
     };

@@ -22,7 +22,6 @@ pub const SESSION_SECS: u64 = 12 * 3600;
 pub(super) const MAX_SESSIONS: usize = 64;
 
 /// The admin token's digest and the sessions it opened.
-#[derive(Debug)]
 pub struct Access {
     token: [u8; 32],
     /// Who presents the token, in the audit trail: `token:` and the name
@@ -38,7 +37,6 @@ pub struct Access {
     throttle: super::Throttle,
 }
 
-#[derive(Debug)]
 struct Session {
     /// SHA-256 of its id: the cookie holds the id, nothing else does.
     digest: [u8; 32],
@@ -48,6 +46,15 @@ struct Session {
     admin: bool,
     /// Seen in the shared store: gone from it means closed elsewhere.
     stored: bool,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Neither the token's digest nor the sessions'.
+        f.debug_struct("Access")
+            .field("token_actor", &self.token_actor)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A session as the shared store keeps it (never its id: its digest).
@@ -72,8 +79,13 @@ pub enum SessionChange {
     Closed([u8; 32]),
 }
 
-fn digest_of(id: &[u8; 32]) -> [u8; 32] {
-    Sha256::digest(id).into()
+/// A session's digest: of its id and the admin token's digest, so that a
+/// new admin token ends every session, here and in the shared store.
+fn digest_of(token: &[u8; 32], id: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(token);
+    h.update(id);
+    h.finalize().into()
 }
 
 /// Who a request to the console or the admin API comes from.
@@ -173,7 +185,7 @@ impl Access {
             });
         }
         let id = cookie.and_then(session_cookie).and_then(unhex)?;
-        let digest = digest_of(&id);
+        let digest = digest_of(&self.token, &id);
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|s| s.until > unix_ms);
         // Every open session is compared, whichever matches.
@@ -204,6 +216,24 @@ impl Access {
         std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Changes that could not be written: kept for the next try, before
+    /// any made since.
+    pub fn requeue(&self, mut changes: Vec<SessionChange>) {
+        let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        changes.append(&mut outbox);
+        changes.truncate(MAX_SESSIONS * 4);
+        *outbox = changes;
+    }
+
+    /// Sessions were opened or closed since the last [`Access::take_changes`].
+    pub fn has_changes(&self) -> bool {
+        !self
+            .outbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     fn record(&self, change: SessionChange) {
         if self.persist.load(std::sync::atomic::Ordering::Relaxed) {
             let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
@@ -222,7 +252,20 @@ impl Access {
         sessions.retain(|s| {
             s.until > unix_ms && (!s.stored || stored.iter().any(|t| t.digest == s.digest))
         });
-        for t in stored.iter().filter(|t| t.until_ms > unix_ms) {
+        let closing: Vec<[u8; 32]> = self
+            .outbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|c| match c {
+                SessionChange::Closed(d) => Some(*d),
+                SessionChange::Opened(_) => None,
+            })
+            .collect();
+        for t in stored
+            .iter()
+            .filter(|t| t.until_ms > unix_ms && !closing.contains(&t.digest))
+        {
             match sessions.iter_mut().find(|s| s.digest == t.digest) {
                 Some(s) => s.stored = true,
                 None => sessions.push(Session {
@@ -260,7 +303,7 @@ impl Access {
             sessions.remove(0);
         }
         let session = Session {
-            digest: digest_of(&id),
+            digest: digest_of(&self.token, &id),
             until: unix_ms + SESSION_SECS * 1000,
             actor,
             admin,
@@ -283,10 +326,13 @@ impl Access {
     /// that removes the cookie.
     pub fn close_session(&self, cookie: Option<&str>) -> String {
         if let Some(id) = cookie.and_then(session_cookie).and_then(unhex) {
-            let digest = digest_of(&id);
+            let digest = digest_of(&self.token, &id);
             let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let before = sessions.len();
             sessions.retain(|s| !constant_time_eq(&s.digest, &digest));
-            self.record(SessionChange::Closed(digest));
+            if sessions.len() < before {
+                self.record(SessionChange::Closed(digest));
+            }
         }
         format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict")
     }

@@ -82,7 +82,6 @@ struct Jwk {
     y: Option<String>,
 }
 
-#[derive(Debug)]
 struct Pending {
     state: String,
     nonce: String,
@@ -115,11 +114,20 @@ pub struct SignedIn {
 }
 
 /// Single sign-on's state in a gateway process.
-#[derive(Debug)]
 pub struct Sso {
     config: SsoConfig,
     pending: Mutex<Vec<Pending>>,
     provider: Mutex<Option<(Provider, u64)>>,
+}
+
+impl std::fmt::Debug for Sso {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the pending sign-ins' state, nonce and verifier.
+        f.debug_struct("Sso")
+            .field("issuer", &self.config.issuer)
+            .field("client_id", &self.config.client_id)
+            .finish_non_exhaustive()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -252,6 +260,12 @@ impl Sso {
 
     /// The callback URL for a request that came with `host` (its `Host`).
     pub fn redirect_uri(&self, host: &str) -> String {
+        // A host name, an address and a port: nothing else goes in a URL.
+        let plain = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+        let host = if plain { host } else { "localhost" };
         self.config
             .redirect_url
             .clone()
@@ -318,11 +332,16 @@ impl Sso {
         };
         if let Some(error) = param("error") {
             let why = param("error_description").unwrap_or_default();
-            return Err(
-                format!("the identity provider refused the sign-in: {error} {why}")
-                    .trim_end()
-                    .to_owned(),
-            );
+            // The provider's words, as printable text of a sensible length.
+            let clean =
+                |s: String| -> String { s.chars().filter(|c| !c.is_control()).take(200).collect() };
+            return Err(format!(
+                "the identity provider refused the sign-in: {} {}",
+                clean(error),
+                clean(why)
+            )
+            .trim_end()
+            .to_owned());
         }
         let state = param("state").ok_or("the answer has no state")?;
         let code = param("code").ok_or("the answer has no code")?;
@@ -400,6 +419,19 @@ impl Sso {
         self.check_claims(&claims, &exchange.nonce, now_ms / 1000)
     }
 
+    /// What `email` may do under the lists in force: `Some(true)` change,
+    /// `Some(false)` look, `None` not enter (the lists may have changed
+    /// since the session opened).
+    pub fn role_of(&self, email: &str) -> Option<bool> {
+        if listed(email, &self.config.admins) {
+            Some(true)
+        } else if listed(email, &self.config.allowed) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
     fn check_claims(&self, c: &Value, nonce: &str, now: u64) -> Result<SignedIn, String> {
         if c["iss"].as_str() != Some(self.config.issuer.as_str()) {
             return Err("the ID token is from another issuer".into());
@@ -412,15 +444,17 @@ impl Sso {
             }
             _ => false,
         };
-        if !audience_ok {
+        if !audience_ok || c["azp"].as_str().is_some_and(|azp| azp != id) {
             return Err("the ID token is for another client".into());
         }
         let exp = c["exp"].as_u64().ok_or("the ID token has no expiry")?;
         if exp + SKEW_SECS <= now {
             return Err("the ID token has expired".into());
         }
-        if c["iat"].as_u64().is_some_and(|iat| iat > now + SKEW_SECS) {
-            return Err("the ID token was issued in the future".into());
+        if c["iat"].as_u64().is_some_and(|iat| iat > now + SKEW_SECS)
+            || c["nbf"].as_u64().is_some_and(|nbf| nbf > now + SKEW_SECS)
+        {
+            return Err("the ID token is not valid yet".into());
         }
         if c["nonce"].as_str() != Some(nonce) {
             return Err("the ID token is not for this sign-in (nonce)".into());
@@ -428,15 +462,18 @@ impl Sso {
         let email = c["email"]
             .as_str()
             .ok_or("the ID token has no e-mail address (ask for the email scope)")?;
-        if c["email_verified"] == Value::Bool(false) {
+        // Only an address the provider says it verified: a provider that
+        // does not say so may let users set their own.
+        let verified = matches!(&c["email_verified"], Value::Bool(true))
+            || c["email_verified"].as_str() == Some("true");
+        if !verified {
             return Err(format!(
-                "{email} is not a verified address at the identity provider"
+                "{email} is not an address the identity provider says it verified (email_verified)"
             ));
         }
-        let admin = listed(email, &self.config.admins);
-        if !admin && !listed(email, &self.config.allowed) {
+        let Some(admin) = self.role_of(email) else {
             return Err(format!("{email} may not enter this console"));
-        }
+        };
         Ok(SignedIn {
             email: email.to_owned(),
             admin,
@@ -664,6 +701,12 @@ mod tests {
         assert!(finish(sign(&pair, &h, &with("nonce", json!("other")))).contains("nonce"));
         assert!(
             finish(sign(&pair, &h, &with("email_verified", json!(false)))).contains("verified")
+        );
+        assert!(finish(sign(&pair, &h, &with("email_verified", Value::Null))).contains("verified"));
+        assert!(finish(sign(&pair, &h, &with("azp", json!("other")))).contains("client"));
+        assert!(
+            finish(sign(&pair, &h, &with("nbf", json!(4_000_000_000u64))))
+                .contains("not valid yet")
         );
         // No algorithm, or a shared-secret one, is never accepted.
         let none = format!(

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatgate_core::http::HeadScanner;
-use chatgate_core::{
-    AdminRoute, ApiChange, ApiStep, AuditRecord, ConsoleRoute, Readiness, StoreFailure,
-};
+use chatgate_core::{AdminRoute, ApiChange, ApiStep, AuditRecord, Readiness, StoreFailure};
 use chatgate_core::{admin_route, admin_step, api_audit, api_changed, sso_finish, sso_unavailable};
 
 /// How often the console's gauges (requests in flight, streams) are
@@ -82,19 +80,28 @@ async fn sync_sessions<R: Runtime>(shared: &Arc<Shared<R>>, url: &str) {
     let Some(access) = shared.gateway.console().access() else {
         return;
     };
+    // One sync at a time: a read taken before another sync's write must
+    // not bring back a session that write closed.
+    static SYNCING: async_lock::Mutex<()> = async_lock::Mutex::new(());
+    let _turn = SYNCING.lock().await;
     let changes = access.take_changes();
     let now_ms = shared.gateway.wall().unix_ms(crate::runtime::now());
     let url = url.to_owned();
-    let read = shared
+    let (changes, read) = shared
         .rt
         .unblock(move || {
-            let mut c = crate::stores::sessions_pg::connect(&url)?;
-            crate::stores::sessions_pg::sync(&mut c, &changes, now_ms)
+            let read = crate::stores::sessions_pg::connect(&url)
+                .and_then(|mut c| crate::stores::sessions_pg::sync(&mut c, &changes, now_ms));
+            (changes, read)
         })
         .await;
     match read {
         Ok(stored) => access.sync_sessions(&stored, now_ms),
-        Err(e) => tracing::warn!("console: {e}; sessions are kept in this process meanwhile"),
+        Err(e) => {
+            // Written at the next sync; a session closed here stays closed.
+            access.requeue(changes);
+            tracing::warn!("console: {e}; sessions are kept in this process meanwhile");
+        }
     }
 }
 
@@ -232,12 +239,12 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
         };
         // A session opened or closed is in the store before its answer,
         // so that the next request may go to another instance.
-        if matches!(
-            req.route,
-            AdminRoute::Console(
-                ConsoleRoute::Login | ConsoleRoute::Logout | ConsoleRoute::SsoCallback(_)
-            )
-        ) {
+        let opened_or_closed = shared
+            .gateway
+            .console()
+            .access()
+            .is_some_and(|a| a.has_changes());
+        if opened_or_closed {
             if let Some(url) = sessions_url(&shared) {
                 sync_sessions(&shared, &url).await;
             }

@@ -69,8 +69,36 @@ async fn fetch<R: Runtime>(
     future::or(work, limit).await
 }
 
-/// Reads the provider's discovery document and keys into `sso`.
+/// After a failed discovery, how long sign-ins are refused without asking
+/// the provider again (a flood of sign-ins makes one request, not one
+/// each).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// Reads the provider's discovery document and keys into `sso`, one
+/// reading at a time.
 pub(crate) async fn discover<R: Runtime>(rt: &R, sso: &Sso, now_ms: u64) -> Result<(), String> {
+    static TURN: async_lock::Mutex<Option<(std::time::Instant, String)>> =
+        async_lock::Mutex::new(None);
+    let mut last_failure = TURN.lock().await;
+    if sso.has_provider(now_ms, 60_000) {
+        // Read meanwhile by the request this one waited for.
+        return Ok(());
+    }
+    if let Some((_, why)) = last_failure
+        .as_ref()
+        .filter(|(at, _)| at.elapsed() < RETRY_AFTER_FAILURE)
+    {
+        return Err(why.clone());
+    }
+    let read = read_provider(rt, sso, now_ms).await;
+    *last_failure = read
+        .as_ref()
+        .err()
+        .map(|e| (std::time::Instant::now(), e.clone()));
+    read
+}
+
+async fn read_provider<R: Runtime>(rt: &R, sso: &Sso, now_ms: u64) -> Result<(), String> {
     let url = sso.discovery_url();
     let (status, body) = fetch(rt, &url, None).await?;
     if status != 200 {

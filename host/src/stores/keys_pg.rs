@@ -44,19 +44,17 @@ fn connect(url: &str) -> Result<postgres::Client, Error> {
 /// The URL with its password (if any) left out.
 pub(crate) fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return "postgres://…".to_owned();
     };
-    match rest.split_once('@') {
+    // The query may hold a password too: left out whole.
+    let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
+    match rest.rsplit_once('@') {
         Some((user, host)) => {
             let user = user.split_once(':').map_or(user, |(u, _)| u);
             format!("{scheme}://{user}:…@{host}")
         }
-        None => url.to_owned(),
+        None => format!("{scheme}://{rest}"),
     }
-}
-
-fn failed(e: postgres::Error) -> Error {
-    Error::Postgres(format!("keys in PostgreSQL: {e}"))
 }
 
 /// Every key, in the order they were added.
@@ -283,5 +281,29 @@ fn listen(
                 "keys in PostgreSQL: connection closed".into(),
             ));
         }
+    }
+}
+
+fn failed(e: postgres::Error) -> Error {
+    Error::Postgres(format!("keys in PostgreSQL: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_password_is_shown() {
+        use super::redacted;
+        assert_eq!(
+            redacted("postgres://cg:s3cret@db/keys"),
+            "postgres://cg:…@db/keys"
+        );
+        assert_eq!(
+            redacted("postgres://cg:p@ss@db/keys"),
+            "postgres://cg:…@db/keys"
+        );
+        assert_eq!(
+            redacted("postgres://db/keys?password=s3cret"),
+            "postgres://db/keys"
+        );
     }
 }
