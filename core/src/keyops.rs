@@ -162,21 +162,6 @@ impl KeyChanges {
         };
         positive("rpm", self.rpm)?;
         positive("tpm", self.tpm)?;
-        // Above this, instances sharing limits through Redis would refuse
-        // the whole keys table.
-        for (field, v) in [("rpm", self.rpm), ("tpm", self.tpm)] {
-            if let Some(Some(n)) =
-                v.filter(|v| v.is_some_and(|n| n > crate::limits::SHARED_MAX_PER_MINUTE))
-            {
-                return Err(OpError::invalid(
-                    field,
-                    format!(
-                        "{n} is above {}, the most the limiter computes exactly",
-                        crate::limits::SHARED_MAX_PER_MINUTE
-                    ),
-                ));
-            }
-        }
         positive("max_in_flight", self.max_in_flight)?;
         if let Some(Some(n)) = self.max_in_flight {
             if n > u64::from(u32::MAX) {
@@ -566,7 +551,6 @@ mod tests {
         );
         assert_eq!(field(json!({"models": []})), "models");
         assert_eq!(field(json!({"models": [1]})), "models");
-        assert_eq!(field(json!({"tpm": 100_000_000_000u64})), "tpm");
         assert_eq!(field(json!({"secret": "x"})), "secret");
     }
 

@@ -30,6 +30,7 @@ cases!(
     a_session_needs_its_csrf_token_and_a_bearer_does_not,
     keys_in_postgres_are_shared_by_every_instance,
     console_sessions_outlive_a_restart_and_reach_every_instance,
+    with_redis_a_limit_it_cannot_share_is_refused,
 );
 
 /// One call of the admin API with curl and the admin token: status and
@@ -718,4 +719,33 @@ fn console_sessions_outlive_a_restart_and_reach_every_instance(bin: &str) {
     eventually("the session ended on the other instance", || {
         with_cookie(a.admin, "GET", "/api/session", &cookie) == 401
     });
+}
+
+/// With limits shared through Redis, a limit above what its script computes
+/// exactly is refused by the API (every instance would refuse the keys).
+fn with_redis_a_limit_it_cannot_share_is_refused(bin: &str) {
+    let redis = RedisServer::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let url = redis.url();
+    let mut gw = Gw::start(bin, &sim.url(), options(&["--redis", &url]));
+    let admin = gw.admin_addr();
+    let (status, answer) = api(
+        admin,
+        "POST",
+        "/api/keys",
+        Some(&json!({"name": "huge", "tpm": 100_000_000_000u64})),
+    );
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (400, Some("tpm")),
+        "{answer}"
+    );
+    let (status, _) = api(
+        admin,
+        "PATCH",
+        "/api/keys/test",
+        Some(&json!({"rpm": 100_000_000_000u64})),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(chat_status(gw.addr, &gw.key), 200, "the keys in force stay");
 }

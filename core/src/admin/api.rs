@@ -335,6 +335,23 @@ fn change_of(
         }
         Ok(())
     };
+    // With Redis, a limit above what its script computes exactly would make
+    // every instance refuse the whole table: refused here instead.
+    let within_shared = |c: &KeyChanges| -> Result<(), OpError> {
+        if gw.config().shared_limits.is_none() {
+            return Ok(());
+        }
+        let max = crate::limits::SHARED_MAX_PER_MINUTE;
+        for (field, v) in [("rpm", c.rpm), ("tpm", c.tpm)] {
+            if let Some(Some(n)) = v.filter(|v| v.is_some_and(|n| n > max)) {
+                return Err(invalid(
+                    field,
+                    &format!("{n} is above {max}, the most limits shared through Redis can be"),
+                ));
+            }
+        }
+        Ok(())
+    };
     let secret = mint_key(&fresh);
     let sha256 = crate::auth::key_hash_hex(&secret);
     Ok(match route {
@@ -347,6 +364,7 @@ fn change_of(
             };
             let changes = KeyChanges::from_json(&o, &["name"])?;
             models_known(&changes)?;
+            within_shared(&changes)?;
             (
                 KeyOp::Create {
                     name,
@@ -359,6 +377,7 @@ fn change_of(
         ApiRoute::Update(Some(name)) => {
             let changes = KeyChanges::from_json(&object(true)?, &[])?;
             models_known(&changes)?;
+            within_shared(&changes)?;
             (
                 KeyOp::Update {
                     name: name.clone(),
