@@ -13,8 +13,10 @@ use futures_lite::{AsyncWriteExt, future};
 use crate::provider::connector::{Connector, read_response};
 use crate::runtime::Runtime;
 
-/// Longest a request to the identity provider may take.
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a request to the identity provider may take: a sign-in's
+/// start makes two (the discovery document, the keys), and both fit in the
+/// admin listener's 10 s per exchange with room for the answer.
+const TIMEOUT: Duration = Duration::from_secs(4);
 /// Largest answer read from it.
 const MAX_BODY: usize = 1 << 20;
 
