@@ -466,11 +466,13 @@ fn toml_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn parse_hex32(s: &str) -> Option<[u8; 32]> {
+/// 32 bytes from 64 hexadecimal digits.
+pub(crate) fn parse_hex32(s: &str) -> Option<[u8; 32]> {
     let s = s.as_bytes();
     if s.len() != 64 {
         return None;

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
-use crate::auth::constant_time_eq;
+use crate::auth::{constant_time_eq, hex, parse_hex32 as unhex};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "chatgate_console";
@@ -70,6 +70,18 @@ pub struct StoredSession {
     pub admin: bool,
 }
 
+impl StoredSession {
+    /// A digest as the store writes it: 64 hexadecimal digits.
+    pub fn hex(digest: &[u8; 32]) -> String {
+        hex(digest)
+    }
+
+    /// A digest as the store wrote it.
+    pub fn unhex(text: &str) -> Option<[u8; 32]> {
+        unhex(text)
+    }
+}
+
 /// A change to the sessions, for the shared store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionChange {
@@ -122,7 +134,7 @@ fn csrf_of(digest: &[u8; 32]) -> String {
     let mut h = Sha256::new();
     h.update(b"chatgate csrf ");
     h.update(digest);
-    hex(&h.finalize().into())
+    hex(&h.finalize())
 }
 
 impl Access {
@@ -160,12 +172,6 @@ impl Access {
     pub fn is_token(&self, presented: &[u8]) -> bool {
         let d: [u8; 32] = Sha256::digest(presented.trim_ascii()).into();
         constant_time_eq(&d, &self.token)
-    }
-
-    /// The request may read the console: a `Bearer` token, or a session
-    /// cookie still open at `unix_ms`.
-    pub fn allows(&self, authorization: Option<&str>, cookie: Option<&str>, unix_ms: u64) -> bool {
-        self.who(authorization, cookie, unix_ms).is_some()
     }
 
     /// Who the request comes from: the admin token (`Bearer`), or the
@@ -354,21 +360,6 @@ fn session_cookie(v: &str) -> Option<&str> {
     })
 }
 
-fn hex(b: &[u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
 /// The value of `name` in an `application/x-www-form-urlencoded` body.
 pub(crate) fn form_value(body: &[u8], name: &str) -> Option<String> {
     let body = std::str::from_utf8(body).ok()?;
@@ -385,27 +376,42 @@ mod tests {
     #[test]
     fn bearer_or_session() {
         let a = Access::new("admin-token-0123456789");
-        assert!(a.allows(Some("Bearer admin-token-0123456789"), None, 0));
-        assert!(a.allows(Some("bearer  admin-token-0123456789 "), None, 0));
+        assert!(
+            a.who(Some("Bearer admin-token-0123456789"), None, 0)
+                .is_some()
+        );
+        assert!(
+            a.who(Some("bearer  admin-token-0123456789 "), None, 0)
+                .is_some()
+        );
         assert!(a.is_token(b"admin-token-0123456789\n"));
         assert!(Access::new(" admin-token-0123456789\n").is_token(b"admin-token-0123456789"));
-        assert!(!a.allows(Some("Bearer admin-token-012345678"), None, 0));
-        assert!(!a.allows(Some("Basic admin-token-0123456789"), None, 0));
-        assert!(!a.allows(None, None, 0));
+        assert!(
+            a.who(Some("Bearer admin-token-012345678"), None, 0)
+                .is_none()
+        );
+        assert!(
+            a.who(Some("Basic admin-token-0123456789"), None, 0)
+                .is_none()
+        );
+        assert!(a.who(None, None, 0).is_none());
         let set = a.open_session([7; 32], 1000);
         assert!(set.starts_with("chatgate_console=0707"));
         assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
         let cookie = format!("other=1; {}", set.split(';').next().unwrap());
-        assert!(a.allows(None, Some(&cookie), 2000));
+        assert!(a.who(None, Some(&cookie), 2000).is_some());
         // A wrong Bearer is not rescued by a good cookie.
-        assert!(!a.allows(Some("Bearer nope"), Some(&cookie), 2000));
-        assert!(!a.allows(None, Some(&cookie), 1000 + SESSION_SECS * 1000));
-        assert!(!a.allows(None, Some("chatgate_console=zz"), 2000));
+        assert!(a.who(Some("Bearer nope"), Some(&cookie), 2000).is_none());
+        assert!(
+            a.who(None, Some(&cookie), 1000 + SESSION_SECS * 1000)
+                .is_none()
+        );
+        assert!(a.who(None, Some("chatgate_console=zz"), 2000).is_none());
         let _ = a.open_session([8; 32], 1000);
         let c8 = format!("chatgate_console={}", hex(&[8; 32]));
-        assert!(a.allows(None, Some(&c8), 2000));
+        assert!(a.who(None, Some(&c8), 2000).is_some());
         assert!(a.close_session(Some(&c8)).contains("Max-Age=0"));
-        assert!(!a.allows(None, Some(&c8), 2000));
+        assert!(a.who(None, Some(&c8), 2000).is_none());
     }
 
     #[test]
@@ -467,9 +473,9 @@ mod tests {
             let _ = a.open_session([i as u8; 32], 0);
         }
         let c = |i: u8| format!("{COOKIE}={}", hex(&[i; 32]));
-        assert!(!a.allows(None, Some(&c(0)), 1));
-        assert!(a.allows(None, Some(&c(1)), 1));
-        assert!(a.allows(None, Some(&c(MAX_SESSIONS as u8)), 1));
+        assert!(a.who(None, Some(&c(0)), 1).is_none());
+        assert!(a.who(None, Some(&c(1)), 1).is_some());
+        assert!(a.who(None, Some(&c(MAX_SESSIONS as u8)), 1).is_some());
     }
 
     #[test]

@@ -17,21 +17,6 @@ fn failed(e: postgres::Error) -> Error {
     Error::Postgres(format!("console sessions in PostgreSQL: {e}"))
 }
 
-fn hex(b: &[u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if s.len() != 64 {
-        return None;
-    }
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
 /// A connection, the table created when missing.
 pub(crate) fn connect(url: &str) -> Result<postgres::Client, Error> {
     super::postgres::open(url, SCHEMA, SCHEMA_LOCK)
@@ -51,11 +36,16 @@ pub(crate) fn sync(
             SessionChange::Opened(s) => tx.execute(
                 "INSERT INTO chatgate_sessions (id_sha256, actor, admin, expires_ms) \
                  VALUES ($1, $2, $3, $4) ON CONFLICT (id_sha256) DO NOTHING",
-                &[&hex(&s.digest), &s.actor, &s.admin, &ms(s.until_ms)],
+                &[
+                    &StoredSession::hex(&s.digest),
+                    &s.actor,
+                    &s.admin,
+                    &ms(s.until_ms),
+                ],
             ),
             SessionChange::Closed(d) => tx.execute(
                 "DELETE FROM chatgate_sessions WHERE id_sha256 = $1",
-                &[&hex(d)],
+                &[&StoredSession::hex(d)],
             ),
         }
         .map_err(failed)?;
@@ -76,7 +66,7 @@ pub(crate) fn sync(
         .iter()
         .filter_map(|r| {
             Some(StoredSession {
-                digest: unhex(r.get::<_, &str>(0))?,
+                digest: StoredSession::unhex(r.get::<_, &str>(0))?,
                 actor: r.get(1),
                 admin: r.get(2),
                 until_ms: r.get::<_, i64>(3).max(0) as u64,
