@@ -15,7 +15,7 @@
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; the one URL reader |
-//! | codecs | [`http`], `json`, `sse`, `redis_protocol` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]) |
+//! | codecs | [`http`], `json`, `sse`, `redis_protocol`, `redis_topology` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]); where a Redis command goes with Sentinel or a cluster (slots, redirections, roles) |
 //! | rules | `routes`, `validate`, [`dialect`], `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `keyops`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the other client APIs translated to and from chat (the Responses and Messages APIs); the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; changes to the keys and their audit records; the ledger line; the keep-alive pool's policy; usage reports |
 //! | shared state | `config`, `endpoints`, `metrics`, [`console`], `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what the operator's console records, and its sessions; what connections share ([`Gateway`]) |
 //! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers, the console's pages and JSON among them |
@@ -133,10 +133,15 @@ pub use time::{Instant, WallClock, parse_rfc3339, rfc3339_ms};
 pub mod http;
 mod json;
 mod redis_protocol;
+mod redis_topology;
 mod sse;
 
 pub use redis_protocol::{
     RedisProtocolError, RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply,
+};
+pub use redis_topology::{
+    CLUSTER_SLOTS, NodeAddr, RedisErrorKind, Replication, SlotMap, classify_error, key_slot,
+    parse_node_addr, parse_replication, sentinel_primary,
 };
 pub use sse::{SseError, SseFramer};
 
@@ -164,9 +169,9 @@ pub use catalog::{Catalog, Model, Price, format_usd};
 pub use keyops::{AuditRecord, FieldChange, KeyChanges, KeyOp, OpError, apply_key_op, check_keys};
 pub use ledger::LedgerRecord;
 pub use limits::{
-    Admission, LimitKind, LimitStatus, Limits, REDIS_SCRIPT, RateLimiter, Rejection,
-    SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, ScriptQuota, decode_script_reply, script_args,
-    script_keys, shared_limits_error,
+    Admission, LimitKind, LimitStatus, Limits, REBUILD_AFTER_MS, REDIS_SCRIPT, RateLimiter,
+    Rejection, SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, ScriptQuota, decode_script_reply,
+    script_args, script_keys, shared_limits_error,
 };
 pub use pool::Pool;
 pub use quota::{
@@ -184,9 +189,9 @@ mod gateway;
 mod metrics;
 
 pub use config::{
-    Apis, ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, OtlpExport, RedisUrl,
-    SERVE_SETTINGS, Secret, ServeConfig, Setting, SharedLimits, Sources, Target, Timeouts,
-    env_name, flag_name, parse_duration, parse_endpoints,
+    Apis, ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, OtlpExport, RedisTopology,
+    RedisUrl, SERVE_SETTINGS, Secret, ServeConfig, Setting, SharedLimits, SharedRedis, Sources,
+    Target, Timeouts, env_name, flag_name, parse_duration, parse_endpoints, parse_redis_list,
 };
 pub use endpoints::{
     Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome, PromptAllowance,

@@ -10,7 +10,10 @@
 -- KEYS[2]  the key's spend (fields d, w, m, t: spent in the current day,
 --          ISO week, month and in total, nano-dollars; dp, wp, mp: the
 --          starts of the periods they count; r: reserved by requests in
---          flight; z: present once seeded from the ledger)
+--          flight; z: present once seeded from the ledger; h: the
+--          replication history it was kept under; c: set while a rebuild
+--          from the ledger is due, its cut-off; nd, nw, nm, nt: settled
+--          since c, by lines of c or later)
 -- KEYS[3]  the key's leases (sorted set: lease name -> expiry, ms)
 -- KEYS[4]  the leases' budget reservations (hash: lease name -> nano-USD)
 -- ARGV[1]  "admit", "settle", "status", "seed" or "renew"
@@ -27,13 +30,19 @@
 -- ARGV[15] the lease's name, or "" (no lease); renew: names, space
 --          separated; seed: spent in total
 -- ARGV[16] the lease's length, milliseconds
+-- ARGV[17] the server's replication history (master_replid), or "" (unknown)
+-- ARGV[18] the caller's clock, Unix ms (settle: the ledger line's time);
+--          seed: the rebuild's cut-off, or "" for a first seed
+-- ARGV[19] admit: how long after a history change the spend is rebuilt,
+--          ms, or "" (not now)
 --
 -- Returns {verdict, a, b, limit_r, remaining_r, reset_r_ms, limit_t,
 -- remaining_t, reset_t_ms, spent, reserved, in_flight}: verdict 1 =
 -- admitted (a = tokens reserved), 0 = refused (a = 1 requests, 2 tokens,
 -- 3 budget, 4 in-flight cap; b = Retry-After seconds), 2 = settled,
 -- status, seeded or renewed, 3 = the spend is not seeded (a budget cannot
--- be decided: seed it from the ledger, then admit again). spent is the
+-- be decided: seed it from the ledger, then admit again; a > 0: rebuild
+-- it from the ledger's lines before a, Unix ms). spent is the
 -- budget period's, reserved what the key's leases hold, in_flight how
 -- many leases it has.
 local UNITS = 60000
@@ -99,7 +108,11 @@ local budget = tonumber(ARGV[7] or '')
 local period = tonumber(ARGV[8] or '') or 4
 local cap = tonumber(ARGV[14] or '')
 local lease = ARGV[15] or ''
+local history = ARGV[17] or ''
+local caller_ms = tonumber(ARGV[18] or '')
+local rebuild_after = tonumber(ARGV[19] or '')
 local FIELDS = {'d', 'w', 'm', 't'}
+local SINCE = {'nd', 'nw', 'nm', 'nt'}
 
 local function num(v)
   return tonumber(v) or 0
@@ -113,8 +126,30 @@ local function roll()
     local f = FIELDS[i]
     if start and start > num(redis.call('HGET', KEYS[2], f .. 'p')) then
       redis.call('HSET', KEYS[2], f, 0, f .. 'p', string.format('%.0f', start))
+      if redis.call('HEXISTS', KEYS[2], 'c') == 1 then
+        redis.call('HSET', KEYS[2], SINCE[i], 0)
+      end
     end
   end
+end
+
+-- A spend kept under another replication history (a replica promoted by
+-- a failover, a server restarted from its files) may lack the old
+-- primary's last writes and what instances settled on their own while
+-- it was away. Admissions go on deciding on it, and from the caller's
+-- time on, settlements are also counted apart, so that the spend can be
+-- rebuilt as the ledger's lines before that time plus those.
+local function follow_history()
+  if history == '' or not caller_ms or redis.call('HEXISTS', KEYS[2], 'z') == 0 then return end
+  local h = redis.call('HGET', KEYS[2], 'h')
+  if h == history then return end
+  if not h then
+    -- Seeded by a version that did not keep the history: this one.
+    redis.call('HSET', KEYS[2], 'h', history)
+    return
+  end
+  redis.call('HSET', KEYS[2], 'h', history, 'c', string.format('%.0f', caller_ms),
+    'nd', 0, 'nw', 0, 'nm', 0, 'nt', 0)
 end
 
 -- Leases past their expiry (an instance that died) give back their slot
@@ -143,9 +178,22 @@ end
 if op == 'seed' then
   -- Only if still unseeded: another instance may have seeded it first.
   if redis.call('HEXISTS', KEYS[2], 'z') == 0 then
-    redis.call('HSET', KEYS[2], 'z', 1,
-      'd', ARGV[12], 'dp', ARGV[9], 'w', ARGV[13], 'wp', ARGV[10],
-      'm', ARGV[14], 'mp', ARGV[11], 't', ARGV[15])
+    if not caller_ms then
+      redis.call('HSET', KEYS[2], 'z', 1,
+        'd', ARGV[12], 'dp', ARGV[9], 'w', ARGV[13], 'wp', ARGV[10],
+        'm', ARGV[14], 'mp', ARGV[11], 't', ARGV[15])
+      if history ~= '' then redis.call('HSET', KEYS[2], 'h', history) end
+    end
+  elseif caller_ms and tonumber(redis.call('HGET', KEYS[2], 'c')) == caller_ms then
+    -- The rebuild that is due, once: the ledger before the cut-off plus
+    -- what was settled since.
+    roll()
+    local seeded = {ARGV[12], ARGV[13], ARGV[14], ARGV[15]}
+    for i = 1, 4 do
+      local v = num(seeded[i]) + num(redis.call('HGET', KEYS[2], SINCE[i]))
+      redis.call('HSET', KEYS[2], FIELDS[i], string.format('%.0f', v))
+    end
+    redis.call('HDEL', KEYS[2], 'c', 'nd', 'nw', 'nm', 'nt')
   end
   roll()
   local spent, reserved, n = quota_figures()
@@ -173,7 +221,12 @@ if op == 'admit' then
     if redis.call('HEXISTS', KEYS[2], 'z') == 0 then
       return {3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     end
+    follow_history()
     roll()
+    local c = tonumber(redis.call('HGET', KEYS[2], 'c'))
+    if c and rebuild_after and caller_ms and caller_ms >= c + rebuild_after then
+      return {3, c, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+    end
   end
   local spent, reserved, n = quota_figures()
   local wr, wt = wait_ms(r, 1), wait_ms(t, tokens)
@@ -214,10 +267,17 @@ elseif op == 'settle' then
   -- Spend is kept once seeded (an unseeded key is rebuilt from the ledger,
   -- which has this request's line).
   if cost > 0 and redis.call('HEXISTS', KEYS[2], 'z') == 1 then
+    follow_history()
     roll()
-    for _, f in ipairs(FIELDS) do
+    local c = tonumber(redis.call('HGET', KEYS[2], 'c'))
+    local since = c and caller_ms and caller_ms >= c
+    for i, f in ipairs(FIELDS) do
       local v = num(redis.call('HGET', KEYS[2], f)) + cost
       redis.call('HSET', KEYS[2], f, string.format('%.0f', v))
+      if since then
+        local n = num(redis.call('HGET', KEYS[2], SINCE[i])) + cost
+        redis.call('HSET', KEYS[2], SINCE[i], string.format('%.0f', n))
+      end
     end
   end
 elseif op ~= 'status' then

@@ -436,9 +436,14 @@ pub enum ScriptOp {
     Status,
     /// Set the key's spend, unless it is set already: what the ledger
     /// says it spent per period kind ([`crate::Period::ALL`] order).
+    /// With `before`, the rebuild a changed history asked for
+    /// ([`ScriptOutcome::Unseeded`]): what the ledger holds of the lines
+    /// before that time, to which the script adds what was settled since.
     Seed {
         /// Nano-dollars per period kind.
         spent: [u64; 4],
+        /// The rebuild's cut-off (Unix ms), as the script gave it.
+        before: Option<u64>,
     },
     /// Extend these leases (names separated by spaces) by the lease's
     /// length.
@@ -460,15 +465,33 @@ pub struct ScriptQuota<'a> {
     pub lease: &'a str,
     /// The lease's length, milliseconds.
     pub lease_ms: u64,
-    /// The wall clock (Unix ms): which periods are current.
+    /// The wall clock (Unix ms): which periods are current. For a
+    /// settlement, the ledger line's time.
     pub unix_ms: u64,
+    /// The replication history of the server asked (`master_replid`),
+    /// empty when unknown: a spend kept under another history is rebuilt
+    /// from the ledger.
+    pub history: &'a str,
+    /// Admit: how long after a history changed the spend is rebuilt from
+    /// the ledger ([`REBUILD_AFTER_MS`]); `None` never asks (a rebuild
+    /// that could not read the ledger admits on the spend as it is).
+    pub rebuild_after_ms: Option<u64>,
 }
 
+/// How long after a key's spend is first used under a new replication
+/// history (a failover) it is rebuilt from the ledger: long enough for
+/// every line that finished before then to have reached the shared ledger
+/// (shipped within about 100 ms while PostgreSQL is up). Until then
+/// admissions decide on the spend the new primary holds plus what was
+/// settled since.
+pub const REBUILD_AFTER_MS: u64 = 5_000;
+
 /// The script's `KEYS` for client key `name`: its buckets, spend, leases
-/// and the leases' reservations (one hash tag, so one cluster slot).
+/// and the leases' reservations, all four in one hash tag (`{name}`), so
+/// in one cluster slot: a script's keys must be.
 pub fn script_keys(name: &str) -> [String; 4] {
     [
-        format!("chatgate:limits:{name}"),
+        format!("chatgate:limits:{{{name}}}"),
         format!("chatgate:spend:{{{name}}}"),
         format!("chatgate:leases:{{{name}}}"),
         format!("chatgate:lease-costs:{{{name}}}"),
@@ -494,7 +517,7 @@ pub fn script_args(
     let q = &quota.quota;
     let starts = [Period::Day, Period::Week, Period::Month].map(|p| p.start(quota.unix_ms));
     let (x12, x13, x14, x15) = match op {
-        ScriptOp::Seed { spent } => (
+        ScriptOp::Seed { spent, .. } => (
             spent[0],
             spent[1],
             spent[2].to_string(),
@@ -526,6 +549,12 @@ pub fn script_args(
         x14,
         x15,
         quota.lease_ms.to_string(),
+        quota.history.to_owned(),
+        match op {
+            ScriptOp::Seed { before, .. } => opt(before),
+            _ => quota.unix_ms.to_string(),
+        },
+        opt(quota.rebuild_after_ms),
     ]
 }
 
@@ -546,8 +575,12 @@ pub enum ScriptOutcome {
     /// `admit` refused it: the key's in-flight cap is reached.
     InFlight,
     /// `admit` could not decide a budget: the key's spend must be seeded
-    /// from the ledger first ([`ScriptOp::Seed`]).
-    Unseeded,
+    /// from the ledger first ([`ScriptOp::Seed`]); with `before`, rebuilt
+    /// from the ledger's lines before that time, after a history change.
+    Unseeded {
+        /// The rebuild's cut-off (Unix ms).
+        before: Option<u64>,
+    },
     /// `settle`, `status`, `seed` or `renew`: the key's limits now.
     Status(LimitStatus),
 }
@@ -589,7 +622,9 @@ pub fn decode_script_reply(v: &[i64]) -> Option<ScriptOutcome> {
             _ => return None,
         },
         2 => ScriptOutcome::Status(status),
-        3 => ScriptOutcome::Unseeded,
+        3 => ScriptOutcome::Unseeded {
+            before: (v[1] > 0).then_some(v[1] as u64),
+        },
         _ => return None,
     })
 }

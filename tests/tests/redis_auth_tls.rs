@@ -131,7 +131,7 @@ fn password_and_acl_user_share_limits(bin: &str) {
     // The bucket is in Redis, behind the password.
     let mut c = RedisClient::connect(redis.addr);
     assert!(matches!(
-        c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]),
+        c.cmd(&[b"EXISTS", b"chatgate:limits:{shared}"]),
         RedisReply::Error(e) if e.starts_with("NOAUTH")
     ));
     assert_eq!(
@@ -139,7 +139,7 @@ fn password_and_acl_user_share_limits(bin: &str) {
         RedisReply::Simple("OK".into())
     );
     assert_eq!(
-        c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]),
+        c.cmd(&[b"EXISTS", b"chatgate:limits:{shared}"]),
         RedisReply::Integer(1)
     );
 }
@@ -218,7 +218,7 @@ fn rediss_shares_limits_and_verifies_the_certificate(bin: &str) {
     let mut c = RedisClient::connect(redis.addr);
     c.cmd(&[b"AUTH", PASSWORD.as_bytes()]);
     assert_eq!(
-        c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]),
+        c.cmd(&[b"EXISTS", b"chatgate:limits:{shared}"]),
         RedisReply::Integer(1)
     );
     // A certificate from a CA the gateway does not trust (only the

@@ -10,9 +10,9 @@ use std::time::Duration;
 use chatgate_core::Instant;
 use chatgate_core::RedisReply;
 use chatgate_core::{
-    Budget, Limits, Period, Quota, QuotaBook, QuotaRefusal, REDIS_SCRIPT, RateLimiter,
-    SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, ScriptQuota, decode_script_reply, script_args,
-    script_keys,
+    Budget, Limits, Period, Quota, QuotaBook, QuotaRefusal, REBUILD_AFTER_MS, REDIS_SCRIPT,
+    RateLimiter, SHARED_MAX_PER_MINUTE, ScriptOp, ScriptOutcome, ScriptQuota, decode_script_reply,
+    script_args, script_keys,
 };
 use chatgate_tests::{Noise, RedisClient, RedisServer};
 
@@ -177,7 +177,7 @@ fn noscript_is_recovered_and_idle_keys_expire() {
         other => panic!("{other:?}"),
     }
     // The key expires once both buckets would be full again, plus a minute.
-    match c.cmd(&[b"PTTL", b"chatgate:limits:idle"]) {
+    match c.cmd(&[b"PTTL", b"chatgate:limits:{idle}"]) {
         RedisReply::Integer(ms) => assert!((60_000..=125_000).contains(&ms), "{ms}"),
         other => panic!("{other:?}"),
     }
@@ -225,9 +225,10 @@ fn the_script_and_the_quota_book_agree() {
         "q",
         &script_args(admit, limits, &at(t0), Some(t0)),
     ));
-    assert_eq!(first, ScriptOutcome::Unseeded);
+    assert_eq!(first, ScriptOutcome::Unseeded { before: None });
     let seed = ScriptOp::Seed {
         spent: [100_000_000, 200_000_000, 300_000_000, 400_000_000],
+        before: None,
     };
     outcome(&eval(
         &mut c,
@@ -236,7 +237,10 @@ fn the_script_and_the_quota_book_agree() {
         &script_args(seed, limits, &at(t0), Some(t0)),
     ));
     // A second seed (another instance, late) changes nothing.
-    let late = ScriptOp::Seed { spent: [9; 4] };
+    let late = ScriptOp::Seed {
+        spent: [9; 4],
+        before: None,
+    };
     outcome(&eval(
         &mut c,
         &sha,
@@ -327,4 +331,144 @@ fn the_script_and_the_quota_book_agree() {
     assert_eq!(field(&mut c, "m"), s.spent_in(Period::Month));
     assert_eq!(field(&mut c, "t"), s.spent_in(Period::Total));
     assert_eq!(field(&mut c, "r"), s.reserved);
+}
+
+/// After a failover the new primary holds the spend as it was replicated,
+/// which may lack the old primary's last settlements and what instances
+/// settled on their own while Redis was away. The first call under the
+/// new history (another `master_replid`) marks the moment; settlements of
+/// lines from then on are counted apart; REBUILD_AFTER_MS later an
+/// admission asks for the rebuild, which sets the spend to the ledger's
+/// lines before the moment plus those, once.
+#[test]
+fn a_changed_history_rebuilds_the_spend_from_the_ledger_once() {
+    let redis = RedisServer::start();
+    let mut c = RedisClient::connect(redis.addr);
+    let sha = load(&mut c);
+    let limits = Limits {
+        requests_per_minute: 1_000_000,
+        tokens_per_minute: 1_000_000,
+    };
+    let quota = Quota {
+        budget: Some(Budget {
+            limit_nano: 10_000_000_000,
+            period: Period::Month,
+        }),
+        max_in_flight: None,
+    };
+    let t0: u64 = 1_795_644_000_000;
+    let q = |ms: u64, history: &'static str| ScriptQuota {
+        quota,
+        lease_ms: 60_000,
+        unix_ms: ms,
+        history,
+        rebuild_after_ms: Some(REBUILD_AFTER_MS),
+        ..ScriptQuota::default()
+    };
+    let run = |c: &mut RedisClient, op: ScriptOp, quota: &ScriptQuota<'_>| {
+        outcome(&eval(
+            c,
+            &sha,
+            "h",
+            &script_args(op, limits, quota, Some(quota.unix_ms)),
+        ))
+    };
+    let spent = |c: &mut RedisClient, f: &str| -> Option<u64> {
+        match c.cmd(&[b"HGET", b"chatgate:spend:{h}", f.as_bytes()]) {
+            RedisReply::Bulk(Some(v)) => Some(String::from_utf8(v).unwrap().parse().unwrap()),
+            _ => None,
+        }
+    };
+    let admit = ScriptOp::Admit { tokens: 1 };
+    let settle = ScriptOp::Settle {
+        reserved: 1,
+        used: 1,
+    };
+    let cost = |n: u64, q: ScriptQuota<'static>| ScriptQuota { metered: n, ..q };
+    // Seeded under history A with 1 USD; 0.1 settled.
+    assert_eq!(
+        run(&mut c, admit, &q(t0, "A")),
+        ScriptOutcome::Unseeded { before: None }
+    );
+    run(
+        &mut c,
+        ScriptOp::Seed {
+            spent: [0, 0, 1_000_000_000, 1_000_000_000],
+            before: None,
+        },
+        &q(t0, "A"),
+    );
+    assert_eq!(
+        c.cmd(&[b"HGET", b"chatgate:spend:{h}", b"h"]),
+        RedisReply::Bulk(Some(b"A".to_vec())),
+        "the seed keeps the history it was made under"
+    );
+    run(&mut c, settle, &cost(100_000_000, q(t0 + 10, "A")));
+    assert_eq!(spent(&mut c, "m"), Some(1_100_000_000));
+    assert!(matches!(
+        run(&mut c, admit, &q(t0 + 20, "A")),
+        ScriptOutcome::Admitted(_)
+    ));
+    assert_eq!(
+        spent(&mut c, "c"),
+        None,
+        "no rebuild under the same history"
+    );
+    // History B from t1: admissions go on, on the spend as it is.
+    let t1 = t0 + 1_000;
+    assert!(matches!(
+        run(&mut c, admit, &q(t1, "B")),
+        ScriptOutcome::Admitted(_)
+    ));
+    assert_eq!(spent(&mut c, "c"), Some(t1));
+    // A line from before t1 (settled late) counts in the spend now and is
+    // left to the ledger at the rebuild; one from t1 on is counted apart.
+    run(&mut c, settle, &cost(7, q(t1 - 1, "B")));
+    run(&mut c, settle, &cost(20_000_000, q(t1 + 5, "B")));
+    assert_eq!(spent(&mut c, "m"), Some(1_120_000_007));
+    assert_eq!(spent(&mut c, "nm"), Some(20_000_000));
+    // Before REBUILD_AFTER_MS, no rebuild; then one, asked with the cut-off.
+    let due = t1 + REBUILD_AFTER_MS;
+    assert!(matches!(
+        run(&mut c, admit, &q(due - 1, "B")),
+        ScriptOutcome::Admitted(_)
+    ));
+    assert_eq!(
+        run(&mut c, admit, &q(due, "B")),
+        ScriptOutcome::Unseeded { before: Some(t1) }
+    );
+    // Without a rebuild (the ledger unreadable), admission still decides.
+    let lenient = ScriptQuota {
+        rebuild_after_ms: None,
+        ..q(due, "B")
+    };
+    assert!(matches!(
+        run(&mut c, admit, &lenient),
+        ScriptOutcome::Admitted(_)
+    ));
+    // The ledger before t1 says 1.5 USD (it has the lines the old primary
+    // lost): the spend is that plus what was settled since t1.
+    let rebuild = ScriptOp::Seed {
+        spent: [0, 0, 1_500_000_000, 1_500_000_000],
+        before: Some(t1),
+    };
+    run(&mut c, rebuild, &q(due, "B"));
+    assert_eq!(spent(&mut c, "m"), Some(1_520_000_000));
+    assert_eq!(spent(&mut c, "t"), Some(1_520_000_000));
+    assert_eq!((spent(&mut c, "c"), spent(&mut c, "nm")), (None, None));
+    // Once: a second instance's rebuild with the same cut-off is late and
+    // changes nothing, and settlements count as usual again.
+    run(&mut c, rebuild, &q(due + 1, "B"));
+    run(&mut c, settle, &cost(5, q(due + 2, "B")));
+    assert_eq!(spent(&mut c, "m"), Some(1_520_000_005));
+    assert!(matches!(
+        run(&mut c, admit, &q(due + 3, "B")),
+        ScriptOutcome::Admitted(_)
+    ));
+    // An unknown history (an ACL user without INFO) changes nothing.
+    assert!(matches!(
+        run(&mut c, admit, &q(due + 4, "")),
+        ScriptOutcome::Admitted(_)
+    ));
+    assert_eq!(spent(&mut c, "c"), None);
 }

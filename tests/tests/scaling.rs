@@ -294,7 +294,7 @@ fn redis_down_falls_back_and_recovers() {
     );
     // And the keys live in Redis again.
     let mut c = RedisClient::connect(_redis.addr);
-    match c.cmd(&[b"EXISTS", b"chatgate:limits:shared"]) {
+    match c.cmd(&[b"EXISTS", b"chatgate:limits:{shared}"]) {
         chatgate_core::RedisReply::Integer(n) => assert_eq!(n, 1),
         other => panic!("{other:?}"),
     }

@@ -34,7 +34,7 @@ use crate::quota::{Budget, Period, usd_to_nano};
 pub(crate) use endpoints::MAX_ENDPOINTS;
 pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Secret, Target, parse_endpoints};
 pub use gateway::{Apis, GatewayConfig, SharedLimits, Timeouts};
-pub use redis::RedisUrl;
+pub use redis::{RedisTopology, RedisUrl, SharedRedis, parse_redis_list};
 use settings::{Resolver, bad};
 pub use settings::{SERVE_SETTINGS, Setting, Sources, env_name, flag_name, parse_duration};
 pub(crate) use settings::{Source, UPSTREAM_KEY_ENV};
@@ -56,7 +56,7 @@ pub struct ServeConfig {
     /// The shared ledger's PostgreSQL URL, if any.
     pub ledger_postgres: Option<String>,
     /// The shared limiter's Redis, if any.
-    pub redis: Option<RedisUrl>,
+    pub redis: Option<SharedRedis>,
     /// Longest wait for Redis.
     pub redis_timeout: Duration,
     /// Log level.
@@ -463,12 +463,100 @@ fn timeouts(r: &Resolver) -> Result<Timeouts, ConfigError> {
     })
 }
 
-/// The shared limiter's Redis, if configured.
-fn redis(r: &Resolver) -> Result<Option<RedisUrl>, ConfigError> {
+/// The shared limiter's Redis, if configured: one server (`redis`), a
+/// primary behind Sentinels (`redis_sentinels` with
+/// `redis_sentinel_master`), or a cluster (`redis_cluster`); one of them.
+fn redis(r: &Resolver) -> Result<Option<SharedRedis>, ConfigError> {
+    let given: Vec<&str> = ["redis", "redis_sentinels", "redis_cluster"]
+        .into_iter()
+        .filter(|k| r.get(k).is_some())
+        .collect();
+    if given.len() > 1 {
+        let names: Vec<String> = given
+            .iter()
+            .map(|k| format!("--{}", flag_name(k)))
+            .collect();
+        return Err(ConfigError(format!(
+            "{} are exclusive: Redis is one server, a primary behind Sentinels, or a cluster",
+            names.join(" and ")
+        )));
+    }
+    let master = r.get("redis_sentinel_master");
+    if let Some((name, src)) = &master {
+        if r.get("redis_sentinels").is_none() {
+            return Err(bad(
+                "redis_sentinel_master",
+                name,
+                *src,
+                "to be given with --redis-sentinels",
+            ));
+        }
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad(
+                "redis_sentinel_master",
+                name,
+                *src,
+                "the name the Sentinels monitor the primary under",
+            ));
+        }
+    }
+    let list = |key: &str, default_port: u16| -> Result<Option<Vec<RedisUrl>>, ConfigError> {
+        match r.get(key) {
+            None => Ok(None),
+            Some((v, src)) => parse_redis_list(&v, default_port).map(Some).map_err(|e| {
+                bad(
+                    key,
+                    "…",
+                    src,
+                    &format!(
+                        "HOST:PORT,HOST:PORT or redis[s]://[[user]:password@]HOST:PORT,…[/db] ({})",
+                        e.to_lowercase()
+                    ),
+                )
+            }),
+        }
+    };
+    let addrs = |v: &[RedisUrl]| v.iter().map(|u| (u.host.clone(), u.port)).collect();
+    if let Some(sentinels) = list("redis_sentinels", 26379)? {
+        let Some((primary, _)) = master else {
+            return Err(ConfigError(
+                "--redis-sentinels needs --redis-sentinel-master: the name the Sentinels monitor the primary under".into(),
+            ));
+        };
+        return Ok(Some(SharedRedis {
+            url: sentinels[0].clone(),
+            topology: RedisTopology::Sentinel {
+                sentinels: addrs(&sentinels),
+                primary,
+            },
+        }));
+    }
+    if let Some(seeds) = list("redis_cluster", 6379)? {
+        if seeds[0].db != 0 {
+            let src = r.get("redis_cluster").map_or(Source::Default, |(_, s)| s);
+            return Err(bad(
+                "redis_cluster",
+                "…",
+                src,
+                "database 0: a Redis Cluster has no other",
+            ));
+        }
+        return Ok(Some(SharedRedis {
+            url: seeds[0].clone(),
+            topology: RedisTopology::Cluster {
+                seeds: addrs(&seeds),
+            },
+        }));
+    }
     match r.get("redis") {
         None => Ok(None),
         Some((url, src)) => RedisUrl::parse(&url)
-            .map(Some)
+            .map(|url| {
+                Some(SharedRedis {
+                    url,
+                    topology: RedisTopology::Server,
+                })
+            })
             .map_err(|e| bad("redis", "…", src, &e.to_lowercase())),
     }
 }

@@ -1,4 +1,5 @@
-//! Where the shared limiter's Redis is.
+//! Where the shared limiter's Redis is: one server, a primary that
+//! Sentinels watch, or a cluster.
 
 use crate::url::{Url, UrlError, host_for_url};
 
@@ -81,6 +82,107 @@ impl RedisUrl {
     }
 }
 
+/// How the shared limiter reaches Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTopology {
+    /// One server, at the URL's address (`--redis`).
+    Server,
+    /// The primary that these Sentinels know by `primary`
+    /// (`--redis-sentinels`, `--redis-sentinel-master`).
+    Sentinel {
+        /// The Sentinels' addresses, asked in turn.
+        sentinels: Vec<(String, u16)>,
+        /// The name the Sentinels monitor it under.
+        primary: String,
+    },
+    /// A Redis Cluster reached first through these nodes
+    /// (`--redis-cluster`).
+    Cluster {
+        /// Any of the cluster's nodes.
+        seeds: Vec<(String, u16)>,
+    },
+}
+
+/// The shared limiter's Redis: how it is reached, and the credentials,
+/// database and TLS every connection to it uses (`url`; its address is the
+/// server's, or the first Sentinel's or seed's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRedis {
+    /// Credentials, database, TLS.
+    pub url: RedisUrl,
+    /// One server, Sentinel or cluster.
+    pub topology: RedisTopology,
+}
+
+impl SharedRedis {
+    /// How it is reached, for the start-up line (no password).
+    pub fn display(&self) -> String {
+        let list = |v: &[(String, u16)]| {
+            v.iter()
+                .map(|(h, p)| format!("{}:{p}", host_for_url(h)))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match &self.topology {
+            RedisTopology::Server => self.url.display(),
+            RedisTopology::Sentinel { sentinels, primary } => format!(
+                "'{primary}' via sentinels {} ({})",
+                list(sentinels),
+                self.url.display()
+            ),
+            RedisTopology::Cluster { seeds } => {
+                format!("cluster {} ({})", list(seeds), self.url.display())
+            }
+        }
+    }
+}
+
+/// A list of servers, `HOST:PORT,HOST:PORT` or, with credentials, a
+/// database or TLS, `redis[s]://[[user]:password@]HOST:PORT,HOST:PORT[/db]`:
+/// one URL per address, every part but the address shared, each read by
+/// [`RedisUrl::parse`]. An address without a port gets `default_port`.
+pub fn parse_redis_list(list: &str, default_port: u16) -> Result<Vec<RedisUrl>, String> {
+    let (scheme, rest) = match list.split_once("://") {
+        Some((scheme, rest)) => (scheme, rest),
+        None => ("redis", list),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (creds, hosts) = match authority.rsplit_once('@') {
+        Some((c, h)) => (format!("{c}@"), h),
+        None => (String::new(), authority),
+    };
+    let mut out: Vec<RedisUrl> = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err("an address in the list is empty".into());
+        }
+        // A port is the digits after the last colon outside brackets.
+        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| {
+            !h.is_empty()
+                && (!h.contains(':') || h.ends_with(']'))
+                && !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit())
+        });
+        let mut url = RedisUrl::parse(&format!("{scheme}://{creds}{host}{path}"))?;
+        if !has_port {
+            url.port = default_port;
+        }
+        if out.iter().any(|u| u.host == url.host && u.port == url.port) {
+            return Err(format!(
+                "{}:{} is listed twice",
+                host_for_url(&url.host),
+                url.port
+            ));
+        }
+        out.push(url);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +229,50 @@ mod tests {
         ] {
             assert!(RedisUrl::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn redis_lists() {
+        let v = parse_redis_list("10.0.0.1:26379,10.0.0.2,[::1]:5000", 26379).unwrap();
+        let addrs: Vec<_> = v.iter().map(|u| (u.host.as_str(), u.port)).collect();
+        assert_eq!(
+            addrs,
+            [("10.0.0.1", 26379), ("10.0.0.2", 26379), ("::1", 5000)]
+        );
+        assert!(
+            v.iter()
+                .all(|u| !u.tls && u.password.is_none() && u.db == 0)
+        );
+        let v = parse_redis_list("rediss://app:pw@a:7000,b:7001/2", 6379).unwrap();
+        assert_eq!(v.len(), 2);
+        assert!(v.iter().all(|u| u.tls
+            && u.user.as_deref() == Some("app")
+            && u.password.as_deref() == Some("pw")
+            && u.db == 2));
+        assert_eq!((v[1].host.as_str(), v[1].port), ("b", 7001));
+        let v = parse_redis_list("[fd00::1]", 6379).unwrap();
+        assert_eq!((v[0].host.as_str(), v[0].port), ("fd00::1", 6379));
+        for bad in [
+            "",
+            "a:1,,b:2",
+            "a:1,a:1",
+            "a:x",
+            "http://a:1",
+            "a:1/x",
+            "a:1?q",
+        ] {
+            assert!(parse_redis_list(bad, 6379).is_err(), "{bad}");
+        }
+        let s = SharedRedis {
+            url: RedisUrl::parse("redis://:pw@a:1").unwrap(),
+            topology: RedisTopology::Sentinel {
+                sentinels: vec![("a".into(), 1), ("::1".into(), 2)],
+                primary: "mymaster".into(),
+            },
+        };
+        assert_eq!(
+            s.display(),
+            "'mymaster' via sentinels a:1,[::1]:2 (redis://***@a:1/0)"
+        );
     }
 }

@@ -115,6 +115,24 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Share rate limits with other instances through this Redis (redis:// or rediss://); off unless set",
     ),
     s(
+        "redis_sentinels",
+        "LIST",
+        None,
+        "Share rate limits through the Redis primary these Sentinels watch (HOST:PORT,… or redis[s]://[[user]:password@]HOST:PORT,…[/db]); with --redis-sentinel-master",
+    ),
+    s(
+        "redis_sentinel_master",
+        "NAME",
+        None,
+        "The name the Sentinels monitor the primary under",
+    ),
+    s(
+        "redis_cluster",
+        "LIST",
+        None,
+        "Share rate limits through this Redis Cluster, reached first through these nodes (HOST:PORT,… or redis[s]://[[user]:password@]HOST:PORT,…)",
+    ),
+    s(
         "redis_fallback",
         "MODE",
         Some("fail-open"),

@@ -513,7 +513,12 @@ impl Connection {
         }
         let spent = rec.cost_nano_usd.max(rec.charged_nano_usd);
         let reserved = std::mem::take(&mut req.reserved);
-        let unix_ms = gw.wall().unix_ms(now);
+        // The ledger line's time: the periods the cost counts in are the
+        // ones a rebuild from the ledger puts it in.
+        let unix_ms = match rec.unix_ms {
+            0 => gw.wall().unix_ms(now),
+            t => t,
+        };
         let budgeted = key.quota.budget.is_some();
         if req.shared {
             if !hold.held && reserved == 0 && used == 0 {

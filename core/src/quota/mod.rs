@@ -450,4 +450,13 @@ impl SpendTally {
     pub fn starts(&self) -> [u64; 4] {
         self.starts
     }
+
+    /// Counts only records before `unix_ms` from now on: a rebuild after a
+    /// failover takes the ledger up to a cut-off, and what was settled
+    /// since from the shared store.
+    pub fn cut_off(&mut self, unix_ms: u64) {
+        for end in &mut self.ends {
+            *end = (*end).min(unix_ms);
+        }
+    }
 }

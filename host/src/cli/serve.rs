@@ -98,9 +98,9 @@ pub(super) fn start_serving<R: Runtime>(
     seed_spend(&gateway, &cfg.ledger_path)?;
     let shared_limits = match cfg.redis.clone() {
         None => None,
-        Some(url) => Some(Arc::new(crate::stores::redis::SharedLimiter::new(
+        Some(redis) => Some(Arc::new(crate::stores::redis::SharedLimiter::new(
             rt.clone(),
-            url,
+            redis,
             cfg.upstream_ca.as_deref(),
             cfg.redis_timeout,
             spend,

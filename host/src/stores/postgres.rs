@@ -668,12 +668,19 @@ pub(crate) fn tallies_since(
 
 /// Every key's spend in the periods that hold `unix_ms`, summed by
 /// PostgreSQL over the shared ledger (one query).
-pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::SpendTally, Error> {
+pub(crate) fn tally_postgres(
+    url: &str,
+    unix_ms: u64,
+    before: Option<u64>,
+) -> Result<chatgate_core::SpendTally, Error> {
     let unreadable = |e: &dyn std::fmt::Display| {
         Error::Postgres(format!("cannot read the ledger from PostgreSQL: {e}"))
     };
     let mut tally = chatgate_core::SpendTally::new(unix_ms);
     let [day, week, month, _] = tally.starts().map(|ms| (ms / 1000) as i64);
+    // Lines before the cut-off only (a rebuild after a failover), to the
+    // millisecond as the ledger's `ts`; none: all of them.
+    let before = before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
     let mut c = connect(url).map_err(|e| unreadable(&e))?;
     let rows = c
         .query(
@@ -682,8 +689,10 @@ pub(crate) fn tally_postgres(url: &str, unix_ms: u64) -> Result<chatgate_core::S
                COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($2::bigint)), 0)::bigint, \
                COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($3::bigint)), 0)::bigint, \
                COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)), 0)::bigint \
-             FROM chatgate_ledger GROUP BY key",
-            &[&day, &week, &month],
+             FROM chatgate_ledger \
+             WHERE $4::bigint = 9223372036854775807 OR ts < to_timestamp($4::bigint::float8 / 1000) \
+             GROUP BY key",
+            &[&day, &week, &month, &before],
         )
         .map_err(|e| unreadable(&e))?;
     for r in rows {

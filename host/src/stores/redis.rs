@@ -1,28 +1,26 @@
 //! The shared limiter's client: admissions and settlements as one Redis
-//! script call each (`EVALSHA`, loading the script on `NOSCRIPT`), on
-//! pooled connections opened by the same connector as the provider's (DNS,
-//! TCP, TLS for `rediss://`). The protocol is `chatgate_core`'s `redis_protocol` (RESP); the
-//! limiter's arithmetic is the script's (`core/src/limits.lua`), which the
-//! tests check against the in-process limiter.
+//! script call each, sent by `redis_nodes` to the server that holds the
+//! key (one server, the Sentinels' primary, or the cluster's node for the
+//! key's slot). The protocol is `chatgate_core`'s `redis_protocol` (RESP);
+//! the limiter's arithmetic is the script's (`core/src/limits.lua`), which
+//! the tests check against the in-process limiter.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chatgate_core::KeyTable;
-use chatgate_core::RedisUrl;
-use chatgate_core::Target;
 use chatgate_core::{
-    AdmitRequest, BudgetRefusal, Limits, QuotaRefusal, REDIS_SCRIPT, Refusal, ScriptOp,
+    AdmitRequest, BudgetRefusal, Limits, QuotaRefusal, REBUILD_AFTER_MS, Refusal, ScriptOp,
     ScriptOutcome, ScriptQuota, decode_script_reply, script_args, script_keys, shared_limits_error,
 };
-use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply};
+use chatgate_core::{RedisReply, SharedRedis};
 use chatgate_core::{Settlement, SharedAdmission, StoreError};
-use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
+use futures_lite::future;
 
 use crate::error::Error;
-use crate::provider::connector::{Connector, OutboundStream};
 use crate::runtime::Runtime;
+use crate::stores::redis_nodes::{Command, RedisNodes};
 use crate::stores::spend::SpendSource;
 
 /// How long a lease (an in-flight slot and its budget reservation) lives
@@ -50,9 +48,7 @@ pub(crate) fn check_keys(keys: &KeyTable) -> Result<(), Error> {
 /// Admissions and settlements through Redis.
 pub(crate) struct SharedLimiter<R: Runtime> {
     rt: R,
-    url: RedisUrl,
-    connector: Connector<R>,
-    sha: Mutex<Option<Vec<u8>>>,
+    nodes: RedisNodes<R>,
     timeout: Duration,
     /// Where a key's spend is rebuilt from when Redis does not have it.
     spend: SpendSource,
@@ -71,29 +67,18 @@ pub(crate) struct SharedLimiter<R: Runtime> {
 const SEED_FAILURE_HOLDS: Duration = Duration::from_secs(1);
 
 impl<R: Runtime> SharedLimiter<R> {
-    /// A limiter on `url`; `extra_ca` is trusted for `rediss://` too.
+    /// A limiter on `redis`; `extra_ca` is trusted for `rediss://` too.
     pub(crate) fn new(
         rt: R,
-        url: RedisUrl,
+        redis: SharedRedis,
         extra_ca: Option<&str>,
         timeout: Duration,
         spend: SpendSource,
     ) -> Result<Self, Error> {
-        let target = Target {
-            tls: url.tls,
-            host: url.host.clone(),
-            port: url.port,
-            base_path: String::new(),
-            api_key: None,
-        };
-        // A connector fails only to set up TLS.
-        let connector = Connector::new(rt.clone(), target, extra_ca, 64, Duration::from_secs(60))
-            .map_err(|e| Error::Tls(format!("redis: {e}")))?;
+        let nodes = RedisNodes::new(rt.clone(), redis, extra_ca).map_err(Error::Tls)?;
         Ok(SharedLimiter {
             rt,
-            url,
-            connector,
-            sha: Mutex::new(None),
+            nodes,
             timeout,
             spend,
             leases: Mutex::new(HashMap::new()),
@@ -112,31 +97,48 @@ impl<R: Runtime> SharedLimiter<R> {
     }
 
     async fn verdict(&self, ask: &AdmitRequest) -> Result<SharedAdmission, StoreError> {
-        let quota = ScriptQuota {
+        let mut quota = ScriptQuota {
             quota: ask.quota,
             cost: ask.cost,
             metered: 0,
             lease: &ask.lease,
             lease_ms: LEASE.as_millis() as u64,
             unix_ms: ask.unix_ms,
+            history: "",
+            rebuild_after_ms: Some(REBUILD_AFTER_MS),
         };
         let op = ScriptOp::Admit { tokens: ask.tokens };
         let mut out = self.call(op, &ask.key, ask.limits, &quota).await?;
-        if out == ScriptOutcome::Unseeded {
+        if let ScriptOutcome::Unseeded { .. } = out {
             let mut last_failure = self.seeding.lock().await;
             // Whoever held the lock may have seeded this key meanwhile.
             out = self.call(op, &ask.key, ask.limits, &quota).await?;
-            if out == ScriptOutcome::Unseeded {
-                if let Some((at, e)) = last_failure.as_ref()
-                    && at.elapsed() < SEED_FAILURE_HOLDS
-                {
-                    return Err(e.clone());
+            if let ScriptOutcome::Unseeded { before } = out {
+                let failed = match last_failure.as_ref() {
+                    Some((at, e)) if at.elapsed() < SEED_FAILURE_HOLDS => Some(e.clone()),
+                    _ => match self.seed(&ask.key, ask.limits, ask.unix_ms, before).await {
+                        Ok(()) => None,
+                        Err(e) => {
+                            *last_failure = Some((std::time::Instant::now(), e.clone()));
+                            Some(e)
+                        }
+                    },
+                };
+                if failed.is_none() {
+                    *last_failure = None;
                 }
-                if let Err(e) = self.seed(&ask.key, ask.limits, ask.unix_ms).await {
-                    *last_failure = Some((std::time::Instant::now(), e.clone()));
-                    return Err(e);
+                match (failed, before) {
+                    (None, _) => {}
+                    // A rebuild after a failover that cannot read the
+                    // ledger now: the spend the new primary holds is
+                    // close, so decide on it and rebuild at a later
+                    // request.
+                    (Some(e), Some(_)) => {
+                        tracing::warn!(key = ask.key, error = %e, "the key's spend could not be rebuilt from the ledger after Redis changed primary; admitting on the spend Redis holds");
+                        quota.rebuild_after_ms = None;
+                    }
+                    (Some(e), None) => return Err(e),
                 }
-                *last_failure = None;
                 out = self.call(op, &ask.key, ask.limits, &quota).await?;
             }
         }
@@ -168,7 +170,7 @@ impl<R: Runtime> SharedLimiter<R> {
             ScriptOutcome::InFlight => Refusal::Quota(QuotaRefusal::InFlight {
                 limit: ask.quota.max_in_flight.unwrap_or(0),
             }),
-            ScriptOutcome::Unseeded | ScriptOutcome::Status(_) => {
+            ScriptOutcome::Unseeded { .. } | ScriptOutcome::Status(_) => {
                 return Err(StoreError::Protocol(format!(
                     "the limiter script answered {out:?} to an admission"
                 )));
@@ -178,25 +180,40 @@ impl<R: Runtime> SharedLimiter<R> {
     }
 
     /// Sets `key`'s spend from the ledger, unless another instance did
-    /// meanwhile.
-    async fn seed(&self, key: &str, limits: Limits, unix_ms: u64) -> Result<(), StoreError> {
+    /// meanwhile; with `before`, rebuilds it from the ledger's lines
+    /// before that time (the script adds what was settled since).
+    async fn seed(
+        &self,
+        key: &str,
+        limits: Limits,
+        unix_ms: u64,
+        before: Option<u64>,
+    ) -> Result<(), StoreError> {
         let source = self.spend.clone();
         let tally = self
             .rt
-            .unblock(move || source.tally(unix_ms))
+            .unblock(move || source.tally(unix_ms, before))
             .await
             .map_err(|e| StoreError::Ledger(e.to_string()))?;
         let spent = tally.get(key);
-        tracing::info!(
-            key,
-            spent_usd_month = chatgate_core::format_usd(spent[2]),
-            "the key's spend was rebuilt from the ledger for the shared limiter"
-        );
+        match before {
+            None => tracing::info!(
+                key,
+                spent_usd_month = chatgate_core::format_usd(spent[2]),
+                "the key's spend was rebuilt from the ledger for the shared limiter"
+            ),
+            Some(before) => tracing::warn!(
+                key,
+                before_unix_ms = before,
+                spent_usd_month_before = chatgate_core::format_usd(spent[2]),
+                "Redis changed primary (a failover, or a restart): the key's spend was rebuilt from the ledger's lines before then, plus what was settled since"
+            ),
+        }
         let quota = ScriptQuota {
             unix_ms,
             ..ScriptQuota::default()
         };
-        self.call(ScriptOp::Seed { spent }, key, limits, &quota)
+        self.call(ScriptOp::Seed { spent, before }, key, limits, &quota)
             .await
             .map(drop)
     }
@@ -224,6 +241,8 @@ impl<R: Runtime> SharedLimiter<R> {
             lease,
             lease_ms: LEASE.as_millis() as u64,
             unix_ms: s.unix_ms,
+            history: "",
+            rebuild_after_ms: None,
         };
         self.call(op, &s.key, s.limits, &quota).await.map(drop)
     }
@@ -255,6 +274,7 @@ impl<R: Runtime> SharedLimiter<R> {
         }
     }
 
+    /// One call of the script for `key`, within the timeout.
     async fn call(
         &self,
         op: ScriptOp,
@@ -262,23 +282,41 @@ impl<R: Runtime> SharedLimiter<R> {
         limits: Limits,
         quota: &ScriptQuota<'_>,
     ) -> Result<ScriptOutcome, StoreError> {
-        let work = async {
-            let mut last = StoreError::Unreachable("no connection".into());
-            // A pooled connection may have been closed by the server: one
-            // retry on a fresh one.
-            for fresh in [false, true] {
-                let (mut s, reused) = self.connection(fresh).await?;
-                match self.eval(&mut s, op, key, limits, quota).await {
-                    Ok(out) => {
-                        self.connector.release(s);
-                        return Ok(out);
-                    }
-                    Err(e) if reused => last = e,
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(last)
+        let ints = self.script(op, key, limits, quota).await?;
+        decode_script_reply(&ints)
+            .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {ints:?}")))
+    }
+
+    /// One call of the script: its integers as they came.
+    async fn script(
+        &self,
+        op: ScriptOp,
+        key: &str,
+        limits: Limits,
+        quota: &ScriptQuota<'_>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let keys = script_keys(key);
+        let args = |history: &str| {
+            let quota = ScriptQuota { history, ..*quota };
+            script_args(op, limits, &quota, None)
         };
+        let cmd = Command::Script {
+            keys: &keys,
+            args: &args,
+        };
+        let reply = self.within_timeout(self.nodes.run(&keys[0], &cmd)).await?;
+        match &reply {
+            RedisReply::Error(e) => Err(StoreError::Protocol(format!("redis script error: {e}"))),
+            r => r
+                .integers()
+                .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {reply:?}"))),
+        }
+    }
+
+    async fn within_timeout<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let rt = self.rt.clone();
         let timeout = self.timeout;
         future::or(work, async move {
@@ -288,190 +326,41 @@ impl<R: Runtime> SharedLimiter<R> {
         .await
     }
 
-    /// A connection (pooled unless `fresh`) past its handshake; whether
-    /// it was reused.
-    async fn connection(&self, fresh: bool) -> Result<(OutboundStream<R::Tcp>, bool), StoreError> {
-        let (mut s, reused) =
-            self.connector.connect(fresh).await.map_err(|e| {
-                StoreError::Unreachable(format!("redis {}: {e}", self.url.display()))
-            })?;
-        if !reused {
-            self.handshake(&mut s).await?;
-        }
-        Ok((s, reused))
-    }
-
-    async fn handshake(&self, s: &mut OutboundStream<R::Tcp>) -> Result<(), StoreError> {
-        if let Some(password) = &self.url.password {
-            let reply = match &self.url.user {
-                Some(user) => {
-                    roundtrip(s, &[b"AUTH", user.as_bytes(), password.as_bytes()]).await?
-                }
-                None => roundtrip(s, &[b"AUTH", password.as_bytes()]).await?,
-            };
-            if let RedisReply::Error(e) = reply {
-                return Err(StoreError::Refused(format!("redis AUTH failed: {e}")));
-            }
-        }
-        if self.url.db != 0 {
-            let db = self.url.db.to_string();
-            if let RedisReply::Error(e) = roundtrip(s, &[b"SELECT", db.as_bytes()]).await? {
-                return Err(StoreError::Refused(format!(
-                    "redis SELECT {db} failed: {e}"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    async fn eval(
-        &self,
-        s: &mut OutboundStream<R::Tcp>,
-        op: ScriptOp,
-        key: &str,
-        limits: Limits,
-        quota: &ScriptQuota<'_>,
-    ) -> Result<ScriptOutcome, StoreError> {
-        let ints = self.eval_ints(s, op, key, limits, quota).await?;
-        decode_script_reply(&ints)
-            .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {ints:?}")))
-    }
-
     /// Every key's spend in its budget's period and its requests in
     /// flight, as Redis holds them for all instances (the script's
-    /// `status`, one connection, a key at a time); keys with neither a
-    /// budget nor an in-flight cap hold no lease and are left out, and so
-    /// are keys with a budget whose spend Redis has not seeded yet.
+    /// `status`, a key at a time, each on its server); keys with neither
+    /// a budget nor an in-flight cap hold no lease and are left out, and
+    /// so are keys with a budget whose spend Redis has not seeded yet.
     pub(crate) async fn quota_figures(
         &self,
         keys: &chatgate_core::KeyTable,
         unix_ms: u64,
     ) -> Result<HashMap<String, (u64, u32)>, StoreError> {
-        let work = async {
-            let (mut s, _) = self.connection(true).await?;
-            let mut out = HashMap::new();
-            for e in keys.entries().iter().filter(|e| e.expires.is_none()) {
-                if e.quota.budget.is_none() && e.quota.max_in_flight.is_none() {
-                    continue;
-                }
-                let spend_key = &script_keys(&e.name)[1];
-                let seeded = roundtrip(&mut s, &[b"HEXISTS", spend_key.as_bytes(), b"z"]).await?;
-                if e.quota.budget.is_some() && seeded != RedisReply::Integer(1) {
-                    continue;
-                }
-                let quota = ScriptQuota {
-                    quota: e.quota,
-                    cost: 0,
-                    metered: 0,
-                    lease: "",
-                    lease_ms: LEASE.as_millis() as u64,
-                    unix_ms,
-                };
-                let ints = self
-                    .eval_ints(&mut s, ScriptOp::Status, &e.name, e.limits, &quota)
-                    .await?;
-                let n = |i: usize| ints.get(i).copied().unwrap_or(0).max(0) as u64;
-                out.insert(e.name.clone(), (n(9), n(11) as u32));
+        let mut out = HashMap::new();
+        for e in keys.entries().iter().filter(|e| e.expires.is_none()) {
+            if e.quota.budget.is_none() && e.quota.max_in_flight.is_none() {
+                continue;
             }
-            self.connector.release(s);
-            Ok(out)
-        };
-        let rt = self.rt.clone();
-        let timeout = self.timeout;
-        future::or(work, async move {
-            rt.timer(std::time::Instant::now() + timeout * 4).await;
-            Err(StoreError::Timeout(timeout * 4))
-        })
-        .await
-    }
-
-    /// One call of the script: its integers as they came.
-    async fn eval_ints(
-        &self,
-        s: &mut OutboundStream<R::Tcp>,
-        op: ScriptOp,
-        key: &str,
-        limits: Limits,
-        quota: &ScriptQuota<'_>,
-    ) -> Result<Vec<i64>, StoreError> {
-        let redis_key = script_keys(key);
-        let args = script_args(op, limits, quota, None);
-        let known = self.sha.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let sha = match known {
-            Some(sha) => sha,
-            None => self.load(s).await?,
-        };
-        let mut reply = evalsha(s, &sha, &redis_key, &args).await?;
-        if matches!(&reply, RedisReply::Error(e) if e.starts_with("NOSCRIPT")) {
-            // The server lost its scripts (restart, SCRIPT FLUSH).
-            let sha = self.load(s).await?;
-            reply = evalsha(s, &sha, &redis_key, &args).await?;
-        }
-        match &reply {
-            RedisReply::Error(e) => Err(StoreError::Protocol(format!("redis script error: {e}"))),
-            r => r
-                .integers()
-                .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {reply:?}"))),
-        }
-    }
-
-    async fn load(&self, s: &mut OutboundStream<R::Tcp>) -> Result<Vec<u8>, StoreError> {
-        match roundtrip(s, &[b"SCRIPT", b"LOAD", REDIS_SCRIPT.as_bytes()]).await? {
-            RedisReply::Bulk(Some(sha)) => {
-                *self.sha.lock().unwrap_or_else(|e| e.into_inner()) = Some(sha.clone());
-                Ok(sha)
+            let script_keys = script_keys(&e.name);
+            let exists: [&[u8]; 3] = [b"HEXISTS", script_keys[1].as_bytes(), b"z"];
+            let seeded = self
+                .within_timeout(self.nodes.run(&script_keys[0], &Command::Plain(&exists)))
+                .await?;
+            if e.quota.budget.is_some() && seeded != RedisReply::Integer(1) {
+                continue;
             }
-            other => Err(StoreError::Protocol(format!(
-                "redis SCRIPT LOAD failed: {other:?}"
-            ))),
+            let quota = ScriptQuota {
+                quota: e.quota,
+                lease_ms: LEASE.as_millis() as u64,
+                unix_ms,
+                ..ScriptQuota::default()
+            };
+            let ints = self
+                .script(ScriptOp::Status, &e.name, e.limits, &quota)
+                .await?;
+            let n = |i: usize| ints.get(i).copied().unwrap_or(0).max(0) as u64;
+            out.insert(e.name.clone(), (n(9), n(11) as u32));
         }
-    }
-}
-
-async fn evalsha<T>(
-    s: &mut OutboundStream<T>,
-    sha: &[u8],
-    keys: &[String; 4],
-    args: &[String],
-) -> Result<RedisReply, StoreError>
-where
-    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
-{
-    let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"4"];
-    cmd.extend(keys.iter().map(|k| k.as_bytes()));
-    cmd.extend(args.iter().map(|a| a.as_bytes()));
-    roundtrip(s, &cmd).await
-}
-
-async fn roundtrip<T>(s: &mut OutboundStream<T>, args: &[&[u8]]) -> Result<RedisReply, StoreError>
-where
-    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
-{
-    let mut out = Vec::with_capacity(256);
-    encode_redis_command(&mut out, args);
-    s.write_all(&out)
-        .await
-        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
-    s.flush()
-        .await
-        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
-    let mut buf = Vec::with_capacity(256);
-    let mut chunk = [0u8; 1024];
-    loop {
-        match parse_redis_reply(&buf, &RedisReplyLimits::default()) {
-            Ok(Some((r, _))) => return Ok(r),
-            Ok(None) => {}
-            Err(e) => return Err(StoreError::Protocol(e.to_string())),
-        }
-        let n = s
-            .read(&mut chunk)
-            .await
-            .map_err(|e| StoreError::Unreachable(format!("redis read: {e}")))?;
-        if n == 0 {
-            return Err(StoreError::Unreachable(
-                "redis closed the connection".into(),
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        Ok(out)
     }
 }

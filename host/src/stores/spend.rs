@@ -19,12 +19,21 @@ pub(crate) enum SpendSource {
 }
 
 impl SpendSource {
-    /// Every key's spend in the periods that hold `unix_ms` (blocking:
-    /// call it off the executor).
-    pub(crate) fn tally(&self, unix_ms: u64) -> Result<SpendTally, Error> {
+    /// Every key's spend in the periods that hold `unix_ms`, counting
+    /// only lines before `before` if given (blocking: call it off the
+    /// executor).
+    pub(crate) fn tally(&self, unix_ms: u64, before: Option<u64>) -> Result<SpendTally, Error> {
         match self {
-            SpendSource::File(path) => tally_file(path, unix_ms, |_| {}),
-            SpendSource::Postgres(url) => crate::stores::postgres::tally_postgres(url, unix_ms),
+            SpendSource::File(path) => {
+                let mut tally = SpendTally::new(unix_ms);
+                if let Some(b) = before {
+                    tally.cut_off(b);
+                }
+                tally_file_into(path, tally, |_| {})
+            }
+            SpendSource::Postgres(url) => {
+                crate::stores::postgres::tally_postgres(url, unix_ms, before)
+            }
         }
     }
 }
@@ -36,13 +45,20 @@ impl SpendSource {
 pub(crate) fn tally_file(
     path: &str,
     unix_ms: u64,
+    each: impl FnMut(&[u8]),
+) -> Result<SpendTally, Error> {
+    tally_file_into(path, SpendTally::new(unix_ms), each)
+}
+
+fn tally_file_into(
+    path: &str,
+    mut tally: SpendTally,
     mut each: impl FnMut(&[u8]),
 ) -> Result<SpendTally, Error> {
     let unreadable = |source| Error::File {
         what: format!("cannot read the ledger '{path}'"),
         source,
     };
-    let mut tally = SpendTally::new(unix_ms);
     let f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(tally),

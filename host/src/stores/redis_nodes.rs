@@ -1,0 +1,639 @@
+//! Which Redis server a command goes to, and following it when that
+//! changes: one server (`--redis`), the primary a set of Sentinels name
+//! (`--redis-sentinels`), or the primary serving the key's slot in a
+//! Redis Cluster (`--redis-cluster`). Core's `redis_topology` says what
+//! each answer means (slots, `MOVED`/`ASK`, `READONLY`, a failover under
+//! way); this module does the I/O: connections pooled per server by the
+//! provider's connector (DNS, TCP, TLS for `rediss://`), the handshake
+//! (`AUTH`, `SELECT`, `INFO replication`: a server's role and history),
+//! the script loaded where it is missing, and each command sent again,
+//! within the caller's deadline, where the topology says it now goes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chatgate_core::{
+    NodeAddr, REDIS_SCRIPT, RedisErrorKind, RedisReply, RedisReplyLimits, RedisTopology, RedisUrl,
+    SlotMap, Target, classify_error, encode_redis_command, key_slot, parse_redis_reply,
+    parse_replication, sentinel_primary,
+};
+use chatgate_core::{SharedRedis, StoreError};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+
+use crate::provider::connector::{Connector, OutboundStream};
+use crate::runtime::Runtime;
+
+/// How many times one command is sent before its error is the caller's
+/// (each redirection or failover step is one).
+const TRIES: usize = 5;
+/// The pause before sending again after a failover step (growing by this
+/// much each time): a cluster promotes a replica, or the Sentinels agree,
+/// within seconds, and meanwhile the caller's deadline decides.
+const STEP_PAUSE: Duration = Duration::from_millis(50);
+/// The longest wait for one Sentinel, so that a dead one leaves time to ask
+/// the next.
+const SENTINEL_WAIT: Duration = Duration::from_millis(500);
+
+/// A command for one key's slot.
+pub(crate) enum Command<'a> {
+    /// The limiter's script (`EVALSHA`, loading it on `NOSCRIPT`) with
+    /// these keys and the arguments made for the server's replication
+    /// history (`ARGV[17]`).
+    Script {
+        keys: &'a [String; 4],
+        args: &'a (dyn Fn(&str) -> Vec<String> + Sync),
+    },
+    /// Any other command.
+    Plain(&'a [&'a [u8]]),
+}
+
+/// One Redis server: its connections and what its last handshake said.
+struct Node<R: Runtime> {
+    addr: NodeAddr,
+    connector: Connector<R>,
+    /// `master_replid` at the last handshake.
+    history: Mutex<String>,
+}
+
+/// What the topology knows now.
+enum Known {
+    /// One server.
+    Server(NodeAddr),
+    /// The primary the Sentinels last named (none: ask them).
+    Sentinel {
+        sentinels: Vec<NodeAddr>,
+        name: String,
+        primary: Option<NodeAddr>,
+        /// The Sentinel that answered last, asked first next time.
+        first: usize,
+    },
+    /// The slot map (none: read it again).
+    Cluster {
+        seeds: Vec<NodeAddr>,
+        map: Option<SlotMap>,
+    },
+}
+
+/// The servers of the shared limiter's Redis.
+pub(crate) struct RedisNodes<R: Runtime> {
+    rt: R,
+    url: RedisUrl,
+    extra_ca: Option<String>,
+    known: Mutex<Known>,
+    nodes: Mutex<HashMap<NodeAddr, Arc<Node<R>>>>,
+    /// Held while the Sentinels or the cluster are asked, so that a burst
+    /// of commands after a failover asks once, not once each.
+    asking: async_lock::Mutex<()>,
+    sha: Mutex<Option<Vec<u8>>>,
+}
+
+impl<R: Runtime> RedisNodes<R> {
+    /// The servers of `redis`; `extra_ca` is trusted for `rediss://`.
+    pub(crate) fn new(rt: R, redis: SharedRedis, extra_ca: Option<&str>) -> Result<Self, String> {
+        let known = match redis.topology {
+            RedisTopology::Server => Known::Server((redis.url.host.clone(), redis.url.port)),
+            RedisTopology::Sentinel { sentinels, primary } => Known::Sentinel {
+                sentinels,
+                name: primary,
+                primary: None,
+                first: 0,
+            },
+            RedisTopology::Cluster { seeds } => Known::Cluster { seeds, map: None },
+        };
+        let nodes = RedisNodes {
+            rt,
+            url: redis.url,
+            extra_ca: extra_ca.map(str::to_owned),
+            known: Mutex::new(known),
+            nodes: Mutex::new(HashMap::new()),
+            asking: async_lock::Mutex::new(()),
+            sha: Mutex::new(None),
+        };
+        // TLS is set up once per server; a bad CA file is a start-up error.
+        let first = (nodes.url.host.clone(), nodes.url.port);
+        nodes.node(&first).map_err(|e| e.to_string())?;
+        Ok(nodes)
+    }
+
+    /// Sends `cmd` to the server for `key`'s slot, following redirections
+    /// and failovers. An error reply that is the command's own
+    /// ([`RedisErrorKind::Other`]) is returned as a reply.
+    pub(crate) async fn run(&self, key: &str, cmd: &Command<'_>) -> Result<RedisReply, StoreError> {
+        let slot = key_slot(key.as_bytes());
+        let mut last = StoreError::Unreachable("no answer".into());
+        let mut ask: Option<NodeAddr> = None;
+        for attempt in 0..TRIES {
+            if attempt > 0 && ask.is_none() {
+                self.pause(STEP_PAUSE * attempt as u32).await;
+            }
+            let node = match ask.take() {
+                Some(addr) => self.node(&addr).map(|n| (n, true)),
+                None => self.route(slot).await.map(|n| (n, false)),
+            };
+            let (node, asking) = match node {
+                Ok(n) => n,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            match self.exec(&node, cmd, asking).await {
+                Ok(RedisReply::Error(text)) => match classify_error(&text, &node.addr.0) {
+                    RedisErrorKind::Moved { slot, to } => {
+                        self.moved(slot, &to);
+                        last = StoreError::Protocol(format!("redis: {text}"));
+                    }
+                    RedisErrorKind::Ask { to, .. } => {
+                        ask = Some(to);
+                        last = StoreError::Protocol(format!("redis: {text}"));
+                    }
+                    RedisErrorKind::Transient | RedisErrorKind::NotPrimary => {
+                        self.forget(&node.addr);
+                        last = StoreError::Unreachable(format!(
+                            "redis {}:{}: {text}",
+                            node.addr.0, node.addr.1
+                        ));
+                    }
+                    RedisErrorKind::NoScript | RedisErrorKind::Other => {
+                        return Ok(RedisReply::Error(text));
+                    }
+                },
+                Ok(reply) => return Ok(reply),
+                Err(e @ StoreError::Refused(_)) => return Err(e),
+                Err(e) => {
+                    self.forget(&node.addr);
+                    last = e;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    async fn pause(&self, d: Duration) {
+        self.rt.timer(std::time::Instant::now() + d).await;
+    }
+
+    /// The server a node address names, made on first use.
+    fn node(&self, addr: &NodeAddr) -> Result<Arc<Node<R>>, StoreError> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = nodes.get(addr) {
+            return Ok(Arc::clone(n));
+        }
+        let target = Target {
+            tls: self.url.tls,
+            host: addr.0.clone(),
+            port: addr.1,
+            base_path: String::new(),
+            api_key: None,
+        };
+        let connector = Connector::new(
+            self.rt.clone(),
+            target,
+            self.extra_ca.as_deref(),
+            64,
+            Duration::from_secs(60),
+        )
+        .map_err(|e| StoreError::Refused(format!("redis TLS: {e}")))?;
+        let node = Arc::new(Node {
+            addr: addr.clone(),
+            connector,
+            history: Mutex::new(String::new()),
+        });
+        nodes.insert(addr.clone(), Arc::clone(&node));
+        Ok(node)
+    }
+
+    /// Where `slot` goes now, asking the Sentinels or the cluster when
+    /// that is not known.
+    async fn route(&self, slot: u16) -> Result<Arc<Node<R>>, StoreError> {
+        if let Some(addr) = self.known_route(slot) {
+            return self.node(&addr);
+        }
+        let _asking = self.asking.lock().await;
+        // Whoever asked before us may have learnt it meanwhile.
+        if let Some(addr) = self.known_route(slot) {
+            return self.node(&addr);
+        }
+        let addr = match self.what_to_ask() {
+            Ask::Sentinels(sentinels, name, first) => {
+                self.ask_sentinels(&sentinels, &name, first).await?
+            }
+            Ask::Cluster(nodes) => {
+                let map = self.read_slots(&nodes).await?;
+                let addr = map.node_for(slot).cloned();
+                if let Known::Cluster { map: m, .. } =
+                    &mut *self.known.lock().unwrap_or_else(|e| e.into_inner())
+                {
+                    *m = Some(map);
+                }
+                addr.ok_or_else(|| {
+                    StoreError::Unreachable(format!("redis cluster: no primary serves slot {slot}"))
+                })?
+            }
+        };
+        self.node(&addr)
+    }
+
+    fn known_route(&self, slot: u16) -> Option<NodeAddr> {
+        match &*self.known.lock().unwrap_or_else(|e| e.into_inner()) {
+            Known::Server(addr) => Some(addr.clone()),
+            Known::Sentinel { primary, .. } => primary.clone(),
+            Known::Cluster { map, .. } => map.as_ref().and_then(|m| m.node_for(slot).cloned()),
+        }
+    }
+
+    fn what_to_ask(&self) -> Ask {
+        match &*self.known.lock().unwrap_or_else(|e| e.into_inner()) {
+            Known::Server(_) => unreachable!("one server is always known"),
+            Known::Sentinel {
+                sentinels,
+                name,
+                first,
+                ..
+            } => Ask::Sentinels(sentinels.clone(), name.clone(), *first),
+            Known::Cluster { seeds, .. } => {
+                // The servers met so far first (the seeds may be gone),
+                // then the seeds.
+                let mut nodes: Vec<NodeAddr> = self
+                    .nodes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keys()
+                    .cloned()
+                    .collect();
+                nodes.sort();
+                for s in seeds {
+                    if !nodes.contains(s) {
+                        nodes.push(s.clone());
+                    }
+                }
+                Ask::Cluster(nodes)
+            }
+        }
+    }
+
+    /// Asks the Sentinels in turn for the primary, and checks that it is
+    /// one (a Sentinel that has not yet seen a failover may name the old
+    /// primary, which may be back as a replica).
+    async fn ask_sentinels(
+        &self,
+        sentinels: &[NodeAddr],
+        name: &str,
+        first: usize,
+    ) -> Result<NodeAddr, StoreError> {
+        let mut why = Vec::new();
+        for i in 0..sentinels.len() {
+            let at = (first + i) % sentinels.len();
+            let sentinel = &sentinels[at];
+            let named = self.with_deadline(SENTINEL_WAIT, self.primary_of(sentinel, name));
+            let addr = match named.await {
+                Ok(Some(addr)) => addr,
+                Ok(None) => {
+                    why.push(format!(
+                        "{}:{} does not know '{name}'",
+                        sentinel.0, sentinel.1
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    why.push(format!("{}:{}: {e}", sentinel.0, sentinel.1));
+                    continue;
+                }
+            };
+            // The primary's handshake checks its role.
+            let node = self.node(&addr)?;
+            match self.connection(&node, true).await {
+                Ok(s) => {
+                    node.connector.release(s);
+                    if let Known::Sentinel { primary, first, .. } =
+                        &mut *self.known.lock().unwrap_or_else(|e| e.into_inner())
+                    {
+                        if primary.as_ref() != Some(&addr) {
+                            tracing::info!(
+                                primary = format!("{}:{}", addr.0, addr.1),
+                                name,
+                                "redis: the Sentinels name this primary"
+                            );
+                        }
+                        *primary = Some(addr.clone());
+                        *first = at;
+                    }
+                    return Ok(addr);
+                }
+                Err(e) => why.push(format!(
+                    "{}:{} named {}:{}, which {e}",
+                    sentinel.0, sentinel.1, addr.0, addr.1
+                )),
+            }
+        }
+        Err(StoreError::Unreachable(format!(
+            "redis: no primary for '{name}' from the Sentinels ({})",
+            why.join("; ")
+        )))
+    }
+
+    /// What one Sentinel says the primary is.
+    async fn primary_of(
+        &self,
+        sentinel: &NodeAddr,
+        name: &str,
+    ) -> Result<Option<NodeAddr>, StoreError> {
+        let node = self.node(sentinel)?;
+        let (mut s, _) = node
+            .connector
+            .connect(true)
+            .await
+            .map_err(|e| StoreError::Unreachable(e.to_string()))?;
+        if let Some(password) = &self.url.password {
+            // Sentinels are sent the primary's credentials; one that has
+            // no password set refuses them, and answers all the same.
+            let _ = self.auth(&mut s, password).await?;
+        }
+        let reply = roundtrip(
+            &mut s,
+            &[b"SENTINEL", b"get-master-addr-by-name", name.as_bytes()],
+        )
+        .await?;
+        sentinel_primary(&reply).map_err(StoreError::Protocol)
+    }
+
+    /// Reads the slot map from the first node that gives one.
+    async fn read_slots(&self, nodes: &[NodeAddr]) -> Result<SlotMap, StoreError> {
+        let mut why = Vec::new();
+        for addr in nodes {
+            let asked = async {
+                let node = self.node(addr)?;
+                let mut s = self.connection(&node, true).await?;
+                let reply = roundtrip(&mut s, &[b"CLUSTER", b"SLOTS"]).await?;
+                node.connector.release(s);
+                SlotMap::from_cluster_slots(&reply, &addr.0).map_err(StoreError::Protocol)
+            };
+            match self.with_deadline(SENTINEL_WAIT, asked).await {
+                Ok(map) => return Ok(map),
+                Err(e) => why.push(format!("{}:{}: {e}", addr.0, addr.1)),
+            }
+        }
+        Err(StoreError::Unreachable(format!(
+            "redis cluster: no node gave the slot map ({})",
+            why.join("; ")
+        )))
+    }
+
+    async fn with_deadline<T>(
+        &self,
+        d: Duration,
+        work: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let rt = self.rt.clone();
+        futures_lite::future::or(work, async move {
+            rt.timer(std::time::Instant::now() + d).await;
+            Err(StoreError::Timeout(d))
+        })
+        .await
+    }
+
+    /// A `MOVED`: the slot is served elsewhere now (a failover or a
+    /// migration; the next failure reads the whole map again).
+    fn moved(&self, slot: u16, to: &NodeAddr) {
+        if let Known::Cluster { map: Some(m), .. } =
+            &mut *self.known.lock().unwrap_or_else(|e| e.into_inner())
+        {
+            m.moved(slot, to);
+        }
+    }
+
+    /// `addr` failed as the primary: ask again where commands go.
+    fn forget(&self, addr: &NodeAddr) {
+        match &mut *self.known.lock().unwrap_or_else(|e| e.into_inner()) {
+            Known::Server(_) => {}
+            Known::Sentinel { primary, .. } => {
+                if primary.as_ref() == Some(addr) {
+                    *primary = None;
+                }
+            }
+            Known::Cluster { map, .. } => *map = None,
+        }
+    }
+
+    /// Sends `cmd` on a connection to `node` (one retry on a fresh
+    /// connection when a pooled one turns out closed).
+    async fn exec(
+        &self,
+        node: &Node<R>,
+        cmd: &Command<'_>,
+        asking: bool,
+    ) -> Result<RedisReply, StoreError> {
+        let mut last = StoreError::Unreachable("no connection".into());
+        for fresh in [false, true] {
+            let (mut s, reused) = self.pooled(node, fresh).await?;
+            match self.send(node, &mut s, cmd, asking).await {
+                Ok(reply) => {
+                    node.connector.release(s);
+                    return Ok(reply);
+                }
+                Err(e) if reused => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    async fn send(
+        &self,
+        node: &Node<R>,
+        s: &mut OutboundStream<R::Tcp>,
+        cmd: &Command<'_>,
+        asking: bool,
+    ) -> Result<RedisReply, StoreError> {
+        if asking {
+            roundtrip(s, &[b"ASKING"]).await?;
+        }
+        match cmd {
+            Command::Plain(args) => roundtrip(s, args).await,
+            Command::Script { keys, args } => {
+                let history = node
+                    .history
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                let args = args(&history);
+                let known = self.sha.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let sha = match known {
+                    Some(sha) => sha,
+                    None => self.load(s).await?,
+                };
+                let reply = evalsha(s, &sha, keys, &args).await?;
+                if matches!(&reply, RedisReply::Error(e) if e.starts_with("NOSCRIPT")) {
+                    // This server lost its scripts (restart, SCRIPT FLUSH,
+                    // a replica promoted): load it here.
+                    let sha = self.load(s).await?;
+                    if asking {
+                        roundtrip(s, &[b"ASKING"]).await?;
+                    }
+                    return evalsha(s, &sha, keys, &args).await;
+                }
+                Ok(reply)
+            }
+        }
+    }
+
+    async fn load(&self, s: &mut OutboundStream<R::Tcp>) -> Result<Vec<u8>, StoreError> {
+        match roundtrip(s, &[b"SCRIPT", b"LOAD", REDIS_SCRIPT.as_bytes()]).await? {
+            RedisReply::Bulk(Some(sha)) => {
+                *self.sha.lock().unwrap_or_else(|e| e.into_inner()) = Some(sha.clone());
+                Ok(sha)
+            }
+            RedisReply::Error(e) if classify_error(&e, "") == RedisErrorKind::NotPrimary => {
+                Err(StoreError::Unreachable(format!("redis: {e}")))
+            }
+            other => Err(StoreError::Protocol(format!(
+                "redis SCRIPT LOAD failed: {other:?}"
+            ))),
+        }
+    }
+
+    /// A connection to `node` past its handshake (pooled unless `fresh`);
+    /// whether it was reused.
+    async fn pooled(
+        &self,
+        node: &Node<R>,
+        fresh: bool,
+    ) -> Result<(OutboundStream<R::Tcp>, bool), StoreError> {
+        let (mut s, reused) = node.connector.connect(fresh).await.map_err(|e| {
+            StoreError::Unreachable(format!("redis {}:{}: {e}", node.addr.0, node.addr.1))
+        })?;
+        if !reused {
+            self.handshake(node, &mut s).await?;
+        }
+        Ok((s, reused))
+    }
+
+    /// A connection to `node`, past its handshake.
+    async fn connection(
+        &self,
+        node: &Node<R>,
+        fresh: bool,
+    ) -> Result<OutboundStream<R::Tcp>, StoreError> {
+        self.pooled(node, fresh).await.map(|(s, _)| s)
+    }
+
+    async fn auth(
+        &self,
+        s: &mut OutboundStream<R::Tcp>,
+        password: &str,
+    ) -> Result<RedisReply, StoreError> {
+        match &self.url.user {
+            Some(user) => roundtrip(s, &[b"AUTH", user.as_bytes(), password.as_bytes()]).await,
+            None => roundtrip(s, &[b"AUTH", password.as_bytes()]).await,
+        }
+    }
+
+    /// `AUTH`, `SELECT`, then `INFO replication`: a server that is not a
+    /// primary is not written to (with Sentinel, the primary is asked for
+    /// again), and its history is what the script is told.
+    async fn handshake(
+        &self,
+        node: &Node<R>,
+        s: &mut OutboundStream<R::Tcp>,
+    ) -> Result<(), StoreError> {
+        if let Some(password) = &self.url.password {
+            if let RedisReply::Error(e) = self.auth(s, password).await? {
+                return Err(StoreError::Refused(format!("redis AUTH failed: {e}")));
+            }
+        }
+        if self.url.db != 0 {
+            let db = self.url.db.to_string();
+            if let RedisReply::Error(e) = roundtrip(s, &[b"SELECT", db.as_bytes()]).await? {
+                return Err(StoreError::Refused(format!(
+                    "redis SELECT {db} failed: {e}"
+                )));
+            }
+        }
+        let replication = match roundtrip(s, &[b"INFO", b"replication"]).await? {
+            RedisReply::Bulk(Some(text)) => parse_replication(&String::from_utf8_lossy(&text)),
+            // An ACL user without INFO: no history to follow, and the role
+            // is learnt from the first write (READONLY).
+            RedisReply::Error(e) if e.starts_with("NOPERM") => {
+                return Ok(());
+            }
+            other => {
+                return Err(StoreError::Protocol(format!(
+                    "redis INFO replication answered {other:?}"
+                )));
+            }
+        };
+        if !replication.primary {
+            let cluster = matches!(
+                &*self.known.lock().unwrap_or_else(|e| e.into_inner()),
+                Known::Cluster { .. }
+            );
+            // A cluster's replica redirects writes to its primary.
+            if !cluster {
+                return Err(StoreError::Unreachable(format!(
+                    "redis {}:{} is a replica, not a primary",
+                    node.addr.0, node.addr.1
+                )));
+            }
+        }
+        *node.history.lock().unwrap_or_else(|e| e.into_inner()) = replication.history;
+        Ok(())
+    }
+}
+
+enum Ask {
+    Sentinels(Vec<NodeAddr>, String, usize),
+    Cluster(Vec<NodeAddr>),
+}
+
+async fn evalsha<T>(
+    s: &mut OutboundStream<T>,
+    sha: &[u8],
+    keys: &[String; 4],
+    args: &[String],
+) -> Result<RedisReply, StoreError>
+where
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"4"];
+    cmd.extend(keys.iter().map(|k| k.as_bytes()));
+    cmd.extend(args.iter().map(|a| a.as_bytes()));
+    roundtrip(s, &cmd).await
+}
+
+/// Sends one command and reads its reply.
+pub(crate) async fn roundtrip<T>(
+    s: &mut OutboundStream<T>,
+    args: &[&[u8]],
+) -> Result<RedisReply, StoreError>
+where
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    let mut out = Vec::with_capacity(256);
+    encode_redis_command(&mut out, args);
+    s.write_all(&out)
+        .await
+        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
+    s.flush()
+        .await
+        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 1024];
+    loop {
+        match parse_redis_reply(&buf, &RedisReplyLimits::default()) {
+            Ok(Some((r, _))) => return Ok(r),
+            Ok(None) => {}
+            Err(e) => return Err(StoreError::Protocol(e.to_string())),
+        }
+        let n = s
+            .read(&mut chunk)
+            .await
+            .map_err(|e| StoreError::Unreachable(format!("redis read: {e}")))?;
+        if n == 0 {
+            return Err(StoreError::Unreachable(
+                "redis closed the connection".into(),
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
