@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs a Debian package for the tests when its program is missing:
 # nginx (a real TLS terminator in front of the simulator, tests/tests/nginx.rs),
-# redis-server (shared rate limits) and postgresql (the shared ledger). Does
+# redis-server and redis-sentinel (shared rate limits, one server, behind
+# Sentinels, or as a cluster) and postgresql (the shared ledger). Does
 # nothing when the program is already installed.
 #
 #   scripts/install-package.sh PACKAGE PROGRAM    (as root, or with sudo available)

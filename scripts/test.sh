@@ -22,6 +22,7 @@ step "install test dependencies"
 clients/install.sh
 scripts/install-nginx.sh
 scripts/install-package.sh redis-server redis-server
+scripts/install-package.sh redis-sentinel redis-sentinel
 scripts/install-package.sh postgresql '/usr/lib/postgresql/*/bin/postgres'
 scripts/install-package.sh curl curl
 scripts/install-package.sh openssl openssl

@@ -31,8 +31,8 @@
 --          separated; seed: spent in total
 -- ARGV[16] the lease's length, milliseconds
 -- ARGV[17] the server's replication history (master_replid), or "" (unknown)
--- ARGV[18] the caller's clock, Unix ms (settle: the ledger line's time);
---          seed: the rebuild's cut-off, or "" for a first seed
+-- ARGV[18] settle: the ledger line's time, Unix ms; seed: the rebuild's
+--          cut-off, or "" for a first seed
 -- ARGV[19] admit: how long after a history change the spend is rebuilt,
 --          ms, or "" (not now)
 --
@@ -138,9 +138,12 @@ end
 -- primary's last writes and what instances settled on their own while
 -- it was away. Admissions go on deciding on it, and from the caller's
 -- time on, settlements are also counted apart, so that the spend can be
--- rebuilt as the ledger's lines before that time plus those.
+-- rebuilt as the ledger's lines before that time plus those. The moment
+-- is the server's clock at the first call under the new history: every
+-- line that instances settled on their own while Redis was away ended
+-- before it.
 local function follow_history()
-  if history == '' or not caller_ms or redis.call('HEXISTS', KEYS[2], 'z') == 0 then return end
+  if history == '' or redis.call('HEXISTS', KEYS[2], 'z') == 0 then return end
   local h = redis.call('HGET', KEYS[2], 'h')
   if h == history then return end
   if not h then
@@ -148,7 +151,7 @@ local function follow_history()
     redis.call('HSET', KEYS[2], 'h', history)
     return
   end
-  redis.call('HSET', KEYS[2], 'h', history, 'c', string.format('%.0f', caller_ms),
+  redis.call('HSET', KEYS[2], 'h', history, 'c', string.format('%.0f', now),
     'nd', 0, 'nw', 0, 'nm', 0, 'nt', 0)
 end
 
@@ -224,7 +227,7 @@ if op == 'admit' then
     follow_history()
     roll()
     local c = tonumber(redis.call('HGET', KEYS[2], 'c'))
-    if c and rebuild_after and caller_ms and caller_ms >= c + rebuild_after then
+    if c and rebuild_after and now >= c + rebuild_after then
       return {3, c, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     end
   end

@@ -479,7 +479,7 @@ pub struct ScriptQuota<'a> {
 }
 
 /// How long after a key's spend is first used under a new replication
-/// history (a failover) it is rebuilt from the ledger: long enough for
+/// history (a failover; Redis's clock) it is rebuilt from the ledger: long enough for
 /// every line that finished before then to have reached the shared ledger
 /// (shipped within about 100 ms while PostgreSQL is up). Until then
 /// admissions decide on the spend the new primary holds plus what was

@@ -17,7 +17,7 @@
 //! | `http.rs` | HTTP over a real socket: [`raw_request`], [`Conn`], [`request`], [`try_exchange`], and [`ResponseExt`] for errors, SSE events and chunks |
 //! | `chat.rs` | the chat requests the tests send: [`MODEL`], [`body`], [`stream_body`] |
 //! | `tls.rs` | test [`certs`] and a rustls terminator in front of a backend ([`tls_proxy`]) |
-//! | `redis.rs` | a `redis-server` child ([`RedisServer`]) and a blocking RESP client ([`RedisClient`]) |
+//! | `redis.rs` | a `redis-server` child ([`RedisServer`]), a primary with a replica and three Sentinels ([`SentinelSet`]), a six-node Redis Cluster ([`RedisCluster`]), and a blocking RESP client ([`RedisClient`]) |
 //! | `pg.rs` | a throwaway PostgreSQL cluster ([`PgServer`]) |
 //! | `otlp.rs` | the OTLP trace receiver ([`OtlpReceiver`]) and the spans it decoded |
 //! | `resources.rs` | what the OS says: [`raise_fd_limit`], a process's resident memory ([`rss_kib`]) |
@@ -50,8 +50,8 @@ pub use noise::Noise;
 pub use otlp::OtlpReceiver;
 pub use pg::PgServer;
 pub use process::{Proc, RUNTIMES, address_from, bin_path, child_command, run};
-pub use redis::{RedisClient, RedisServer};
+pub use redis::{RedisClient, RedisCluster, RedisServer, SentinelSet};
 pub use resources::{raise_fd_limit, rss_kib};
 pub use sim::Sim;
 pub use tls::{Certs, certs, tls_proxy};
-pub use wait::{PATIENCE, eventually};
+pub use wait::{PATIENCE, eventually, eventually_within};

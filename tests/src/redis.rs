@@ -118,6 +118,271 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Kills it with SIGKILL (a crash: nothing written after).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// A client on it.
+    pub fn client(&self) -> RedisClient {
+        RedisClient::connect(self.addr)
+    }
+
+    /// `INFO replication`'s `field`.
+    pub fn replication(&self, field: &str) -> Option<String> {
+        match RedisClient::connect(self.addr).cmd(&[b"INFO", b"replication"]) {
+            chatgate_core::RedisReply::Bulk(Some(text)) => {
+                String::from_utf8_lossy(&text).lines().find_map(|l| {
+                    l.trim()
+                        .strip_prefix(&format!("{field}:"))
+                        .map(str::to_owned)
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A primary, one replica and three Sentinels (`redis-sentinel`, from
+/// Debian's package) watching it under the name [`SentinelSet::NAME`],
+/// with a failover started after one second without an answer.
+pub struct SentinelSet {
+    /// The data servers: the first started as the primary.
+    pub servers: Vec<RedisServer>,
+    sentinels: Vec<(Child, u16)>,
+    _dir: tempfile::TempDir,
+}
+
+impl SentinelSet {
+    /// The name the Sentinels monitor the primary under.
+    pub const NAME: &'static str = "mymaster";
+
+    /// Starts them and waits until the Sentinels know the replica and
+    /// each other (a failover can then happen).
+    pub fn start() -> SentinelSet {
+        let primary = RedisServer::start();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+        crate::wait::eventually("the replica is in sync", || {
+            replica.replication("master_link_status").as_deref() == Some("up")
+        });
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut sentinels = Vec::new();
+        for i in 0..3 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            // Sentinel rewrites its file: one each, writable.
+            let conf = dir.path().join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor {name} 127.0.0.1 {p} 2\n\
+                     sentinel down-after-milliseconds {name} 1000\n\
+                     sentinel failover-timeout {name} 3000\n\
+                     sentinel parallel-syncs {name} 1\n",
+                    dir.path().display(),
+                    name = Self::NAME,
+                    p = primary.port(),
+                ),
+            )
+            .expect("sentinel.conf");
+            let child = Command::new("redis-sentinel")
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-sentinel is missing: run scripts/install-package.sh redis-sentinel redis-sentinel");
+            sentinels.push((child, port));
+        }
+        let set = SentinelSet {
+            servers: vec![primary, replica],
+            sentinels,
+            _dir: dir,
+        };
+        for (_, port) in &set.sentinels {
+            let addr: SocketAddr = ([127, 0, 0, 1], *port).into();
+            crate::wait::eventually("a Sentinel answers", || TcpStream::connect(addr).is_ok());
+            crate::wait::eventually("the Sentinels know the replica and each other", || {
+                let mut c = RedisClient::connect(addr);
+                let replicas = c.cmd(&[b"SENTINEL", b"replicas", Self::NAME.as_bytes()]);
+                let quorum = c.cmd(&[b"SENTINEL", b"ckquorum", Self::NAME.as_bytes()]);
+                let others = c.cmd(&[b"SENTINEL", b"sentinels", Self::NAME.as_bytes()]);
+                matches!(replicas, chatgate_core::RedisReply::Array(Some(v)) if !v.is_empty())
+                    && matches!(quorum, chatgate_core::RedisReply::Simple(_))
+                    && matches!(others, chatgate_core::RedisReply::Array(Some(v)) if v.len() == 2)
+            });
+        }
+        set
+    }
+
+    /// `HOST:PORT,HOST:PORT,HOST:PORT` for `--redis-sentinels`.
+    pub fn sentinels(&self) -> String {
+        self.sentinels
+            .iter()
+            .map(|(_, p)| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The primary's port, as the first Sentinel says.
+    pub fn primary_port(&self) -> u16 {
+        let addr: SocketAddr = ([127, 0, 0, 1], self.sentinels[0].1).into();
+        match RedisClient::connect(addr).cmd(&[
+            b"SENTINEL",
+            b"get-master-addr-by-name",
+            Self::NAME.as_bytes(),
+        ]) {
+            chatgate_core::RedisReply::Array(Some(v)) => match &v[1] {
+                chatgate_core::RedisReply::Bulk(Some(p)) => {
+                    String::from_utf8_lossy(p).parse().expect("a port")
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("SENTINEL get-master-addr-by-name: {other:?}"),
+        }
+    }
+
+    /// The data server on `port`.
+    pub fn server(&mut self, port: u16) -> &mut RedisServer {
+        self.servers
+            .iter_mut()
+            .find(|s| s.port() == port)
+            .expect("a server of the set")
+    }
+}
+
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        for (c, _) in &mut self.sentinels {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A Redis Cluster of three primaries with a replica each, on six
+/// `redis-server`s, made by `redis-cli --cluster create`; a primary's
+/// failure is noticed after one second.
+pub struct RedisCluster {
+    /// The six nodes.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes, creates the cluster and waits until every slot
+    /// is served.
+    pub fn start() -> RedisCluster {
+        let mut nodes = Vec::new();
+        while nodes.len() < 6 {
+            // The cluster bus is the port plus 10,000: both must be free.
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            if port > 55_000 || TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+                continue;
+            }
+            // The node's file is in its own directory (`--dir`).
+            if let Some(server) = RedisServer::launch(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                ],
+            ) {
+                nodes.push(server);
+            }
+        }
+        let addrs: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli (from redis-tools) is missing");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        for n in &cluster.nodes {
+            crate::wait::eventually("every node sees the cluster ok", || {
+                matches!(n.client().cmd(&[b"CLUSTER", b"INFO"]),
+                    chatgate_core::RedisReply::Bulk(Some(t)) if String::from_utf8_lossy(&t).contains("cluster_state:ok"))
+            });
+        }
+        cluster
+    }
+
+    /// `HOST:PORT,…` of every node, for `--redis-cluster`.
+    pub fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The port of the primary serving `key` now (asked of a live node).
+    pub fn primary_of(&self, key: &str) -> u16 {
+        for n in &self.nodes {
+            let Some(mut c) = RedisClient::try_connect(n.addr) else {
+                continue;
+            };
+            let slot = match c.cmd(&[b"CLUSTER", b"KEYSLOT", key.as_bytes()]) {
+                chatgate_core::RedisReply::Integer(s) => s,
+                _ => continue,
+            };
+            if let chatgate_core::RedisReply::Array(Some(ranges)) = c.cmd(&[b"CLUSTER", b"SLOTS"]) {
+                for r in ranges {
+                    let chatgate_core::RedisReply::Array(Some(p)) = r else {
+                        continue;
+                    };
+                    let (
+                        chatgate_core::RedisReply::Integer(a),
+                        chatgate_core::RedisReply::Integer(b),
+                        chatgate_core::RedisReply::Array(Some(primary)),
+                    ) = (&p[0], &p[1], &p[2])
+                    else {
+                        continue;
+                    };
+                    if (*a..=*b).contains(&slot) {
+                        if let chatgate_core::RedisReply::Integer(port) = primary[1] {
+                            return port as u16;
+                        }
+                    }
+                }
+            }
+        }
+        panic!("no node says which primary serves {key}");
+    }
+
+    /// The node on `port`.
+    pub fn node(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes
+            .iter_mut()
+            .find(|s| s.port() == port)
+            .expect("a node of the cluster")
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -133,6 +398,16 @@ pub struct RedisClient {
 }
 
 impl RedisClient {
+    /// Connects, if something listens there.
+    pub fn try_connect(addr: SocketAddr) -> Option<RedisClient> {
+        let stream = TcpStream::connect(addr).ok()?;
+        stream.set_read_timeout(Some(PATIENCE)).ok()?;
+        Some(RedisClient {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
     /// Connects.
     pub fn connect(addr: SocketAddr) -> RedisClient {
         let stream = TcpStream::connect(addr).expect("connect to redis");

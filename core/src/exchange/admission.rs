@@ -555,6 +555,23 @@ impl Connection {
             } else if spent > 0 {
                 gw.quota().spend(&key.name, spent, unix_ms);
             }
+            if gw.config().shared_limits.is_some() && spent > 0 {
+                // Admitted here while the shared limiter was away
+                // (fail-open): its cost still belongs in the shared spend
+                // the other instances decide on. Only the cost: its tokens
+                // and its slot were this instance's.
+                self.events.push_back(Event::Settle(Settlement {
+                    key: key.name.clone(),
+                    limits: key.limits,
+                    reserved: 0,
+                    used: 0,
+                    quota: key.quota,
+                    cost_reserved: 0,
+                    cost: spent,
+                    lease: None,
+                    unix_ms,
+                }));
+            }
         }
         if rec.budget_overshoot_nano_usd > 0 {
             gw.metrics()

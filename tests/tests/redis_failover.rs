@@ -1,0 +1,343 @@
+//! Shared limits through a Redis that fails over mid-burst: a primary
+//! watched by three Sentinels (with one replica), and a Redis Cluster of
+//! three primaries with a replica each, every server real. Three instances
+//! (both runtimes; one fail-open, two fail-closed) hammer one key with a
+//! tight request limit and a budget; its primary is killed (SIGKILL).
+//! Admission resumes on the promoted replica soon after the failover;
+//! meanwhile each instance follows `--redis-fallback`; the requests
+//! admitted stay within the bound SCALING.md states; no lease is left
+//! behind; and the key's spend on the new primary, once rebuilt, equals
+//! the ledger's.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chatgate_core::RedisReply;
+use chatgate_tests::*;
+
+/// The key's requests per minute: the burst runs into it at once.
+const RPM: u64 = 40;
+/// Client threads per instance.
+const THREADS: usize = 2;
+/// The pause between one thread's requests.
+const PACE: Duration = Duration::from_millis(40);
+
+/// The Redis under test.
+enum Ha {
+    Sentinel(SentinelSet),
+    Cluster(RedisCluster),
+}
+
+impl Ha {
+    fn flags(&self) -> Vec<String> {
+        match self {
+            Ha::Sentinel(s) => vec![
+                "--redis-sentinels".into(),
+                s.sentinels(),
+                "--redis-sentinel-master".into(),
+                SentinelSet::NAME.into(),
+            ],
+            Ha::Cluster(c) => vec!["--redis-cluster".into(), c.seeds()],
+        }
+    }
+
+    /// The port of the primary that holds the key `shared` now.
+    fn primary_port(&self) -> u16 {
+        match self {
+            Ha::Sentinel(s) => s.primary_port(),
+            Ha::Cluster(c) => c.primary_of("{shared}"),
+        }
+    }
+
+    fn primary(&self) -> RedisClient {
+        RedisClient::connect(([127, 0, 0, 1], self.primary_port()).into())
+    }
+
+    /// Kills the key's primary; its port.
+    fn kill_primary(&mut self) -> u16 {
+        let port = self.primary_port();
+        match self {
+            Ha::Sentinel(s) => s.server(port).kill(),
+            Ha::Cluster(c) => c.node(port).kill(),
+        }
+        port
+    }
+}
+
+/// One answer: instance, when its request left and when the answer came
+/// (since the burst started), status.
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    gw: usize,
+    sent: Duration,
+    answered: Duration,
+    status: u16,
+}
+
+fn field(c: &mut RedisClient, hash: &str, f: &str) -> Option<u64> {
+    match c.cmd(&[b"HGET", hash.as_bytes(), f.as_bytes()]) {
+        RedisReply::Bulk(Some(v)) => String::from_utf8(v).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn a_failover_mid_burst(mut ha: Ha, what: &str) {
+    let sim = Sim::start("chatgate-smol", &[], &[]);
+    let pg = PgServer::start();
+    let mut common = ha.flags();
+    common.extend(
+        [
+            "--ledger-postgres",
+            &pg.url(),
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--prompt-overhead-tokens",
+            "0",
+            // A loaded machine must not turn a slow answer into a
+            // fallback (a settlement lost to a timeout is not rebuilt).
+            "--redis-timeout",
+            "3s",
+        ]
+        .map(str::to_owned),
+    );
+    let with = |fallback: &str| {
+        let mut a = common.clone();
+        a.extend(["--redis-fallback".to_owned(), fallback.to_owned()]);
+        a
+    };
+    let fallbacks = ["fail-open", "fail-closed", "fail-closed"];
+    let each = [
+        ("chatgate-smol", with(fallbacks[0])),
+        ("chatgate-tokio", with(fallbacks[1])),
+        ("chatgate-smol", with(fallbacks[2])),
+    ];
+    let mut gws = gateways_sharing_a_key(&sim, "shared", RPM, 10_000_000, &each);
+    // A budget far above what the run spends (it is the spend's
+    // bookkeeping that is checked), and an in-flight cap: every request
+    // holds a lease.
+    for gw in &gws {
+        let path = gw.dir.path().join("keys.toml");
+        let args = [
+            "keys",
+            "set",
+            "shared",
+            "--keys",
+            path.to_str().unwrap(),
+            "--budget-usd",
+            "1000",
+            "--max-in-flight",
+            "100",
+        ];
+        let (code, _, err) = run(&gw.bin, &args, &[]);
+        assert_eq!(code, 0, "{err}");
+    }
+    for gw in &gws {
+        gw.proc
+            .stderr_when("the reload", |t| t.contains("keys reloaded"));
+    }
+    let addrs: Vec<SocketAddr> = gws.iter().map(|g| g.addr).collect();
+    let key = gws[0].key.clone();
+    let body = body(r#""max_tokens":20"#);
+    let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let clients: Vec<_> = (0..addrs.len() * THREADS)
+        .map(|t| {
+            let (gw, addr) = (t % addrs.len(), addrs[t % addrs.len()]);
+            let (key, body, answers, stop) = (
+                key.clone(),
+                body.clone(),
+                Arc::clone(&answers),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let sent = t0.elapsed();
+                    let r = request(
+                        addr,
+                        "POST",
+                        "/v1/chat/completions",
+                        Some(&key),
+                        Some(&body),
+                    );
+                    let a = Answer {
+                        gw,
+                        sent,
+                        answered: t0.elapsed(),
+                        status: r.status,
+                    };
+                    answers.lock().unwrap().push(a);
+                    std::thread::sleep(PACE);
+                }
+            })
+        })
+        .collect();
+    // The limit is reached; then the key's primary dies.
+    eventually("the limit is reached", || {
+        answers.lock().unwrap().iter().any(|a| a.status == 429)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let old = ha.kill_primary();
+    let killed = t0.elapsed();
+    let mut switched = None;
+    eventually_within("a replica is promoted", Duration::from_secs(60), || {
+        let now = ha.primary_port();
+        if now != old {
+            switched = Some(t0.elapsed());
+        }
+        now != old
+    });
+    let switched = switched.unwrap();
+    // Each fail-closed instance answers from Redis again: a 200 or a 429
+    // (the shared limiter's verdicts), no longer a 503.
+    let resumed = |gw: usize| {
+        answers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.gw == gw && a.sent > switched && a.status != 503)
+            .map(|a| a.answered)
+            .min()
+    };
+    eventually_within("admission resumes", Duration::from_secs(60), || {
+        resumed(1).is_some() && resumed(2).is_some()
+    });
+    let resumed = [resumed(1).unwrap(), resumed(2).unwrap()];
+    // Long enough after for the rebuild of the spend to be due and done.
+    std::thread::sleep(Duration::from_millis(
+        chatgate_core::REBUILD_AFTER_MS + 2_000,
+    ));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let answers = answers.lock().unwrap().clone();
+    println!(
+        "{what}: {} answers; primary killed at {killed:?}, replica promoted at {switched:?}, admission resumed at {resumed:?}",
+        answers.len()
+    );
+    // Admission resumed within the failover plus a few seconds (generous
+    // for a loaded machine: measured, it is the next request or two).
+    for r in resumed {
+        assert!(
+            r < switched + Duration::from_secs(10),
+            "admission resumed at {r:?}, the failover was over at {switched:?}"
+        );
+    }
+    // The gap followed --redis-fallback: 503s only from the fail-closed
+    // instances, only between the kill and their resumption; the
+    // fail-open one served on its own limits, and counted it.
+    for a in &answers {
+        match a.status {
+            200 | 429 => {}
+            503 => {
+                assert!(a.gw > 0, "the fail-open instance answered 503: {a:?}");
+                assert!(
+                    a.answered > killed && a.sent < resumed[a.gw - 1],
+                    "a 503 outside the gap: {a:?}"
+                );
+            }
+            s => panic!("{s}: {a:?}"),
+        }
+    }
+    assert!(answers.iter().any(|a| a.status == 503), "no gap was seen");
+    let open_fallbacks = metric(
+        gws[0].admin_addr(),
+        "chatgate_shared_limits_unavailable_total",
+    );
+    assert!(open_fallbacks > 0, "the fail-open instance never fell back");
+    // The requests admitted: the limit, what refilled over the run, what
+    // the lost window admitted (the replication lag: bounded here by what
+    // Redis admitted in the last second before the kill), and what the
+    // fail-open instance admitted on its own limits during the gap (at
+    // most its fallback decisions, and at most the limit).
+    let admitted = answers.iter().filter(|a| a.status == 200).count() as u64;
+    let span = answers.iter().map(|a| a.sent).max().unwrap();
+    let refill = span.as_millis() as u64 * RPM / 60_000;
+    let lost_window = answers
+        .iter()
+        .filter(|a| {
+            a.status == 200 && a.sent + Duration::from_secs(1) >= killed && a.sent <= killed
+        })
+        .count() as u64;
+    let bound = RPM + refill + lost_window + open_fallbacks.min(RPM);
+    println!(
+        "{what}: {admitted} admitted over {span:?}; bound {bound} = {RPM} + {refill} refilled + {lost_window} in the last second before the kill + {} on the fail-open instance's own limits",
+        open_fallbacks.min(RPM)
+    );
+    assert!(
+        admitted >= RPM,
+        "{admitted} admitted: the limit was never reached"
+    );
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted, above the bound {bound}"
+    );
+    // No lease is left: every request's slot and reservation was given
+    // back, on the new primary too (those the old primary's last writes
+    // held lapse within a lease, 10 s).
+    eventually("no lease is left", || {
+        let mut c = ha.primary();
+        let leases = c.cmd(&[b"ZCARD", b"chatgate:leases:{shared}"]);
+        leases == RedisReply::Integer(0)
+            && field(&mut c, "chatgate:spend:{shared}", "r").unwrap_or(0) == 0
+    });
+    // The spend: once every line is in PostgreSQL and the rebuild is done
+    // (a request may be needed to ask for it), Redis holds exactly what
+    // the ledger says the key spent.
+    let mut db = pg.client();
+    let rows = |db: &mut postgres::Client| -> (i64, i64) {
+        let r = db
+            .query_one(
+                "SELECT count(*), COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)), 0)::bigint \
+                 FROM chatgate_ledger WHERE key = 'shared'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let lines = || gws.iter().map(|g| g.ledger().len()).sum::<usize>() as i64;
+    eventually("the rebuild is done", || {
+        let pending = field(&mut ha.primary(), "chatgate:spend:{shared}", "c").is_some();
+        if pending {
+            let r = request(
+                addrs[1],
+                "POST",
+                "/v1/chat/completions",
+                Some(&key),
+                Some(&body),
+            );
+            assert!(matches!(r.status, 200 | 429), "{}", r.status);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        !pending
+    });
+    eventually("every line is in PostgreSQL", || rows(&mut db).0 == lines());
+    let (count, spent) = rows(&mut db);
+    let local: u64 = gws
+        .iter()
+        .flat_map(|g| g.ledger())
+        .map(|r| r.cost_nano_usd.max(r.charged_nano_usd))
+        .sum();
+    assert_eq!(spent as u64, local, "the shared ledger and the local ones");
+    let in_redis = field(&mut ha.primary(), "chatgate:spend:{shared}", "t");
+    println!("{what}: {count} lines; spent {spent} nano-USD; Redis holds {in_redis:?}");
+    assert_eq!(in_redis, Some(spent as u64), "the spend after the rebuild");
+    let logs: String = gws.iter().map(|g| g.proc.stderr()).collect();
+    assert!(
+        logs.contains("the key's spend was rebuilt from the ledger's lines before then"),
+        "no rebuild logged:\n{logs}"
+    );
+}
+
+#[test]
+fn sentinel_failover_mid_burst() {
+    a_failover_mid_burst(Ha::Sentinel(SentinelSet::start()), "sentinel");
+}
+
+#[test]
+fn cluster_failover_mid_burst() {
+    a_failover_mid_burst(Ha::Cluster(RedisCluster::start()), "cluster");
+}
