@@ -374,6 +374,16 @@ impl RedisCluster {
         panic!("no node says which primary serves {key}");
     }
 
+    /// Whether the node on `port` is a primary now.
+    pub fn primary_of_port(&self, port: u16) -> bool {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .and_then(|n| n.replication("role"))
+            .as_deref()
+            == Some("master")
+    }
+
     /// The node on `port`.
     pub fn node(&mut self, port: u16) -> &mut RedisServer {
         self.nodes

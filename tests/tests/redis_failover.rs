@@ -341,3 +341,193 @@ fn sentinel_failover_mid_burst() {
 fn cluster_failover_mid_burst() {
     a_failover_mid_burst(Ha::Cluster(RedisCluster::start()), "cluster");
 }
+
+fn text(r: RedisReply) -> String {
+    match r {
+        RedisReply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+        RedisReply::Simple(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The key's slot moved to another primary while requests flow, step by
+/// step as `redis-cli --cluster reshard` moves it: both nodes told, the
+/// keys migrated, the slot given to its new node. Meanwhile the script's
+/// keys answer `TRYAGAIN` (some of its keys are absent while the slot
+/// migrates) or `ASK`, and after it `MOVED`; each is followed (sent again,
+/// redirected, the map read again, the script loaded where it is
+/// missing): every admission is Redis's (fail-closed instances, no 503),
+/// and the limit holds as if nothing had moved.
+#[test]
+fn a_slot_migrated_mid_run_is_followed() {
+    let mut cluster = RedisCluster::start();
+    let sim = Sim::start("chatgate-smol", &[], &[]);
+    let args: Vec<String> = [
+        "--redis-cluster",
+        &cluster.seeds(),
+        "--redis-fallback",
+        "fail-closed",
+        "--redis-timeout",
+        "5s",
+        "--prompt-overhead-tokens",
+        "0",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let each = [
+        ("chatgate-smol", args.clone()),
+        ("chatgate-tokio", args.clone()),
+    ];
+    let gws = gateways_sharing_a_key(&sim, "shared", 30, 10_000_000, &each);
+    for gw in &gws {
+        let path = gw.dir.path().join("keys.toml");
+        let args = [
+            "keys",
+            "set",
+            "shared",
+            "--keys",
+            path.to_str().unwrap(),
+            "--budget-usd",
+            "1000",
+        ];
+        let (code, _, err) = run(&gw.bin, &args, &[]);
+        assert_eq!(code, 0, "{err}");
+    }
+    for gw in &gws {
+        gw.proc
+            .stderr_when("the reload", |t| t.contains("keys reloaded"));
+    }
+    let statuses: Arc<Mutex<Vec<u16>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let clients: Vec<_> = gws
+        .iter()
+        .map(|gw| {
+            let (addr, key) = (gw.addr, gw.key.clone());
+            let (statuses, stop) = (Arc::clone(&statuses), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let body = body(r#""max_tokens":20"#);
+                while !stop.load(Ordering::Relaxed) {
+                    let r = request(
+                        addr,
+                        "POST",
+                        "/v1/chat/completions",
+                        Some(&key),
+                        Some(&body),
+                    );
+                    statuses.lock().unwrap().push(r.status);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        })
+        .collect();
+    let answered = || statuses.lock().unwrap().len();
+    eventually("the first answers", || answered() >= 20);
+    let from = cluster.primary_of("{shared}");
+    let to = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port())
+        .find(|p| *p != from && cluster.primary_of_port(*p))
+        .expect("another primary");
+    let id =
+        |port: u16, c: &mut RedisCluster| text(c.node(port).client().cmd(&[b"CLUSTER", b"MYID"]));
+    let (from_id, to_id) = (id(from, &mut cluster), id(to, &mut cluster));
+    let slot = match cluster
+        .node(from)
+        .client()
+        .cmd(&[b"CLUSTER", b"KEYSLOT", b"{shared}"])
+    {
+        RedisReply::Integer(s) => s.to_string(),
+        other => panic!("{other:?}"),
+    };
+    let mut src = cluster.node(from).client();
+    let mut dst = cluster.node(to).client();
+    let ok = |r: RedisReply| assert!(matches!(r, RedisReply::Simple(_)), "{r:?}");
+    let step = || std::thread::sleep(Duration::from_millis(30));
+    ok(dst.cmd(&[
+        b"CLUSTER",
+        b"SETSLOT",
+        slot.as_bytes(),
+        b"IMPORTING",
+        from_id.as_bytes(),
+    ]));
+    ok(src.cmd(&[
+        b"CLUSTER",
+        b"SETSLOT",
+        slot.as_bytes(),
+        b"MIGRATING",
+        to_id.as_bytes(),
+    ]));
+    step();
+    let keys = match src.cmd(&[b"CLUSTER", b"GETKEYSINSLOT", slot.as_bytes(), b"100"]) {
+        RedisReply::Array(Some(v)) => v
+            .into_iter()
+            .map(|k| match k {
+                RedisReply::Bulk(Some(k)) => k,
+                other => panic!("{other:?}"),
+            })
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        keys.len() >= 2,
+        "the key's hashes are in its slot: {keys:?}"
+    );
+    let port = to.to_string();
+    let mut migrate: Vec<&[u8]> = vec![
+        b"MIGRATE",
+        b"127.0.0.1",
+        port.as_bytes(),
+        b"",
+        b"0",
+        b"5000",
+        b"KEYS",
+    ];
+    migrate.extend(keys.iter().map(Vec::as_slice));
+    ok(src.cmd(&migrate));
+    step();
+    ok(dst.cmd(&[
+        b"CLUSTER",
+        b"SETSLOT",
+        slot.as_bytes(),
+        b"NODE",
+        to_id.as_bytes(),
+    ]));
+    ok(src.cmd(&[
+        b"CLUSTER",
+        b"SETSLOT",
+        slot.as_bytes(),
+        b"NODE",
+        to_id.as_bytes(),
+    ]));
+    let moved = answered();
+    eventually("answers after the move", || answered() >= moved + 20);
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let elapsed = started.elapsed();
+    let statuses = statuses.lock().unwrap().clone();
+    let logs: String = gws.iter().map(|g| g.proc.stderr()).collect();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}\n{logs}"
+    );
+    let admitted = statuses.iter().filter(|s| **s == 200).count() as u64;
+    let refill = elapsed.as_millis() as u64 * 30 / 60_000;
+    println!(
+        "{admitted} admitted of {} in {elapsed:?}, the slot moved after {moved}",
+        statuses.len()
+    );
+    assert!(
+        (30..=30 + refill).contains(&admitted),
+        "{admitted} admitted in {elapsed:?}: 30 plus at most {refill} refilled"
+    );
+    assert_eq!(
+        dst.cmd(&[b"EXISTS", b"chatgate:limits:{shared}"]),
+        RedisReply::Integer(1),
+        "the buckets are on the new node"
+    );
+    assert!(!logs.contains("shared rate limiter unreachable"), "{logs}");
+}

@@ -640,6 +640,80 @@ mod tests {
     use crate::catalog::Price;
 
     #[test]
+    fn redis_is_one_server_sentinels_or_a_cluster() {
+        let base = [("upstream", "http://h/v1"), ("keys", "k")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut flags = base.to_vec();
+            flags.extend_from_slice(extra);
+            ServeConfig::resolve(sources(&flags, &[], None))
+        };
+        let c = with(&[
+            ("redis_sentinels", "redis://:pw@10.0.0.1,10.0.0.2:5000/3"),
+            ("redis_sentinel_master", "mymaster"),
+        ])
+        .unwrap();
+        let r = c.redis.unwrap();
+        assert_eq!(
+            r.topology,
+            RedisTopology::Sentinel {
+                sentinels: vec![("10.0.0.1".into(), 26379), ("10.0.0.2".into(), 5000)],
+                primary: "mymaster".into(),
+            }
+        );
+        assert_eq!((r.url.password.as_deref(), r.url.db), (Some("pw"), 3));
+        assert!(c.gateway.shared_limits.is_some());
+        let c = with(&[("redis_cluster", "a:7000,b")]).unwrap();
+        assert_eq!(
+            c.redis.unwrap().topology,
+            RedisTopology::Cluster {
+                seeds: vec![("a".into(), 7000), ("b".into(), 6379)]
+            }
+        );
+        let c = with(&[("redis", "redis://h")]).unwrap();
+        assert_eq!(c.redis.unwrap().topology, RedisTopology::Server);
+        for (extra, says) in [
+            (
+                &[("redis", "redis://h"), ("redis_cluster", "a:1")][..],
+                "--redis and --redis-cluster are exclusive",
+            ),
+            (
+                &[("redis_sentinels", "a:1"), ("redis_cluster", "b:1")][..],
+                "are exclusive",
+            ),
+            (
+                &[("redis_sentinels", "a:1")][..],
+                "needs --redis-sentinel-master",
+            ),
+            (
+                &[("redis_sentinel_master", "m")][..],
+                "to be given with --redis-sentinels",
+            ),
+            (
+                &[
+                    ("redis_sentinels", "a:1"),
+                    ("redis_sentinel_master", "my master"),
+                ][..],
+                "the name the Sentinels monitor",
+            ),
+            (&[("redis_cluster", "redis://a:1/2")][..], "database 0"),
+            (
+                &[("redis_cluster", "a:1,,b:2")][..],
+                "an address in the list is empty",
+            ),
+            (
+                &[
+                    ("redis_sentinels", "a:1,a:1"),
+                    ("redis_sentinel_master", "m"),
+                ][..],
+                "listed twice",
+            ),
+        ] {
+            let e = with(extra).unwrap_err().0;
+            assert!(e.contains(says), "{extra:?}: {e}");
+        }
+    }
+
+    #[test]
     fn single_sign_on_needs_its_settings() {
         let base = [
             ("upstream", "http://h/v1"),

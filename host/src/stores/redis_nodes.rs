@@ -25,8 +25,9 @@ use crate::provider::connector::{Connector, OutboundStream};
 use crate::runtime::Runtime;
 
 /// How many times one command is sent before its error is the caller's
-/// (each redirection or failover step is one).
-const TRIES: usize = 5;
+/// (each redirection or failover step is one; with the pauses, about
+/// 1.4 s, unless the caller's deadline comes first).
+const TRIES: usize = 8;
 /// The pause before sending again after a failover step (growing by this
 /// much each time): a cluster promotes a replica, or the Sentinels agree,
 /// within seconds, and meanwhile the caller's deadline decides.
