@@ -200,6 +200,7 @@ pub struct Metrics {
     shared_limits_unavailable: AtomicU64,
     ledger_shipped: AtomicU64,
     ledger_ship_errors: AtomicU64,
+    ledger_reshipped: AtomicU64,
     ledger_backlog_bytes: AtomicU64,
     /// Unix milliseconds of the last response head from the provider.
     last_upstream_contact_ms: AtomicU64,
@@ -397,6 +398,12 @@ impl Metrics {
         self.ledger_ship_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Ledger lines to ship to PostgreSQL again (`n` more): a reconnection
+    /// found their batches missing (a failover lost them).
+    pub fn ledger_reshipped(&self, n: u64) {
+        self.ledger_reshipped.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Bytes of the local ledger not yet shipped.
     pub fn ledger_backlog(&self, bytes: u64) {
         self.ledger_backlog_bytes.store(bytes, Ordering::Relaxed);
@@ -554,6 +561,12 @@ impl Metrics {
                 COUNTER,
                 "Failed attempts to reach or write PostgreSQL (lines wait in the local ledger).",
                 get(&self.ledger_ship_errors),
+            ),
+            (
+                "chatgate_ledger_postgres_reshipped_total",
+                COUNTER,
+                "Ledger lines shipped to PostgreSQL again: a reconnection found their batches missing (a failover lost them).",
+                get(&self.ledger_reshipped),
             ),
             (
                 "chatgate_ledger_postgres_backlog_bytes",

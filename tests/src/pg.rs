@@ -1,5 +1,6 @@
 //! PostgreSQL for the tests: a throwaway cluster on a free port, started,
-//! stopped and restarted.
+//! stopped and restarted; a streaming replica of it, promoted after the
+//! primary is shut down or killed.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -24,20 +25,7 @@ impl PgServer {
     /// Creates a cluster and starts it (`postgresql` must be installed:
     /// `scripts/install-package.sh postgresql pg_config`).
     pub fn start() -> PgServer {
-        let out = Command::new("pg_config")
-            .arg("--bindir")
-            .output()
-            .expect("pg_config is missing: run scripts/install-package.sh postgresql pg_config");
-        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        let dir = tempfile::tempdir().expect("temp dir");
-        if is_root() {
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "cannot give the data directory to the postgres user");
-        }
+        let (bin, dir) = bin_and_dir();
         let status = as_postgres(&bin.join("initdb"))
             .args([
                 "-U",
@@ -54,18 +42,68 @@ impl PgServer {
             .status()
             .expect("initdb");
         assert!(status.success(), "initdb failed");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        // initdb's trust authentication covers replication connections
+        // from 127.0.0.1 too (`host replication all 127.0.0.1/32 trust`),
+        // which `replica` needs; `wal_level` is `replica` by default.
         let mut pg = PgServer {
             child: None,
             dir,
             bin,
-            port,
+            port: free_port(),
         };
         pg.restart();
         pg
+    }
+
+    /// A streaming replica of this server, started (a hot standby: it
+    /// answers queries, read-only): a base backup taken with
+    /// `pg_basebackup -R`, which writes `standby.signal` and the
+    /// `primary_conninfo` that points it at this server. Replication is
+    /// asynchronous: a commit this server acknowledged may not have
+    /// reached it yet.
+    pub fn replica(&self) -> PgServer {
+        let (bin, dir) = bin_and_dir();
+        let out = as_postgres(&self.bin.join("pg_basebackup"))
+            .arg("-d")
+            .arg(format!("host=127.0.0.1 port={} user=postgres", self.port))
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+            // libpq looks for ~/.pgpass: a home the postgres user may read.
+            .env("HOME", dir.path())
+            .stdout(Stdio::null())
+            .output()
+            .expect("pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut replica = PgServer {
+            child: None,
+            dir,
+            bin,
+            port: free_port(),
+        };
+        replica.restart();
+        replica
+    }
+
+    /// Promotes a replica to a primary (`pg_ctl promote -w`: returns once
+    /// it accepts writes).
+    pub fn promote(&self) {
+        let out = as_postgres(&self.bin.join("pg_ctl"))
+            .args(["promote", "-w", "-t", &PATIENCE.as_secs().to_string(), "-D"])
+            .arg(self.dir.path().join("data"))
+            .env("HOME", self.dir.path())
+            .stdout(Stdio::null())
+            .output()
+            .expect("pg_ctl promote");
+        assert!(
+            out.status.success(),
+            "pg_ctl promote failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Starts the server again after [`PgServer::stop`].
@@ -90,6 +128,46 @@ impl PgServer {
         while postgres::Client::connect(&self.url(), postgres::NoTls).is_err() {
             assert!(Instant::now() < deadline, "postgres did not start");
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the server cleanly (fast shutdown: sessions are ended, and a
+    /// replica is sent everything up to the shutdown checkpoint before the
+    /// server exits).
+    pub fn stop_clean(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGINT);
+            }
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills the server with SIGKILL, the postmaster and every process it
+    /// started at once, as a crash of its machine would: nothing is
+    /// flushed or sent to a replica any more.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id() as i32;
+            // Stopped first, so that it starts no process while its
+            // children are listed.
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(pid, libc::SIGSTOP);
+            }
+            for child in children(pid) {
+                // SAFETY: kill(2) on a process our child started (still its
+                // child: stopped, it cannot have reaped it).
+                unsafe {
+                    libc::kill(child, libc::SIGKILL);
+                }
+            }
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            let _ = c.wait();
         }
     }
 
@@ -120,6 +198,55 @@ impl Drop for PgServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The server binaries' directory, and a new temporary directory the
+/// server's user owns.
+fn bin_and_dir() -> (PathBuf, tempfile::TempDir) {
+    let out = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .expect("pg_config is missing: run scripts/install-package.sh postgresql pg_config");
+    let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let dir = tempfile::tempdir().expect("temp dir");
+    if is_root() {
+        let ok = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cannot give the data directory to the postgres user");
+    }
+    (bin, dir)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The processes whose parent is `pid` (from /proc).
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let child: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces and parens.
+            let ppid: i32 = stat
+                .get(stat.rfind(')')? + 1..)?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(child)
+        })
+        .collect()
 }
 
 fn is_root() -> bool {
