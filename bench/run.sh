@@ -18,6 +18,7 @@ cd "$root"
 scripts/install-package.sh wrk wrk
 scripts/install-package.sh nginx nginx
 scripts/install-package.sh redis-server redis-server
+scripts/install-package.sh redis-sentinel redis-sentinel
 
 echo "==> building release binaries"
 cargo build --release --locked -p chatgate-smol -p chatgate-tokio -p chatgate-bench

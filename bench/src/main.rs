@@ -21,6 +21,7 @@
 //! | `endpoints.rs` | three endpoints against one, and the failover delay |
 //! | `procs.rs` | child processes and what the kernel says about them |
 //! | `quota.rs` | what a budget and an in-flight cap cost, in-process and through Redis |
+//! | `redis_ha.rs` | shared limits through Redis behind Sentinel and in a cluster, against one Redis server |
 //! | `traces.rs` | what tracing costs, with the collector up, down or stalling |
 //! | `apis.rs` | a client API's stream against the same stream through chat completions: the table the two below print |
 //! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
@@ -35,6 +36,7 @@ mod lean;
 mod messages;
 mod procs;
 mod quota;
+mod redis_ha;
 mod responses;
 mod traces;
 
@@ -133,10 +135,11 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 7] = [
+    let extra: [(&str, Workload); 8] = [
         ("lean", lean::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
+        ("redis_ha", redis_ha::report),
         ("traces", traces::report),
         ("responses", responses::report),
         ("messages", messages::report),
@@ -172,6 +175,7 @@ fn needs_wrk(only: Option<&str>) -> bool {
                     | "lean"
                     | "endpoints"
                     | "quota"
+                    | "redis_ha"
                     | "traces"
                     | "responses"
                     | "messages"
@@ -621,6 +625,8 @@ type Workload = fn(&mut String, &Setup<'_>);
 struct Interleaved {
     /// CPU per request (µs) of each process in the target's `pids`.
     cpu: Vec<f64>,
+    /// wrk's median latency, milliseconds.
+    p50_ms: f64,
     /// wrk's 99th percentile latency, milliseconds.
     p99_ms: f64,
 }
@@ -629,7 +635,7 @@ struct Interleaved {
 /// connections: a second's warm-up each, then two rounds of `secs` with
 /// the targets interleaved; per target, the mean over the rounds of each
 /// process in `pids` (the first is the target itself, the others what it
-/// uses, such as Redis), and of wrk's p99 latency.
+/// uses, such as Redis), and of wrk's median and p99 latency.
 fn interleaved_cpu(
     tools: &Tools,
     targets: &[(SocketAddr, Vec<u32>)],
@@ -646,6 +652,7 @@ fn interleaved_cpu(
         .iter()
         .map(|(_, p)| Interleaved {
             cpu: vec![0.0; p.len()],
+            p50_ms: 0.0,
             p99_ms: 0.0,
         })
         .collect();
@@ -658,6 +665,7 @@ fn interleaved_cpu(
                 out[i].cpu[j] +=
                     cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests.max(1) as f64;
             }
+            out[i].p50_ms += r.p50_ms;
             out[i].p99_ms += r.p99_ms;
         }
     }
@@ -665,6 +673,7 @@ fn interleaved_cpu(
         for c in &mut m.cpu {
             *c /= ROUNDS as f64;
         }
+        m.p50_ms /= ROUNDS as f64;
         m.p99_ms /= ROUNDS as f64;
     }
     out
@@ -711,7 +720,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,traces,responses,messages,affinity]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,redis_ha,traces,responses,messages,affinity]"
                 );
                 std::process::exit(0);
             }

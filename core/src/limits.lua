@@ -141,18 +141,20 @@ end
 -- rebuilt as the ledger's lines before that time plus those. The moment
 -- is the server's clock at the first call under the new history: every
 -- line that instances settled on their own while Redis was away ended
--- before it.
+-- before it. Returns whether the spend is seeded, and the cut-off of the
+-- rebuild that is due, if one is (one HMGET on the happy path).
 local function follow_history()
-  if history == '' or redis.call('HEXISTS', KEYS[2], 'z') == 0 then return end
-  local h = redis.call('HGET', KEYS[2], 'h')
-  if h == history then return end
+  local seeded, h, c = unpack(redis.call('HMGET', KEYS[2], 'z', 'h', 'c'))
+  if not seeded then return false, nil end
+  if history == '' or h == history then return true, tonumber(c) end
   if not h then
     -- Seeded by a version that did not keep the history: this one.
     redis.call('HSET', KEYS[2], 'h', history)
-    return
+    return true, tonumber(c)
   end
   redis.call('HSET', KEYS[2], 'h', history, 'c', string.format('%.0f', now),
     'nd', 0, 'nw', 0, 'nm', 0, 'nt', 0)
+  return true, now
 end
 
 -- Leases past their expiry (an instance that died) give back their slot
@@ -224,9 +226,8 @@ if op == 'admit' then
     if redis.call('HEXISTS', KEYS[2], 'z') == 0 then
       return {3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     end
-    follow_history()
+    local _, c = follow_history()
     roll()
-    local c = tonumber(redis.call('HGET', KEYS[2], 'c'))
     if c and rebuild_after and now >= c + rebuild_after then
       return {3, c, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
     end
@@ -269,17 +270,15 @@ elseif op == 'settle' then
   local cost = num(ARGV[13])
   -- Spend is kept once seeded (an unseeded key is rebuilt from the ledger,
   -- which has this request's line).
-  if cost > 0 and redis.call('HEXISTS', KEYS[2], 'z') == 1 then
-    follow_history()
-    roll()
-    local c = tonumber(redis.call('HGET', KEYS[2], 'c'))
-    local since = c and caller_ms and caller_ms >= c
-    for i, f in ipairs(FIELDS) do
-      local v = num(redis.call('HGET', KEYS[2], f)) + cost
-      redis.call('HSET', KEYS[2], f, string.format('%.0f', v))
-      if since then
-        local n = num(redis.call('HGET', KEYS[2], SINCE[i])) + cost
-        redis.call('HSET', KEYS[2], SINCE[i], string.format('%.0f', n))
+  if cost > 0 then
+    local seeded, c = follow_history()
+    if seeded then
+      roll()
+      local since = c and caller_ms and caller_ms >= c
+      local add = string.format('%.0f', cost)
+      for i, f in ipairs(FIELDS) do
+        redis.call('HINCRBY', KEYS[2], f, add)
+        if since then redis.call('HINCRBY', KEYS[2], SINCE[i], add) end
       end
     end
   end

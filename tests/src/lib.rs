@@ -50,7 +50,7 @@ pub use noise::Noise;
 pub use otlp::OtlpReceiver;
 pub use pg::PgServer;
 pub use process::{Proc, RUNTIMES, address_from, bin_path, child_command, run};
-pub use redis::{RedisClient, RedisCluster, RedisServer, SentinelSet};
+pub use redis::{RedisClient, RedisCluster, RedisServer, SentinelSet, scaling_block};
 pub use resources::{raise_fd_limit, rss_kib};
 pub use sim::Sim;
 pub use tls::{Certs, certs, tls_proxy};

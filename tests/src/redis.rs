@@ -167,7 +167,8 @@ impl SentinelSet {
     /// Starts them and waits until the Sentinels know the replica and
     /// each other (a failover can then happen).
     pub fn start() -> SentinelSet {
-        let primary = RedisServer::start();
+        // A replica's first sync at once, not after 5 s.
+        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
         let replica =
             RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
         crate::wait::eventually("the replica is in sync", || {
@@ -302,6 +303,9 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "1000",
+                    // A replica's first sync at once, not after 5 s.
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ],
             ) {
                 nodes.push(server);
@@ -323,6 +327,12 @@ impl RedisCluster {
         );
         let cluster = RedisCluster { nodes };
         for n in &cluster.nodes {
+            // A replica that never synchronised with its primary refuses
+            // to replace it (its data would be too old).
+            crate::wait::eventually("every replica is in sync", || {
+                n.replication("role").as_deref() == Some("master")
+                    || n.replication("master_link_status").as_deref() == Some("up")
+            });
             crate::wait::eventually("every node sees the cluster ok", || {
                 matches!(n.client().cmd(&[b"CLUSTER", b"INFO"]),
                     chatgate_core::RedisReply::Bulk(Some(t)) if String::from_utf8_lossy(&t).contains("cluster_state:ok"))
@@ -447,4 +457,32 @@ impl RedisClient {
             self.buf.extend_from_slice(&b[..n]);
         }
     }
+}
+
+/// The ```toml block of SCALING.md whose first line is `first`, with the
+/// value of `key` replaced by `value` (the tests' own servers for the
+/// documentation's addresses): the configuration the documentation
+/// shows, as the tests run it.
+pub fn scaling_block(first: &str, key: &str, value: &str) -> String {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../SCALING.md"))
+        .expect("SCALING.md");
+    let block = doc
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(b, _)| b))
+        .find(|b| b.lines().next() == Some(first))
+        .unwrap_or_else(|| panic!("SCALING.md has no toml block starting {first:?}"));
+    let mut replaced = false;
+    let out: Vec<String> = block
+        .lines()
+        .map(|l| match l.split_once(" = ") {
+            Some((k, _)) if k == key => {
+                replaced = true;
+                format!("{key} = {value:?}")
+            }
+            _ => l.to_owned(),
+        })
+        .collect();
+    assert!(replaced, "the block {first:?} sets no {key}");
+    out.join("\n") + "\n"
 }

@@ -31,16 +31,24 @@ enum Ha {
 }
 
 impl Ha {
-    fn flags(&self) -> Vec<String> {
-        match self {
-            Ha::Sentinel(s) => vec![
-                "--redis-sentinels".into(),
-                s.sentinels(),
-                "--redis-sentinel-master".into(),
-                SentinelSet::NAME.into(),
-            ],
-            Ha::Cluster(c) => vec!["--redis-cluster".into(), c.seeds()],
-        }
+    /// SCALING.md's configuration for this topology, with these servers,
+    /// written in `dir`; the flags that load it.
+    fn flags(&self, dir: &std::path::Path) -> Vec<String> {
+        let toml = match self {
+            Ha::Sentinel(s) => scaling_block(
+                "# Shared limits through the Redis primary that the Sentinels watch.",
+                "redis_sentinels",
+                &s.sentinels(),
+            ),
+            Ha::Cluster(c) => scaling_block(
+                "# Shared limits through a Redis Cluster.",
+                "redis_cluster",
+                &c.seeds(),
+            ),
+        };
+        let path = dir.join("chatgate.toml");
+        std::fs::write(&path, toml).unwrap();
+        vec!["--config".into(), path.to_str().unwrap().to_owned()]
     }
 
     /// The port of the primary that holds the key `shared` now.
@@ -86,7 +94,8 @@ fn field(c: &mut RedisClient, hash: &str, f: &str) -> Option<u64> {
 fn a_failover_mid_burst(mut ha: Ha, what: &str) {
     let sim = Sim::start("chatgate-smol", &[], &[]);
     let pg = PgServer::start();
-    let mut common = ha.flags();
+    let config = tempfile::tempdir().unwrap();
+    let mut common = ha.flags(config.path());
     common.extend(
         [
             "--ledger-postgres",

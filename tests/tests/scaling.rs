@@ -9,11 +9,22 @@ use std::time::{Duration, Instant};
 
 use chatgate_tests::*;
 
-/// Three instances (smol, tokio, smol) on one keys file and one Redis.
+/// Three instances (smol, tokio, smol) on one keys file and one Redis,
+/// configured by SCALING.md's block for one server.
 fn instances(sim: &Sim, redis: &RedisServer, rpm: u64, tpm: u64, extra: &[&str]) -> Vec<Gw> {
+    let toml = scaling_block(
+        "# Shared limits through one Redis server.",
+        "redis",
+        &redis.url(),
+    );
+    // Kept for the gateways' lifetime: the file is read at start and
+    // watched.
+    let dir = Box::leak(Box::new(tempfile::tempdir().unwrap()));
+    let path = dir.path().join("chatgate.toml");
+    std::fs::write(&path, toml).unwrap();
     let mut args = vec![
-        "--redis".to_owned(),
-        redis.url(),
+        "--config".to_owned(),
+        path.to_str().unwrap().to_owned(),
         "--admin-listen".into(),
         "127.0.0.1:0".into(),
         // The simulator adds no chat template: a reservation is exactly
