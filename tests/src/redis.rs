@@ -14,6 +14,8 @@ pub struct RedisServer {
     child: Child,
     /// Its address.
     pub addr: SocketAddr,
+    /// Its `--requirepass`, if started with one.
+    pub password: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -67,9 +69,15 @@ impl RedisServer {
                 "redis-server is missing: run scripts/install-package.sh redis-server redis-server",
             );
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let password = extra
+            .iter()
+            .position(|a| *a == "--requirepass")
+            .and_then(|i| extra.get(i + 1))
+            .map(|p| (*p).to_owned());
         let mut server = RedisServer {
             child,
             addr,
+            password,
             _dir: dir,
         };
         let deadline = Instant::now() + PATIENCE;
@@ -132,12 +140,16 @@ impl RedisServer {
 
     /// A client on it.
     pub fn client(&self) -> RedisClient {
-        RedisClient::connect(self.addr)
+        let mut c = RedisClient::connect(self.addr);
+        if let Some(pw) = &self.password {
+            c.cmd(&[b"AUTH", pw.as_bytes()]);
+        }
+        c
     }
 
     /// `INFO replication`'s `field`.
     pub fn replication(&self, field: &str) -> Option<String> {
-        match RedisClient::connect(self.addr).cmd(&[b"INFO", b"replication"]) {
+        match self.client().cmd(&[b"INFO", b"replication"]) {
             chatgate_core::RedisReply::Bulk(Some(text)) => {
                 String::from_utf8_lossy(&text).lines().find_map(|l| {
                     l.trim()
@@ -157,6 +169,7 @@ pub struct SentinelSet {
     /// The data servers: the first started as the primary.
     pub servers: Vec<RedisServer>,
     sentinels: Vec<(Child, u16)>,
+    password: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -167,10 +180,23 @@ impl SentinelSet {
     /// Starts them and waits until the Sentinels know the replica and
     /// each other (a failover can then happen).
     pub fn start() -> SentinelSet {
+        SentinelSet::start_with_password(None)
+    }
+
+    /// The same, every server (Sentinels included) requiring `password`.
+    pub fn start_with_password(password: Option<&str>) -> SentinelSet {
+        let auth: Vec<&str> = match password {
+            Some(pw) => vec!["--requirepass", pw, "--masterauth", pw],
+            None => vec![],
+        };
         // A replica's first sync at once, not after 5 s.
-        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-        let replica =
-            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        args.extend(&auth);
+        let primary = RedisServer::start_with(&args);
+        let port = primary.port().to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend(&auth);
+        let replica = RedisServer::start_with(&args);
         crate::wait::eventually("the replica is in sync", || {
             replica.replication("master_link_status").as_deref() == Some("up")
         });
@@ -190,10 +216,14 @@ impl SentinelSet {
                      sentinel monitor {name} 127.0.0.1 {p} 2\n\
                      sentinel down-after-milliseconds {name} 1000\n\
                      sentinel failover-timeout {name} 3000\n\
-                     sentinel parallel-syncs {name} 1\n",
+                     sentinel parallel-syncs {name} 1\n{auth}",
                     dir.path().display(),
                     name = Self::NAME,
                     p = primary.port(),
+                    auth = password.map_or_else(String::new, |pw| format!(
+                        "sentinel auth-pass {} {pw}\nrequirepass {pw}\n",
+                        Self::NAME
+                    )),
                 ),
             )
             .expect("sentinel.conf");
@@ -208,13 +238,14 @@ impl SentinelSet {
         let set = SentinelSet {
             servers: vec![primary, replica],
             sentinels,
+            password: password.map(str::to_owned),
             _dir: dir,
         };
         for (_, port) in &set.sentinels {
             let addr: SocketAddr = ([127, 0, 0, 1], *port).into();
             crate::wait::eventually("a Sentinel answers", || TcpStream::connect(addr).is_ok());
             crate::wait::eventually("the Sentinels know the replica and each other", || {
-                let mut c = RedisClient::connect(addr);
+                let mut c = set.sentinel(addr);
                 let replicas = c.cmd(&[b"SENTINEL", b"replicas", Self::NAME.as_bytes()]);
                 let quorum = c.cmd(&[b"SENTINEL", b"ckquorum", Self::NAME.as_bytes()]);
                 let others = c.cmd(&[b"SENTINEL", b"sentinels", Self::NAME.as_bytes()]);
@@ -238,7 +269,7 @@ impl SentinelSet {
     /// The primary's port, as the first Sentinel says.
     pub fn primary_port(&self) -> u16 {
         let addr: SocketAddr = ([127, 0, 0, 1], self.sentinels[0].1).into();
-        match RedisClient::connect(addr).cmd(&[
+        match self.sentinel(addr).cmd(&[
             b"SENTINEL",
             b"get-master-addr-by-name",
             Self::NAME.as_bytes(),
@@ -251,6 +282,14 @@ impl SentinelSet {
             },
             other => panic!("SENTINEL get-master-addr-by-name: {other:?}"),
         }
+    }
+
+    fn sentinel(&self, addr: SocketAddr) -> RedisClient {
+        let mut c = RedisClient::connect(addr);
+        if let Some(pw) = &self.password {
+            c.cmd(&[b"AUTH", pw.as_bytes()]);
+        }
+        c
     }
 
     /// The data server on `port`.
@@ -283,6 +322,11 @@ impl RedisCluster {
     /// Starts the nodes, creates the cluster and waits until every slot
     /// is served.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with_password(None)
+    }
+
+    /// The same, every node requiring `password`.
+    pub fn start_with_password(password: Option<&str>) -> RedisCluster {
         let mut nodes = Vec::new();
         while nodes.len() < 6 {
             // The cluster bus is the port plus 10,000: both must be free.
@@ -294,25 +338,30 @@ impl RedisCluster {
                 continue;
             }
             // The node's file is in its own directory (`--dir`).
-            if let Some(server) = RedisServer::launch(
-                port,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                    // A replica's first sync at once, not after 5 s.
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ],
-            ) {
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                // A replica's first sync at once, not after 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
+            ];
+            if let Some(pw) = password {
+                args.extend(["--requirepass", pw, "--masterauth", pw]);
+            }
+            if let Some(server) = RedisServer::launch(port, &args) {
                 nodes.push(server);
             }
         }
         let addrs: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
-        let out = Command::new("redis-cli")
+        let mut cli = Command::new("redis-cli");
+        if let Some(pw) = password {
+            cli.args(["--no-auth-warning", "-a", pw]);
+        }
+        let out = cli
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
@@ -356,6 +405,9 @@ impl RedisCluster {
             let Some(mut c) = RedisClient::try_connect(n.addr) else {
                 continue;
             };
+            if let Some(pw) = &n.password {
+                c.cmd(&[b"AUTH", pw.as_bytes()]);
+            }
             let slot = match c.cmd(&[b"CLUSTER", b"KEYSLOT", key.as_bytes()]) {
                 chatgate_core::RedisReply::Integer(s) => s,
                 _ => continue,

@@ -540,3 +540,80 @@ fn a_slot_migrated_mid_run_is_followed() {
     );
     assert!(!logs.contains("shared rate limiter unreachable"), "{logs}");
 }
+
+/// Credentials written once for the whole list reach every server: the
+/// Sentinels (which require the password too) and the primary they name,
+/// or every node of a cluster. A key limited to 3 requests a minute is
+/// admitted 3 times then refused, by Redis (fail-closed: any fallback
+/// would be a 503); a wrong password is Redis's refusal, logged, and the
+/// fallback.
+#[test]
+fn credentials_reach_the_sentinels_the_primary_and_every_cluster_node() {
+    let sentinels = SentinelSet::start_with_password(Some("s3cret"));
+    let cluster = RedisCluster::start_with_password(Some("s3cret"));
+    let sim = Sim::start("chatgate-smol", &[], &[]);
+    let with = |pw: &str| {
+        [
+            vec![
+                "--redis-sentinels".to_owned(),
+                format!("redis://:{pw}@{}", sentinels.sentinels()),
+                "--redis-sentinel-master".into(),
+                SentinelSet::NAME.into(),
+            ],
+            vec![
+                "--redis-cluster".to_owned(),
+                format!("redis://:{pw}@{}", cluster.seeds()),
+            ],
+        ]
+    };
+    // Every gateway's key has the same name: each starts from full buckets.
+    let flush = || {
+        for n in sentinels.servers.iter().chain(&cluster.nodes) {
+            if n.replication("role").as_deref() == Some("master") {
+                n.client().cmd(&[b"FLUSHALL"]);
+            }
+        }
+    };
+    for bin in RUNTIMES {
+        for flags in with("s3cret") {
+            flush();
+            let mut args = flags.clone();
+            args.extend(["--redis-fallback".into(), "fail-closed".into()]);
+            let gw = Gw::start(
+                bin,
+                &sim.url(),
+                GwOptions {
+                    args,
+                    rpm: Some(3),
+                    ..GwOptions::default()
+                },
+            );
+            let got: Vec<u16> = (0..4).map(|_| gw.chat(&body("")).status).collect();
+            let log = gw.proc.stderr();
+            assert_eq!(got, [200, 200, 200, 429], "{bin} {flags:?}\n{log}");
+            assert!(!log.contains("s3cret"), "a password in the log:\n{log}");
+        }
+        for flags in with("wrong") {
+            let mut args = flags.clone();
+            args.extend(["--redis-fallback".into(), "fail-closed".into()]);
+            let gw = Gw::start(
+                bin,
+                &sim.url(),
+                GwOptions {
+                    args,
+                    rpm: Some(3),
+                    ..GwOptions::default()
+                },
+            );
+            assert_eq!(gw.chat(&body("")).status, 503, "{bin} {flags:?}");
+            let log = gw.proc.stderr_when("the refusal logged", |t| {
+                t.contains("shared rate limiter unreachable")
+            });
+            assert!(
+                log.contains("WRONGPASS") || log.contains("NOAUTH") || log.contains("AUTH failed"),
+                "{bin} {flags:?}:\n{log}"
+            );
+            assert!(!log.contains("wrong@"), "a password in the log:\n{log}");
+        }
+    }
+}

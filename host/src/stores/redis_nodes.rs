@@ -134,6 +134,8 @@ impl<R: Runtime> RedisNodes<R> {
             };
             let (node, asking) = match node {
                 Ok(n) => n,
+                // Credentials or TLS refused: asking again changes nothing.
+                Err(e @ StoreError::Refused(_)) => return Err(e),
                 Err(e) => {
                     last = e;
                     continue;
@@ -284,6 +286,7 @@ impl<R: Runtime> RedisNodes<R> {
         first: usize,
     ) -> Result<NodeAddr, StoreError> {
         let mut why = Vec::new();
+        let mut refused = 0;
         for i in 0..sentinels.len() {
             let at = (first + i) % sentinels.len();
             let sentinel = &sentinels[at];
@@ -298,6 +301,7 @@ impl<R: Runtime> RedisNodes<R> {
                     continue;
                 }
                 Err(e) => {
+                    refused += usize::from(matches!(e, StoreError::Refused(_)));
                     why.push(format!("{}:{}: {e}", sentinel.0, sentinel.1));
                     continue;
                 }
@@ -322,16 +326,25 @@ impl<R: Runtime> RedisNodes<R> {
                     }
                     return Ok(addr);
                 }
-                Err(e) => why.push(format!(
-                    "{}:{} named {}:{}, which {e}",
-                    sentinel.0, sentinel.1, addr.0, addr.1
-                )),
+                Err(e) => {
+                    refused += usize::from(matches!(e, StoreError::Refused(_)));
+                    why.push(format!(
+                        "{}:{} named {}:{}, which {e}",
+                        sentinel.0, sentinel.1, addr.0, addr.1
+                    ));
+                }
             }
         }
-        Err(StoreError::Unreachable(format!(
+        let why = format!(
             "redis: no primary for '{name}' from the Sentinels ({})",
             why.join("; ")
-        )))
+        );
+        // Every Sentinel refused the credentials: say so, at once.
+        Err(if refused == sentinels.len() {
+            StoreError::Refused(why)
+        } else {
+            StoreError::Unreachable(why)
+        })
     }
 
     /// What one Sentinel says the primary is.
@@ -356,12 +369,18 @@ impl<R: Runtime> RedisNodes<R> {
             &[b"SENTINEL", b"get-master-addr-by-name", name.as_bytes()],
         )
         .await?;
+        if let RedisReply::Error(e) = &reply {
+            if e.starts_with("NOAUTH") || e.starts_with("WRONGPASS") || e.starts_with("NOPERM") {
+                return Err(StoreError::Refused(format!("the Sentinel refused: {e}")));
+            }
+        }
         sentinel_primary(&reply).map_err(StoreError::Protocol)
     }
 
     /// Reads the slot map from the first node that gives one.
     async fn read_slots(&self, nodes: &[NodeAddr]) -> Result<SlotMap, StoreError> {
         let mut why = Vec::new();
+        let mut refused = 0;
         for addr in nodes {
             let asked = async {
                 let node = self.node(addr)?;
@@ -372,13 +391,22 @@ impl<R: Runtime> RedisNodes<R> {
             };
             match self.with_deadline(SENTINEL_WAIT, asked).await {
                 Ok(map) => return Ok(map),
-                Err(e) => why.push(format!("{}:{}: {e}", addr.0, addr.1)),
+                Err(e) => {
+                    refused += usize::from(matches!(e, StoreError::Refused(_)));
+                    why.push(format!("{}:{}: {e}", addr.0, addr.1));
+                }
             }
         }
-        Err(StoreError::Unreachable(format!(
+        let why = format!(
             "redis cluster: no node gave the slot map ({})",
             why.join("; ")
-        )))
+        );
+        // Every node refused the credentials: say so, at once.
+        Err(if refused == nodes.len() {
+            StoreError::Refused(why)
+        } else {
+            StoreError::Unreachable(why)
+        })
     }
 
     async fn with_deadline<T>(
