@@ -12,7 +12,7 @@ use crate::{Setup, args, gateway_with, interleaved_cpu};
 
 /// The limits every key gets from the command line: the largest budget a
 /// key may have, and a cap above the load's 8 connections.
-const QUOTA: &[&str] = &[
+pub(crate) const QUOTA: &[&str] = &[
     "--default-budget-usd",
     "1000000",
     "--default-max-in-flight",

@@ -16,15 +16,8 @@ use std::time::{Duration, Instant};
 use chatgate_core::{RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply};
 
 use crate::procs::{Child, free_port};
+use crate::quota::QUOTA;
 use crate::{Setup, args, gateway_with, interleaved_cpu};
-
-/// Every key's budget and cap, never refusing (as in `quota.rs`).
-const QUOTA: &[&str] = &[
-    "--default-budget-usd",
-    "1000000",
-    "--default-max-in-flight",
-    "64",
-];
 
 /// One command, its reply (`None`: nothing listens or it hung up).
 fn redis(addr: SocketAddr, cmd: &[&[u8]]) -> Option<RedisReply> {

@@ -241,6 +241,22 @@ pub fn gateways_sharing_a_key(
         .collect()
 }
 
+/// `keys set NAME FLAGS…` on each gateway's keys file (with its own
+/// binary), then waits until each has reloaded its keys.
+pub fn set_on_each(gws: &[Gw], name: &str, flags: &[&str]) {
+    for gw in gws {
+        let path = gw.dir.path().join("keys.toml");
+        let mut args = vec!["keys", "set", name, "--keys", path.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        let (code, _, err) = crate::process::run(&gw.bin, &args, &[]);
+        assert_eq!(code, 0, "{err}");
+    }
+    for gw in gws {
+        gw.proc
+            .stderr_when("the reload", |t| t.contains("keys reloaded"));
+    }
+}
+
 /// A counter or gauge from the admin listener's `/metrics`.
 pub fn metric(admin: SocketAddr, name: &str) -> u64 {
     let text = String::from_utf8(request(admin, "GET", "/metrics", None, None).body).unwrap();

@@ -41,7 +41,8 @@ mod wait;
 pub use browser::{Browser, ENTER, ESCAPE, TAB, click, dialog_open, fill, text_of};
 pub use chat::{MODEL, body, stream_body};
 pub use gateway::{
-    Gw, GwOptions, chat_status, gateways_sharing_a_key, metric, mint, serve_refusing, start_demo,
+    Gw, GwOptions, chat_status, gateways_sharing_a_key, metric, mint, serve_refusing, set_on_each,
+    start_demo,
 };
 pub use http::{
     Conn, Response, ResponseExt, parse_one, raw_request, request, sse_data, try_exchange,

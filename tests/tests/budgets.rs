@@ -252,20 +252,6 @@ fn keys_set_changes_a_budget_within_a_second_and_refuses_bad_values(bin: &str) {
 /// Runs `keys set NAME FLAGS…` on each gateway's keys file and waits until
 /// each has reloaded it (a loaded machine may take longer than the
 /// one-second file check).
-fn set_on_each(bin: &str, gws: &[Gw], name: &str, flags: &[&str]) {
-    for gw in gws {
-        let path = gw.dir.path().join("keys.toml");
-        let mut args = vec!["set", name, "--keys", path.to_str().unwrap()];
-        args.extend_from_slice(flags);
-        let (code, _, err) = keys_cmd(bin, &args);
-        assert_eq!(code, 0, "{err}");
-    }
-    for gw in gws {
-        gw.proc
-            .stderr_when("the reload", |t| t.contains("keys reloaded"));
-    }
-}
-
 /// Three instances (this binary, then both) sharing the key `shared`
 /// (limits high enough never to refuse) with `args` each.
 fn three_sharing(bin: &str, sim: &Sim, args: &[String]) -> Vec<Gw> {
@@ -428,7 +414,7 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
     ];
     let gws = three_sharing(bin, &sim, &args);
     let usd = format!("{}.{:09}", budget / 1_000_000_000, budget % 1_000_000_000);
-    set_on_each(bin, &gws, "shared", &["--budget-usd", &usd]);
+    set_on_each(&gws, "shared", &["--budget-usd", &usd]);
     // 200 at once, spread over the three.
     let got = concurrently(200, Duration::ZERO, |i| {
         (gws[i % 3].addr, gws[i % 3].key.clone(), capped())
@@ -515,7 +501,7 @@ fn a_cap_holds_across_three_instances_and_a_killed_instance_gives_its_slots_back
         "60s".into(),
     ];
     let mut gws = three_sharing(bin, &sim, &args);
-    set_on_each(bin, &gws, "shared", &["--max-in-flight", "2"]);
+    set_on_each(&gws, "shared", &["--max-in-flight", "2"]);
     // Nine streams at once over the three: all served, never more than two
     // at the provider.
     let got = concurrently(9, Duration::ZERO, |i| {
@@ -573,7 +559,6 @@ fn cut_streams_settle_to_what_the_ledger_says(bin: &str) {
         let mut gw = Gw::start(bin, &sim.url(), GwOptions { args, ..exact() });
         let admin = gw.admin_addr();
         set_on_each(
-            bin,
             std::slice::from_ref(&gw),
             "test",
             &["--budget-usd", "100", "--budget-period", "day"],

@@ -126,26 +126,11 @@ fn a_failover_mid_burst(mut ha: Ha, what: &str) {
     // A budget far above what the run spends (it is the spend's
     // bookkeeping that is checked), and an in-flight cap: every request
     // holds a lease.
-    for gw in &gws {
-        let path = gw.dir.path().join("keys.toml");
-        let args = [
-            "keys",
-            "set",
-            "shared",
-            "--keys",
-            path.to_str().unwrap(),
-            "--budget-usd",
-            "1000",
-            "--max-in-flight",
-            "100",
-        ];
-        let (code, _, err) = run(&gw.bin, &args, &[]);
-        assert_eq!(code, 0, "{err}");
-    }
-    for gw in &gws {
-        gw.proc
-            .stderr_when("the reload", |t| t.contains("keys reloaded"));
-    }
+    set_on_each(
+        &gws,
+        "shared",
+        &["--budget-usd", "1000", "--max-in-flight", "100"],
+    );
     let addrs: Vec<SocketAddr> = gws.iter().map(|g| g.addr).collect();
     let key = gws[0].key.clone();
     let body = body(r#""max_tokens":20"#);
@@ -388,24 +373,7 @@ fn a_slot_migrated_mid_run_is_followed() {
         ("chatgate-tokio", args.clone()),
     ];
     let gws = gateways_sharing_a_key(&sim, "shared", 30, 10_000_000, &each);
-    for gw in &gws {
-        let path = gw.dir.path().join("keys.toml");
-        let args = [
-            "keys",
-            "set",
-            "shared",
-            "--keys",
-            path.to_str().unwrap(),
-            "--budget-usd",
-            "1000",
-        ];
-        let (code, _, err) = run(&gw.bin, &args, &[]);
-        assert_eq!(code, 0, "{err}");
-    }
-    for gw in &gws {
-        gw.proc
-            .stderr_when("the reload", |t| t.contains("keys reloaded"));
-    }
+    set_on_each(&gws, "shared", &["--budget-usd", "1000"]);
     let statuses: Arc<Mutex<Vec<u16>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();

@@ -134,7 +134,21 @@ fn shared_limits_unreachable_fail_open_or_closed() {
             .render_metrics(chatgate_core::Instant::ZERO)
             .contains("chatgate_shared_limits_unavailable_total 2")
     );
-    assert_eq!(pair.shared_settled, 0, "settled locally");
+    // Its tokens were settled here; its cost alone goes to the shared
+    // spend (no tokens, no lease), which the other instances decide on.
+    assert_eq!(pair.shared_settled, 1, "the admitted request's cost");
+    let full = Limits {
+        requests_per_minute: 1,
+        tokens_per_minute: 1_000_000,
+    };
+    let store = pair
+        .shared
+        .status("test-key", full, chatgate_core::Instant::ZERO);
+    assert_eq!(
+        (store.remaining_requests, store.remaining_tokens),
+        (1, 1_000_000),
+        "the shared buckets are untouched"
+    );
     // fail-closed: 503, metered.
     let mut pair = shared(true, 100);
     pair.shared_down = true;
