@@ -133,15 +133,27 @@ local function roll()
   end
 end
 
+-- Whether the spend already counts a later period than the caller's
+-- (another call rolled it over meanwhile).
+local function rolled_past()
+  for i = 1, 3 do
+    local start = tonumber(ARGV[8 + i])
+    if start and num(redis.call('HGET', KEYS[2], FIELDS[i] .. 'p')) > start then
+      return true
+    end
+  end
+  return false
+end
+
 -- A spend kept under another replication history (a replica promoted by
 -- a failover, a server restarted from its files) may lack the old
 -- primary's last writes and what instances settled on their own while
 -- it was away. Admissions go on deciding on it, and from the caller's
 -- time on, settlements are also counted apart, so that the spend can be
 -- rebuilt as the ledger's lines before that time plus those. The moment
--- is the server's clock at the first call under the new history: every
--- line that instances settled on their own while Redis was away ended
--- before it. Returns whether the spend is seeded, and the cut-off of the
+-- follows the server's clock at the first call under the new history:
+-- every line that instances settled on their own while Redis was away
+-- ended before it. Returns whether the spend is seeded, and the cut-off of the
 -- rebuild that is due, if one is (one HMGET on the happy path).
 local function follow_history()
   local seeded, h, c = unpack(redis.call('HMGET', KEYS[2], 'z', 'h', 'c'))
@@ -152,9 +164,13 @@ local function follow_history()
     redis.call('HSET', KEYS[2], 'h', history)
     return true, tonumber(c)
   end
-  redis.call('HSET', KEYS[2], 'h', history, 'c', string.format('%.0f', now),
+  -- A second ahead of Redis's clock, on a whole second: an instance's
+  -- clock a little ahead of Redis's must not date a line settled before
+  -- this call after the moment, and the ledger file is read to the second.
+  local moment = math.ceil((now + 1000) / 1000) * 1000
+  redis.call('HSET', KEYS[2], 'h', history, 'c', string.format('%.0f', moment),
     'nd', 0, 'nw', 0, 'nm', 0, 'nt', 0)
-  return true, now
+  return true, moment
 end
 
 -- Leases past their expiry (an instance that died) give back their slot
@@ -189,9 +205,12 @@ if op == 'seed' then
         'm', ARGV[14], 'mp', ARGV[11], 't', ARGV[15])
       if history ~= '' then redis.call('HSET', KEYS[2], 'h', history) end
     end
-  elseif caller_ms and tonumber(redis.call('HGET', KEYS[2], 'c')) == caller_ms then
+  elseif caller_ms and tonumber(redis.call('HGET', KEYS[2], 'c')) == caller_ms
+      and not rolled_past() then
     -- The rebuild that is due, once: the ledger before the cut-off plus
-    -- what was settled since.
+    -- what was settled since. (Not when a period began since the tally
+    -- was taken: it would put the old period's sum in the new one; the
+    -- next admission asks again.)
     roll()
     local seeded = {ARGV[12], ARGV[13], ARGV[14], ARGV[15]}
     for i = 1, 4 do

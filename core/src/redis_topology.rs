@@ -234,9 +234,13 @@ pub fn sentinel_primary(reply: &RedisReply) -> Result<Option<NodeAddr>, String> 
 pub struct Replication {
     /// `role:master`.
     pub primary: bool,
+    /// `role:slave`: a replica (other roles, such as KeyDB's
+    /// `active-replica`, are neither).
+    pub replica: bool,
     /// `master_replid`: the history of the data it holds. A replica
-    /// promoted by a failover starts a new one, and so does a restarted
-    /// server: what was written under the old id may be partly lost.
+    /// promoted by a failover starts a new one: what was written under the
+    /// old id may be partly lost. (A server restarted from its own files
+    /// keeps the id it saved.)
     pub history: String,
 }
 
@@ -246,6 +250,7 @@ pub fn parse_replication(info: &str) -> Replication {
     for line in info.lines() {
         if let Some(role) = line.trim().strip_prefix("role:") {
             r.primary = role == "master";
+            r.replica = role == "slave";
         } else if let Some(id) = line.trim().strip_prefix("master_replid:") {
             r.history = id.to_owned();
         }
@@ -393,9 +398,13 @@ mod tests {
             parse_replication(info),
             Replication {
                 primary: true,
+                replica: false,
                 history: "8e2b".into()
             }
         );
-        assert!(!parse_replication("role:slave\r\nmaster_replid:8e2b\r\n").primary);
+        let replica = parse_replication("role:slave\r\nmaster_replid:8e2b\r\n");
+        assert!(!replica.primary && replica.replica);
+        let active = parse_replication("role:active-replica\r\n");
+        assert!(!active.primary && !active.replica);
     }
 }

@@ -164,7 +164,7 @@ impl RedisServer {
 
 /// A primary, one replica and three Sentinels (`redis-sentinel`, from
 /// Debian's package) watching it under the name [`SentinelSet::NAME`],
-/// with a failover started after one second without an answer.
+/// with a failover started after two seconds without an answer.
 pub struct SentinelSet {
     /// The data servers: the first started as the primary.
     pub servers: Vec<RedisServer>,
@@ -214,8 +214,8 @@ impl SentinelSet {
                 format!(
                     "port {port}\nbind 127.0.0.1\ndir {}\n\
                      sentinel monitor {name} 127.0.0.1 {p} 2\n\
-                     sentinel down-after-milliseconds {name} 1000\n\
-                     sentinel failover-timeout {name} 3000\n\
+                     sentinel down-after-milliseconds {name} 2000\n\
+                     sentinel failover-timeout {name} 5000\n\
                      sentinel parallel-syncs {name} 1\n{auth}",
                     dir.path().display(),
                     name = Self::NAME,
@@ -343,8 +343,10 @@ impl RedisCluster {
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
+                // Two seconds: a loaded machine must not fail a node over
+                // by itself.
                 "--cluster-node-timeout",
-                "1000",
+                "2000",
                 // A replica's first sync at once, not after 5 s.
                 "--repl-diskless-sync-delay",
                 "0",

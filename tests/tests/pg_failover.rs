@@ -170,6 +170,11 @@ fn crash_of_the_primary(bin: &str) {
     // Acknowledged by the primary, never replicated.
     send(&gw, 30);
     wait_count(&primary, 50, "the primary");
+    // And the shipper has heard every commit acknowledged (a row is
+    // visible a moment before its commit's answer reaches the shipper).
+    eventually("the shipper's acknowledgements", || {
+        metric(admin, "chatgate_ledger_postgres_rows_total") >= 50
+    });
     assert_eq!(count(&replica), 20, "the replica received nothing more");
     primary.kill9();
     replica.promote();

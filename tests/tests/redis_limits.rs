@@ -414,15 +414,18 @@ fn a_changed_history_rebuilds_the_spend_from_the_ledger_once() {
         None,
         "no rebuild under the same history"
     );
-    // History B from t1: admissions go on, on the spend as it is.
-    let t1 = t0 + 1_000;
+    // History B seen at 1.4 s past t0: admissions go on, on the spend as
+    // it is; the moment is Redis's clock plus a second, on a whole second.
+    let seen = t0 + 1_400;
     assert!(matches!(
-        run(&mut c, admit, &q(t1, "B")),
+        run(&mut c, admit, &q(seen, "B")),
         ScriptOutcome::Admitted(_)
     ));
+    let t1 = t0 + 3_000;
     assert_eq!(spent(&mut c, "c"), Some(t1));
-    // A line from before t1 (settled late) counts in the spend now and is
-    // left to the ledger at the rebuild; one from t1 on is counted apart.
+    // A line from before t1 (settled late, or by an instance whose clock
+    // is ahead of Redis's) counts in the spend now and is left to the
+    // ledger at the rebuild; one from t1 on is counted apart.
     run(&mut c, settle, &cost(7, q(t1 - 1, "B")));
     run(&mut c, settle, &cost(20_000_000, q(t1 + 5, "B")));
     assert_eq!(spent(&mut c, "m"), Some(1_120_000_007));
@@ -471,4 +474,32 @@ fn a_changed_history_rebuilds_the_spend_from_the_ledger_once() {
         ScriptOutcome::Admitted(_)
     ));
     assert_eq!(spent(&mut c, "c"), None);
+    // A period that began after the tally was taken: the rebuild is left
+    // for the next admission, which tallies the new period.
+    let t2 = due + 10;
+    assert!(matches!(
+        run(&mut c, admit, &q(t2, "C")),
+        ScriptOutcome::Admitted(_)
+    ));
+    let c2 = spent(&mut c, "c").expect("a moment under history C");
+    let next_month = 1_796_083_200_000; // 2026-12-01T00:00:00Z
+    let late = c2 + REBUILD_AFTER_MS;
+    assert!(late < next_month);
+    assert_eq!(
+        run(&mut c, admit, &q(late, "C")),
+        ScriptOutcome::Unseeded { before: Some(c2) }
+    );
+    // Meanwhile a settlement in the new month rolls the spend over.
+    run(&mut c, settle, &cost(3, q(next_month + 1, "C")));
+    let stale = ScriptOp::Seed {
+        spent: [0, 0, 9_000_000_000, 9_000_000_000],
+        before: Some(c2),
+    };
+    run(&mut c, stale, &q(late, "C"));
+    assert_eq!(spent(&mut c, "c"), Some(c2), "still due");
+    assert_eq!(
+        spent(&mut c, "m"),
+        Some(3),
+        "the new month's spend is untouched"
+    );
 }

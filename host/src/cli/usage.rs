@@ -164,7 +164,7 @@ pub(super) fn budgets(
         .map_err(|e| Error::Config(format!("{e} ({path})")))?;
     let now = now_unix_ms();
     let tally = match m.get_one::<String>("postgres") {
-        Some(url) => crate::stores::postgres::tally_postgres(url, now, None)?,
+        Some(url) => crate::stores::postgres::tally_postgres(url, now, None, None)?,
         None => {
             let ledger = m.get_one::<String>("ledger").expect("defaulted");
             crate::cli::usage::tally(ledger, now)?

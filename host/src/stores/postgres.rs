@@ -771,7 +771,20 @@ fn present(c: &mut postgres::Client, ids: &[&str]) -> Result<HashSet<String>, Er
             &[&ids],
         )
         .map_err(failed)?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    // A column of another type (a table made by hand) is an error, not a
+    // panic of the shipper's thread.
+    rows.iter()
+        .map(|r| r.try_get::<_, String>(0).map_err(failed))
+        .collect()
+}
+
+/// A connection to `url` that reads only (no schema created).
+fn open_plain(url: &str) -> Result<postgres::Client, Error> {
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e| Error::Config(format!("bad URL: {e}")))?;
+    config.connect_timeout(Duration::from_secs(3));
+    config.connect(postgres::NoTls).map_err(failed)
 }
 
 /// A connection to `url`, with `schema` created if missing under the
@@ -996,12 +1009,15 @@ pub(crate) fn tallies_since(
         .collect())
 }
 
-/// Every key's spend in the periods that hold `unix_ms`, summed by
-/// PostgreSQL over the shared ledger (one query).
+/// Every key's spend (or only `key`'s) in the periods that hold
+/// `unix_ms`, summed by PostgreSQL over the shared ledger (one query, on
+/// a connection of its own that changes no schema: a tally must not queue
+/// behind, or in front of, the shippers' inserts).
 pub(crate) fn tally_postgres(
     url: &str,
     unix_ms: u64,
     before: Option<u64>,
+    key: Option<&str>,
 ) -> Result<chatgate_core::SpendTally, Error> {
     let unreadable = |e: &dyn std::fmt::Display| {
         Error::Postgres(format!("cannot read the ledger from PostgreSQL: {e}"))
@@ -1011,7 +1027,7 @@ pub(crate) fn tally_postgres(
     // Lines before the cut-off only (a rebuild after a failover), to the
     // millisecond as the ledger's `ts`; none: all of them.
     let before = before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
-    let mut c = connect(url).map_err(|e| unreadable(&e))?;
+    let mut c = open_plain(url).map_err(|e| unreadable(&e))?;
     let rows = c
         .query(
             "SELECT key, \
@@ -1020,9 +1036,10 @@ pub(crate) fn tally_postgres(
                COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($3::bigint)), 0)::bigint, \
                COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)), 0)::bigint \
              FROM chatgate_ledger \
-             WHERE $4::bigint = 9223372036854775807 OR ts < to_timestamp($4::bigint::float8 / 1000) \
+             WHERE ($4::bigint = 9223372036854775807 OR ts < to_timestamp($4::bigint::float8 / 1000)) \
+               AND ($5::text IS NULL OR key = $5::text) \
              GROUP BY key",
-            &[&day, &week, &month, &before],
+            &[&day, &week, &month, &before, &key],
         )
         .map_err(|e| unreadable(&e))?;
     for r in rows {

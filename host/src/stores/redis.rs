@@ -190,9 +190,10 @@ impl<R: Runtime> SharedLimiter<R> {
         before: Option<u64>,
     ) -> Result<(), StoreError> {
         let source = self.spend.clone();
+        let name = key.to_owned();
         let tally = self
             .rt
-            .unblock(move || source.tally(unix_ms, before))
+            .unblock(move || source.tally(unix_ms, before, Some(&name)))
             .await
             .map_err(|e| StoreError::Ledger(e.to_string()))?;
         let spent = tally.get(key);
@@ -303,14 +304,22 @@ impl<R: Runtime> SharedLimiter<R> {
         let cmd = Command::Script {
             keys: &keys,
             args: &args,
+            idempotent: !matches!(op, ScriptOp::Admit { .. } | ScriptOp::Settle { .. }),
         };
-        let reply = self.within_timeout(self.nodes.run(&keys[0], &cmd)).await?;
+        let reply = self
+            .within_timeout(self.nodes.run(&keys[0], &cmd, self.deadline()))
+            .await?;
         match &reply {
             RedisReply::Error(e) => Err(StoreError::Protocol(format!("redis script error: {e}"))),
             r => r
                 .integers()
                 .ok_or_else(|| StoreError::Protocol(format!("unexpected script answer {reply:?}"))),
         }
+    }
+
+    /// When a command sent now must have its answer.
+    fn deadline(&self) -> std::time::Instant {
+        std::time::Instant::now() + self.timeout
     }
 
     async fn within_timeout<T>(
@@ -344,7 +353,11 @@ impl<R: Runtime> SharedLimiter<R> {
             let script_keys = script_keys(&e.name);
             let exists: [&[u8]; 3] = [b"HEXISTS", script_keys[1].as_bytes(), b"z"];
             let seeded = self
-                .within_timeout(self.nodes.run(&script_keys[0], &Command::Plain(&exists)))
+                .within_timeout(self.nodes.run(
+                    &script_keys[0],
+                    &Command::Plain(&exists),
+                    self.deadline(),
+                ))
                 .await?;
             if e.quota.budget.is_some() && seeded != RedisReply::Integer(1) {
                 continue;

@@ -24,14 +24,13 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use crate::provider::connector::{Connector, OutboundStream};
 use crate::runtime::Runtime;
 
-/// How many times one command is sent before its error is the caller's
-/// (each redirection or failover step is one; with the pauses, about
-/// 1.4 s, unless the caller's deadline comes first).
-const TRIES: usize = 8;
 /// The pause before sending again after a failover step (growing by this
-/// much each time): a cluster promotes a replica, or the Sentinels agree,
-/// within seconds, and meanwhile the caller's deadline decides.
+/// much each time, up to [`MAX_PAUSE`]): a cluster promotes a replica, or
+/// the Sentinels agree, within seconds, and meanwhile the caller's
+/// deadline decides.
 const STEP_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between two sendings of one command.
+const MAX_PAUSE: Duration = Duration::from_millis(250);
 /// The longest wait for one Sentinel, so that a dead one leaves time to ask
 /// the next.
 const SENTINEL_WAIT: Duration = Duration::from_millis(500);
@@ -44,6 +43,10 @@ pub(crate) enum Command<'a> {
     Script {
         keys: &'a [String; 4],
         args: &'a (dyn Fn(&str) -> Vec<String> + Sync),
+        /// Whether running it twice is the same as once. An admission or
+        /// a settlement is not: one whose answer was lost after it was
+        /// sent is not sent again (the caller's fallback applies).
+        idempotent: bool,
     },
     /// Any other command.
     Plain(&'a [&'a [u8]]),
@@ -55,6 +58,27 @@ struct Node<R: Runtime> {
     connector: Connector<R>,
     /// `master_replid` at the last handshake.
     history: Mutex<String>,
+    /// Read the history again before the next script: the node may have
+    /// been promoted since its pooled connections' handshakes (a cluster
+    /// does not close them), so it is set whenever a map or a Sentinel
+    /// names it a primary anew.
+    recheck: std::sync::atomic::AtomicBool,
+}
+
+/// Why one sending of a command failed.
+enum Failed {
+    /// The command did not run: it may be sent again.
+    Before(StoreError),
+    /// It may have run (its answer was lost).
+    After(StoreError),
+}
+
+impl Failed {
+    fn error(self) -> StoreError {
+        match self {
+            Failed::Before(e) | Failed::After(e) => e,
+        }
+    }
 }
 
 /// What the topology knows now.
@@ -118,15 +142,28 @@ impl<R: Runtime> RedisNodes<R> {
     }
 
     /// Sends `cmd` to the server for `key`'s slot, following redirections
-    /// and failovers. An error reply that is the command's own
-    /// ([`RedisErrorKind::Other`]) is returned as a reply.
-    pub(crate) async fn run(&self, key: &str, cmd: &Command<'_>) -> Result<RedisReply, StoreError> {
+    /// and failovers until `deadline`. An error reply that is the
+    /// command's own ([`RedisErrorKind::Other`]) is returned as a reply.
+    pub(crate) async fn run(
+        &self,
+        key: &str,
+        cmd: &Command<'_>,
+        deadline: std::time::Instant,
+    ) -> Result<RedisReply, StoreError> {
         let slot = key_slot(key.as_bytes());
+        let idempotent = match cmd {
+            Command::Script { idempotent, .. } => *idempotent,
+            Command::Plain(_) => true,
+        };
         let mut last = StoreError::Unreachable("no answer".into());
         let mut ask: Option<NodeAddr> = None;
-        for attempt in 0..TRIES {
+        for attempt in 0u32.. {
             if attempt > 0 && ask.is_none() {
-                self.pause(STEP_PAUSE * attempt as u32).await;
+                let pause = (STEP_PAUSE * attempt).min(MAX_PAUSE);
+                if std::time::Instant::now() + pause >= deadline {
+                    return Err(last);
+                }
+                self.pause(pause).await;
             }
             let node = match ask.take() {
                 Some(addr) => self.node(&addr).map(|n| (n, true)),
@@ -163,10 +200,15 @@ impl<R: Runtime> RedisNodes<R> {
                     }
                 },
                 Ok(reply) => return Ok(reply),
-                Err(e @ StoreError::Refused(_)) => return Err(e),
-                Err(e) => {
+                Err(Failed::Before(e @ StoreError::Refused(_))) => return Err(e),
+                Err(Failed::After(e)) if !idempotent => {
+                    // Sending it again could count it twice.
                     self.forget(&node.addr);
-                    last = e;
+                    return Err(e);
+                }
+                Err(f) => {
+                    self.forget(&node.addr);
+                    last = f.error();
                 }
             }
         }
@@ -202,6 +244,7 @@ impl<R: Runtime> RedisNodes<R> {
             addr: addr.clone(),
             connector,
             history: Mutex::new(String::new()),
+            recheck: std::sync::atomic::AtomicBool::new(false),
         });
         nodes.insert(addr.clone(), Arc::clone(&node));
         Ok(node)
@@ -224,6 +267,11 @@ impl<R: Runtime> RedisNodes<R> {
             }
             Ask::Cluster(nodes) => {
                 let map = self.read_slots(&nodes).await?;
+                for primary in map.nodes() {
+                    if let Ok(n) = self.node(primary) {
+                        n.recheck.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
                 let addr = map.node_for(slot).cloned();
                 if let Known::Cluster { map: m, .. } =
                     &mut *self.known.lock().unwrap_or_else(|e| e.into_inner())
@@ -290,6 +338,14 @@ impl<R: Runtime> RedisNodes<R> {
         for i in 0..sentinels.len() {
             let at = (first + i) % sentinels.len();
             let sentinel = &sentinels[at];
+            // Whatever this one answers, the next asking starts after it
+            // unless it gives the primary: a dead Sentinel must not take
+            // every asking's time before a live one is reached.
+            if let Known::Sentinel { first, .. } =
+                &mut *self.known.lock().unwrap_or_else(|e| e.into_inner())
+            {
+                *first = (at + 1) % sentinels.len();
+            }
             let named = self.with_deadline(SENTINEL_WAIT, self.primary_of(sentinel, name));
             let addr = match named.await {
                 Ok(Some(addr)) => addr,
@@ -308,6 +364,8 @@ impl<R: Runtime> RedisNodes<R> {
             };
             // The primary's handshake checks its role.
             let node = self.node(&addr)?;
+            node.recheck
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             match self.connection(&node, true).await {
                 Ok(s) => {
                     node.connector.release(s);
@@ -384,9 +442,16 @@ impl<R: Runtime> RedisNodes<R> {
         for addr in nodes {
             let asked = async {
                 let node = self.node(addr)?;
+                // Not pooled: it may be a replica's, whose handshake told a
+                // history that is not a primary's.
                 let mut s = self.connection(&node, true).await?;
-                let reply = roundtrip(&mut s, &[b"CLUSTER", b"SLOTS"]).await?;
-                node.connector.release(s);
+                // A fragmented cluster may list more ranges than a reply
+                // to the limiter's own commands ever holds.
+                let limits = RedisReplyLimits {
+                    max_elements: usize::from(chatgate_core::CLUSTER_SLOTS),
+                    ..RedisReplyLimits::default()
+                };
+                let reply = roundtrip_with(&mut s, &[b"CLUSTER", b"SLOTS"], &limits).await?;
                 SlotMap::from_cluster_slots(&reply, &addr.0).map_err(StoreError::Protocol)
             };
             match self.with_deadline(SENTINEL_WAIT, asked).await {
@@ -394,6 +459,13 @@ impl<R: Runtime> RedisNodes<R> {
                 Err(e) => {
                     refused += usize::from(matches!(e, StoreError::Refused(_)));
                     why.push(format!("{}:{}: {e}", addr.0, addr.1));
+                    // Asked last next time (it stays among the seeds if it
+                    // is one): a dead node must not take every asking's
+                    // time before a live one is reached.
+                    self.nodes
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(addr);
                 }
             }
         }
@@ -445,24 +517,24 @@ impl<R: Runtime> RedisNodes<R> {
         }
     }
 
-    /// Sends `cmd` on a connection to `node` (one retry on a fresh
-    /// connection when a pooled one turns out closed).
+    /// Sends `cmd` on a connection to `node` (once more on a fresh
+    /// connection when a pooled one turns out closed before answering).
     async fn exec(
         &self,
         node: &Node<R>,
         cmd: &Command<'_>,
         asking: bool,
-    ) -> Result<RedisReply, StoreError> {
-        let mut last = StoreError::Unreachable("no connection".into());
+    ) -> Result<RedisReply, Failed> {
+        let mut last = Failed::Before(StoreError::Unreachable("no connection".into()));
         for fresh in [false, true] {
-            let (mut s, reused) = self.pooled(node, fresh).await?;
-            match self.send(node, &mut s, cmd, asking).await {
+            let (mut s, reused) = self.pooled(node, fresh).await.map_err(Failed::Before)?;
+            match self.send(node, &mut s, cmd, asking, reused).await {
                 Ok(reply) => {
                     node.connector.release(s);
                     return Ok(reply);
                 }
-                Err(e) if reused => last = e,
-                Err(e) => return Err(e),
+                Err(Failed::Before(e)) if reused => last = Failed::Before(e),
+                Err(f) => return Err(f),
             }
         }
         Err(last)
@@ -474,13 +546,22 @@ impl<R: Runtime> RedisNodes<R> {
         s: &mut OutboundStream<R::Tcp>,
         cmd: &Command<'_>,
         asking: bool,
-    ) -> Result<RedisReply, StoreError> {
-        if asking {
-            roundtrip(s, &[b"ASKING"]).await?;
-        }
+        reused: bool,
+    ) -> Result<RedisReply, Failed> {
         match cmd {
-            Command::Plain(args) => roundtrip(s, args).await,
-            Command::Script { keys, args } => {
+            Command::Plain(args) => {
+                if asking {
+                    roundtrip(s, &[b"ASKING"]).await.map_err(Failed::Before)?;
+                }
+                command(s, args, reused).await
+            }
+            Command::Script { keys, args, .. } => {
+                if node
+                    .recheck
+                    .swap(false, std::sync::atomic::Ordering::Relaxed)
+                {
+                    self.read_history(node, s).await.map_err(Failed::Before)?;
+                }
                 let history = node
                     .history
                     .lock()
@@ -488,19 +569,25 @@ impl<R: Runtime> RedisNodes<R> {
                     .clone();
                 let args = args(&history);
                 let known = self.sha.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                // Loaded before ASKING, which holds for the next command
+                // only.
                 let sha = match known {
                     Some(sha) => sha,
-                    None => self.load(s).await?,
+                    None => self.load(s).await.map_err(Failed::Before)?,
                 };
-                let reply = evalsha(s, &sha, keys, &args).await?;
+                if asking {
+                    roundtrip(s, &[b"ASKING"]).await.map_err(Failed::Before)?;
+                }
+                let reply = evalsha(s, &sha, keys, &args, reused).await?;
                 if matches!(&reply, RedisReply::Error(e) if e.starts_with("NOSCRIPT")) {
                     // This server lost its scripts (restart, SCRIPT FLUSH,
-                    // a replica promoted): load it here.
-                    let sha = self.load(s).await?;
+                    // a replica promoted): load it here. NOSCRIPT ran
+                    // nothing.
+                    let sha = self.load(s).await.map_err(Failed::Before)?;
                     if asking {
-                        roundtrip(s, &[b"ASKING"]).await?;
+                        roundtrip(s, &[b"ASKING"]).await.map_err(Failed::Before)?;
                     }
-                    return evalsha(s, &sha, keys, &args).await;
+                    return evalsha(s, &sha, keys, &args, false).await;
                 }
                 Ok(reply)
             }
@@ -530,7 +617,13 @@ impl<R: Runtime> RedisNodes<R> {
         fresh: bool,
     ) -> Result<(OutboundStream<R::Tcp>, bool), StoreError> {
         let (mut s, reused) = node.connector.connect(fresh).await.map_err(|e| {
-            StoreError::Unreachable(format!("redis {}:{}: {e}", node.addr.0, node.addr.1))
+            let why = format!("redis {}:{}: {e}", node.addr.0, node.addr.1);
+            // A certificate refused is refused again a moment later.
+            if matches!(e, chatgate_core::UpstreamFailure::Tls(_)) {
+                StoreError::Refused(why)
+            } else {
+                StoreError::Unreachable(why)
+            }
         })?;
         if !reused {
             self.handshake(node, &mut s).await?;
@@ -579,11 +672,40 @@ impl<R: Runtime> RedisNodes<R> {
                 )));
             }
         }
+        self.read_history(node, s).await
+    }
+
+    /// `INFO replication`: the server's history, for the script, and its
+    /// role. Through Sentinel only a primary is written to (the Sentinels
+    /// are asked again); one server named by `--redis` is refused only
+    /// when it says it is a replica, and one that will not answer `INFO`
+    /// (an ACL user without it, a proxy) has no history to follow; a
+    /// cluster's replica redirects writes to its primary.
+    async fn read_history(
+        &self,
+        node: &Node<R>,
+        s: &mut OutboundStream<R::Tcp>,
+    ) -> Result<(), StoreError> {
+        let topology = match &*self.known.lock().unwrap_or_else(|e| e.into_inner()) {
+            Known::Server(_) => 0,
+            Known::Sentinel { .. } => 1,
+            Known::Cluster { .. } => 2,
+        };
         let replication = match roundtrip(s, &[b"INFO", b"replication"]).await? {
             RedisReply::Bulk(Some(text)) => parse_replication(&String::from_utf8_lossy(&text)),
-            // An ACL user without INFO: no history to follow, and the role
-            // is learnt from the first write (READONLY).
-            RedisReply::Error(e) if e.starts_with("NOPERM") => {
+            // Credentials wanted (none given) or refused.
+            RedisReply::Error(e) if e.starts_with("NOAUTH") || e.starts_with("WRONGPASS") => {
+                return Err(StoreError::Refused(format!(
+                    "redis {}:{} refused: {e}",
+                    node.addr.0, node.addr.1
+                )));
+            }
+            RedisReply::Error(e) if topology != 1 || e.starts_with("NOPERM") => {
+                tracing::debug!(
+                    error = e,
+                    "redis: no INFO replication; no history to follow"
+                );
+                *node.history.lock().unwrap_or_else(|e| e.into_inner()) = String::new();
                 return Ok(());
             }
             other => {
@@ -592,18 +714,16 @@ impl<R: Runtime> RedisNodes<R> {
                 )));
             }
         };
-        if !replication.primary {
-            let cluster = matches!(
-                &*self.known.lock().unwrap_or_else(|e| e.into_inner()),
-                Known::Cluster { .. }
-            );
-            // A cluster's replica redirects writes to its primary.
-            if !cluster {
-                return Err(StoreError::Unreachable(format!(
-                    "redis {}:{} is a replica, not a primary",
-                    node.addr.0, node.addr.1
-                )));
-            }
+        let refused = match topology {
+            0 => replication.replica,
+            1 => !replication.primary,
+            _ => false,
+        };
+        if refused {
+            return Err(StoreError::Unreachable(format!(
+                "redis {}:{} is a replica, not a primary",
+                node.addr.0, node.addr.1
+            )));
         }
         *node.history.lock().unwrap_or_else(|e| e.into_inner()) = replication.history;
         Ok(())
@@ -620,20 +740,64 @@ async fn evalsha<T>(
     sha: &[u8],
     keys: &[String; 4],
     args: &[String],
-) -> Result<RedisReply, StoreError>
+    reused: bool,
+) -> Result<RedisReply, Failed>
 where
     OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
     let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha, b"4"];
     cmd.extend(keys.iter().map(|k| k.as_bytes()));
     cmd.extend(args.iter().map(|a| a.as_bytes()));
-    roundtrip(s, &cmd).await
+    command(s, &cmd, reused).await
+}
+
+/// Sends one command and reads its reply, telling whether a failure
+/// happened before the command could run: while writing, or on a pooled
+/// connection (`reused`) the server had closed (nothing at all came
+/// back). Any other failure after the write may have let it run.
+async fn command<T>(
+    s: &mut OutboundStream<T>,
+    args: &[&[u8]],
+    reused: bool,
+) -> Result<RedisReply, Failed>
+where
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    let mut out = Vec::with_capacity(256);
+    encode_redis_command(&mut out, args);
+    let write = async {
+        s.write_all(&out).await?;
+        s.flush().await
+    };
+    write
+        .await
+        .map_err(|e| Failed::Before(StoreError::Unreachable(format!("redis write: {e}"))))?;
+    read_reply(s, &RedisReplyLimits::default())
+        .await
+        .map_err(|(e, got_any)| {
+            if reused && !got_any {
+                Failed::Before(e)
+            } else {
+                Failed::After(e)
+            }
+        })
 }
 
 /// Sends one command and reads its reply.
 pub(crate) async fn roundtrip<T>(
     s: &mut OutboundStream<T>,
     args: &[&[u8]],
+) -> Result<RedisReply, StoreError>
+where
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    roundtrip_with(s, args, &RedisReplyLimits::default()).await
+}
+
+async fn roundtrip_with<T>(
+    s: &mut OutboundStream<T>,
+    args: &[&[u8]],
+    limits: &RedisReplyLimits,
 ) -> Result<RedisReply, StoreError>
 where
     OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
@@ -646,21 +810,35 @@ where
     s.flush()
         .await
         .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
+    read_reply(s, limits).await.map_err(|(e, _)| e)
+}
+
+/// Reads one reply; on failure, whether any byte of it had come.
+async fn read_reply<T>(
+    s: &mut OutboundStream<T>,
+    limits: &RedisReplyLimits,
+) -> Result<RedisReply, (StoreError, bool)>
+where
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 1024];
     loop {
-        match parse_redis_reply(&buf, &RedisReplyLimits::default()) {
+        match parse_redis_reply(&buf, limits) {
             Ok(Some((r, _))) => return Ok(r),
             Ok(None) => {}
-            Err(e) => return Err(StoreError::Protocol(e.to_string())),
+            Err(e) => return Err((StoreError::Protocol(e.to_string()), true)),
         }
-        let n = s
-            .read(&mut chunk)
-            .await
-            .map_err(|e| StoreError::Unreachable(format!("redis read: {e}")))?;
+        let n = s.read(&mut chunk).await.map_err(|e| {
+            (
+                StoreError::Unreachable(format!("redis read: {e}")),
+                !buf.is_empty(),
+            )
+        })?;
         if n == 0 {
-            return Err(StoreError::Unreachable(
-                "redis closed the connection".into(),
+            return Err((
+                StoreError::Unreachable("redis closed the connection".into()),
+                !buf.is_empty(),
             ));
         }
         buf.extend_from_slice(&chunk[..n]);

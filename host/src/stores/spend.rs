@@ -19,10 +19,15 @@ pub(crate) enum SpendSource {
 }
 
 impl SpendSource {
-    /// Every key's spend in the periods that hold `unix_ms`, counting
-    /// only lines before `before` if given (blocking: call it off the
-    /// executor).
-    pub(crate) fn tally(&self, unix_ms: u64, before: Option<u64>) -> Result<SpendTally, Error> {
+    /// Every key's spend (or only `key`'s, where the source can filter)
+    /// in the periods that hold `unix_ms`, counting only lines before
+    /// `before` if given (blocking: call it off the executor).
+    pub(crate) fn tally(
+        &self,
+        unix_ms: u64,
+        before: Option<u64>,
+        key: Option<&str>,
+    ) -> Result<SpendTally, Error> {
         match self {
             SpendSource::File(path) => {
                 let mut tally = SpendTally::new(unix_ms);
@@ -32,7 +37,7 @@ impl SpendSource {
                 tally_file_into(path, tally, |_| {})
             }
             SpendSource::Postgres(url) => {
-                crate::stores::postgres::tally_postgres(url, unix_ms, before)
+                crate::stores::postgres::tally_postgres(url, unix_ms, before, key)
             }
         }
     }
