@@ -495,12 +495,17 @@ impl<R: Runtime> RedisNodes<R> {
     }
 
     /// A `MOVED`: the slot is served elsewhere now (a failover or a
-    /// migration; the next failure reads the whole map again).
+    /// migration; the next failure reads the whole map again). The node
+    /// named may have been promoted since its pooled connections were
+    /// made: its history is read again.
     fn moved(&self, slot: u16, to: &NodeAddr) {
         if let Known::Cluster { map: Some(m), .. } =
             &mut *self.known.lock().unwrap_or_else(|e| e.into_inner())
         {
             m.moved(slot, to);
+        }
+        if let Ok(n) = self.node(to) {
+            n.recheck.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
