@@ -140,11 +140,7 @@ impl RedisServer {
 
     /// A client on it.
     pub fn client(&self) -> RedisClient {
-        let mut c = RedisClient::connect(self.addr);
-        if let Some(pw) = &self.password {
-            c.cmd(&[b"AUTH", pw.as_bytes()]);
-        }
-        c
+        RedisClient::connect(self.addr).authenticated(self.password.as_deref())
     }
 
     /// `INFO replication`'s `field`.
@@ -285,11 +281,7 @@ impl SentinelSet {
     }
 
     fn sentinel(&self, addr: SocketAddr) -> RedisClient {
-        let mut c = RedisClient::connect(addr);
-        if let Some(pw) = &self.password {
-            c.cmd(&[b"AUTH", pw.as_bytes()]);
-        }
-        c
+        RedisClient::connect(addr).authenticated(self.password.as_deref())
     }
 
     /// The data server on `port`.
@@ -404,12 +396,11 @@ impl RedisCluster {
     /// The port of the primary serving `key` now (asked of a live node).
     pub fn primary_of(&self, key: &str) -> u16 {
         for n in &self.nodes {
-            let Some(mut c) = RedisClient::try_connect(n.addr) else {
+            let Some(mut c) =
+                RedisClient::try_connect(n.addr).map(|c| c.authenticated(n.password.as_deref()))
+            else {
                 continue;
             };
-            if let Some(pw) = &n.password {
-                c.cmd(&[b"AUTH", pw.as_bytes()]);
-            }
             let slot = match c.cmd(&[b"CLUSTER", b"KEYSLOT", key.as_bytes()]) {
                 chatgate_core::RedisReply::Integer(s) => s,
                 _ => continue,
@@ -490,6 +481,14 @@ impl RedisClient {
             stream,
             buf: Vec::new(),
         }
+    }
+
+    /// Sends `AUTH` with `password`, if there is one.
+    pub fn authenticated(mut self, password: Option<&str>) -> RedisClient {
+        if let Some(pw) = password {
+            self.cmd(&[b"AUTH", pw.as_bytes()]);
+        }
+        self
     }
 
     /// Sends one command and reads its reply.

@@ -554,37 +554,31 @@ fn credentials_reach_the_sentinels_the_primary_and_every_cluster_node() {
             }
         }
     };
+    // Fail-closed: any fallback would be a 503.
+    let start = |bin: &str, flags: &[String]| {
+        let mut args = flags.to_vec();
+        args.extend(["--redis-fallback".into(), "fail-closed".into()]);
+        Gw::start(
+            bin,
+            &sim.url(),
+            GwOptions {
+                args,
+                rpm: Some(3),
+                ..GwOptions::default()
+            },
+        )
+    };
     for bin in RUNTIMES {
         for flags in with("s3cret") {
             flush();
-            let mut args = flags.clone();
-            args.extend(["--redis-fallback".into(), "fail-closed".into()]);
-            let gw = Gw::start(
-                bin,
-                &sim.url(),
-                GwOptions {
-                    args,
-                    rpm: Some(3),
-                    ..GwOptions::default()
-                },
-            );
+            let gw = start(bin, &flags);
             let got: Vec<u16> = (0..4).map(|_| gw.chat(&body("")).status).collect();
             let log = gw.proc.stderr();
             assert_eq!(got, [200, 200, 200, 429], "{bin} {flags:?}\n{log}");
             assert!(!log.contains("s3cret"), "a password in the log:\n{log}");
         }
         for flags in with("wrong") {
-            let mut args = flags.clone();
-            args.extend(["--redis-fallback".into(), "fail-closed".into()]);
-            let gw = Gw::start(
-                bin,
-                &sim.url(),
-                GwOptions {
-                    args,
-                    rpm: Some(3),
-                    ..GwOptions::default()
-                },
-            );
+            let gw = start(bin, &flags);
             assert_eq!(gw.chat(&body("")).status, 503, "{bin} {flags:?}");
             let log = gw.proc.stderr_when("the refusal logged", |t| {
                 t.contains("shared rate limiter unreachable")

@@ -790,11 +790,7 @@ fn open_plain(url: &str) -> Result<postgres::Client, Error> {
 /// A connection to `url`, with `schema` created if missing under the
 /// advisory lock `lock`.
 pub(crate) fn open(url: &str, schema: &str, lock: i64) -> Result<postgres::Client, Error> {
-    let mut config: postgres::Config = url
-        .parse()
-        .map_err(|e| Error::Config(format!("bad URL: {e}")))?;
-    config.connect_timeout(Duration::from_secs(3));
-    let mut c = config.connect(postgres::NoTls).map_err(failed)?;
+    let mut c = open_plain(url)?;
     // Several instances starting together would race on CREATE TABLE IF
     // NOT EXISTS (PostgreSQL can fail one with a duplicate-type error): an
     // advisory lock makes them take turns.

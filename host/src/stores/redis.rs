@@ -16,7 +16,6 @@ use chatgate_core::{
 };
 use chatgate_core::{RedisReply, SharedRedis};
 use chatgate_core::{Settlement, SharedAdmission, StoreError};
-use futures_lite::future;
 
 use crate::error::Error;
 use crate::runtime::Runtime;
@@ -326,13 +325,7 @@ impl<R: Runtime> SharedLimiter<R> {
         &self,
         work: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let rt = self.rt.clone();
-        let timeout = self.timeout;
-        future::or(work, async move {
-            rt.timer(std::time::Instant::now() + timeout).await;
-            Err(StoreError::Timeout(timeout))
-        })
-        .await
+        self.nodes.with_deadline(self.timeout, work).await
     }
 
     /// Every key's spend in its budget's period and its requests in

@@ -481,7 +481,8 @@ impl<R: Runtime> RedisNodes<R> {
         })
     }
 
-    async fn with_deadline<T>(
+    /// `work`, or [`StoreError::Timeout`] after `d`.
+    pub(crate) async fn with_deadline<T>(
         &self,
         d: Duration,
         work: impl std::future::Future<Output = Result<T, StoreError>>,
@@ -567,12 +568,7 @@ impl<R: Runtime> RedisNodes<R> {
                 {
                     self.read_history(node, s).await.map_err(Failed::Before)?;
                 }
-                let history = node
-                    .history
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                let args = args(&history);
+                let args = args(&node.history.lock().unwrap_or_else(|e| e.into_inner()));
                 let known = self.sha.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 // Loaded before ASKING, which holds for the next command
                 // only.
@@ -691,10 +687,10 @@ impl<R: Runtime> RedisNodes<R> {
         node: &Node<R>,
         s: &mut OutboundStream<R::Tcp>,
     ) -> Result<(), StoreError> {
-        let topology = match &*self.known.lock().unwrap_or_else(|e| e.into_inner()) {
-            Known::Server(_) => 0,
-            Known::Sentinel { .. } => 1,
-            Known::Cluster { .. } => 2,
+        let (one_server, sentinel) = match &*self.known.lock().unwrap_or_else(|e| e.into_inner()) {
+            Known::Server(_) => (true, false),
+            Known::Sentinel { .. } => (false, true),
+            Known::Cluster { .. } => (false, false),
         };
         let replication = match roundtrip(s, &[b"INFO", b"replication"]).await? {
             RedisReply::Bulk(Some(text)) => parse_replication(&String::from_utf8_lossy(&text)),
@@ -705,7 +701,7 @@ impl<R: Runtime> RedisNodes<R> {
                     node.addr.0, node.addr.1
                 )));
             }
-            RedisReply::Error(e) if topology != 1 || e.starts_with("NOPERM") => {
+            RedisReply::Error(e) if !sentinel || e.starts_with("NOPERM") => {
                 tracing::debug!(
                     error = e,
                     "redis: no INFO replication; no history to follow"
@@ -719,11 +715,7 @@ impl<R: Runtime> RedisNodes<R> {
                 )));
             }
         };
-        let refused = match topology {
-            0 => replication.replica,
-            1 => !replication.primary,
-            _ => false,
-        };
+        let refused = (one_server && replication.replica) || (sentinel && !replication.primary);
         if refused {
             return Err(StoreError::Unreachable(format!(
                 "redis {}:{} is a replica, not a primary",
@@ -768,15 +760,7 @@ async fn command<T>(
 where
     OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
-    let mut out = Vec::with_capacity(256);
-    encode_redis_command(&mut out, args);
-    let write = async {
-        s.write_all(&out).await?;
-        s.flush().await
-    };
-    write
-        .await
-        .map_err(|e| Failed::Before(StoreError::Unreachable(format!("redis write: {e}"))))?;
+    write_command(s, args).await.map_err(Failed::Before)?;
     read_reply(s, &RedisReplyLimits::default())
         .await
         .map_err(|(e, got_any)| {
@@ -789,10 +773,7 @@ where
 }
 
 /// Sends one command and reads its reply.
-pub(crate) async fn roundtrip<T>(
-    s: &mut OutboundStream<T>,
-    args: &[&[u8]],
-) -> Result<RedisReply, StoreError>
+async fn roundtrip<T>(s: &mut OutboundStream<T>, args: &[&[u8]]) -> Result<RedisReply, StoreError>
 where
     OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
@@ -807,15 +788,24 @@ async fn roundtrip_with<T>(
 where
     OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
+    write_command(s, args).await?;
+    read_reply(s, limits).await.map_err(|(e, _)| e)
+}
+
+/// Encodes one command and writes it out.
+async fn write_command<T>(s: &mut OutboundStream<T>, args: &[&[u8]]) -> Result<(), StoreError>
+where
+    OutboundStream<T>: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
     let mut out = Vec::with_capacity(256);
     encode_redis_command(&mut out, args);
-    s.write_all(&out)
+    let write = async {
+        s.write_all(&out).await?;
+        s.flush().await
+    };
+    write
         .await
-        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
-    s.flush()
-        .await
-        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))?;
-    read_reply(s, limits).await.map_err(|(e, _)| e)
+        .map_err(|e| StoreError::Unreachable(format!("redis write: {e}")))
 }
 
 /// Reads one reply; on failure, whether any byte of it had come.
