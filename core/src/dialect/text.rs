@@ -5,6 +5,8 @@
 
 use std::borrow::Cow;
 
+use crate::json::strings::{ascii_stops, word};
+
 /// Whether `s` is the inside of a JSON string every reader takes as it is:
 /// no quote that an escape does not cover, no control character, every
 /// escape complete and none of a surrogate (a pair is left to the long
@@ -12,6 +14,26 @@ use std::borrow::Cow;
 pub(crate) fn string_inside(s: &[u8]) -> bool {
     let mut i = 0;
     let mut ascii = true;
+    // Eight plain ASCII bytes at a time, to the first that is not (most
+    // deltas are plain: they end here).
+    while let Some(w) = word(s, i) {
+        let stops = ascii_stops(w);
+        if stops != 0 {
+            i += (stops.trailing_zeros() / 8) as usize;
+            break;
+        }
+        i += 8;
+    }
+    // Fewer than eight bytes left (most deltas are a word or two): as one
+    // word, padded with spaces.
+    let rest = &s[i..];
+    if rest.len() < 8 {
+        let mut padded = [b' '; 8];
+        padded[..rest.len()].copy_from_slice(rest);
+        if ascii_stops(u64::from_le_bytes(padded)) == 0 {
+            return true;
+        }
+    }
     while i < s.len() {
         match s[i] {
             b'"' | 0..=0x1f => return false,
@@ -80,4 +102,69 @@ pub(crate) fn valid_text(data: &[u8]) -> Cow<'_, [u8]> {
         out[at..at + 6].copy_from_slice(b"\\ufffd");
     }
     Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::string_inside;
+    use proptest::prelude::*;
+
+    /// The byte-at-a-time reading [`string_inside`] skips plain words in.
+    fn byte_by_byte(s: &[u8]) -> bool {
+        let mut i = 0;
+        while i < s.len() {
+            match s[i] {
+                b'"' | 0..=0x1f => return false,
+                b'\\' => match s.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'u')
+                        if s.get(i + 2..i + 6).is_some_and(|h| {
+                            h.iter().all(u8::is_ascii_hexdigit)
+                                && (!matches!(h[0], b'd' | b'D') || matches!(h[1], b'0'..=b'7'))
+                        }) =>
+                    {
+                        i += 6
+                    }
+                    _ => return false,
+                },
+                _ => i += 1,
+            }
+        }
+        std::str::from_utf8(s).is_ok()
+    }
+
+    #[test]
+    fn one_odd_byte_anywhere_in_a_plain_string() {
+        for len in 0..40 {
+            for at in 0..len {
+                for odd in [
+                    &b"\""[..],
+                    b"\\",
+                    b"\n",
+                    b"\x7f",
+                    "é".as_bytes(),
+                    b"\\n",
+                    b"\\u00e9",
+                    b"\\ud800",
+                    b"\\u12",
+                ] {
+                    let mut s = vec![b'a'; len];
+                    s.splice(at..at + 1, odd.iter().copied());
+                    assert_eq!(
+                        string_inside(&s),
+                        byte_by_byte(&s),
+                        "{:?}",
+                        String::from_utf8_lossy(&s)
+                    );
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn same_as_byte_by_byte(s in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'"'), Just(b'\\'), Just(b'u'), Just(b'0'), Just(b'd'), Just(0x1fu8), Just(0xc3u8), Just(0xa9u8)], 0..48)) {
+            prop_assert_eq!(string_inside(&s), byte_by_byte(&s));
+        }
+    }
 }

@@ -17,7 +17,7 @@ use crate::error::{ApiError, UpstreamFault};
 use crate::http::BodyDecoder;
 use crate::http::HttpError;
 use crate::http::write::{self, header, header_u64};
-use crate::stream::{DONE_EVENT, EventKind, StreamTracker, event_data};
+use crate::stream::{DONE_EVENT, EventKind, StreamTracker};
 use crate::time::Instant;
 use crate::usage::{Usage, parse_completion};
 
@@ -202,11 +202,15 @@ impl Connection {
         let mut batch: Option<std::ops::Range<usize>> = None;
         // Another API's events, translated from the chat events as they
         // are framed.
-        let mut translated = self
-            .req
-            .as_ref()
-            .and_then(|r| r.dialect.as_ref())
-            .map(|_| Vec::with_capacity(up.body.len() + 512));
+        let mut translated = self.req.as_ref().and_then(|r| r.dialect.as_ref()).map(|_| {
+            let mut t = std::mem::take(&mut up.translated);
+            t.clear();
+            // Another API's events are longer than the chat events they
+            // stand for (the Responses stream's about twice): reserved once.
+            t.reserve(up.body.len() * 2 + 1024);
+            t
+        });
+        let unix = self.gw.wall().unix_secs(now);
         // Where a `[DONE]` that ends an incomplete stream starts: the cut
         // stream's error event (when asked for) goes before it.
         let mut done_at: Option<usize> = None;
@@ -226,7 +230,7 @@ impl Connection {
                 }
             };
             let Some(r) = next else { break };
-            let kind = up.tracker.observe(&up.body[r.clone()]);
+            let (kind, data) = up.tracker.observe_data(&up.body[r.clone()]);
             if kind == EventKind::Data
                 && let Some(t) = self.req.as_mut().and_then(|q| q.trace.as_mut())
             {
@@ -264,8 +268,7 @@ impl Connection {
                     .dialect
                     .as_deref_mut()
                     .expect("translated for a dialect");
-                let unix = self.gw.wall().unix_secs(now);
-                dialect.event(&req.id, unix, kind, &up.body[r.clone()], &up.tracker, out);
+                dialect.event(&req.id, unix, kind, data.as_deref(), &up.tracker, out);
             }
             if up.tracker.is_complete() {
                 if !self.timers.is_set(Timer::StreamTail) {
@@ -320,8 +323,11 @@ impl Connection {
         let up = self.up.as_mut().expect("upstream in progress");
         let chunked = !self.req.as_ref().expect("request").http10;
         let sent = batch.is_some();
-        if let Some(t) = translated.filter(|_| batch.is_some()) {
-            client_body(&mut bytes, &t, chunked);
+        if let Some(t) = translated {
+            if batch.is_some() {
+                client_body(&mut bytes, &t, chunked);
+            }
+            up.translated = t;
         } else if let Some(r) = batch {
             match done_at.filter(|_| self.gw.config().stream_error_event) {
                 Some(at) => {
@@ -523,7 +529,7 @@ impl Dialect {
         request_id: &str,
         unix: u64,
         kind: EventKind,
-        event: &[u8],
+        data: Option<&[u8]>,
         tracker: &StreamTracker,
         out: &mut Vec<u8>,
     ) {
@@ -546,18 +552,10 @@ impl Dialect {
                 return;
             }
         };
-        // As the tracker reads it: a byte-order mark before the first
-        // event is not part of it.
-        let event = event.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(event);
-        let data = if end.is_none() {
-            event_data(event)
-        } else {
-            None
-        };
         let s = self.stream(request_id, unix);
         match (end, data) {
             (Some(end), _) => s.end(end, tracker.usage().as_ref(), out),
-            (None, Some(data)) => s.chunk(&data, out),
+            (None, Some(data)) => s.chunk(data, out),
             (None, None) => {}
         }
     }

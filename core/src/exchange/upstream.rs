@@ -52,6 +52,10 @@ pub(super) struct Upstream {
     pub(super) body: Vec<u8>,
     pub(super) framer: SseFramer,
     pub(super) tracker: StreamTracker,
+    /// Another API's events translated from one batch of chat events,
+    /// before they are framed for the client: kept between batches, so a
+    /// stream's translation grows it once, not once per batch.
+    pub(super) translated: Vec<u8>,
     /// Bytes beyond the end of the response: the connection is not reusable.
     pub(super) trailing_garbage: bool,
     /// `[DONE]` was forwarded: later data is ignored.
@@ -77,6 +81,7 @@ impl Upstream {
             body: Vec::new(),
             framer: SseFramer::new(max_sse),
             tracker: StreamTracker::new(),
+            translated: Vec::new(),
             trailing_garbage: false,
             done_forwarded: false,
             attempt,

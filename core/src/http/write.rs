@@ -92,6 +92,17 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
         4041424344454647484950515253545556575859\
         6061626364656667686970717273747576777879\
         8081828384858687888990919293949596979899";
+    // One or two digits (a stream's sequence numbers and indexes, most
+    // counts): no buffer.
+    if n < 10 {
+        out.push(b'0' + n as u8);
+        return;
+    }
+    if n < 100 {
+        let pair = n as usize * 2;
+        out.extend_from_slice(&PAIRS[pair..pair + 2]);
+        return;
+    }
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     while n >= 100 {

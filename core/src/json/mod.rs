@@ -183,7 +183,7 @@ pub(crate) struct Cursor<'a> {
 }
 
 mod shape;
-mod strings;
+pub(crate) mod strings;
 mod values;
 pub(crate) mod write;
 

@@ -347,7 +347,7 @@ const HIGH: u64 = ONES * 0x80;
 
 /// The eight bytes at `i`, if there are as many.
 #[inline(always)]
-pub(super) fn word(s: &[u8], i: usize) -> Option<u64> {
+pub(crate) fn word(s: &[u8], i: usize) -> Option<u64> {
     let bytes = s.get(i..i + 8)?;
     Some(u64::from_le_bytes(bytes.try_into().unwrap_or_default()))
 }
@@ -358,7 +358,7 @@ pub(super) fn word(s: &[u8], i: usize) -> Option<u64> {
 /// the usual `& !x` terms: a subtraction sets a high bit without a zero
 /// byte only for bytes above 0x7F, which stop the run anyway.
 #[inline(always)]
-pub(super) fn ascii_stops(w: u64) -> u64 {
+pub(crate) fn ascii_stops(w: u64) -> u64 {
     let quote = w ^ (ONES * u64::from(b'"'));
     let backslash = w ^ (ONES * u64::from(b'\\'));
     (quote.wrapping_sub(ONES) | backslash.wrapping_sub(ONES) | w.wrapping_sub(ONES * 0x20) | w)

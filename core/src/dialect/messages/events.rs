@@ -150,9 +150,9 @@ impl MessageStream {
             };
             if let Some((open, text)) = open.zip(shape.delta(data)) {
                 match open.filter(|_| text.len() > 2) {
-                    Some((Block::Text, index)) => delta(out, index, b"text_delta", b"text", text),
+                    Some((Block::Text, index)) => delta(out, index, TEXT_DELTA, text),
                     Some((Block::Thinking, index)) if !self.asked.omit_thinking => {
-                        delta(out, index, b"thinking_delta", b"thinking", text)
+                        delta(out, index, THINKING_DELTA, text)
                     }
                     _ => {}
                 }
@@ -178,12 +178,12 @@ impl MessageStream {
         if let Some(t) = text(&found.reasoning).filter(|_| self.asked.thinking) {
             let index = self.open_block(Block::Thinking, out);
             if !self.asked.omit_thinking {
-                delta(out, index, b"thinking_delta", b"thinking", t);
+                delta(out, index, THINKING_DELTA, t);
             }
         }
         if let Some(t) = text(&found.content) {
             let index = self.open_block(Block::Text, out);
-            delta(out, index, b"text_delta", b"text", t);
+            delta(out, index, TEXT_DELTA, t);
         }
         // A chunk of one text delta and nothing else gives its shape, when
         // its block is the one open (or it is reasoning that goes nowhere).
@@ -461,35 +461,37 @@ fn index_member(o: &mut Vec<u8>, index: u64) {
     push_decimal(o, index);
 }
 
-/// A `content_block_delta` of `kind` whose `field` is the JSON string
-/// `text`, as written.
-fn delta(out: &mut Vec<u8>, index: u64, kind: &[u8], field: &[u8], text: &[u8]) {
-    delta_of(out, index, kind, field, &[text]);
+/// A text block's delta up to its string (see [`delta`]).
+const TEXT_DELTA: &[u8] = b",\"delta\":{\"type\":\"text_delta\",\"text\":";
+/// A thinking block's delta up to its string.
+const THINKING_DELTA: &[u8] = b",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":";
+/// A tool use block's delta up to its string.
+const JSON_DELTA: &[u8] = b",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":";
+
+/// A `content_block_delta` of block `index`: `head` (the delta object up
+/// to its string: [`TEXT_DELTA`], [`THINKING_DELTA`]), then the JSON
+/// string `text`, as written. Most events of a stream are these, so each is
+/// a handful of copies.
+fn delta(out: &mut Vec<u8>, index: u64, head: &[u8], text: &[u8]) {
+    delta_of(out, index, head, &[text]);
 }
 
 /// An `input_json_delta` whose `partial_json` is `inside` (the inside of
 /// a JSON string).
 fn json_delta(out: &mut Vec<u8>, index: u64, inside: &[u8]) {
-    delta_of(
-        out,
-        index,
-        b"input_json_delta",
-        b"partial_json",
-        &[b"\"", inside, b"\""],
-    );
+    delta_of(out, index, JSON_DELTA, &[b"\"", inside, b"\""]);
 }
 
-/// A `content_block_delta` whose `field` is the JSON string `parts` make.
-fn delta_of(out: &mut Vec<u8>, index: u64, kind: &[u8], field: &[u8], parts: &[&[u8]]) {
-    out.extend_from_slice(
-        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
-    );
+/// A `content_block_delta` whose delta is `head` and the JSON string
+/// `parts` make.
+fn delta_of(out: &mut Vec<u8>, index: u64, head: &[u8], parts: &[&[u8]]) {
+    const START: &[u8] =
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":";
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    out.reserve(START.len() + 20 + head.len() + len + 4);
+    out.extend_from_slice(START);
     push_decimal(out, index);
-    out.extend_from_slice(b",\"delta\":{\"type\":\"");
-    out.extend_from_slice(kind);
-    out.extend_from_slice(b"\",\"");
-    out.extend_from_slice(field);
-    out.extend_from_slice(b"\":");
+    out.extend_from_slice(head);
     for p in parts {
         out.extend_from_slice(p);
     }

@@ -44,6 +44,59 @@ struct Item {
     /// The chat tool call's `index`.
     index: u64,
     done: bool,
+    /// `,"item_id":…,"output_index":…`, as every event of the item names
+    /// it, then the member before a delta's string: written once, when the
+    /// item opens, and copied into each delta event whole.
+    delta_head: Vec<u8>,
+    /// Where the member before the delta starts in `delta_head`.
+    reference_len: usize,
+}
+
+impl Item {
+    /// A new item of `kind`, at `index` in the output, named `id`.
+    fn new(kind: Kind, id: String, output_index: usize) -> Item {
+        let mut delta_head = Vec::with_capacity(64);
+        delta_head.extend_from_slice(b",\"item_id\":\"");
+        delta_head.extend_from_slice(id.as_bytes());
+        delta_head.extend_from_slice(b"\",\"output_index\":");
+        push_decimal(&mut delta_head, output_index as u64);
+        let reference_len = delta_head.len();
+        delta_head.extend_from_slice(match kind {
+            Kind::Reasoning => b",\"summary_index\":0,\"delta\":",
+            Kind::Message => b",\"content_index\":0,\"delta\":",
+            Kind::Call => b",\"delta\":",
+        });
+        Item {
+            kind,
+            id,
+            // Most texts are longer than a few deltas: not grown from 8.
+            text: Vec::with_capacity(256),
+            call_id: Vec::new(),
+            name: String::new(),
+            namespace: None,
+            custom: false,
+            index: 0,
+            done: false,
+            delta_head,
+            reference_len,
+        }
+    }
+}
+
+/// An event's start as [`ResponseStream::begin`] writes it, for an event
+/// name known here: `event: {name}`, and its data's `type`, up to the
+/// `sequence_number`'s value.
+macro_rules! event_start {
+    ($name:literal) => {
+        concat!(
+            "event: ",
+            $name,
+            "\ndata: {\"type\":\"",
+            $name,
+            "\",\"sequence_number\":"
+        )
+        .as_bytes()
+    };
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,17 +268,8 @@ impl ResponseStream {
             Kind::Call => "fc",
         };
         let n = self.items.len();
-        self.items.push(Item {
-            kind,
-            id: format!("{prefix}_{}_{n}", &self.id[5..]),
-            text: Vec::new(),
-            call_id: Vec::new(),
-            name: String::new(),
-            namespace: None,
-            custom: false,
-            index: 0,
-            done: false,
-        });
+        let id = format!("{prefix}_{}_{n}", &self.id[5..]);
+        self.items.push(Item::new(kind, id, n));
         self.open.push(n);
         let i = n;
         self.item_event(out, "response.output_item.added", i);
@@ -239,29 +283,26 @@ impl ResponseStream {
 
     /// A text delta of item `i`: `text` is a JSON string as written.
     fn text_delta(&mut self, i: usize, text: &[u8], out: &mut Vec<u8>) {
-        let reasoning = self.items[i].kind == Kind::Reasoning;
-        self.begin(
-            out,
-            if reasoning {
-                "response.reasoning_summary_text.delta"
-            } else {
-                "response.output_text.delta"
-            },
-        );
-        self.item_ref(out, i);
-        out.extend_from_slice(if reasoning {
-            b",\"summary_index\":0,\"delta\":"
+        let item = &mut self.items[i];
+        let (start, end): (&[u8], &[u8]) = if item.kind == Kind::Reasoning {
+            (
+                event_start!("response.reasoning_summary_text.delta"),
+                EVENT_END,
+            )
         } else {
-            b",\"content_index\":0,\"delta\":"
-        });
+            (
+                event_start!("response.output_text.delta"),
+                b",\"logprobs\":[]}\n\n",
+            )
+        };
+        out.reserve(start.len() + item.delta_head.len() + text.len() + end.len() + 20);
+        out.extend_from_slice(start);
+        push_decimal(out, self.sequence);
+        self.sequence += 1;
+        out.extend_from_slice(&item.delta_head);
         out.extend_from_slice(text);
-        if !reasoning {
-            out.extend_from_slice(b",\"logprobs\":[]");
-        }
-        out.extend_from_slice(EVENT_END);
-        self.items[i]
-            .text
-            .extend_from_slice(&text[1..text.len() - 1]);
+        out.extend_from_slice(end);
+        item.text.extend_from_slice(&text[1..text.len() - 1]);
     }
 
     /// One element of a delta's `tool_calls` (a whole message's calls
@@ -307,15 +348,12 @@ impl ResponseStream {
                     None => format!("call_{}_{n}", &self.id[5..]).into_bytes(),
                 };
                 self.items.push(Item {
-                    kind: Kind::Call,
-                    id: format!("fc_{}_{n}", &self.id[5..]),
-                    text: Vec::new(),
                     call_id,
                     name: fname,
                     namespace,
                     custom,
                     index,
-                    done: false,
+                    ..Item::new(Kind::Call, format!("fc_{}_{n}", &self.id[5..]), n)
                 });
                 self.open.push(n);
                 self.item_event(out, "response.output_item.added", n);
@@ -330,9 +368,10 @@ impl ResponseStream {
                 // Its input is written whole when it is done.
                 return;
             }
-            self.begin(out, "response.function_call_arguments.delta");
-            self.item_ref(out, i);
-            out.extend_from_slice(b",\"delta\":");
+            out.extend_from_slice(event_start!("response.function_call_arguments.delta"));
+            push_decimal(out, self.sequence);
+            self.sequence += 1;
+            out.extend_from_slice(&self.items[i].delta_head);
             out.extend_from_slice(args);
             out.extend_from_slice(EVENT_END);
         }
@@ -477,13 +516,11 @@ impl ResponseStream {
     ) {
         o.extend_from_slice(b"{\"id\":");
         json_string(o, &self.id);
-        o.extend_from_slice(
-            format!(
-                ",\"object\":\"response\",\"created_at\":{},\"status\":\"{status}\"",
-                self.created_at
-            )
-            .as_bytes(),
-        );
+        o.extend_from_slice(b",\"object\":\"response\",\"created_at\":");
+        push_decimal(o, self.created_at);
+        o.extend_from_slice(b",\"status\":\"");
+        o.extend_from_slice(status.as_bytes());
+        o.push(b'"');
         o.extend_from_slice(b",\"error\":");
         match error {
             Some(why) => {
@@ -495,12 +532,16 @@ impl ResponseStream {
         }
         o.extend_from_slice(b",\"incomplete_details\":");
         match incomplete {
-            Some(reason) => o.extend_from_slice(format!("{{\"reason\":\"{reason}\"}}").as_bytes()),
+            Some(reason) => {
+                o.extend_from_slice(b"{\"reason\":\"");
+                o.extend_from_slice(reason.as_bytes());
+                o.extend_from_slice(b"\"}");
+            }
             None => o.extend_from_slice(b"null"),
         }
         o.extend_from_slice(b",\"max_output_tokens\":");
         match self.asked.max_output_tokens {
-            Some(n) => o.extend_from_slice(n.to_string().as_bytes()),
+            Some(n) => push_decimal(o, n),
             None => o.extend_from_slice(b"null"),
         }
         o.extend_from_slice(b",\"model\":");
@@ -516,13 +557,24 @@ impl ResponseStream {
             }
             self.item(o, i);
         }
-        o.extend_from_slice(format!("],\"parallel_tool_calls\":{},\"store\":false,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":null}}", self.asked.parallel_tool_calls).as_bytes());
+        o.extend_from_slice(if self.asked.parallel_tool_calls {
+            b"],\"parallel_tool_calls\":true"
+        } else {
+            b"],\"parallel_tool_calls\":false"
+        });
+        o.extend_from_slice(
+            b",\"store\":false,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":null}",
+        );
     }
 
     /// Item `i` as the `output` array and `output_item` events show it.
     fn item(&self, o: &mut Vec<u8>, i: usize) {
         let it = &self.items[i];
-        let status = if it.done { "completed" } else { "in_progress" };
+        let status: &[u8] = if it.done {
+            b"\",\"status\":\"completed\""
+        } else {
+            b"\",\"status\":\"in_progress\""
+        };
         o.extend_from_slice(b"{\"id\":");
         json_string(o, &it.id);
         match it.kind {
@@ -536,7 +588,9 @@ impl ResponseStream {
                 o.extend_from_slice(b"]}");
             }
             Kind::Message => {
-                o.extend_from_slice(format!(",\"type\":\"message\",\"status\":\"{status}\",\"role\":\"assistant\",\"content\":[").as_bytes());
+                o.extend_from_slice(b",\"type\":\"message");
+                o.extend_from_slice(status);
+                o.extend_from_slice(b",\"role\":\"assistant\",\"content\":[");
                 if it.done {
                     o.extend_from_slice(b"{\"type\":\"output_text\",\"text\":\"");
                     o.extend_from_slice(&it.text);
@@ -545,15 +599,13 @@ impl ResponseStream {
                 o.extend_from_slice(b"]}");
             }
             Kind::Call => {
-                let kind = if it.custom {
-                    "custom_tool_call"
+                o.extend_from_slice(if it.custom {
+                    b",\"type\":\"custom_tool_call"
                 } else {
-                    "function_call"
-                };
-                o.extend_from_slice(
-                    format!(",\"type\":\"{kind}\",\"status\":\"{status}\",\"call_id\":\"")
-                        .as_bytes(),
-                );
+                    b",\"type\":\"function_call"
+                });
+                o.extend_from_slice(status);
+                o.extend_from_slice(b",\"call_id\":\"");
                 o.extend_from_slice(&it.call_id);
                 o.extend_from_slice(b"\",\"name\":");
                 json_string(o, &it.name);
@@ -579,7 +631,9 @@ impl ResponseStream {
         let mut item = Vec::new();
         self.item(&mut item, i);
         self.event(out, name, |o| {
-            o.extend_from_slice(format!(",\"output_index\":{i},\"item\":").as_bytes());
+            o.extend_from_slice(b",\"output_index\":");
+            push_decimal(o, i as u64);
+            o.extend_from_slice(b",\"item\":");
             o.extend_from_slice(&item);
         });
     }
@@ -632,10 +686,8 @@ impl ResponseStream {
     /// `,"item_id":…,"output_index":…` for item `i` (its id is the
     /// gateway's, plain ASCII).
     fn item_ref(&self, out: &mut Vec<u8>, i: usize) {
-        out.extend_from_slice(b",\"item_id\":\"");
-        out.extend_from_slice(self.items[i].id.as_bytes());
-        out.extend_from_slice(b"\",\"output_index\":");
-        push_decimal(out, i as u64);
+        let it = &self.items[i];
+        out.extend_from_slice(&it.delta_head[..it.reference_len]);
     }
 }
 
@@ -649,17 +701,27 @@ fn write_usage(o: &mut Vec<u8>, u: &Usage) {
     if o.ends_with(NULL_USAGE) {
         o.truncate(o.len() - NULL_USAGE.len());
     }
-    o.extend_from_slice(
-        format!(
-            ",\"usage\":{{\"input_tokens\":{},\"input_tokens_details\":{{\"cached_tokens\":{}}},\"output_tokens\":{},\"output_tokens_details\":{{\"reasoning_tokens\":{}}},\"total_tokens\":{}}}",
-            u.prompt_tokens,
+    let fields: [(&[u8], u64); 5] = [
+        (b",\"usage\":{\"input_tokens\":", u.prompt_tokens),
+        (
+            b",\"input_tokens_details\":{\"cached_tokens\":",
             u.cached_tokens,
-            u.completion_tokens,
+        ),
+        (b"},\"output_tokens\":", u.completion_tokens),
+        (
+            b",\"output_tokens_details\":{\"reasoning_tokens\":",
             u.reasoning_tokens,
-            u.prompt_tokens.saturating_add(u.completion_tokens)
-        )
-        .as_bytes(),
-    );
+        ),
+        (
+            b"},\"total_tokens\":",
+            u.prompt_tokens.saturating_add(u.completion_tokens),
+        ),
+    ];
+    for (name, n) in fields {
+        o.extend_from_slice(name);
+        push_decimal(o, n);
+    }
+    o.push(b'}');
 }
 
 /// A whole chat completion as a Responses response object: the same
