@@ -242,7 +242,7 @@ impl ResponseStream {
             return;
         }
         self.started = true;
-        let mut response = Vec::new();
+        let mut response = Vec::with_capacity(1024);
         self.response(&mut response, "in_progress", None, None);
         self.event(out, "response.created", |o| {
             o.extend_from_slice(b",\"response\":");
@@ -493,7 +493,8 @@ impl ResponseStream {
                 _ => ("response.completed", "completed", None, None),
             },
         };
-        let mut response = Vec::new();
+        let text: usize = self.items.iter().map(|it| it.text.len()).sum();
+        let mut response = Vec::with_capacity(1024 + 200 * self.items.len() + text);
         self.response(&mut response, status, incomplete, error);
         if let Some(u) = usage {
             response.pop();
@@ -628,7 +629,7 @@ impl ResponseStream {
 
     /// `response.output_item.added` or `.done` for item `i`.
     fn item_event(&mut self, out: &mut Vec<u8>, name: &str, i: usize) {
-        let mut item = Vec::new();
+        let mut item = Vec::with_capacity(256 + self.items[i].text.len());
         self.item(&mut item, i);
         self.event(out, name, |o| {
             o.extend_from_slice(b",\"output_index\":");
