@@ -6,7 +6,7 @@
 # with one worker and no access log against chatgate with one worker
 # thread). Prints the tables; with --out FILE also writes them.
 #
-#   bench/run.sh                 # full run (about 7 minutes after the build)
+#   bench/run.sh                 # full run (about 25 minutes after the build)
 #   bench/run.sh --quick         # short run (about a minute)
 #   bench/run.sh --seconds 20 --only nonstream,stream
 set -euo pipefail

@@ -50,8 +50,7 @@ impl Runtime for Smol {
     /// reactor: only the executor threads do, when they run out of tasks,
     /// so a woken connection task runs on the thread that saw its socket
     /// ready instead of being handed over with a futex and an eventfd
-    /// write (about three system calls per request fewer at 8 connections;
-    /// BENCHMARKS.md).
+    /// write (BENCHMARKS.md, *Issue 32*).
     fn block_on<F: Future>(&self, f: F) -> F::Output {
         future::block_on(f)
     }
