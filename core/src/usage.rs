@@ -419,23 +419,39 @@ impl std::error::Error for NotJson {}
 /// `choices[].finish_reason` and the top-level `usage` are found by their
 /// depth and only their values are parsed. The body itself is forwarded as
 /// it is, so its other values are not checked further than their shape.
+///
+/// A member named twice counts as the client's JSON reader takes it (the
+/// SDKs' readers, serde_json, Python's and JavaScript's): the last one. So
+/// the finish reason is the first choice's, among those of the last
+/// `choices`, whose last `finish_reason` is a string; names are compared
+/// unescaped.
 pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, NotJson> {
     let mut c = Cursor::new(body);
     let mut usage = None;
     let mut finish = None;
-    c.members_shape(|c, key| match c.raw_name(key) {
-        b"choices" if c.peek() == Some(b'[') => c.elements_shape(|c| {
-            if c.peek() != Some(b'{') {
+    c.members_shape(|c, key| match &*c.name(key) {
+        b"choices" => {
+            finish = None;
+            if c.peek() != Some(b'[') {
                 return c.skip_shape().map(drop);
             }
-            c.members_shape(|c, key| {
-                let span = c.skip_shape()?;
-                if c.raw_name(key) == b"finish_reason" && finish.is_none() && body[span.0] == b'"' {
-                    finish = Some(span);
+            c.elements_shape(|c| {
+                if c.peek() != Some(b'{') {
+                    return c.skip_shape().map(drop);
                 }
+                // This choice's last `finish_reason`, if a string.
+                let mut reason = None;
+                c.members_shape(|c, key| {
+                    let span = c.skip_shape()?;
+                    if *c.name(key) == *b"finish_reason" {
+                        reason = (body[span.0] == b'"').then_some(span);
+                    }
+                    Ok(())
+                })?;
+                finish = finish.or(reason);
                 Ok(())
             })
-        }),
+        }
         b"usage" => {
             usage = Some(c.skip_shape()?);
             Ok(())
@@ -456,6 +472,34 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, NotJson> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_member_named_twice_counts_as_clients_read_it_the_last() {
+        let finish = |body: &[u8]| parse_completion(body).unwrap().finish_reason;
+        // The fuzz target's find: `choices` twice, the client sees the last.
+        let twice = br#"{"choices":[{"finish_reason":"suop"}],"x":1,"choices":[{"i":null,"finish_reason":"stop"}]}"#;
+        assert_eq!(finish(twice).as_deref(), Some("stop"));
+        let then_none = br#"{"choices":[{"finish_reason":"stop"}],"choices":null}"#;
+        assert_eq!(finish(then_none), None);
+        // Within a choice too; a later null is no reason, so the next choice's counts.
+        let in_choice = br#"{"choices":[{"finish_reason":"a","finish_reason":null},{"finish_reason":"b","finish_reason":"c"}]}"#;
+        assert_eq!(finish(in_choice).as_deref(), Some("c"));
+        // Names are compared unescaped.
+        let escaped = br#"{"\u0063hoices":[{"finish\u005freason":"length"}]}"#;
+        assert_eq!(finish(escaped).as_deref(), Some("length"));
+        for body in [&twice[..], then_none, in_choice, escaped] {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let want = v["choices"]
+                .as_array()
+                .and_then(|cs| cs.iter().find_map(|c| c.get("finish_reason")?.as_str()));
+            assert_eq!(
+                finish(body).as_deref(),
+                want,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
 
     #[test]
     fn reads_openai_shape() {
