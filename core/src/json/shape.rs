@@ -10,6 +10,12 @@ impl<'a> Cursor<'a> {
     /// its contents as written.
     #[inline(always)]
     pub(crate) fn string_shape(&mut self) -> Result<(usize, usize), Stop> {
+        self.string_shape_escaped().map(|(a, b, _)| (a, b))
+    }
+
+    /// [`Cursor::string_shape`], and whether the string holds a backslash.
+    #[inline(always)]
+    fn string_shape_escaped(&mut self) -> Result<(usize, usize, bool), Stop> {
         self.eat(b'"')?;
         let (s, start) = (self.s, self.i);
         let mut j = start;
@@ -17,7 +23,7 @@ impl<'a> Cursor<'a> {
             let at = quote_or_backslash(s, j).ok_or(Stop)?;
             if s[at] == b'"' {
                 self.i = at + 1;
-                return Ok((start, at));
+                return Ok((start, at, j != start));
             }
             if at + 1 >= s.len() {
                 return Err(Stop);
@@ -98,14 +104,14 @@ impl<'a> Cursor<'a> {
             return Ok(());
         }
         loop {
-            let (a, b) = self.string_shape()?;
+            let (a, b, escaped) = self.string_shape_escaped()?;
             self.eat(b':')?;
             f(
                 self,
                 Key {
                     open: a - 1,
                     close: b,
-                    escaped: true,
+                    escaped,
                 },
             )?;
             match self.peek() {
