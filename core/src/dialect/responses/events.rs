@@ -283,8 +283,7 @@ impl ResponseStream {
 
     /// A text delta of item `i`: `text` is a JSON string as written.
     fn text_delta(&mut self, i: usize, text: &[u8], out: &mut Vec<u8>) {
-        let item = &mut self.items[i];
-        let (start, end): (&[u8], &[u8]) = if item.kind == Kind::Reasoning {
+        let (start, end): (&[u8], &[u8]) = if self.items[i].kind == Kind::Reasoning {
             (
                 event_start!("response.reasoning_summary_text.delta"),
                 EVENT_END,
@@ -295,14 +294,31 @@ impl ResponseStream {
                 b",\"logprobs\":[]}\n\n",
             )
         };
-        out.reserve(start.len() + item.delta_head.len() + text.len() + end.len() + 20);
+        self.delta_event(out, start, i, text, end);
+        self.items[i]
+            .text
+            .extend_from_slice(&text[1..text.len() - 1]);
+    }
+
+    /// A delta event of item `i`: `start` (its [`event_start!`]), the
+    /// sequence number, the item's [`Item::delta_head`], the JSON string
+    /// `text` as written, then `end`. Inlined: most events are these.
+    #[inline(always)]
+    fn delta_event(&mut self, out: &mut Vec<u8>, start: &[u8], i: usize, text: &[u8], end: &[u8]) {
+        let head = &self.items[i].delta_head;
+        out.reserve(start.len() + 20 + head.len() + text.len() + end.len());
         out.extend_from_slice(start);
-        push_decimal(out, self.sequence);
-        self.sequence += 1;
-        out.extend_from_slice(&item.delta_head);
+        self.sequence_number(out);
+        out.extend_from_slice(&self.items[i].delta_head);
         out.extend_from_slice(text);
         out.extend_from_slice(end);
-        item.text.extend_from_slice(&text[1..text.len() - 1]);
+    }
+
+    /// The next event's `sequence_number` value.
+    #[inline(always)]
+    fn sequence_number(&mut self, out: &mut Vec<u8>) {
+        push_decimal(out, self.sequence);
+        self.sequence += 1;
     }
 
     /// One element of a delta's `tool_calls` (a whole message's calls
@@ -368,12 +384,8 @@ impl ResponseStream {
                 // Its input is written whole when it is done.
                 return;
             }
-            out.extend_from_slice(event_start!("response.function_call_arguments.delta"));
-            push_decimal(out, self.sequence);
-            self.sequence += 1;
-            out.extend_from_slice(&self.items[i].delta_head);
-            out.extend_from_slice(args);
-            out.extend_from_slice(EVENT_END);
+            let start = event_start!("response.function_call_arguments.delta");
+            self.delta_event(out, start, i, args, EVENT_END);
         }
     }
 
@@ -680,8 +692,7 @@ impl ResponseStream {
         out.extend_from_slice(b"\ndata: {\"type\":\"");
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b"\",\"sequence_number\":");
-        push_decimal(out, self.sequence);
-        self.sequence += 1;
+        self.sequence_number(out);
     }
 
     /// `,"item_id":…,"output_index":…` for item `i` (its id is the
