@@ -182,6 +182,12 @@ fn serve(client: TcpStream, gateway: &Arc<Gateway>, ledger: &Mutex<std::fs::File
                 Event::Settle(settlement) => {
                     settlement.finish(gateway, clock.now(), Err(StoreError::NotConfigured));
                 }
+                // The shared reasoning memory, likewise: this process's
+                // own memory is all there is.
+                Event::Recall(_) => {
+                    conn.handle_recall(clock.now(), Err(StoreError::NotConfigured));
+                }
+                Event::Remember(_) => {}
                 Event::CloseClient => {
                     let _ = client_w.shutdown(Shutdown::Both);
                     return;

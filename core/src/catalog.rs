@@ -84,6 +84,9 @@ pub struct Model {
     pub aliases: Vec<String>,
     /// The ids of the models that answer, in order, when it cannot.
     pub fallback: Vec<String>,
+    /// How its reasoning goes back to its provider in later turns (`None`:
+    /// the gateway's `reasoning_replay`).
+    pub reasoning_replay: Option<crate::reasoning::ReplayMode>,
 }
 
 impl Model {
@@ -97,6 +100,7 @@ impl Model {
             endpoints: None,
             aliases: Vec::new(),
             fallback: Vec::new(),
+            reasoning_replay: None,
         }
     }
 

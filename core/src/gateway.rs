@@ -7,9 +7,10 @@ use crate::endpoints::EndpointSet;
 use crate::limits::RateLimiter;
 use crate::metrics::Metrics;
 use crate::quota::QuotaBook;
+use crate::reasoning::{ReasoningMemory, ReasoningSeal};
 use crate::time::WallClock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Request ids: `req_` + 12 hex digits of a per-process random prefix + a
 /// 12-digit counter, so ids are unique in a process and, with overwhelming
@@ -96,6 +97,10 @@ pub struct Gateway {
     metrics: Metrics,
     console: crate::console::Console,
     tracer: Option<crate::trace::Tracer>,
+    /// The keys that sign and seal reasoning.
+    seal: Arc<ReasoningSeal>,
+    /// The reasoning served, for the clients that drop it.
+    memory: Mutex<ReasoningMemory>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -132,6 +137,13 @@ impl Gateway {
             &config.console_token_name,
         )
         .with_sso(config.sso.clone());
+        // The deployment's secret; without one (the runtimes always set
+        // one), keys derived from the seed.
+        let seal = match &config.reasoning.secret {
+            Some(s) => ReasoningSeal::new(s.expose().as_bytes()),
+            None => ReasoningSeal::new(&random.to_le_bytes()),
+        };
+        let memory = ReasoningMemory::new(config.reasoning.memory);
         Arc::new(Gateway {
             config,
             keys: RwLock::new(Arc::new(keys)),
@@ -148,7 +160,19 @@ impl Gateway {
             metrics,
             console,
             tracer,
+            seal: Arc::new(seal),
+            memory: Mutex::new(memory),
         })
+    }
+
+    /// The keys that sign thinking blocks and seal reasoning items.
+    pub fn reasoning_seal(&self) -> &Arc<ReasoningSeal> {
+        &self.seal
+    }
+
+    /// The memory of the reasoning served (locked for one use).
+    pub fn reasoning_memory(&self) -> std::sync::MutexGuard<'_, ReasoningMemory> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The tracer, when tracing is on.
@@ -209,7 +233,32 @@ impl Gateway {
         self.endpoints().render_metrics(&mut text);
         self.render_quota_metrics(&mut text, self.wall.unix_ms(now));
         self.render_trace_metrics(&mut text);
+        self.render_memory_metrics(&mut text);
         text
+    }
+
+    /// The reasoning memory's entries and bytes.
+    fn render_memory_metrics(&self, out: &mut String) {
+        use crate::metrics::header;
+        use std::fmt::Write as _;
+        let (entries, bytes) = {
+            let m = self.reasoning_memory();
+            (m.entries(), m.bytes())
+        };
+        header(
+            out,
+            "chatgate_reasoning_memory_entries",
+            "gauge",
+            "Tool calls whose reasoning this instance remembers (for clients that drop it).",
+        );
+        let _ = writeln!(out, "chatgate_reasoning_memory_entries {entries}");
+        header(
+            out,
+            "chatgate_reasoning_memory_bytes",
+            "gauge",
+            "Bytes of reasoning this instance remembers.",
+        );
+        let _ = writeln!(out, "chatgate_reasoning_memory_bytes {bytes}");
     }
 
     /// The tracer's spans: queued, exported, dropped, waiting (zeros

@@ -49,6 +49,9 @@
 //!     /// The shared limiter (Redis), when limits are shared.
 //!     fn shared_admit(&mut self, ask: &AdmitRequest) -> chatgate_core::SharedAdmission;
 //!     fn shared_settle(&mut self, settlement: &Settlement) -> Result<(), chatgate_core::StoreError>;
+//!     /// The shared reasoning memory (Redis, with shared limits).
+//!     fn shared_get(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, chatgate_core::StoreError>;
+//!     fn shared_set(&mut self, remember: &chatgate_core::Remember);
 //!     /// Waits for client bytes, provider bytes, or the deadline.
 //!     fn wait(&mut self, read_client: bool, read_upstream: bool, deadline: Option<Instant>) -> Happened;
 //! }
@@ -81,6 +84,11 @@
 //!                     let outcome = io.shared_settle(&settlement);
 //!                     settlement.finish(gateway, io.now(), outcome);
 //!                 }
+//!                 Event::Recall(recall) => {
+//!                     let values = io.shared_get(&recall.keys);
+//!                     conn.handle_recall(io.now(), values);
+//!                 }
+//!                 Event::Remember(remember) => io.shared_set(&remember),
 //!                 Event::CloseClient => return,
 //!             }
 //!         }
@@ -154,6 +162,7 @@ mod ledger;
 mod limits;
 mod pool;
 mod quota;
+pub mod reasoning;
 pub mod report;
 mod routes;
 mod stream;
@@ -180,7 +189,7 @@ pub use quota::{
 };
 pub use stream::{EventKind, StreamTracker};
 pub use usage::{CompletionSummary, NotJson, Usage, parse_completion};
-pub use validate::{ChatRequest, validate_chat_request};
+pub use validate::{ChatRequest, validate_chat_request, validate_chat_request_replaying};
 
 // Shared state.
 mod config;
@@ -189,9 +198,10 @@ mod gateway;
 mod metrics;
 
 pub use config::{
-    Apis, ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, OtlpExport, RedisTopology,
-    RedisUrl, SERVE_SETTINGS, Secret, ServeConfig, Setting, SharedLimits, SharedRedis, Sources,
-    Target, Timeouts, env_name, flag_name, parse_duration, parse_endpoints, parse_redis_list,
+    Apis, ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, OtlpExport,
+    ReasoningConfig, RedisTopology, RedisUrl, SERVE_SETTINGS, Secret, ServeConfig, Setting,
+    SharedLimits, SharedRedis, Sources, Target, Timeouts, env_name, flag_name, parse_duration,
+    parse_endpoints, parse_redis_list,
 };
 pub use endpoints::{
     Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome, PromptAllowance,
@@ -210,5 +220,6 @@ pub use admin::{
     sso_finish, sso_unavailable,
 };
 pub use exchange::{
-    Accept, AdmitRequest, Connection, Event, Refusal, Settlement, SharedAdmission, UpstreamFailure,
+    Accept, AdmitRequest, Connection, Event, Recall, Refusal, Remember, Settlement,
+    SharedAdmission, UpstreamFailure,
 };

@@ -181,6 +181,8 @@ pub struct Metrics {
     per_model: Mutex<BTreeMap<String, PerModel>>,
     /// Fallbacks taken, by (from, to) model id.
     fallbacks: Mutex<BTreeMap<(String, String), u64>>,
+    /// Requests whose reasoning was replayed, by model id and source.
+    replays: Mutex<BTreeMap<(String, &'static str), u64>>,
     total: Histogram,
     ttfb: Histogram,
     overhead: Histogram,
@@ -264,6 +266,20 @@ impl Metrics {
     pub fn fallback(&self, from: &str, to: &str) {
         let mut map = self.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
         *map.entry((from.to_owned(), to.to_owned())).or_default() += 1;
+    }
+
+    /// A request to `model` (a catalogue id) whose assistant turns got
+    /// their reasoning from `sources`: counted once per source.
+    pub fn reasoning_replayed(&self, model: &str, sources: crate::reasoning::Sources) {
+        if sources.is_empty() {
+            return;
+        }
+        let mut map = self.replays.lock().unwrap_or_else(|e| e.into_inner());
+        for s in crate::reasoning::ReplaySource::ALL {
+            if sources.has(s) {
+                *map.entry((model.to_owned(), s.as_str())).or_default() += 1;
+            }
+        }
     }
 
     /// A request refused by `key`'s rate limit.
@@ -647,6 +663,21 @@ impl Metrics {
                 "chatgate_model_fallbacks_total{{from=\"{}\",to=\"{}\"}} {n}",
                 escape(from),
                 escape(to)
+            );
+        }
+        drop(map);
+        let map = self.replays.lock().unwrap_or_else(|e| e.into_inner());
+        header(
+            out,
+            "chatgate_reasoning_replay_total",
+            COUNTER,
+            "Requests whose assistant tool-call turns were sent with reasoning, by model and where it came from: client (the client sent it), memory (restored from what the gateway served), empty (nothing known: an empty string).",
+        );
+        for ((model, source), n) in map.iter() {
+            let _ = writeln!(
+                out,
+                "chatgate_reasoning_replay_total{{model=\"{}\",source=\"{source}\"}} {n}",
+                escape(model)
             );
         }
     }

@@ -39,6 +39,7 @@ use std::fmt;
 
 use crate::catalog::KeyView;
 use crate::error::ApiError;
+use crate::reasoning::ReplayMode;
 
 #[cfg(test)]
 mod agree;
@@ -104,11 +105,25 @@ impl ChatRequest {
 ///
 /// `models` is the catalogue as the request's key sees it (a `&Catalog`
 /// for every model): a model it may not call is refused as unknown.
+/// Assistant turns lose their `reasoning_content` (the specification's
+/// rule: every model strips reasoning).
 pub fn validate_chat_request<'a>(
     body: &[u8],
     models: impl Into<KeyView<'a>>,
 ) -> Result<ChatRequest, ApiError> {
-    body::validate(body, models.into())
+    body::validate(body, models.into(), ReplayMode::Strip)
+}
+
+/// [`validate_chat_request`] where models that set no replay of their
+/// own replay reasoning as `default` says: the body keeps its turns'
+/// reasoning unless the model asked for strips it (the exchange then
+/// writes each attempt's reasoning, `crate::reasoning`).
+pub fn validate_chat_request_replaying<'a>(
+    body: &[u8],
+    models: impl Into<KeyView<'a>>,
+    default: ReplayMode,
+) -> Result<ChatRequest, ApiError> {
+    body::validate(body, models.into(), default)
 }
 
 /// For metering a request that failed validation: its `model` and `stream`

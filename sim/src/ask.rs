@@ -24,6 +24,21 @@ pub(crate) struct Ask {
     pub(crate) prefix_tokens: Vec<u64>,
     pub(crate) seed: u64,
     pub(crate) params: HashMap<String, String>,
+    /// The assistant messages that call tools, in order.
+    pub(crate) tool_turns: Vec<ToolTurn>,
+    /// Tool-call turns since the last user message.
+    pub(crate) rounds: usize,
+}
+
+/// An assistant message of the request that calls tools.
+pub(crate) struct ToolTurn {
+    /// Its index in `messages`.
+    pub(crate) index: usize,
+    /// Its calls' ids.
+    pub(crate) call_ids: Vec<String>,
+    /// Its members that may carry reasoning, as sent.
+    pub(crate) reasoning_content: Option<Value>,
+    pub(crate) reasoning: Option<Value>,
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -200,6 +215,28 @@ pub(crate) fn parse_ask(body: &[u8]) -> Result<Ask, String> {
         })
         .unwrap_or_default();
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let mut tool_turns = Vec::new();
+    let mut rounds = 0;
+    for (index, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str);
+        if role == Some("user") {
+            rounds = 0;
+        }
+        let calls = m.get("tool_calls").and_then(Value::as_array);
+        let Some(calls) = calls.filter(|c| role == Some("assistant") && !c.is_empty()) else {
+            continue;
+        };
+        rounds += 1;
+        tool_turns.push(ToolTurn {
+            index,
+            call_ids: calls
+                .iter()
+                .filter_map(|c| c.get("id").and_then(Value::as_str).map(str::to_owned))
+                .collect(),
+            reasoning_content: m.get("reasoning_content").cloned(),
+            reasoning: m.get("reasoning").cloned(),
+        });
+    }
     Ok(Ask {
         model,
         stream,
@@ -225,6 +262,8 @@ pub(crate) fn parse_ask(body: &[u8]) -> Result<Ask, String> {
         prefix_tokens,
         seed: fnv1a(all_text.as_bytes()),
         params,
+        tool_turns,
+        rounds,
     })
 }
 

@@ -27,6 +27,14 @@
 //! | `input` | the value of the called tool's first parameter (default: the start of the last message; the last message that is not a system message is the one answered) |
 //! | `usage_every` | `true`: cumulative usage on every chunk (with `include_usage`), as some providers do |
 //! | `split_ms` | stream events go out in two writes this many milliseconds apart, split alternately in the middle and before the last byte (a provider whose events straddle reads) |
+//! | `calls` | tool rounds in a row (default 1): the tool is called again while the messages since the last user message hold fewer tool-call turns; `{n}` in `input` is the round's number |
+//!
+//! With [`SimOptions::require_reasoning_replay`] it refuses, as Kimi or
+//! DeepSeek do, a request whose assistant tool-call message carries no
+//! reasoning, and one whose reasoning for calls it made is not the
+//! reasoning it produced then (a `400` the real providers do not send:
+//! a test tells a restored reasoning from a filled one by it). It
+//! remembers the reasoning of the latest 65,536 tool calls it made.
 //!
 //! | file | job |
 //! |---|---|
@@ -72,6 +80,69 @@ pub struct SimOptions {
     /// answer in words: the demo's, so that a coding agent pointed at it
     /// gets an answer rather than a call of whichever tool it listed first.
     pub tools_on_request: bool,
+    /// Refuse, as this provider refuses it, a request whose assistant
+    /// tool-call message lacks its reasoning (or carries another than the
+    /// simulator produced for those calls).
+    pub require_reasoning_replay: Option<ReplayCheck>,
+    /// The name the simulator gives its reasoning (and reads it back by).
+    pub reasoning_field: ReasoningName,
+}
+
+/// Whose check of replayed reasoning the simulator imitates: its status,
+/// body and wording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayCheck {
+    /// Moonshot's Kimi: `400`, `thinking is enabled but reasoning_content
+    /// is missing in assistant tool call message at index N`.
+    Kimi,
+    /// DeepSeek's thinking mode: `400`, ``The `reasoning_content` in the
+    /// thinking mode must be passed back to the API.``
+    DeepSeek,
+}
+
+impl ReplayCheck {
+    /// The check a flag names.
+    pub fn parse(s: &str) -> Option<ReplayCheck> {
+        match s {
+            "kimi" => Some(ReplayCheck::Kimi),
+            "deepseek" => Some(ReplayCheck::DeepSeek),
+            _ => None,
+        }
+    }
+}
+
+/// How a provider names reasoning in its answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReasoningName {
+    /// `reasoning_content` (DeepSeek, Kimi, llama.cpp); read back by the
+    /// same name.
+    #[default]
+    ReasoningContent,
+    /// `reasoning` (vLLM); read back by the same name.
+    Reasoning,
+    /// `reasoning_details` blocks (OpenRouter); read back as
+    /// `reasoning_content`.
+    ReasoningDetails,
+}
+
+impl ReasoningName {
+    /// The name a flag gives.
+    pub fn parse(s: &str) -> Option<ReasoningName> {
+        match s {
+            "reasoning_content" => Some(ReasoningName::ReasoningContent),
+            "reasoning" => Some(ReasoningName::Reasoning),
+            "reasoning_details" => Some(ReasoningName::ReasoningDetails),
+            _ => None,
+        }
+    }
+
+    /// The member an assistant message's reasoning is read back from.
+    pub(crate) fn read_back(self) -> &'static str {
+        match self {
+            ReasoningName::Reasoning => "reasoning",
+            _ => "reasoning_content",
+        }
+    }
 }
 
 impl Default for SimOptions {
@@ -86,6 +157,8 @@ impl Default for SimOptions {
             strict_request_id: false,
             template_tokens: 0,
             tools_on_request: false,
+            require_reasoning_replay: None,
+            reasoning_field: ReasoningName::ReasoningContent,
         }
     }
 }

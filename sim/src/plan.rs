@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::ask::{Ask, parse_ask};
 use crate::script::{Script, script};
-use crate::{Fault, SimOptions};
+use crate::{Fault, ReasoningName, ReplayCheck, SimOptions};
 
 /// One planned piece of a response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +45,9 @@ pub(crate) struct Plan {
     /// cache to remember: empty unless the request was answered (a
     /// rejected request's prompt was never read).
     pub prefixes: Vec<u64>,
+    /// The tool calls the answer makes and the reasoning it produced for
+    /// them, for the server to remember (its replay check).
+    pub produced: Option<(Vec<String>, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +80,7 @@ impl Plan {
             split: Duration::ZERO,
             stream: false,
             prefixes: Vec::new(),
+            produced: None,
         }
     }
 }
@@ -127,17 +131,26 @@ impl Answer<'_> {
 /// messages), how many messages the longest prefix seen before has (0:
 /// none). Those messages' tokens are reported cached; template tokens
 /// never are. The plan's `prefixes` are for the cache to remember.
+///
+/// `produced` gives the reasoning the simulator produced for a tool call
+/// it made (by id), for the replay check.
 pub(crate) fn plan_chat(
     body: &[u8],
     opts: &SimOptions,
     created: u64,
     seq: u64,
     seen: impl FnOnce(&[u64]) -> usize,
+    produced: impl Fn(&str) -> Option<String>,
 ) -> Plan {
     let mut ask = match parse_ask(body) {
         Ok(a) => a,
         Err(msg) => return plan_error(400, &msg, None, "invalid_request_error", "invalid_request"),
     };
+    if let Some(check) = opts.require_reasoning_replay {
+        if let Some(refusal) = replay_refusal(&ask, check, opts.reasoning_field, produced) {
+            return refusal;
+        }
+    }
     let fault = match chosen_fault(&ask, opts) {
         Ok(f) => f,
         Err(msg) => {
@@ -180,15 +193,73 @@ pub(crate) fn plan_chat(
         created,
         cached,
     };
+    let name = opts.reasoning_field;
     let plan = if !ask.stream || fault == Some(Fault::JsonForStream) {
-        plan_completion(&answer, timing)
+        plan_completion(&answer, timing, name)
     } else {
-        plan_stream(&answer, fault, timing)
+        plan_stream(&answer, fault, timing, name)
     };
+    let produced = answer
+        .script
+        .tool_call
+        .as_ref()
+        .map(|(id, _, _)| (vec![id.clone()], answer.script.reasoning.concat()));
     Plan {
         prefixes: std::mem::take(&mut ask.prefix_fingerprints),
+        produced,
         ..plan
     }
+}
+
+/// The refusal a provider that requires its reasoning back gives a
+/// request whose assistant tool-call message lacks it: Kimi's or
+/// DeepSeek's status, body and wording. A message that carries reasoning
+/// for calls the simulator made, other than what it produced then, is
+/// refused too (with the simulator's own wording).
+fn replay_refusal(
+    ask: &Ask,
+    check: ReplayCheck,
+    name: ReasoningName,
+    produced: impl Fn(&str) -> Option<String>,
+) -> Option<Plan> {
+    let field = name.read_back();
+    for turn in &ask.tool_turns {
+        let value = if field == "reasoning" {
+            &turn.reasoning
+        } else {
+            &turn.reasoning_content
+        };
+        let text = value.as_ref().and_then(Value::as_str);
+        let Some(text) = text else {
+            let body = match check {
+                ReplayCheck::Kimi => serde_json::json!({"error": {
+                    "message": format!("thinking is enabled but {field} is missing in assistant tool call message at index {}", turn.index),
+                    "type": "invalid_request_error"}}),
+                ReplayCheck::DeepSeek => serde_json::json!({"error": {
+                    "message": format!("The `{field}` in the thinking mode must be passed back to the API."),
+                    "type": "invalid_request_error", "param": null, "code": "invalid_request_error"}}),
+            };
+            return Some(Plan::json(
+                400,
+                body.to_string().into_bytes(),
+                Duration::ZERO,
+            ));
+        };
+        let mine = turn.call_ids.iter().find_map(|id| produced(id));
+        if let Some(mine) = mine.filter(|m| m != text) {
+            let body = serde_json::json!({"error": {
+                "message": format!(
+                    "the {field} of the assistant tool call message at index {} is not the reasoning this model produced for those calls (expected {} characters, got {})",
+                    turn.index, mine.chars().count(), text.chars().count()),
+                "type": "invalid_request_error", "param": null, "code": "reasoning_mismatch"}});
+            return Some(Plan::json(
+                400,
+                body.to_string().into_bytes(),
+                Duration::ZERO,
+            ));
+        }
+    }
+    None
 }
 
 /// The request's own fault (`x_sim` or marker), else the server's.
@@ -215,6 +286,7 @@ fn plan_without_answer(ask: &Ask, fault: Option<&Fault>, timing: Timing) -> Opti
         split: Duration::ZERO,
         stream: ask.stream,
         prefixes: Vec::new(),
+        produced: None,
     };
     match fault? {
         Fault::Reject {
@@ -239,18 +311,18 @@ fn plan_without_answer(ask: &Ask, fault: Option<&Fault>, timing: Timing) -> Opti
 
 /// A whole `chat.completion` body, sent when every token would have been
 /// generated.
-fn plan_completion(answer: &Answer<'_>, timing: Timing) -> Plan {
+fn plan_completion(answer: &Answer<'_>, timing: Timing, name: ReasoningName) -> Plan {
     let (ask, s) = (answer.ask, &answer.script);
     let reasoning: String = s.reasoning.concat();
     let content: String = s.answer.concat();
     let mut message = format!(
-        "{{\"role\":\"assistant\",\"content\":{},\"reasoning_content\":{}",
+        "{{\"role\":\"assistant\",\"content\":{},{}",
         if s.tool_call.is_some() {
             "null".to_owned()
         } else {
             json_str(&content)
         },
-        json_str(&reasoning)
+        reasoning_member(name, &reasoning)
     );
     if let Some((call_id, name, args)) = &s.tool_call {
         message.push_str(&format!(
@@ -279,9 +351,14 @@ fn plan_completion(answer: &Answer<'_>, timing: Timing) -> Plan {
 
 /// A stream: its events, then what the fault does to them, then `[DONE]`
 /// when the stream ends normally.
-fn plan_stream(answer: &Answer<'_>, fault: Option<Fault>, timing: Timing) -> Plan {
+fn plan_stream(
+    answer: &Answer<'_>,
+    fault: Option<Fault>,
+    timing: Timing,
+    name: ReasoningName,
+) -> Plan {
     let ask = answer.ask;
-    let (mut events, before_finish) = stream_events(answer);
+    let (mut events, before_finish) = stream_events(answer, name);
     if ask.include_usage && fault != Some(Fault::NoUsage) {
         events.push(
             format!("{}],\"usage\":{}}}\n\n", chunk_head(answer), answer.usage()).into_bytes(),
@@ -316,6 +393,20 @@ fn plan_stream(answer: &Answer<'_>, fault: Option<Fault>, timing: Timing) -> Pla
         split: timing.split,
         stream: true,
         prefixes: Vec::new(),
+        produced: None,
+    }
+}
+
+/// `"reasoning_content":…` (or the provider's other name for it) for the
+/// reasoning `text`.
+fn reasoning_member(name: ReasoningName, text: &str) -> String {
+    match name {
+        ReasoningName::ReasoningContent => format!("\"reasoning_content\":{}", json_str(text)),
+        ReasoningName::Reasoning => format!("\"reasoning\":{}", json_str(text)),
+        ReasoningName::ReasoningDetails => format!(
+            "\"reasoning_details\":[{{\"type\":\"reasoning.text\",\"text\":{},\"format\":\"unknown\",\"index\":0}}]",
+            json_str(text)
+        ),
     }
 }
 
@@ -331,7 +422,7 @@ fn chunk_head(answer: &Answer<'_>) -> String {
 
 /// Reasoning deltas, answer deltas (or a tool call), and the finish chunk;
 /// also the index of the finish chunk.
-fn stream_events(answer: &Answer<'_>) -> (Vec<Vec<u8>>, usize) {
+fn stream_events(answer: &Answer<'_>, name: ReasoningName) -> (Vec<Vec<u8>>, usize) {
     let (ask, s) = (answer.ask, &answer.script);
     let head = chunk_head(answer);
     // Some providers report cumulative usage on every chunk instead of null.
@@ -362,11 +453,11 @@ fn stream_events(answer: &Answer<'_>) -> (Vec<Vec<u8>>, usize) {
     for (i, word) in s.reasoning.iter().enumerate() {
         let delta = if i == 0 {
             format!(
-                "{{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":{}}}",
-                json_str(word)
+                "{{\"role\":\"assistant\",\"content\":null,{}}}",
+                reasoning_member(name, word)
             )
         } else {
-            format!("{{\"reasoning_content\":{}}}", json_str(word))
+            format!("{{{}}}", reasoning_member(name, word))
         };
         events.push(chunk(delta, None));
     }
@@ -545,14 +636,25 @@ mod tests {
         0
     }
 
+    /// [`plan_chat`] by a simulator that made no tool call before.
+    fn chat_plan(
+        body: &[u8],
+        opts: &SimOptions,
+        created: u64,
+        seq: u64,
+        seen: impl FnOnce(&[u64]) -> usize,
+    ) -> Plan {
+        plan_chat(body, opts, created, seq, seen, |_| None)
+    }
+
     const ASK: &str = r#"{"model":"reasoning-model-k3","messages":[{"role":"user","content":"What is two plus two?"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 
     #[test]
     fn stream_shape_follows_the_spec() {
-        let plan = plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1, no_cache);
+        let plan = chat_plan(ASK.as_bytes(), &SimOptions::default(), 1000, 1, no_cache);
         assert_eq!(
             plan,
-            plan_chat(ASK.as_bytes(), &SimOptions::default(), 1000, 1, no_cache),
+            chat_plan(ASK.as_bytes(), &SimOptions::default(), 1000, 1, no_cache),
             "deterministic"
         );
         let evs = events_of(&plan);
@@ -582,7 +684,7 @@ mod tests {
     #[test]
     fn length_with_empty_content() {
         let body = ASK.replace("\"stream\":true", "\"stream\":true,\"max_tokens\":5");
-        let (_, t, reasoning, content) = track(&plan_chat(
+        let (_, t, reasoning, content) = track(&chat_plan(
             body.as_bytes(),
             &SimOptions::default(),
             0,
@@ -599,7 +701,7 @@ mod tests {
     fn tool_round_trip() {
         let body = r#"{"model":"m","messages":[{"role":"user","content":"weather in Paris"}],
             "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}"#;
-        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
+        let plan = chat_plan(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         let v: Value = serde_json::from_slice(&events_of(&plan)[0]).unwrap();
         assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
         let call = &v["choices"][0]["message"]["tool_calls"][0];
@@ -611,7 +713,7 @@ mod tests {
             {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},
             {"role":"tool","tool_call_id":"c","content":"sunny 21C"}],
             "tools":[{"type":"function","function":{"name":"get_weather"}}]}"#;
-        let plan = plan_chat(body2.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
+        let plan = chat_plan(body2.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         let v: Value = serde_json::from_slice(&events_of(&plan)[0]).unwrap();
         assert_eq!(v["choices"][0]["finish_reason"], "stop");
         assert!(
@@ -631,7 +733,7 @@ mod tests {
         };
         let usage = |seen: usize| {
             let mut asked = Vec::new();
-            let plan = plan_chat(body.as_bytes(), &opts, 0, 1, |p: &[u64]| {
+            let plan = chat_plan(body.as_bytes(), &opts, 0, 1, |p: &[u64]| {
                 asked = p.to_vec();
                 seen
             });
@@ -658,7 +760,7 @@ mod tests {
         assert_eq!(usage(7), (19, 59), "never more than the messages");
         // A rejection is not answered: nothing to remember, nothing asked.
         let rejected = body.replace("]}", r#"],"x_sim":{"fault":"reject"}}"#);
-        let plan = plan_chat(rejected.as_bytes(), &opts, 0, 1, |_: &[u64]| {
+        let plan = chat_plan(rejected.as_bytes(), &opts, 0, 1, |_: &[u64]| {
             panic!("a rejection asks no cache")
         });
         assert_eq!((plan.status, plan.prefixes.len()), (500, 0));
@@ -667,17 +769,172 @@ mod tests {
     #[test]
     fn faults_from_marker_and_param() {
         let body = r#"{"model":"m","messages":[{"role":"user","content":"hi [[sim:fault=reject,status=429]]"}]}"#;
-        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
+        let plan = chat_plan(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         assert_eq!((plan.status, plan.retry_after), (429, Some(2)));
         let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x_sim":{"fault":"reset","after":3}}"#;
-        let plan = plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
+        let plan = chat_plan(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache);
         assert_eq!(plan.pieces.len(), 4);
         assert_eq!(plan.pieces[3], Piece::Reset);
         let body =
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"x_sim":{"fault":"nope"}}"#;
         assert_eq!(
-            plan_chat(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache).status,
+            chat_plan(body.as_bytes(), &SimOptions::default(), 0, 1, no_cache).status,
             400
         );
+    }
+
+    /// A tool loop's request: the user, then `turns` assistant tool-call
+    /// messages (each `(call id, its extra members)`) with their results.
+    fn tool_loop(turns: &[(&str, &str)]) -> String {
+        let mut messages = vec![r#"{"role":"system","content":"s"},{"role":"user","content":"go [[sim:calls=3,input=run {n}]]"}"#.to_owned()];
+        for (id, extra) in turns {
+            messages.push(format!(
+                r#"{{"role":"assistant","content":null{extra},"tool_calls":[{{"id":"{id}","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}}"#
+            ));
+            messages.push(format!(
+                r#"{{"role":"tool","tool_call_id":"{id}","content":"ok {id}"}}"#
+            ));
+        }
+        format!(
+            r#"{{"model":"m","messages":[{}],"tools":[{{"type":"function","function":{{"name":"f","parameters":{{"type":"object","properties":{{"cmd":{{"type":"string"}}}}}}}}}}]}}"#,
+            messages.join(",")
+        )
+    }
+
+    fn error_of(plan: &Plan) -> (u16, Value) {
+        let body = match &plan.pieces[0] {
+            Piece::Event(b) => serde_json::from_slice(b).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        (plan.status, body)
+    }
+
+    #[test]
+    fn a_tool_turn_without_its_reasoning_is_refused_as_kimi_and_deepseek_refuse_it() {
+        let body = tool_loop(&[("call_a", "")]);
+        let kimi = SimOptions {
+            require_reasoning_replay: Some(ReplayCheck::Kimi),
+            ..SimOptions::default()
+        };
+        let plan = plan_chat(body.as_bytes(), &kimi, 0, 1, no_cache, |_| None);
+        let (status, e) = error_of(&plan);
+        assert_eq!(status, 400);
+        assert_eq!(
+            e,
+            serde_json::json!({"error": {"message": "thinking is enabled but reasoning_content is missing in assistant tool call message at index 2", "type": "invalid_request_error"}})
+        );
+        let deepseek = SimOptions {
+            require_reasoning_replay: Some(ReplayCheck::DeepSeek),
+            ..SimOptions::default()
+        };
+        let plan = plan_chat(body.as_bytes(), &deepseek, 0, 1, no_cache, |_| None);
+        let (status, e) = error_of(&plan);
+        assert_eq!(status, 400);
+        assert_eq!(
+            e,
+            serde_json::json!({"error": {"message": "The `reasoning_content` in the thinking mode must be passed back to the API.", "type": "invalid_request_error", "param": null, "code": "invalid_request_error"}})
+        );
+        // Present (even empty) for a call it does not know: answered.
+        let body = tool_loop(&[("call_a", r#","reasoning_content":"""#)]);
+        let plan = plan_chat(body.as_bytes(), &kimi, 0, 1, no_cache, |_| None);
+        assert_eq!(plan.status, 200);
+        // For a call it made: only what it produced then.
+        let mine = |id: &str| (id == "call_a").then(|| "my thoughts".to_owned());
+        let plan = plan_chat(body.as_bytes(), &kimi, 0, 1, no_cache, mine);
+        let (status, e) = error_of(&plan);
+        assert_eq!(
+            (status, e["error"]["code"].as_str()),
+            (400, Some("reasoning_mismatch"))
+        );
+        let body = tool_loop(&[("call_a", r#","reasoning_content":"my thoughts""#)]);
+        assert_eq!(
+            plan_chat(body.as_bytes(), &kimi, 0, 1, no_cache, mine).status,
+            200
+        );
+        // A vLLM-like provider reads `reasoning`.
+        let vllm = SimOptions {
+            reasoning_field: ReasoningName::Reasoning,
+            ..kimi.clone()
+        };
+        let plan = plan_chat(body.as_bytes(), &vllm, 0, 1, no_cache, mine);
+        let (_, e) = error_of(&plan);
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("reasoning is missing")
+        );
+        let body = tool_loop(&[("call_a", r#","reasoning":"my thoughts""#)]);
+        assert_eq!(
+            plan_chat(body.as_bytes(), &vllm, 0, 1, no_cache, mine).status,
+            200
+        );
+    }
+
+    #[test]
+    fn it_calls_tools_as_many_rounds_as_asked_and_says_what_it_produced() {
+        let given = |id: &str| (id.to_owned(), r#","reasoning_content":"""#);
+        let mut ids: Vec<String> = Vec::new();
+        for round in 0..4 {
+            let turns: Vec<(String, &str)> = ids.iter().map(|id| given(id)).collect();
+            let turns: Vec<(&str, &str)> = turns.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+            let body = tool_loop(&turns);
+            let plan = plan_chat(
+                body.as_bytes(),
+                &SimOptions::default(),
+                0,
+                1,
+                no_cache,
+                |_| None,
+            );
+            let v: Value = match &plan.pieces[0] {
+                Piece::Event(b) => serde_json::from_slice(b).unwrap(),
+                other => panic!("{other:?}"),
+            };
+            let choice = &v["choices"][0];
+            if round < 3 {
+                assert_eq!(choice["finish_reason"], "tool_calls", "round {round}");
+                let call = &choice["message"]["tool_calls"][0];
+                let args: Value =
+                    serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+                assert_eq!(args["cmd"], format!("run {}", round + 1));
+                let (produced_ids, reasoning) = plan.produced.clone().unwrap();
+                assert_eq!(produced_ids, [call["id"].as_str().unwrap()]);
+                assert_eq!(
+                    reasoning,
+                    choice["message"]["reasoning_content"].as_str().unwrap()
+                );
+                ids.push(produced_ids[0].clone());
+            } else {
+                assert_eq!(choice["finish_reason"], "stop");
+                assert!(plan.produced.is_none());
+            }
+        }
+        assert_eq!(ids.len(), 3);
+        assert!(ids[0] != ids[1] && ids[1] != ids[2]);
+    }
+
+    #[test]
+    fn reasoning_goes_out_under_the_providers_name() {
+        for (name, member) in [
+            (ReasoningName::Reasoning, "\"reasoning\":"),
+            (
+                ReasoningName::ReasoningDetails,
+                "\"reasoning_details\":[{\"type\":\"reasoning.text\",\"text\":",
+            ),
+        ] {
+            let opts = SimOptions {
+                reasoning_field: name,
+                ..SimOptions::default()
+            };
+            let plan = chat_plan(ASK.as_bytes(), &opts, 0, 1, no_cache);
+            let first = String::from_utf8(events_of(&plan)[0].clone()).unwrap();
+            assert!(first.contains(member), "{first}");
+            assert!(!first.contains("reasoning_content"), "{first}");
+            let whole = ASK.replace("\"stream\":true", "\"stream\":false");
+            let plan = chat_plan(whole.as_bytes(), &opts, 0, 1, no_cache);
+            let body = String::from_utf8(events_of(&plan)[0].clone()).unwrap();
+            assert!(body.contains(member), "{body}");
+        }
     }
 }

@@ -91,8 +91,15 @@ pub(crate) fn script(ask: &Ask, opts: &SimOptions) -> Script {
             )
         })
         .collect();
+    // Tool rounds in a row: another call while fewer were made since the
+    // user last spoke.
+    let rounds = ask
+        .params
+        .get("calls")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1);
     let calls_tool = !ask.tools.is_empty()
-        && ask.last_role != "tool"
+        && (ask.last_role != "tool" || ask.rounds < rounds)
         && ask.tool_choice.as_ref().and_then(Value::as_str) != Some("none")
         && ask.params.get("tools").map(String::as_str) != Some("none")
         && (!opts.tools_on_request || ask.params.contains_key("tool"));
@@ -114,7 +121,7 @@ pub(crate) fn script(ask: &Ask, opts: &SimOptions) -> Script {
             .clone();
         let prop = prop.unwrap_or_else(|| "input".into());
         let text: String = match ask.params.get("input") {
-            Some(input) => input.clone(),
+            Some(input) => input.replace("{n}", &(ask.rounds + 1).to_string()),
             None => ask.last_text.chars().take(64).collect(),
         };
         let args = serde_json::to_string(&serde_json::json!({ prop: text })).unwrap_or_default();

@@ -1,7 +1,7 @@
 //! The simulator's server side: HTTP in, planned responses out on schedule,
 //! and a journal of what it received and how each exchange ended.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -91,7 +91,13 @@ pub struct SimServer {
     journal: Mutex<VecDeque<JournalEntry>>,
     totals: Mutex<SimTotals>,
     prompt_cache: Mutex<PromptCache>,
+    /// The reasoning of the tool calls it made, by call id (the latest
+    /// [`PRODUCED_CAP`]): what a replayed reasoning is checked against.
+    produced: Mutex<(HashMap<String, String>, VecDeque<String>)>,
 }
+
+/// Tool calls whose reasoning the simulator remembers.
+const PRODUCED_CAP: usize = 65_536;
 
 /// The prefixes of `messages` this simulator has answered, as
 /// fingerprints: a request's cached tokens are those of its longest prefix
@@ -278,7 +284,30 @@ impl SimServer {
             journal: Mutex::new(VecDeque::new()),
             totals: Mutex::new(SimTotals::default()),
             prompt_cache: Mutex::new(PromptCache::new(PROMPT_CACHE_CAP)),
+            produced: Mutex::new((HashMap::new(), VecDeque::new())),
         })
+    }
+
+    /// The reasoning it produced for the tool call `id`, if it made it.
+    fn produced(&self, id: &str) -> Option<String> {
+        let p = self.produced.lock().unwrap_or_else(|e| e.into_inner());
+        p.0.get(id).cloned()
+    }
+
+    /// Remembers the reasoning it produced for the calls `ids`.
+    fn remember_produced(&self, ids: Vec<String>, reasoning: String) {
+        let mut p = self.produced.lock().unwrap_or_else(|e| e.into_inner());
+        let (map, order) = &mut *p;
+        for id in ids {
+            if map.insert(id.clone(), reasoning.clone()).is_none() {
+                order.push_back(id);
+            }
+            while order.len() > PRODUCED_CAP {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
     }
 
     fn prompt_cache(&self) -> std::sync::MutexGuard<'_, PromptCache> {
@@ -579,11 +608,19 @@ impl SimConnection {
             (Method::Post, "/v1/chat/completions") => {
                 let options = self.server.options_now(now);
                 let created = self.server.wall.unix_secs(now);
-                let mut plan = plan_chat(&p.body, &options, created, seq, |prefixes| {
-                    self.server.prompt_cache().longest_seen(prefixes)
-                });
+                let mut plan = plan_chat(
+                    &p.body,
+                    &options,
+                    created,
+                    seq,
+                    |prefixes| self.server.prompt_cache().longest_seen(prefixes),
+                    |id| self.server.produced(id),
+                );
                 let prefixes = std::mem::take(&mut plan.prefixes);
                 self.server.prompt_cache().remember(&prefixes);
+                if let Some((ids, reasoning)) = plan.produced.take() {
+                    self.server.remember_produced(ids, reasoning);
+                }
                 plan
             }
             (Method::Post, "/_sim/fault") => self.server.set_fault(&p.body, now),

@@ -110,6 +110,9 @@ pub struct Pair {
     pub shared_down: bool,
     /// Settlements sent to the shared limiter.
     pub shared_settled: u32,
+    /// The shared reasoning memory (with shared limits configured): key to
+    /// value, standing in for Redis; `None` while it is unreachable.
+    pub shared_reasoning: Option<std::collections::HashMap<Vec<u8>, Vec<u8>>>,
     /// Connecting to the provider takes this long (virtual time, passed with
     /// [`Pair::advance`]); `None` connects at once.
     pub connect_delay: Option<Duration>,
@@ -199,6 +202,7 @@ impl Pair {
             shared: chatgate_core::RateLimiter::new(),
             shared_down: false,
             shared_settled: 0,
+            shared_reasoning: Some(std::collections::HashMap::new()),
             connect_delay: None,
             admit_delay: None,
             upstream_reads: UpstreamReads::Whole,
@@ -453,6 +457,24 @@ impl Pair {
                     .settle(&s.key, s.limits, s.reserved, s.used, now);
                 self.shared_settled += 1;
                 s.finish(&self.gateway, now, Ok(()));
+            }
+            Event::Recall(r) => {
+                let found = match &self.shared_reasoning {
+                    Some(store) => Ok(r.keys.iter().map(|k| store.get(k).cloned()).collect()),
+                    None => Err(chatgate_core::StoreError::Unreachable(
+                        "connection refused".to_owned(),
+                    )),
+                };
+                if let Some(c) = self.conn.as_mut() {
+                    c.handle_recall(now, found);
+                }
+            }
+            Event::Remember(r) => {
+                if let Some(store) = self.shared_reasoning.as_mut() {
+                    for k in r.keys {
+                        store.insert(k, r.text.to_vec());
+                    }
+                }
             }
             Event::CloseClient => {
                 self.client_closed = true;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use super::ConfigError;
 use super::tables::Table;
 use crate::catalog::Model;
+use crate::reasoning::ReasoningField;
 use crate::url::{Url, UrlError, host_for_url};
 
 /// Most endpoints a provider may have: the endpoint set keeps their
@@ -37,6 +38,9 @@ pub struct EndpointConfig {
     /// Who runs it, as traces name it (`gen_ai.provider.name`: `openai`
     /// unless set, the API every endpoint speaks).
     pub provider: Option<String>,
+    /// The member its provider reads an assistant message's reasoning
+    /// from (`None`: the gateway's `reasoning_field`).
+    pub reasoning_field: Option<ReasoningField>,
 }
 
 impl EndpointConfig {
@@ -50,6 +54,7 @@ impl EndpointConfig {
             models: Vec::new(),
             ca,
             provider: None,
+            reasoning_field: None,
         }
     }
 
@@ -72,8 +77,9 @@ impl EndpointConfig {
 }
 
 /// The fields an `[[upstream]]` table may have.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     "name",
+    "reasoning_field",
     "url",
     "api_key_env",
     "weight",
@@ -200,6 +206,15 @@ fn parse_endpoint(
         models,
         ca: string("ca")?,
         provider: string("provider")?,
+        reasoning_field: match string("reasoning_field")? {
+            None => None,
+            Some(v) => Some(ReasoningField::parse(&v).ok_or_else(|| {
+                bad(
+                    "reasoning_field",
+                    format!("'{v}' is not one of {}", ReasoningField::NAMES),
+                )
+            })?),
+        },
     })
 }
 

@@ -10,6 +10,7 @@ use crate::catalog::Catalog;
 use crate::http::HttpLimits;
 use crate::limits::Limits;
 use crate::quota::{Period, Quota};
+use crate::reasoning::{MemoryLimits, ReasoningField, ReplayMode};
 
 /// Every timeout the gateway applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +151,37 @@ pub struct GatewayConfig {
     pub console_token_name: String,
     /// Single sign-on to the console, when configured.
     pub sso: Option<crate::console::SsoConfig>,
+    /// How reasoning survives the tool loop.
+    pub reasoning: ReasoningConfig,
+}
+
+/// How reasoning survives the tool loop (`crate::reasoning`).
+#[derive(Debug, Clone, Default)]
+pub struct ReasoningConfig {
+    /// The replay of models whose `[[model]]` table sets none.
+    pub replay: ReplayMode,
+    /// The field of endpoints whose `[[upstream]]` table sets none.
+    pub field: ReasoningField,
+    /// The memory's bounds.
+    pub memory: MemoryLimits,
+    /// The deployment secret that signs and seals reasoning (`None`: the
+    /// runtime makes one at start; without one, the gateway derives its
+    /// keys from its random seed, which only tests rely on).
+    pub secret: Option<super::Secret>,
+    /// The variable the secret came from, for the start-up line.
+    pub secret_env: Option<String>,
+}
+
+impl ReasoningConfig {
+    /// The replay of `model`.
+    pub fn replay_of(&self, model: &crate::catalog::Model) -> ReplayMode {
+        model.reasoning_replay.unwrap_or(self.replay)
+    }
+
+    /// The field of `endpoint`.
+    pub fn field_of(&self, endpoint: &super::EndpointConfig) -> ReasoningField {
+        endpoint.reasoning_field.unwrap_or(self.field)
+    }
 }
 
 /// Rate limits decided by a store shared by several gateway instances.
@@ -191,6 +223,7 @@ impl GatewayConfig {
             console_token: None,
             console_token_name: "admin".into(),
             sso: None,
+            reasoning: ReasoningConfig::default(),
         }
     }
 

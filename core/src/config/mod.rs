@@ -33,7 +33,7 @@ use crate::quota::{Budget, Period, usd_to_nano};
 
 pub(crate) use endpoints::MAX_ENDPOINTS;
 pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Secret, Target, parse_endpoints};
-pub use gateway::{Apis, GatewayConfig, SharedLimits, Timeouts};
+pub use gateway::{Apis, GatewayConfig, ReasoningConfig, SharedLimits, Timeouts};
 pub use redis::{RedisTopology, RedisUrl, SharedRedis, parse_redis_list};
 use settings::{Resolver, bad};
 pub use settings::{SERVE_SETTINGS, Setting, Sources, env_name, flag_name, parse_duration};
@@ -155,6 +155,7 @@ impl ServeConfig {
             }
             None => None,
         };
+        gateway.reasoning = reasoning(&r)?;
         gateway.console_token = console_token(&r)?;
         gateway.sso = sso(&r, gateway.console_token.is_some())?;
         if let Some((var, _)) = r.get("admin_token_env") {
@@ -256,6 +257,50 @@ impl ServeConfig {
                 .map_or_else(|| "one per core".to_owned(), |n| n.to_string()),
         )
     }
+}
+
+/// How reasoning survives the tool loop: the defaults of models and
+/// endpoints, the memory's bounds, and the deployment secret from the
+/// variable `signing_secret_env` names.
+fn reasoning(r: &Resolver) -> Result<ReasoningConfig, ConfigError> {
+    use crate::reasoning::{MIN_SECRET, MemoryLimits, ReasoningField, ReplayMode};
+    let value = |key: &str| {
+        r.get(key)
+            .ok_or_else(|| ConfigError(format!("{key} is not set")))
+    };
+    let (v, src) = value("reasoning_replay")?;
+    let replay =
+        ReplayMode::parse(&v).ok_or_else(|| bad("reasoning_replay", &v, src, ReplayMode::NAMES))?;
+    let (v, src) = value("reasoning_field")?;
+    let field = ReasoningField::parse(&v)
+        .ok_or_else(|| bad("reasoning_field", &v, src, ReasoningField::NAMES))?;
+    let memory = MemoryLimits {
+        entries: r.parse("reasoning_memory_entries")?,
+        bytes: r.parse("reasoning_memory_bytes")?,
+        ttl: r.duration("reasoning_memory_ttl")?,
+    };
+    let mut config = ReasoningConfig {
+        replay,
+        field,
+        memory,
+        secret: None,
+        secret_env: None,
+    };
+    if let Some((var, _)) = r.get("signing_secret_env") {
+        let Some(secret) = r.env.get(&var).filter(|v| !v.is_empty()) else {
+            return Err(ConfigError(format!(
+                "signing_secret_env: the environment variable {var} is not set"
+            )));
+        };
+        if secret.len() < MIN_SECRET {
+            return Err(ConfigError(format!(
+                "signing_secret_env: the secret in {var} is shorter than {MIN_SECRET} characters; use a long random one (e.g. `openssl rand -hex 32`), the same on every instance"
+            )));
+        }
+        config.secret = Some(Secret::new(secret.clone()));
+        config.secret_env = Some(var);
+    }
+    Ok(config)
 }
 
 /// The admin token, from the variable `admin_token_env` names. The console

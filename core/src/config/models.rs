@@ -6,10 +6,12 @@ use super::ConfigError;
 use super::endpoints::EndpointConfig;
 use super::tables::Table;
 use crate::catalog::{Catalog, Model, Price};
+use crate::reasoning::ReplayMode;
 
 /// The fields a `[[model]]` table may have.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     "id",
+    "reasoning_replay",
     "owned_by",
     "upstream_id",
     "input_usd_per_million",
@@ -192,12 +194,22 @@ fn model(
         endpoints: served,
         aliases: list("aliases")?.unwrap_or_default(),
         fallback: list("fallback")?.unwrap_or_default(),
+        reasoning_replay: match string("reasoning_replay")? {
+            None => None,
+            Some(v) => Some(ReplayMode::parse(&v).ok_or_else(|| {
+                bad(
+                    "reasoning_replay",
+                    format!("'{v}' is not one of {}", ReplayMode::NAMES),
+                )
+            })?),
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use crate::config::{ServeConfig, Sources};
+    use crate::reasoning::ReplayMode;
 
     const POOL: &str = r#"
 keys = "k"
@@ -248,6 +260,70 @@ output_usd_per_million = 15.5
         let east = &c.gateway.endpoints[0];
         assert_eq!(east.model_name(big), "provider/big-v2");
         assert_eq!(east.model_name(small), "small");
+    }
+
+    /// `top` (top-level settings) before the pool, then `models`.
+    fn resolve_with(top: &str, models: &str) -> Result<ServeConfig, String> {
+        ServeConfig::resolve(Sources {
+            flags: Default::default(),
+            env: Default::default(),
+            file: Some(format!("{top}\n{POOL}{models}")),
+        })
+        .map_err(|e| e.0)
+    }
+
+    #[test]
+    fn reasoning_replay_is_per_model_with_the_gateways_default() {
+        let c = resolve_with(
+            "reasoning_replay = \"tool_calls\"\nreasoning_field = \"reasoning\"",
+            "[[model]]\nid = \"kimi\"\n[[model]]\nid = \"big\"\nreasoning_replay = \"strip\"\n\
+             [[model]]\nid = \"glm\"\nreasoning_replay = \"all\"\n",
+        )
+        .unwrap();
+        let r = &c.gateway.reasoning;
+        let cat = &c.gateway.catalog;
+        let mode = |id: &str| r.replay_of(cat.get(id).unwrap());
+        assert_eq!(mode("kimi"), ReplayMode::ToolCalls);
+        assert_eq!(mode("big"), ReplayMode::Strip);
+        assert_eq!(mode("glm"), ReplayMode::All);
+        assert_eq!(
+            r.field_of(&c.gateway.endpoints[0]),
+            crate::reasoning::ReasoningField::Reasoning
+        );
+        // The default is the specification's.
+        let c = resolve("[[model]]\nid = \"big\"").unwrap();
+        assert_eq!(
+            c.gateway
+                .reasoning
+                .replay_of(&c.gateway.catalog.models()[0]),
+            ReplayMode::Strip
+        );
+        assert!(c.gateway.reasoning.secret.is_none());
+        for (top, models, want) in [
+            (
+                "",
+                "[[model]]\nid = \"big\"\nreasoning_replay = \"yes\"",
+                "[[model]] #1 reasoning_replay: 'yes' is not one of strip, tool_calls or all",
+            ),
+            (
+                "reasoning_replay = \"sometimes\"",
+                "[[model]]\nid = \"big\"",
+                "'reasoning_replay' in the config file = 'sometimes' is not valid: expected strip, tool_calls or all",
+            ),
+            (
+                "reasoning_field = \"thoughts\"",
+                "[[model]]\nid = \"big\"",
+                "'reasoning_field' in the config file = 'thoughts' is not valid: expected reasoning_content or reasoning",
+            ),
+            (
+                "signing_secret_env = \"NOT_SET_ANYWHERE\"",
+                "[[model]]\nid = \"big\"",
+                "signing_secret_env: the environment variable NOT_SET_ANYWHERE is not set",
+            ),
+        ] {
+            let e = resolve_with(top, models).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

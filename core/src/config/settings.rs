@@ -175,6 +175,42 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI)",
     ),
     s(
+        "reasoning_replay",
+        "MODE",
+        Some("strip"),
+        "How a model's reasoning goes back to its provider in later turns, for models whose [[model]] table sets none: strip (the specification: never), tool_calls (assistant messages with tool calls keep theirs: DeepSeek, Kimi), all",
+    ),
+    s(
+        "reasoning_field",
+        "NAME",
+        Some("reasoning_content"),
+        "The member providers read replayed reasoning from, for endpoints whose [[upstream]] table sets none: reasoning_content (DeepSeek, Kimi, GLM, llama.cpp) or reasoning (vLLM)",
+    ),
+    s(
+        "reasoning_memory_ttl",
+        "DURATION",
+        Some("1h"),
+        "How long the reasoning of an answer with tool calls is remembered for clients that drop it (with reasoning_replay on)",
+    ),
+    s(
+        "reasoning_memory_entries",
+        "N",
+        Some("100000"),
+        "Most tool calls whose reasoning is remembered at once (per instance)",
+    ),
+    s(
+        "reasoning_memory_bytes",
+        "BYTES",
+        Some("268435456"),
+        "Most bytes of remembered reasoning (per instance)",
+    ),
+    s(
+        "signing_secret_env",
+        "NAME",
+        None,
+        "Environment variable holding the secret (32 characters or more, the same on every instance) that signs thinking blocks and seals reasoning items; without it each process makes its own at start",
+    ),
+    s(
         "prompt_overhead_tokens",
         "N",
         Some("64"),

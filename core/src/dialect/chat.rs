@@ -15,6 +15,9 @@ pub(super) enum Message<'a> {
     Assistant {
         text: Vec<&'a [u8]>,
         calls: Vec<Call<'a>>,
+        /// The model's own reasoning the client carried back (JSON
+        /// strings, joined as one), sent as `reasoning_content`.
+        reasoning: Vec<Cow<'a, [u8]>>,
     },
     Tool {
         call_id: &'a [u8],
@@ -41,13 +44,26 @@ pub(super) struct Call<'a> {
 }
 
 /// A tool call, in the assistant message just before it (the model's
-/// parallel calls), or in a message of its own.
-pub(super) fn push_call<'a>(out: &mut Vec<Message<'a>>, call: Call<'a>) {
+/// parallel calls), or in a message of its own; `reasoning` (what the
+/// client carried back before it) goes with it.
+pub(super) fn push_call<'a>(
+    out: &mut Vec<Message<'a>>,
+    call: Call<'a>,
+    reasoning: &mut Vec<Cow<'a, [u8]>>,
+) {
     match out.last_mut() {
-        Some(Message::Assistant { calls, .. }) => calls.push(call),
+        Some(Message::Assistant {
+            calls,
+            reasoning: r,
+            ..
+        }) => {
+            calls.push(call);
+            r.append(reasoning);
+        }
         _ => out.push(Message::Assistant {
             text: Vec::new(),
             calls: vec![call],
+            reasoning: std::mem::take(reasoning),
         }),
     }
 }
@@ -108,7 +124,11 @@ pub(super) fn write_messages(out: &mut Vec<u8>, messages: &[Message<'_>]) {
                     }
                 }
             }
-            Message::Assistant { text, calls } => {
+            Message::Assistant {
+                text,
+                calls,
+                reasoning,
+            } => {
                 out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":");
                 if text.is_empty() {
                     out.extend_from_slice(b"null");
@@ -130,6 +150,13 @@ pub(super) fn write_messages(out: &mut Vec<u8>, messages: &[Message<'_>]) {
                         out.extend_from_slice(b"}}");
                     }
                     out.push(b']');
+                }
+                if !reasoning.is_empty() {
+                    out.extend_from_slice(b",\"reasoning_content\":\"");
+                    for r in reasoning {
+                        out.extend_from_slice(&r[1..r.len() - 1]);
+                    }
+                    out.push(b'"');
                 }
             }
             Message::Tool { call_id, text } => {

@@ -1,10 +1,20 @@
 //! The one reading of a chat chunk every answer translator shares: where
 //! its first choice's reasoning, text, tool calls and `finish_reason` are,
 //! and what one tool call delta carries.
+//!
+//! Member names are compared as the clients' JSON readers take them,
+//! unescaped (`"fin\u0069sh_reason"` is `finish_reason`), as the usage
+//! reader compares them; a member named twice counts as the last.
+//! Reasoning has three names among providers: `reasoning_content`
+//! (DeepSeek, Kimi, llama.cpp), `reasoning` (vLLM, OpenRouter) and
+//! `reasoning_details` (OpenRouter: `{"type":"reasoning.text","text":…}`
+//! blocks); a string under the first two wins over the details, which
+//! OpenRouter sends beside the same text.
 
 use std::ops::Range;
 
 use crate::json::{Cursor, Keys};
+use crate::reasoning::AnswerReasoning;
 
 use super::text::string_inside;
 
@@ -14,10 +24,15 @@ use super::text::string_inside;
 pub(super) struct Found {
     pub(super) model: Option<Range<usize>>,
     pub(super) reasoning: Option<Range<usize>>,
+    /// `reasoning_details`, when it is an array.
+    pub(super) details: Option<Range<usize>>,
     pub(super) content: Option<Range<usize>>,
     pub(super) calls: Option<Range<usize>>,
     pub(super) finish: Option<Range<usize>>,
     pub(super) stop_reason: Option<Range<usize>>,
+    /// `reasoning` came as `reasoning_content`, which wins over a
+    /// `reasoning` beside it.
+    named_content: bool,
 }
 
 impl Found {
@@ -26,24 +41,37 @@ impl Found {
     pub(super) fn read(data: &[u8]) -> Option<Found> {
         let mut found = Found::default();
         let read = Cursor::new(data).members(Keys::Skipped, |c, key| {
-            match c.raw_name(key) {
+            match &*c.name(key) {
                 b"model" => found.model = Some(string_at(c)?),
                 b"choices" if c.peek() == Some(b'[') => {
+                    // The last `choices` counts: its first choice, or none.
+                    found.clear_choice();
                     let mut first = true;
                     c.elements(|c| {
                         if !std::mem::take(&mut first) || c.peek() != Some(b'{') {
                             return c.skip();
                         }
-                        c.members(Keys::Skipped, |c, key| match c.raw_name(key) {
+                        c.members(Keys::Skipped, |c, key| match &*c.name(key) {
                             b"delta" | b"message" if c.peek() == Some(b'{') => {
+                                // The last one counts.
+                                found.clear_delta();
                                 c.members(Keys::Skipped, |c, key| {
-                                    match c.raw_name(key) {
+                                    match &*c.name(key) {
                                         // Strings only: a `null` beside a
                                         // text (`"refusal":null`) is none.
-                                        b"reasoning_content" | b"reasoning"
-                                            if c.peek() == Some(b'"') =>
+                                        b"reasoning_content" if c.peek() == Some(b'"') => {
+                                            found.reasoning = Some(string_at(c)?);
+                                            found.named_content = true;
+                                        }
+                                        // The older name wins where both
+                                        // are sent (vLLM sent both a while).
+                                        b"reasoning"
+                                            if c.peek() == Some(b'"') && !found.named_content =>
                                         {
                                             found.reasoning = Some(string_at(c)?);
+                                        }
+                                        b"reasoning_details" if c.peek() == Some(b'[') => {
+                                            found.details = Some(string_at(c)?);
                                         }
                                         // A refusal is what the model said
                                         // instead: its text.
@@ -79,6 +107,84 @@ impl Found {
         });
         read.ok().map(|()| found)
     }
+
+    /// Forgets what a choice said (another `choices` follows).
+    fn clear_choice(&mut self) {
+        self.clear_delta();
+        self.finish = None;
+        self.stop_reason = None;
+    }
+
+    /// Forgets what a delta said (another `delta` follows).
+    fn clear_delta(&mut self) {
+        self.reasoning = None;
+        self.details = None;
+        self.content = None;
+        self.calls = None;
+        self.named_content = false;
+    }
+
+    /// Each reasoning text the chunk `data` carries, as a JSON string as
+    /// written: its `reasoning_content` or `reasoning`, else the text (or
+    /// summary) of each of its `reasoning_details`.
+    pub(super) fn each_reasoning<'d>(&self, data: &'d [u8], mut f: impl FnMut(&'d [u8])) {
+        if let Some(r) = &self.reasoning {
+            let t = &data[r.clone()];
+            if t.len() > 2 {
+                f(t);
+            }
+            return;
+        }
+        let Some(details) = &self.details else {
+            return;
+        };
+        let raw = &data[details.clone()];
+        let _ = Cursor::new(raw).elements(|c| {
+            if c.peek() != Some(b'{') {
+                return c.skip();
+            }
+            let (mut kind, mut text) = (None, None);
+            c.members(Keys::Skipped, |c, key| {
+                let name = c.name(key);
+                let v = c.at();
+                c.skip()?;
+                let value = &raw[v..c.at()];
+                match &*name {
+                    b"type" => kind = Some(value),
+                    b"text" | b"summary" if value.starts_with(b"\"") => text = Some(value),
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            let readable = matches!(kind, Some(b"\"reasoning.text\"" | b"\"reasoning.summary\""));
+            if let Some(t) = text.filter(|t| readable && t.len() > 2) {
+                f(t);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Notes in `log` what the chunk (or whole completion) `data`, read as
+/// `found`, says as reasoning and which tool calls it makes.
+pub(crate) fn record(found: &Found, data: &[u8], log: &mut AnswerReasoning) {
+    found.each_reasoning(data, |t| {
+        log.push(t);
+    });
+    CallDelta::each(data, found.calls.as_ref(), |d| {
+        if let Some(id) = d.id {
+            log.call(id);
+        }
+    });
+}
+
+/// [`record`] for a chunk not read yet: the chat path, which forwards the
+/// provider's bytes unread otherwise.
+pub(crate) fn record_chunk(data: &[u8], log: &mut AnswerReasoning) {
+    let data = &*super::text::valid_text(data);
+    if let Some(found) = Found::read(data) {
+        record(&found, data, log);
+    }
 }
 
 impl Found {
@@ -92,7 +198,9 @@ impl Found {
             .as_ref()
             .is_some_and(|r| data[r.start] == b'"' && r.len() > 2);
         let calls = self.calls.as_ref().is_some_and(|r| data[r.start] == b'[');
-        if finish || calls {
+        // Details beside a text would be read again on a shortcut.
+        let details = self.details.as_ref().is_some_and(|r| r.len() > 2);
+        if finish || calls || details {
             return None;
         }
         let one = match (&self.reasoning, &self.content) {
@@ -191,11 +299,11 @@ impl<'a> CallDelta<'a> {
         let mut function = None;
         let mut c = Cursor::new(raw);
         let read = c.members(Keys::Read, |c, key| {
-            let name = c.raw_name(key);
+            let name = c.name(key);
             let start = c.at();
             c.skip()?;
             let v = &raw[start..c.at()];
-            match name {
+            match &*name {
                 b"index" => {
                     index = std::str::from_utf8(v)
                         .ok()
@@ -217,11 +325,11 @@ impl<'a> CallDelta<'a> {
         if let Some(f) = function {
             let mut c = Cursor::new(f);
             let _ = c.members(Keys::Read, |c, key| {
-                let key_name = c.raw_name(key);
+                let key_name = c.name(key);
                 let start = c.at();
                 c.skip()?;
                 let v = &f[start..c.at()];
-                match key_name {
+                match &*key_name {
                     b"name" if v.starts_with(b"\"") && v.len() > 2 => name = Some(v),
                     b"arguments" if v.starts_with(b"\"") => arguments = Some(v),
                     _ => {}

@@ -7,29 +7,65 @@
 //! | `messages/` | the Anthropic Messages API (`POST /v1/messages`): its request as a chat request (`request.rs`), a chat answer as its events or its message object (`events.rs`), the gateway's errors in its shape (`errors.rs`) |
 //! | `raw.rs` | what every request translator reads with: a body's members as written, typed accessors naming the client's field |
 //! | `chat.rs` | the chat messages a request translator builds, and their writer |
-//! | `chunk.rs` | the one reading of a chat chunk the answer translators share |
+//! | `chunk.rs` | the one reading of a chat chunk the answer translators share (and the chat path's reading of an answer's reasoning, for the memory) |
+//! | `budget.rs` | what one translated answer may make a translator hold, the same for every dialect |
 //! | `text.rs` | what an answer's translation copies from the provider, made readable JSON |
 //! | `tests.rs` | what the translators' tests share: chat chunks, random chat streams and what a chat client reassembles from them |
 
 pub mod messages;
 pub mod responses;
 
+mod budget;
 mod chat;
 mod chunk;
 mod raw;
 mod text;
 
 #[cfg(test)]
+mod replay_tests;
+#[cfg(test)]
 mod tests;
+
+pub use budget::{Budget, MAX_ITEMS, MAX_KEPT, OverBudget};
+pub(crate) use chunk::record_chunk;
+
+use std::sync::Arc;
+
+use crate::reasoning::{AnswerReasoning, ReasoningSeal};
 
 /// An answer stream translated as it arrives: each chat chunk's events,
 /// then the last.
 pub trait Translator {
     /// The events for one chat chunk (an SSE event's data), appended to
-    /// `out`.
-    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>);
+    /// `out`; `Err` when the answer holds more than a translation keeps
+    /// (the stream is then over: end it as failed).
+    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget>;
     /// The stream's last events, with the provider's usage.
     fn end(&mut self, end: End<'_>, usage: Option<&crate::usage::Usage>, out: &mut Vec<u8>);
+    /// The answer's reasoning and tool calls, when the translator was
+    /// asked to keep them ([`Carry::remember`]).
+    fn take_reasoning(&mut self) -> Option<AnswerReasoning>;
+}
+
+/// What a translated answer does with the model's reasoning besides
+/// showing it: the keys that sign and seal it, and whether the answer's
+/// reasoning and calls are kept for the memory.
+#[derive(Debug, Clone)]
+pub struct Carry {
+    /// The deployment's keys.
+    pub seal: Arc<ReasoningSeal>,
+    /// Keep the answer's reasoning and tool calls for the memory.
+    pub remember: bool,
+}
+
+impl Carry {
+    /// Signing and sealing with `seal`, nothing remembered.
+    pub fn new(seal: Arc<ReasoningSeal>) -> Carry {
+        Carry {
+            seal,
+            remember: false,
+        }
+    }
 }
 
 /// How a chat answer ended, for the other API's last event or status.

@@ -4,6 +4,17 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use crate::dialect::Carry;
+use crate::reasoning::ReasoningSeal;
+
+/// The secret the translators' tests sign and seal with.
+pub(crate) const TEST_SECRET: &[u8] = b"the translators' tests' own secret, 32+";
+
+/// A translator's carry with the tests' keys, nothing remembered.
+pub(crate) fn carry() -> Carry {
+    Carry::new(std::sync::Arc::new(ReasoningSeal::new(TEST_SECRET)))
+}
+
 /// A chat chunk with `delta` and, when given, a `finish_reason`.
 pub(crate) fn chunk(delta: Value, finish: Option<&str>) -> Vec<u8> {
     json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m-1",
@@ -54,12 +65,61 @@ pub(crate) fn chat_view(deltas: &[Delta]) -> (String, String, Vec<(String, Strin
     (reasoning, text, calls)
 }
 
-pub(crate) fn chunks(deltas: &[Delta]) -> Vec<Vec<u8>> {
+/// How a provider writes its chunks: the name it gives reasoning
+/// (`reasoning_content`, `reasoning`, or `reasoning_details` blocks), and
+/// whether it escapes characters of member names (as a JSON writer may:
+/// every client reads them unescaped).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Style {
+    pub(crate) reasoning: u8,
+    pub(crate) escaped: bool,
+}
+
+pub(crate) fn style() -> impl Strategy<Value = Style> {
+    (0u8..3, any::<bool>()).prop_map(|(reasoning, escaped)| Style { reasoning, escaped })
+}
+
+/// The plain style: `reasoning_content`, names as they are.
+pub(crate) const PLAIN: Style = Style {
+    reasoning: 0,
+    escaped: false,
+};
+
+/// The chunk `chunk` writes, in `style`.
+pub(crate) fn styled(c: Vec<u8>, style: Style) -> Vec<u8> {
+    if !style.escaped {
+        return c;
+    }
+    let mut s = String::from_utf8(c).expect("chunks are JSON text");
+    for (name, escaped) in [
+        ("\"reasoning_content\":", "\"reasoning\\u005fcontent\":"),
+        ("\"reasoning\":", "\"re\\u0061soning\":"),
+        ("\"reasoning_details\":", "\"reasoning\\u005Fdetails\":"),
+        ("\"content\":", "\"\\u0063ontent\":"),
+        ("\"tool_calls\":", "\"tool\\u005fcalls\":"),
+        ("\"arguments\":", "\"\\u0061rguments\":"),
+        ("\"finish_reason\":", "\"fin\\u0069sh_reason\":"),
+        ("\"delta\":", "\"d\\u0065lta\":"),
+        ("\"choices\":", "\"ch\\u006fices\":"),
+    ] {
+        s = s.replace(name, escaped);
+    }
+    s.into_bytes()
+}
+
+pub(crate) fn chunks(deltas: &[Delta], style: Style) -> Vec<Vec<u8>> {
     let mut started = 0;
     deltas
         .iter()
         .map(|d| match d {
-            Delta::Reasoning(t) => chunk(json!({"reasoning_content": t}), None),
+            Delta::Reasoning(t) => chunk(
+                match style.reasoning {
+                    0 => json!({"reasoning_content": t}),
+                    1 => json!({"reasoning": t}),
+                    _ => json!({"reasoning_details": [{"type": "reasoning.text", "text": t, "format": "unknown", "index": 0}]}),
+                },
+                None,
+            ),
             Delta::Text(t) => chunk(json!({"content": t}), None),
             Delta::CallStart(i) => {
                 started += 1;
@@ -74,5 +134,6 @@ pub(crate) fn chunks(deltas: &[Delta]) -> Vec<Vec<u8>> {
                 None,
             ),
         })
+        .map(|c| styled(c, style))
         .collect()
 }

@@ -14,6 +14,7 @@ fn endpoint(name: &str, weight: u32) -> EndpointConfig {
         models: Vec::new(),
         ca: None,
         provider: None,
+        reasoning_field: None,
     }
 }
 

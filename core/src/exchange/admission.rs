@@ -23,7 +23,7 @@ use crate::ledger::LedgerRecord;
 use crate::limits::{Admission, LimitKind, Limits, Rejection};
 use crate::quota::{Quota, QuotaRefusal, worst_case_cost};
 use crate::time::Instant;
-use crate::validate::validate_chat_request;
+use crate::validate::validate_chat_request_replaying;
 
 /// The models that answer in place of the model `asked` (an index of
 /// `catalog`), in order: its fallbacks that a key with this model list
@@ -229,17 +229,30 @@ impl Connection {
         Some(e)
     }
 
-    /// The whole body arrived: validate it, then admit it.
+    /// The whole body arrived: validate it, give its turns their
+    /// reasoning (asking the shared memory first, if it must), then admit
+    /// it.
     pub(super) fn chat_request(&mut self, now: Instant) {
         let gw = Arc::clone(&self.gw);
+        let routes = gw.endpoints();
+        let catalog = routes.catalog();
+        let config = gw.config();
+        let replay_default = config.reasoning.replay;
         let req = self.req.as_mut().expect("chat request in progress");
         if let Some(dialect) = req.dialect.as_deref_mut() {
-            // Another API's request, as the one chat request it stands for.
+            // Another API's request, as the one chat request it stands for;
+            // the reasoning its client carried back is read only when a
+            // model replays it.
             use crate::dialect::{messages, responses};
+            let replay = catalog
+                .models()
+                .iter()
+                .any(|m| config.reasoning.replay_of(m).replays())
+                .then(|| &**gw.reasoning_seal());
             let body = &req.body;
             let translated = match dialect {
                 Dialect::Responses(asked, _) => {
-                    responses::request::translate(body).map(|(chat, a)| {
+                    responses::request::translate(body, replay).map(|(chat, a)| {
                         *asked = a;
                         chat
                     })
@@ -249,7 +262,7 @@ impl Connection {
                     let read = if count {
                         messages::request::translate_count(body)
                     } else {
-                        messages::request::translate(body)
+                        messages::request::translate(body, replay)
                     };
                     read.map(|(chat, a)| {
                         *asked = a;
@@ -265,10 +278,9 @@ impl Connection {
                 }
             }
         }
-        let routes = gw.endpoints();
-        let catalog = routes.catalog();
         let key_models = req.key.as_ref().and_then(KeyRef::models);
-        let chat = match validate_chat_request(&req.body, catalog.seen_by(key_models)) {
+        let seen = catalog.seen_by(key_models);
+        let chat = match validate_chat_request_replaying(&req.body, seen, replay_default) {
             Ok(c) => c,
             Err(mut e) => {
                 req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
@@ -282,17 +294,45 @@ impl Connection {
                 return self.respond_error(now, e, false);
             }
         };
+        let asked = catalog.index(&chat.model).unwrap_or(0);
+        let answering: Vec<usize> = std::iter::once(asked)
+            .chain(fallbacks(catalog, asked, key_models))
+            .collect();
+        req.model = asked;
+        req.affinity = chat.cache_key.or(req.session).or(chat.user);
+        req.routes = Some(Arc::clone(&routes));
+        let count = req.count_tokens;
+        req.chat = Some(chat);
+        if !count && self.plan_replay(now, &answering) {
+            // Admitted once the shared memory answered.
+            return;
+        }
+        self.admit_chat(now);
+    }
+
+    /// The validated request (its turns' reasoning restored) held against
+    /// its key's limits: its reservation, then admission.
+    pub(super) fn admit_chat(&mut self, now: Instant) {
+        let gw = Arc::clone(&self.gw);
         let config = gw.config();
+        let restored = self.restored_bytes() as u64;
+        let req = self.req.as_mut().expect("chat request in progress");
+        let routes = Arc::clone(req.routes.as_ref().expect("routed"));
+        let catalog = routes.catalog();
+        let key_models = req.key.as_ref().and_then(KeyRef::models);
+        let chat = req.chat.as_ref().expect("validated");
         // The models that may answer: the one asked for, then its
         // fallbacks the key may call. Its reservation covers the worst of
         // them: the prompt as the providers of any of them will count it
-        // (the estimate plus what they were seen to add, their chat
-        // templates: an upper bound), at the dearest of their prices.
-        let asked = catalog.index(&chat.model).unwrap_or(0);
+        // (the estimate, with the reasoning the memory restored, plus what
+        // they were seen to add, their chat templates: an upper bound), at
+        // the dearest of their prices.
+        let asked = req.model;
         let answering = || std::iter::once(asked).chain(fallbacks(catalog, asked, key_models));
         let serving = answering().fold(0, |set, m| set | routes.serving(m));
         let prompt = routes.prompt_bound(
-            chat.estimated_prompt_tokens,
+            chat.estimated_prompt_tokens
+                .saturating_add(restored.div_ceil(4)),
             config.prompt_overhead_tokens,
             serving,
         );
@@ -313,10 +353,6 @@ impl Connection {
             })
             .max()
             .unwrap_or(0);
-        req.model = asked;
-        req.affinity = chat.cache_key.or(req.session).or(chat.user);
-        req.routes = Some(Arc::clone(&routes));
-        req.chat = Some(chat);
         self.admit(now);
     }
 

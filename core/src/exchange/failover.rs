@@ -71,16 +71,24 @@ impl Connection {
     /// with the model id this one expects for the model answering (which
     /// a fallback may have changed).
     fn next_request(&mut self, endpoint: &Endpoint) {
+        let replayed = self.replayed_body(endpoint);
         let req = self.req.as_mut().expect("request in progress");
         let chat = req.chat.as_ref().expect("validated");
         let routes = req.routes.as_ref().expect("routed");
         let model = &routes.catalog().models()[req.model];
         let name = endpoint.config().model_name(model);
-        let body = &req.upstream_request[req.body_at..];
-        let body = if req.body_model || name != model.provider_id() {
-            Cow::Owned(with_model(body, name))
-        } else {
-            Cow::Borrowed(body)
+        let body = match replayed {
+            // Written anew for this endpoint's field and model's replay,
+            // from the body that names the model asked for.
+            Some(body) => Cow::Owned(with_model(&body, name)),
+            None => {
+                let body = &req.upstream_request[req.body_at..];
+                if req.body_model || name != model.provider_id() {
+                    Cow::Owned(with_model(body, name))
+                } else {
+                    Cow::Borrowed(body)
+                }
+            }
         };
         let (out, body_at) = provider_request(endpoint, &body, chat.stream, req);
         req.body_model = name != model.provider_id();
@@ -91,6 +99,7 @@ impl Connection {
     /// The first attempt's request, from the validated body (which names
     /// the model by its provider id).
     fn first_request(&mut self, endpoint: &Endpoint) {
+        let replayed = self.replayed_body(endpoint);
         let req = self.req.as_mut().expect("request in progress");
         if let Some(t) = req.trace.as_mut() {
             t.note_request(&req.body);
@@ -99,7 +108,9 @@ impl Connection {
         let routes = req.routes.as_ref().expect("routed");
         let model = &routes.catalog().models()[req.model];
         let name = endpoint.config().model_name(model);
-        let body = chat.upstream_body(&req.body);
+        let body = replayed
+            .as_deref()
+            .unwrap_or_else(|| chat.upstream_body(&req.body));
         req.body_model = name != model.provider_id();
         let (out, body_at) = if req.body_model {
             provider_request(endpoint, &with_model(body, name), chat.stream, req)

@@ -10,16 +10,18 @@ use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
 use crate::dialect::messages::events::MessageStream;
 use crate::dialect::responses::events::ResponseStream;
-use crate::dialect::{End, Translator};
+use crate::dialect::{Carry, End, OverBudget, Translator, record_chunk};
 use crate::dialect::{messages, responses};
 use crate::endpoints::Outcome;
 use crate::error::{ApiError, UpstreamFault};
 use crate::http::BodyDecoder;
 use crate::http::HttpError;
 use crate::http::write::{self, header, header_u64};
+use crate::reasoning::AnswerReasoning;
 use crate::stream::{DONE_EVENT, EventKind, StreamTracker};
 use crate::time::Instant;
 use crate::usage::{Usage, parse_completion};
+use std::sync::Arc;
 
 /// A Messages stream whose provider sends nothing for this long gets a
 /// `ping` event, as the Anthropic API sends them: the client's idle watch
@@ -133,10 +135,11 @@ impl Connection {
             t.note_response(&up.body);
         }
         // Another API's answer: the completion in its shape.
+        let carry = || Carry::new(Arc::clone(self.gw.reasoning_seal()));
         let translated = req
             .dialect
             .as_deref()
-            .map(|d| d.body(&req.id, unix, &up.body, summary.usage.as_ref()));
+            .map(|d| d.body(&req.id, unix, carry(), &up.body, summary.usage.as_ref()));
         let (body, content_type) = match &translated {
             Some(t) => (t.as_slice(), "application/json"),
             None => (up.body.as_slice(), content_type.as_str()),
@@ -151,6 +154,11 @@ impl Connection {
         }
         write::end_head(&mut out);
         out.extend_from_slice(body);
+        if self.remembers() {
+            let mut answer = AnswerReasoning::new();
+            record_chunk(&up.body, &mut answer);
+            self.remember_answer(now, Some(answer));
+        }
         let mut rec = self.record(now, 200);
         rec.complete = true;
         rec.finish_reason = summary.finish_reason;
@@ -192,6 +200,12 @@ impl Connection {
     /// the body is over.
     fn forward_events(&mut self, now: Instant, mut end: Option<StreamEnd>) {
         let tail = self.gw.config().timeouts.stream_tail;
+        // What a translator starting with this batch carries.
+        let dialect = self.req.as_ref().is_some_and(|r| r.dialect.is_some());
+        let carry = dialect.then(|| Carry {
+            seal: Arc::clone(self.gw.reasoning_seal()),
+            remember: self.remembers(),
+        });
         let up = self.up.as_mut().expect("upstream in progress");
         let too_large = || {
             StreamEnd::Failed(
@@ -268,7 +282,29 @@ impl Connection {
                     .dialect
                     .as_deref_mut()
                     .expect("translated for a dialect");
-                dialect.event(&req.id, unix, kind, data.as_deref(), &up.tracker, out);
+                let carried = carry.as_ref().expect("made for a translation");
+                let event = dialect.event(
+                    &req.id,
+                    unix,
+                    carried,
+                    kind,
+                    data.as_deref(),
+                    &up.tracker,
+                    out,
+                );
+                if event.is_err() {
+                    // More than a translation keeps: the stream is over,
+                    // as any invalid provider stream.
+                    end = Some(StreamEnd::Failed(
+                        UpstreamFault::Invalid,
+                        "the provider's answer holds more than a translation keeps",
+                    ));
+                    break;
+                }
+            } else if let (Some(answer), EventKind::Data, Some(data)) =
+                (up.answer.as_mut(), kind, data.as_deref())
+            {
+                record_chunk(data, answer);
             }
             if up.tracker.is_complete() {
                 if !self.timers.is_set(Timer::StreamTail) {
@@ -436,7 +472,7 @@ impl Connection {
             .up
             .as_ref()
             .map_or(AfterStream::Close, |u| u.after_stream(&end));
-        let up = match next {
+        let mut up = match next {
             AfterStream::Release => self.release_upstream(),
             AfterStream::Close => self.close_upstream(),
             // No event yet: the connection stays with the runtime, which
@@ -484,6 +520,13 @@ impl Connection {
         if chunked {
             write::last_chunk(&mut bytes);
         }
+        if up.tracker.is_complete() {
+            let answer = match self.req.as_mut().and_then(|r| r.dialect.as_deref_mut()) {
+                Some(d) => d.take_reasoning(),
+                None => up.answer.take(),
+            };
+            self.remember_answer(now, answer);
+        }
         let mut rec = self.record(now, 200);
         rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
         rec.complete = up.tracker.is_complete();
@@ -507,15 +550,16 @@ impl Dialect {
         &self,
         request_id: &str,
         unix: u64,
+        carry: Carry,
         completion: &[u8],
         usage: Option<&Usage>,
     ) -> Vec<u8> {
         match self {
             Dialect::Responses(asked, _) => {
-                responses::events::body(asked.clone(), request_id, unix, completion, usage)
+                responses::events::body(asked.clone(), request_id, unix, carry, completion, usage)
             }
             Dialect::Messages(asked, _) => {
-                messages::events::body(asked.clone(), request_id, completion, usage)
+                messages::events::body(asked.clone(), request_id, carry, completion, usage)
             }
         }
     }
@@ -523,16 +567,20 @@ impl Dialect {
     /// One chat event as the events of this API it stands for: a chunk's
     /// deltas; `[DONE]` (or a provider's error event) as the last event; a
     /// comment as the API's keep-alive, so the client's connection stays
-    /// alive. The stream's translator starts with its first event.
+    /// alive. The stream's translator starts with its first event,
+    /// carrying `carry`. `Err` when the answer holds more than a
+    /// translation keeps.
+    #[allow(clippy::too_many_arguments)]
     fn event(
         &mut self,
         request_id: &str,
         unix: u64,
+        carry: &Carry,
         kind: EventKind,
         data: Option<&[u8]>,
         tracker: &StreamTracker,
         out: &mut Vec<u8>,
-    ) {
+    ) -> Result<(), OverBudget> {
         let end = match kind {
             EventKind::Data => None,
             EventKind::Done if tracker.is_complete() => {
@@ -549,27 +597,37 @@ impl Dialect {
                     Dialect::Responses(..) => b": keep-alive\n\n".as_slice(),
                     Dialect::Messages(..) => PING_EVENT,
                 });
-                return;
+                return Ok(());
             }
         };
-        let s = self.stream(request_id, unix);
+        let s = self.stream(request_id, unix, carry);
         match (end, data) {
             (Some(end), _) => s.end(end, tracker.usage().as_ref(), out),
-            (None, Some(data)) => s.chunk(data, out),
+            (None, Some(data)) => return s.chunk(data, out),
             (None, None) => {}
         }
+        Ok(())
     }
 
     /// The stream's translator, started with its first event.
-    fn stream(&mut self, request_id: &str, unix: u64) -> &mut dyn Translator {
+    fn stream(&mut self, request_id: &str, unix: u64, carry: &Carry) -> &mut dyn Translator {
         match self {
-            Dialect::Responses(asked, stream) => {
-                stream.get_or_insert_with(|| ResponseStream::new(asked.clone(), request_id, unix))
-            }
-            Dialect::Messages(asked, stream) => {
-                stream.get_or_insert_with(|| MessageStream::new(asked.clone(), request_id))
-            }
+            Dialect::Responses(asked, stream) => stream.get_or_insert_with(|| {
+                ResponseStream::new(asked.clone(), request_id, unix, carry.clone())
+            }),
+            Dialect::Messages(asked, stream) => stream.get_or_insert_with(|| {
+                MessageStream::new(asked.clone(), request_id, carry.clone())
+            }),
         }
+    }
+
+    /// The answer's reasoning and calls, from a translator that kept them.
+    fn take_reasoning(&mut self) -> Option<AnswerReasoning> {
+        let started: Option<&mut dyn Translator> = match self {
+            Dialect::Responses(_, s) => s.as_mut().map(|s| s as _),
+            Dialect::Messages(_, s) => s.as_mut().map(|s| s as _),
+        };
+        started.and_then(Translator::take_reasoning)
     }
 
     /// The stream's last event, when it started and the provider's

@@ -39,6 +39,7 @@
 //! | `upstream.rs` | the provider connection: connecting, its response head, failures, timeouts, the leftover after `[DONE]` |
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
 //! | `metering.rs` | the ledger record, metrics and access lines |
+//! | `reasoning.rs` | reasoning through the tool loop: replayed into the request, remembered from the answer |
 //! | `spans.rs` | the request's trace: its server span and a client span per attempt |
 //! | `respond.rs` | response heads and error responses |
 //! | `timers.rs` | every deadline, in one table |
@@ -47,6 +48,7 @@ mod admission;
 mod failover;
 mod forward;
 mod metering;
+mod reasoning;
 mod request;
 mod respond;
 mod spans;
@@ -65,6 +67,7 @@ use crate::ledger::LedgerRecord;
 use crate::time::Instant;
 
 pub use admission::{AdmitRequest, Refusal, Settlement, SharedAdmission};
+pub use reasoning::{Recall, Remember};
 use request::Request;
 use timers::{Timer, TimerTable};
 use upstream::{Leftover, UpState, Upstream};
@@ -118,6 +121,14 @@ pub enum Event {
     /// connection). A runtime without a shared limiter hands over
     /// `Err(StoreError::NotConfigured)`.
     Settle(Settlement),
+    /// Read these keys of the shared reasoning memory (Redis, with shared
+    /// limits only), then call [`Connection::handle_recall`] with their
+    /// values, or with why they could not be read, even if the client has
+    /// gone meanwhile.
+    Recall(Recall),
+    /// Keep this reasoning in the shared reasoning memory (with shared
+    /// limits only); nothing goes back to the connection.
+    Remember(Remember),
 }
 
 /// Why the provider connection failed (the runtime maps its I/O errors here).
@@ -173,6 +184,8 @@ enum Phase {
     Head,
     /// Reading a chat request's body.
     Body,
+    /// Waiting for the shared reasoning memory's answer.
+    Recalling,
     /// Waiting for the shared limiter's verdict.
     Admitting,
     /// Waiting in its key's queue for an in-flight slot.

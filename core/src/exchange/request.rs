@@ -109,6 +109,9 @@ pub(super) struct Request {
     pub(super) affinity: Option<u64>,
     /// The session header's hash.
     pub(super) session: Option<u64>,
+    /// Its reasoning replay, when a model that may answer replays
+    /// reasoning and its turns have some.
+    pub(super) replay: Option<Box<super::reasoning::Replay>>,
 }
 
 /// A client API translated onto the chat exchange: what its answer's
@@ -174,6 +177,7 @@ impl Request {
             model_started: None,
             affinity: None,
             session: head.session,
+            replay: None,
         }
     }
 
@@ -206,7 +210,10 @@ impl Connection {
         }
         if self.phase == Phase::Upstream {
             self.client_gone(now);
-        } else if matches!(self.phase, Phase::Body | Phase::Admitting | Phase::Queued) {
+        } else if matches!(
+            self.phase,
+            Phase::Body | Phase::Recalling | Phase::Admitting | Phase::Queued
+        ) {
             self.leave_queue(now, false);
             // An authenticated request abandoned before the provider was
             // asked is still metered.

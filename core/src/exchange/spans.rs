@@ -30,6 +30,8 @@ pub(super) struct RequestTrace {
     pub(super) response: Option<ResponseIds>,
     /// The request's `temperature` and `top_p` (sampled traces only).
     pub(super) sampling: Sampling,
+    /// Where its turns' replayed reasoning came from.
+    pub(super) replay: Option<crate::reasoning::Sources>,
 }
 
 /// The sampling parameters a request set.
@@ -97,6 +99,11 @@ impl RequestTrace {
         self.response = Some(ResponseIds::read(json));
     }
 
+    /// Notes where the turns' replayed reasoning came from.
+    pub(super) fn note_replay(&mut self, sources: crate::reasoning::Sources) {
+        self.replay = Some(sources);
+    }
+
     /// Reads the validated body's `temperature` and `top_p` (only for a
     /// sampled trace: the rest of the body is skimmed, not kept).
     pub(super) fn note_request(&mut self, body: &[u8]) {
@@ -141,6 +148,7 @@ impl Connection {
             attempts: Vec::new(),
             response: None,
             sampling: Sampling::default(),
+            replay: None,
         }))
     }
 
@@ -312,6 +320,10 @@ fn request_attributes(req: &Request, t: &RequestTrace, model: &str, status: u16)
     if let Some(d) = req.dialect.as_deref() {
         // The client's API, when it is not chat completions.
         attributes.push(("chatgate.api", Value::Str(d.api().into())));
+    }
+    if let Some(sources) = t.replay.filter(|s| !s.is_empty()) {
+        // Where the reasoning replayed to the provider came from.
+        attributes.push(("chatgate.reasoning.replay", Value::Str(sources.labels())));
     }
     attributes
 }

@@ -25,6 +25,7 @@ use crate::catalog::KeyView;
 use crate::endpoints::affinity_hash;
 use crate::error::ApiError;
 use crate::json::{Code, Cursor, Keys, Stop, position};
+use crate::reasoning::ReplayMode;
 
 /// The top-level members the rules read, by slot.
 const TOP_KEYS: usize = 13;
@@ -164,7 +165,11 @@ impl Top {
 }
 
 /// The pass, then the rules (see the module documentation).
-pub(super) fn validate(body: &[u8], models: KeyView<'_>) -> Result<ChatRequest, ApiError> {
+pub(super) fn validate(
+    body: &[u8],
+    models: KeyView<'_>,
+    replay: ReplayMode,
+) -> Result<ChatRequest, ApiError> {
     let mut c = Cursor::new(body);
     match c.peek() {
         Some(b'{') => {}
@@ -202,11 +207,16 @@ pub(super) fn validate(body: &[u8], models: KeyView<'_>) -> Result<ChatRequest, 
         return Err(ApiError::model_not_found(&named));
     };
     let model = &entry.id;
-    let messages = match messages {
+    let mut messages = match messages {
         None => return Err(ApiError::missing("messages")),
         Some(Err(refused)) => return Err(*refused),
         Some(Ok(messages)) => messages,
     };
+    if entry.reasoning_replay.unwrap_or(replay).replays() {
+        // The turns keep their reasoning: each attempt writes it as its
+        // model and endpoint want it.
+        messages.strip.clear();
+    }
     let stream = check_stream(raw(STREAM))?;
 
     let counted = raw(MAX_TOKENS).map(plain_count);

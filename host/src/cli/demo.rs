@@ -72,7 +72,7 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         messages: true,
     };
     let gateway = Gateway::new(
-        config,
+        super::serve::with_signing_secret(config),
         keys,
         WallClock::new(unix_ms_at_start()),
         random_u64(),
@@ -182,6 +182,13 @@ pub(super) fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
         strict_request_id: m.get_flag("strict-request-id"),
         template_tokens: m.get_one::<u64>("template-tokens").copied().unwrap_or(0),
         tools_on_request: false,
+        require_reasoning_replay: m
+            .get_one::<String>("require-reasoning-replay")
+            .and_then(|s| chatgate_sim::ReplayCheck::parse(s)),
+        reasoning_field: m
+            .get_one::<String>("reasoning-field")
+            .and_then(|s| chatgate_sim::ReasoningName::parse(s))
+            .unwrap_or_default(),
     };
     raise_fd_limit();
     let listen = m.get_one::<String>("listen").expect("required");

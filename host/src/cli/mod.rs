@@ -140,7 +140,8 @@ fn command(bin: &'static str) -> Command {
         .after_help(
             "Requests can choose their own timing and faults with an \"x_sim\" object in the body or a \
              [[sim:key=value,...]] marker in the last user message (keys: fault, after, status, message, \
-             retry_after, bytes, count, die, template_tokens, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms). \
+             retry_after, bytes, count, die, template_tokens, ttft_ms, token_ms, reasoning_tokens, answer_tokens, framing, split_ms, \
+             tools, tool, input, calls). \
              POST /_sim/fault {\"fault\": NAME, …, \"for_ms\": N or \"times\": N} sets a fault for every request (for N ms, or the next N), DELETE clears it. \
              GET /_sim/journal lists what was received and how each exchange ended; GET /_sim/stats \
              gives running totals (exchanges, outcomes, tokens reported, cached tokens included, exchanges at once) \
@@ -162,6 +163,8 @@ fn command(bin: &'static str) -> Command {
         .arg(u64_arg("fault-after", "Events before the fault [default: 2]"))
         .arg(u64_arg("template-tokens", "Prompt tokens a chat template adds to every reported prompt [default: 0]"))
         .arg(Arg::new("strict-request-id").long("strict-request-id").action(ArgAction::SetTrue).help("Refuse a request whose X-Request-Id is not a UUID with a 400 and no body (as llama-cpp-python's server does)"))
+        .arg(Arg::new("require-reasoning-replay").long("require-reasoning-replay").value_name("PROVIDER").value_parser(["kimi", "deepseek"]).help("Refuse a request whose assistant tool-call message lacks its reasoning, with this provider's status, body and wording (and one whose reasoning for calls the simulator made is not what it produced)"))
+        .arg(Arg::new("reasoning-field").long("reasoning-field").value_name("NAME").value_parser(["reasoning_content", "reasoning", "reasoning_details"]).help("The name the simulator gives its reasoning: reasoning_content (DeepSeek, Kimi) [default], reasoning (vLLM; also read back by that name) or reasoning_details (OpenRouter's blocks)"))
         .arg(u64_arg("fault-status", "Status of the reject fault [default: 500]"));
     Command::new(bin)
         .version(env!("CARGO_PKG_VERSION"))

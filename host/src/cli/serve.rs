@@ -63,7 +63,7 @@ pub(super) fn start_serving<R: Runtime>(
     let summary = cfg.summary(keys.len());
     let ledger = Ledger::open(&cfg.ledger_path)?;
     let gateway = Gateway::new(
-        cfg.gateway.clone(),
+        with_signing_secret(cfg.gateway.clone()),
         keys,
         WallClock::new(unix_ms_at_start()),
         random_u64(),
@@ -131,6 +131,33 @@ pub(super) fn start_serving<R: Runtime>(
         ledger,
         &summary,
     ))
+}
+
+/// `config` with the secret that signs thinking blocks and seals reasoning:
+/// the one `signing_secret_env` names, else one made now, for this process
+/// only (said in the log: its signatures survive neither a restart nor
+/// another instance).
+pub(super) fn with_signing_secret(
+    mut config: chatgate_core::GatewayConfig,
+) -> chatgate_core::GatewayConfig {
+    let r = &mut config.reasoning;
+    match &r.secret_env {
+        Some(var) => tracing::info!(
+            variable = var.as_str(),
+            "thinking signatures and sealed reasoning use the shared signing secret"
+        ),
+        None => {
+            let hex: String = crate::runtime::random_32()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            r.secret = Some(chatgate_core::Secret::new(hex));
+            tracing::info!(
+                "no signing_secret_env: this process made its own signing secret; the thinking signatures and sealed reasoning it gives clients hold for it alone, not after a restart nor on another instance (set signing_secret_env to the same secret on every instance)"
+            );
+        }
+    }
+    config
 }
 
 /// Seeds the process's book of spend, and the console's last day, from the

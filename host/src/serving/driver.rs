@@ -58,7 +58,7 @@ pub(crate) struct Shared<R: Runtime> {
 /// What woke a connection's task.
 enum Wake {
     Drain,
-    Admitted(chatgate_core::SharedAdmission),
+    Admitted(StoreAnswer),
     Connected(Result<bool, UpstreamFailure>),
     UpWritten(io::Result<usize>),
     UpFlushed(io::Result<()>),
@@ -68,7 +68,15 @@ enum Wake {
     Timeout,
 }
 
-type AdmitFuture<'a> = Pin<Box<dyn Future<Output = chatgate_core::SharedAdmission> + Send + 'a>>;
+/// What the shared store answered a connection that waits for it.
+enum StoreAnswer {
+    Admission(chatgate_core::SharedAdmission),
+    Recall(Result<Vec<Option<Vec<u8>>>, chatgate_core::StoreError>),
+}
+
+/// The shared store's answer a connection waits for: an admission, or the
+/// reasoning memory's values (never both at once).
+type AdmitFuture<'a> = Pin<Box<dyn Future<Output = StoreAnswer> + Send + 'a>>;
 
 type ConnectFuture<'a, R> = Pin<
     Box<
@@ -230,14 +238,34 @@ impl<'s, R: Runtime> Task<'s, R> {
                 Event::Admit(ask) => {
                     let shared = Arc::clone(shared);
                     self.admitting = Some(Box::pin(async move {
-                        match &shared.shared_limits {
+                        StoreAnswer::Admission(match &shared.shared_limits {
                             Some(l) => l.admit(&ask).await,
                             None => chatgate_core::SharedAdmission::Unavailable(
                                 chatgate_core::StoreError::NotConfigured,
                             ),
-                        }
+                        })
                     }));
                     self.g_admit.reset();
+                }
+                Event::Recall(recall) => {
+                    let shared = Arc::clone(shared);
+                    self.admitting = Some(Box::pin(async move {
+                        StoreAnswer::Recall(match &shared.shared_limits {
+                            Some(l) => l.recall(&recall.keys).await,
+                            None => Err(chatgate_core::StoreError::NotConfigured),
+                        })
+                    }));
+                    self.g_admit.reset();
+                }
+                Event::Remember(remember) => {
+                    let shared = Arc::clone(shared);
+                    shared.rt.clone().spawn(async move {
+                        if let Some(l) = &shared.shared_limits {
+                            if let Err(e) = l.remember(&remember).await {
+                                tracing::warn!(error = %e, "the shared reasoning memory could not be written");
+                            }
+                        }
+                    });
                 }
                 Event::Settle(settlement) => {
                     let shared = Arc::clone(shared);
@@ -413,9 +441,13 @@ impl<'s, R: Runtime> Task<'s, R> {
                 self.drain_seen = true;
                 conn.handle_shutdown(t);
             }
-            Wake::Admitted(v) => {
+            Wake::Admitted(StoreAnswer::Admission(v)) => {
                 self.admitting = None;
                 conn.handle_admission(t, v);
+            }
+            Wake::Admitted(StoreAnswer::Recall(found)) => {
+                self.admitting = None;
+                conn.handle_recall(t, found);
             }
             Wake::Connected(Ok(reused)) => {
                 self.connecting = None;

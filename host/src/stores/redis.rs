@@ -247,6 +247,60 @@ impl<R: Runtime> SharedLimiter<R> {
         self.call(op, &s.key, s.limits, &quota).await.map(drop)
     }
 
+    /// The shared reasoning memory's values for `keys` (each
+    /// `chatgate_core::reasoning::shared_key`, all in one key's slot),
+    /// within the timeout.
+    pub(crate) async fn recall(
+        &self,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let Some(first) = keys.first() else {
+            return Ok(Vec::new());
+        };
+        let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 1);
+        args.push(b"MGET");
+        args.extend(keys.iter().map(Vec::as_slice));
+        let slot = String::from_utf8_lossy(first).into_owned();
+        let reply = self
+            .within_timeout(
+                self.nodes
+                    .run(&slot, &Command::Plain(&args), self.deadline()),
+            )
+            .await?;
+        match reply {
+            RedisReply::Array(Some(values)) if values.len() == keys.len() => Ok(values
+                .into_iter()
+                .map(|v| match v {
+                    RedisReply::Bulk(Some(b)) => Some(b),
+                    _ => None,
+                })
+                .collect()),
+            other => Err(StoreError::Protocol(format!(
+                "unexpected answer to MGET: {other:?}"
+            ))),
+        }
+    }
+
+    /// Keeps `r`'s reasoning in the shared reasoning memory under each of
+    /// its keys, for its time to live.
+    pub(crate) async fn remember(&self, r: &chatgate_core::Remember) -> Result<(), StoreError> {
+        let ttl = r.ttl_ms.max(1).to_string();
+        for key in &r.keys {
+            let args: [&[u8]; 5] = [b"SET", key, &r.text, b"PX", ttl.as_bytes()];
+            let slot = String::from_utf8_lossy(key).into_owned();
+            let reply = self
+                .within_timeout(
+                    self.nodes
+                        .run(&slot, &Command::Plain(&args), self.deadline()),
+                )
+                .await?;
+            if let RedisReply::Error(e) = reply {
+                return Err(StoreError::Protocol(format!("redis SET: {e}")));
+            }
+        }
+        Ok(())
+    }
+
     /// Renews this instance's leases for as long as it runs.
     pub(crate) async fn renew_leases(self: Arc<Self>) {
         loop {

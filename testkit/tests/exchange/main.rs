@@ -19,6 +19,7 @@
 //! | `provider_errors` | provider refusals and connect failures, their 502s, and retries |
 //! | `pool` | provider connections: keep-alive reuse, stale connections, what may be pooled, split reads |
 //! | `drain` | a provider connection read to its last chunk after `[DONE]` before it is pooled |
+//! | `reasoning` | reasoning replayed through the tool loop: from the client, the memory, the shared store, or empty; a key never gets another's |
 
 mod common;
 
@@ -29,6 +30,7 @@ mod limits;
 mod metering;
 mod pool;
 mod provider_errors;
+mod reasoning;
 mod requests;
 mod streams;
 mod timeouts;

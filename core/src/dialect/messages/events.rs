@@ -14,28 +14,25 @@
 //!
 //! The stream's `message_delta` (the `stop_reason` and the usage) waits
 //! for the end: the provider's usage comes after its `finish_reason`.
+//!
+//! A thinking block's `signature` is the gateway's HMAC of its text
+//! ([`crate::reasoning::ReasoningSeal::sign`]): the one thing kept of the
+//! reasoning as it passes is its text, to sign it when the block closes.
+//! A client that sends the block back unchanged gives the provider its
+//! reasoning back (`request.rs`). What the answer may make the translator
+//! hold is bounded ([`crate::dialect::Budget`]).
 
 use crate::http::write::push_decimal;
 use crate::json::Cursor;
+use crate::reasoning::AnswerReasoning;
 use crate::usage::Usage;
 
 use super::request::Asked;
-use crate::dialect::End;
 use crate::dialect::chunk::{CallDelta, Found, Shape};
 use crate::dialect::text::valid_text;
+use crate::dialect::{Budget, Carry, End, OverBudget};
 
-/// The prefix of the signature the gateway gives its thinking blocks.
-pub const SIGNATURE_PREFIX: &str = "chatgate.v1.";
-
-/// At most this many tool calls in one answer; a provider's calls beyond
-/// them are left out (a hostile provider cannot make the list, and the
-/// work per delta, grow without end).
-const MAX_CALLS: usize = 256;
-
-/// At most this many bytes of arguments are kept for calls waiting for
-/// their block (a provider that interleaves its calls' deltas); beyond
-/// them, a waiting call's arguments are left out.
-const MAX_PENDING: usize = 4 << 20;
+pub use crate::reasoning::SIGNATURE_PREFIX;
 
 /// A content block being streamed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,9 +68,15 @@ enum CallState {
 #[derive(Debug)]
 pub struct MessageStream {
     asked: Asked,
+    carry: Carry,
     /// `msg_…`, from the gateway's request id.
     id: String,
-    signature: String,
+    /// The answer's reasoning and calls, when thinking is shown (to sign
+    /// it) or the memory keeps it.
+    log: Option<AnswerReasoning>,
+    /// Where the open thinking block's text starts in `log`.
+    block_start: usize,
+    budget: Budget,
     /// The model as the provider named it (a JSON string as written).
     model: Vec<u8>,
     started: bool,
@@ -81,8 +84,6 @@ pub struct MessageStream {
     open: Option<(Block, u64)>,
     next_index: u64,
     calls: Vec<ToolCall>,
-    /// Bytes kept in the waiting calls' `pending`.
-    pending: usize,
     /// `finish_reason` arrived: the stop reason, and the stop sequence
     /// (a JSON string) when the provider named it.
     stop: Option<(&'static str, Option<Vec<u8>>)>,
@@ -98,19 +99,22 @@ pub struct MessageStream {
 
 impl MessageStream {
     /// A stream for the request `request_id` (its `req_…` id), which asked
-    /// `asked`.
-    pub fn new(asked: Asked, request_id: &str) -> Self {
+    /// `asked`; its thinking signed with `carry`'s keys.
+    pub fn new(asked: Asked, request_id: &str, carry: Carry) -> Self {
         let tail = request_id.trim_start_matches("req_");
+        let log = (asked.thinking || carry.remember).then(AnswerReasoning::new);
         MessageStream {
             asked,
+            carry,
             id: format!("msg_{tail}"),
-            signature: format!("{SIGNATURE_PREFIX}{tail}"),
+            log,
+            block_start: 0,
+            budget: Budget::default(),
             model: Vec::new(),
             started: false,
             open: None,
             next_index: 0,
             calls: Vec::new(),
-            pending: 0,
             stop: None,
             ended: false,
             shape: None,
@@ -136,9 +140,9 @@ impl MessageStream {
     /// `out`. A chunk that is not a JSON object writes nothing but the
     /// start. A chunk shaped like the last chunk of one text delta (most
     /// of a stream) is that same kind of delta, written without walking it.
-    pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
+    pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
         if self.ended {
-            return;
+            return Ok(());
         }
         if let Some(shape) = &self.shape {
             // Its block is still the one open (reasoning not asked for goes
@@ -149,6 +153,10 @@ impl MessageStream {
                 _ => None,
             };
             if let Some((open, text)) = open.zip(shape.delta(data)) {
+                let reasoning = !matches!(open, Some((Block::Text, _)));
+                if reasoning && text.len() > 2 {
+                    self.keep_reasoning(text)?;
+                }
                 match open.filter(|_| text.len() > 2) {
                     Some((Block::Text, index)) => delta(out, index, TEXT_DELTA, text),
                     Some((Block::Thinking, index)) if !self.asked.omit_thinking => {
@@ -156,13 +164,13 @@ impl MessageStream {
                     }
                     _ => {}
                 }
-                return;
+                return Ok(());
             }
         }
         self.shape = None;
         let data = &*valid_text(data);
         let Some(found) = Found::read(data) else {
-            return;
+            return Ok(());
         };
         let text = |r: &Option<std::ops::Range<usize>>| {
             r.clone()
@@ -175,12 +183,22 @@ impl MessageStream {
             }
         }
         self.start(out);
-        if let Some(t) = text(&found.reasoning).filter(|_| self.asked.thinking) {
-            let index = self.open_block(Block::Thinking, out);
-            if !self.asked.omit_thinking {
+        let mut kept = Ok(());
+        found.each_reasoning(data, |t| {
+            if kept.is_err() {
+                return;
+            }
+            // The block opens first: its text starts with this delta.
+            let index = self
+                .asked
+                .thinking
+                .then(|| self.open_block(Block::Thinking, out));
+            kept = self.keep_reasoning(t);
+            if let Some(index) = index.filter(|_| kept.is_ok() && !self.asked.omit_thinking) {
                 delta(out, index, THINKING_DELTA, t);
             }
-        }
+        });
+        kept?;
         if let Some(t) = text(&found.content) {
             let index = self.open_block(Block::Text, out);
             delta(out, index, TEXT_DELTA, t);
@@ -197,7 +215,11 @@ impl MessageStream {
                 self.shape = Some(Shape::new(data, r, kind));
             }
         }
-        CallDelta::each(data, found.calls.as_ref(), |d| self.call_delta(d, out));
+        let mut calls = Ok(());
+        CallDelta::each(data, found.calls.as_ref(), |d| {
+            calls = calls.and_then(|()| self.call_delta(d, out));
+        });
+        calls?;
         if let Some(f) = text(&found.finish) {
             let reason = Cursor::whole(f, Cursor::str).unwrap_or_default();
             let sequence = found
@@ -207,6 +229,24 @@ impl MessageStream {
             self.stop = Some(stop_reason(&reason, sequence, !self.calls.is_empty()));
             self.close_all(out);
         }
+        Ok(())
+    }
+
+    /// A reasoning delta (a JSON string as written) kept for the block's
+    /// signature and the memory.
+    fn keep_reasoning(&mut self, text: &[u8]) -> Result<(), OverBudget> {
+        match self.log.as_mut() {
+            Some(log) => self.budget.keep(log.push(text)),
+            None => Ok(()),
+        }
+    }
+
+    /// The signature of the thinking block whose text starts at `start`
+    /// of the log (the whole text is signed even when it is not shown).
+    fn signature(&self, start: usize) -> String {
+        let text = self.log.as_ref().and_then(AnswerReasoning::text);
+        let text = text.map_or(&[][..], |t| &t[start.min(t.len())..]);
+        self.carry.seal.sign(text)
     }
 
     /// `message_start`, once.
@@ -252,6 +292,9 @@ impl MessageStream {
         let index = self.next_index;
         self.next_index += 1;
         self.open = Some((kind, index));
+        if kind == Block::Thinking {
+            self.block_start = self.log.as_ref().map_or(0, |l| l.len());
+        }
         event(out, "content_block_start", |o| {
             index_member(o, index);
             o.extend_from_slice(b",\"content_block\":");
@@ -284,7 +327,7 @@ impl MessageStream {
         if let Block::Tool(i) = kind {
             self.calls[i].state = CallState::Open;
             let pending = std::mem::take(&mut self.calls[i].pending);
-            self.pending -= pending.len();
+            self.budget.release(pending.len());
             if !pending.is_empty() {
                 json_delta(out, index, &pending);
             }
@@ -299,10 +342,11 @@ impl MessageStream {
             return;
         };
         if kind == Block::Thinking {
+            let signature = self.signature(self.block_start);
             event(out, "content_block_delta", |o| {
                 index_member(o, index);
                 o.extend_from_slice(b",\"delta\":{\"type\":\"signature_delta\",\"signature\":\"");
-                o.extend_from_slice(self.signature.as_bytes());
+                o.extend_from_slice(signature.as_bytes());
                 o.extend_from_slice(b"\"}");
             });
         }
@@ -325,7 +369,7 @@ impl MessageStream {
     }
 
     /// One tool call delta.
-    fn call_delta(&mut self, d: CallDelta<'_>, out: &mut Vec<u8>) {
+    fn call_delta(&mut self, d: CallDelta<'_>, out: &mut Vec<u8>) -> Result<(), OverBudget> {
         let inside = |s: &[u8]| s[1..s.len() - 1].to_vec();
         // The call at this index (the newest: some providers number every
         // call 0, and a delta with another id is another call).
@@ -337,9 +381,12 @@ impl MessageStream {
         let i = match known {
             Some(i) => i,
             // Arguments of a call never started: nothing to attach them to.
-            None if d.id.is_none() && d.name.is_none() => return,
-            None if self.calls.len() >= MAX_CALLS => return,
+            None if d.id.is_none() && d.name.is_none() => return Ok(()),
             None => {
+                self.budget.item()?;
+                if let (Some(log), Some(id)) = (self.log.as_mut(), d.id) {
+                    log.call(id);
+                }
                 self.calls.push(ToolCall {
                     index: d.index,
                     id: d.id.map(inside).unwrap_or_default(),
@@ -356,24 +403,24 @@ impl MessageStream {
             }
         };
         let Some(args) = d.arguments.filter(|a| a.len() > 2) else {
-            return;
+            return Ok(());
         };
         match self.calls[i].state {
             CallState::Open => {
                 let index = self.open.map_or(0, |(_, index)| index);
                 json_delta(out, index, &args[1..args.len() - 1]);
             }
-            CallState::Waiting if self.pending + args.len() <= MAX_PENDING => {
-                self.pending += args.len() - 2;
+            CallState::Waiting => {
+                self.budget.keep(args.len() - 2)?;
                 self.calls[i]
                     .pending
                     .extend_from_slice(&args[1..args.len() - 1]);
             }
-            CallState::Waiting => {}
             // A call's arguments after its block closed (text came
             // between): the block is over, so they are dropped.
             CallState::Closed => {}
         }
+        Ok(())
     }
 
     /// The stream's last events: `message_delta` (the stop reason and the
@@ -515,13 +562,19 @@ fn write_usage(o: &mut Vec<u8>, usage: Option<&Usage>) {
 }
 
 /// A whole chat completion as a Messages message object.
-pub fn body(asked: Asked, request_id: &str, completion: &[u8], usage: Option<&Usage>) -> Vec<u8> {
+pub fn body(
+    asked: Asked,
+    request_id: &str,
+    carry: Carry,
+    completion: &[u8],
+    usage: Option<&Usage>,
+) -> Vec<u8> {
     let data = &*valid_text(completion);
     let found = Found::read(data).unwrap_or_default();
     let text = |r: &Option<std::ops::Range<usize>>| {
         r.clone().map(|r| &data[r]).filter(|t| t.starts_with(b"\""))
     };
-    let mut stream = MessageStream::new(asked, request_id);
+    let mut stream = MessageStream::new(asked, request_id, carry);
     if let Some(m) = text(&found.model) {
         stream.model = m.to_vec();
     }
@@ -534,16 +587,21 @@ pub fn body(asked: Asked, request_id: &str, completion: &[u8], usage: Option<&Us
             out.push(b',');
         }
     };
-    if let Some(t) = text(&found.reasoning).filter(|t| stream.asked.thinking && t.len() > 2) {
-        sep(&mut out);
-        out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":");
-        if stream.asked.omit_thinking {
-            out.extend_from_slice(b"\"\"");
-        } else {
-            out.extend_from_slice(t);
+    // The reasoning, whatever the provider named it: one thinking block.
+    let mut shown = Vec::new();
+    found.each_reasoning(data, |t| {
+        if stream.keep_reasoning(t).is_ok() {
+            shown.extend_from_slice(&t[1..t.len() - 1]);
         }
-        out.extend_from_slice(b",\"signature\":\"");
-        out.extend_from_slice(stream.signature.as_bytes());
+    });
+    if stream.asked.thinking && !shown.is_empty() {
+        sep(&mut out);
+        out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":\"");
+        if !stream.asked.omit_thinking {
+            out.extend_from_slice(&shown);
+        }
+        out.extend_from_slice(b"\",\"signature\":\"");
+        out.extend_from_slice(stream.signature(0).as_bytes());
         out.extend_from_slice(b"\"}");
     }
     if let Some(t) = text(&found.content).filter(|t| t.len() > 2) {
@@ -619,11 +677,19 @@ fn tool_use(out: &mut Vec<u8>, d: &CallDelta<'_>, message_id: &str, position: u6
 }
 
 impl crate::dialect::Translator for MessageStream {
-    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        MessageStream::chunk(self, data, out);
+    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
+        MessageStream::chunk(self, data, out)
     }
 
     fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
         MessageStream::end(self, end, usage, out);
+    }
+
+    fn take_reasoning(&mut self) -> Option<AnswerReasoning> {
+        if self.carry.remember {
+            self.log.take()
+        } else {
+            None
+        }
     }
 }

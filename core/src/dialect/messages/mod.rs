@@ -12,4 +12,4 @@ pub mod events;
 pub mod request;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -14,7 +14,8 @@
 //! | `user` and `assistant` messages; `text`, `image` (base64 or URL), `document` with a text source | the same roles; `text` and `image_url` parts |
 //! | `tool_use` blocks | the assistant message's `tool_calls` (`input` as the arguments' JSON text) |
 //! | `tool_result` blocks (a string or blocks; `is_error`) | `tool` messages, before the user's other blocks; an error's text after `Error:`; its images in a user message after them |
-//! | `thinking`, `redacted_thinking` blocks | left out: reasoning is never sent back |
+//! | `thinking` blocks | with reasoning replay on for some model, a block whose `signature` the gateway made for its text: the assistant message's `reasoning_content` (the validator then keeps or strips it as the model says); any other block left out, as with replay off |
+//! | `redacted_thinking` blocks | left out |
 //! | `server_tool_use`, `web_search_tool_result` and other server blocks | left out: the provider did not run those tools |
 //! | tools with `input_schema` (`type` absent or `custom`) | function tools |
 //! | Anthropic-defined and server tools (`bash_…`, `web_search_…`, …) | left out: the provider cannot know them |
@@ -31,6 +32,8 @@ use std::borrow::Cow;
 use crate::dialect::chat::{Call, Message, Part, write_messages, write_tools};
 use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
 use crate::error::ApiError;
+use crate::json::Cursor;
+use crate::reasoning::ReasoningSeal;
 
 /// At most this many `stop_sequences` (chat's `stop` takes four).
 pub const MAX_STOP_SEQUENCES: usize = 4;
@@ -52,17 +55,26 @@ pub struct Asked {
 }
 
 /// The chat request for `body`, and what the answer's translation needs.
-pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
-    translate_with(body, true)
+/// With `replay` (some model replays reasoning), a thinking block that
+/// `replay` signed goes to the provider as its message's reasoning.
+pub fn translate(
+    body: &[u8],
+    replay: Option<&ReasoningSeal>,
+) -> Result<(Vec<u8>, Asked), ApiError> {
+    translate_with(body, true, replay)
 }
 
 /// The same for a token count (`POST /v1/messages/count_tokens`), whose
 /// body has no `max_tokens`.
 pub fn translate_count(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
-    translate_with(body, false)
+    translate_with(body, false, None)
 }
 
-fn translate_with(body: &[u8], answer: bool) -> Result<(Vec<u8>, Asked), ApiError> {
+fn translate_with(
+    body: &[u8],
+    answer: bool,
+    replay: Option<&ReasoningSeal>,
+) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Object::read(body).map_err(|e| e.unwrap_or_else(not_an_object))?;
     if let Some(name) = duplicate(&top) {
         return Err(ApiError::invalid_json(format!("duplicate field `{name}`")));
@@ -92,7 +104,7 @@ fn translate_with(body: &[u8], answer: bool) -> Result<(Vec<u8>, Asked), ApiErro
     // it back) is left out with a note in its place.
     let mut newest_refused = None;
     for (i, m) in array(list, "messages")?.into_iter().enumerate() {
-        if let Some(refused) = message(m, i, &mut messages)? {
+        if let Some(refused) = message(m, i, &mut messages, replay)? {
             newest_refused = refused;
         }
     }
@@ -303,6 +315,7 @@ fn message<'a>(
     raw: &'a [u8],
     i: usize,
     out: &mut Vec<Message<'a>>,
+    replay: Option<&ReasoningSeal>,
 ) -> Result<Option<Option<ApiError>>, ApiError> {
     let at = |field: &str| format!("messages[{i}].{field}");
     let m = object(raw, &format!("messages[{i}]"))?;
@@ -318,7 +331,7 @@ fn message<'a>(
             }
         }
         "user" => return user(content, &param, out).map(Some),
-        "assistant" => assistant(content, &param, out)?,
+        "assistant" => assistant(content, &param, out, replay)?,
         other => {
             return Err(ApiError::invalid_value(
                 at("role"),
@@ -492,21 +505,25 @@ fn image<'a>(b: &Object<'a>, at: &dyn Fn(&str) -> String) -> Result<Content<'a>,
 }
 
 /// An assistant message: its text and its `tool_use` blocks as one chat
-/// assistant message; thinking left out.
+/// assistant message; with `replay`, the thinking it signed as the
+/// message's reasoning, any other thinking left out.
 fn assistant<'a>(
     content: &'a [u8],
     param: &str,
     out: &mut Vec<Message<'a>>,
+    replay: Option<&ReasoningSeal>,
 ) -> Result<(), ApiError> {
     if content.starts_with(b"\"") {
         out.push(Message::Assistant {
             text: vec![content],
             calls: Vec::new(),
+            reasoning: Vec::new(),
         });
         return Ok(());
     }
     let mut text_parts = Vec::new();
     let mut calls = Vec::new();
+    let mut reasoning = Vec::new();
     for (j, block) in array(content, param)?.into_iter().enumerate() {
         let at = |field: &str| format!("{param}[{j}].{field}");
         let b = object(block, &format!("{param}[{j}]"))?;
@@ -529,10 +546,15 @@ fn assistant<'a>(
                     arguments: Cow::Owned(arguments),
                 });
             }
-            // Reasoning is never sent back; server tools were run by a
-            // server that is not the provider.
-            "thinking"
-            | "redacted_thinking"
+            "thinking" => {
+                if let Some(thinking) = replay.and_then(|seal| signed_thinking(&b, seal)) {
+                    reasoning.push(Cow::Borrowed(thinking));
+                }
+            }
+            // Redacted thinking is the provider's secret, never this
+            // gateway's; server tools were run by a server that is not the
+            // provider.
+            "redacted_thinking"
             | "server_tool_use"
             | "web_search_tool_result"
             | "web_fetch_tool_result"
@@ -556,9 +578,23 @@ fn assistant<'a>(
         out.push(Message::Assistant {
             text: text_parts,
             calls,
+            reasoning,
         });
     }
     Ok(())
+}
+
+/// The `thinking` text (a JSON string as written) of the block `b` when
+/// its `signature` is the one `seal` gives that text: the model's own
+/// reasoning, given out by this gateway. `None` for another's block (a
+/// conversation begun with another model), a changed one, or one without
+/// a text or signature: such a block is left out, never refused.
+fn signed_thinking<'a>(b: &Object<'a>, seal: &ReasoningSeal) -> Option<&'a [u8]> {
+    let thinking = b.get(b"thinking").filter(|t| t.starts_with(b"\""))?;
+    let signature = b.get(b"signature").filter(|s| s.starts_with(b"\""))?;
+    let text = Cursor::whole(thinking, Cursor::str).ok()?;
+    let signature = Cursor::whole(signature, Cursor::str).ok()?;
+    (!text.is_empty() && seal.verify(&text, &signature)).then_some(thinking)
 }
 
 /// The chat function tools for `tools`: the client's own (with an

@@ -9,14 +9,22 @@
 //! arguments) is kept as it passes — the only thing kept.
 //!
 //! Items open in the order the provider's deltas need them: reasoning (a
-//! `reasoning` item whose summary is the provider's `reasoning_content`,
-//! so Codex shows it), then the message, then one `function_call` item per
-//! tool call. Opening the next closes the one before, as the Responses
-//! stream requires.
+//! `reasoning` item whose summary is the provider's reasoning, whatever
+//! it named it, so Codex shows it), then the message, then one
+//! `function_call` item per tool call. Opening the next closes the one
+//! before, as the Responses stream requires.
+//!
+//! A request that asked for `reasoning.encrypted_content` gets each
+//! reasoning item's text sealed in it when the item is done
+//! ([`crate::reasoning::ReasoningSeal::seal`]): a client that sends the
+//! item back gives the provider its reasoning back (`request.rs`). What
+//! the answer may make the translator hold is bounded
+//! ([`crate::dialect::Budget`]).
 
 use crate::http::write::push_decimal;
 use crate::json::Cursor;
 use crate::json::write::string as json_string;
+use crate::reasoning::AnswerReasoning;
 use crate::usage::Usage;
 
 pub use crate::dialect::End;
@@ -25,6 +33,7 @@ use super::request::Asked;
 use super::text::custom_input;
 use crate::dialect::chunk::{CallDelta, Found, Shape};
 use crate::dialect::text::valid_text;
+use crate::dialect::{Budget, Carry, OverBudget};
 
 /// One output item, as it is built.
 #[derive(Debug)]
@@ -50,6 +59,10 @@ struct Item {
     delta_head: Vec<u8>,
     /// Where the member before the delta starts in `delta_head`.
     reference_len: usize,
+    /// A reasoning item: where its text starts in the stream's log, and
+    /// once done, its text sealed (when the request asked for it).
+    log_start: usize,
+    sealed: Option<String>,
 }
 
 impl Item {
@@ -79,6 +92,8 @@ impl Item {
             done: false,
             delta_head,
             reference_len,
+            log_start: 0,
+            sealed: None,
         }
     }
 }
@@ -110,6 +125,11 @@ enum Kind {
 #[derive(Debug)]
 pub struct ResponseStream {
     asked: Asked,
+    carry: Carry,
+    /// The answer's reasoning and calls, when reasoning is sealed or the
+    /// memory keeps it.
+    log: Option<AnswerReasoning>,
+    budget: Budget,
     /// `resp_…`, from the gateway's request id.
     id: String,
     model: Vec<u8>,
@@ -133,10 +153,15 @@ pub struct ResponseStream {
 
 impl ResponseStream {
     /// A stream for the request `request_id` (its `req_…` id), which asked
-    /// `asked`; `created_at` in Unix seconds.
-    pub fn new(asked: Asked, request_id: &str, created_at: u64) -> Self {
+    /// `asked`; `created_at` in Unix seconds; reasoning sealed with
+    /// `carry`'s keys.
+    pub fn new(asked: Asked, request_id: &str, created_at: u64, carry: Carry) -> Self {
+        let log = (asked.encrypted_reasoning || carry.remember).then(AnswerReasoning::new);
         ResponseStream {
             asked,
+            carry,
+            log,
+            budget: Budget::default(),
             id: format!("resp_{}", request_id.trim_start_matches("req_")),
             model: Vec::new(),
             created_at,
@@ -170,9 +195,9 @@ impl ResponseStream {
     /// start. The chunk is walked once: what its first choice carries is
     /// noted where it is, then written in order — reasoning, text, tool
     /// calls, and the ending `finish_reason` brings.
-    pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
+    pub fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
         if self.ended {
-            return;
+            return Ok(());
         }
         // A chunk shaped like the last one-delta chunk (see `Shape`): the
         // same kind of delta, for the same item, if it is still open.
@@ -182,16 +207,16 @@ impl ResponseStream {
                 .filter(|_| self.open.contains(&shape.kind))
             {
                 if text.len() > 2 {
-                    self.text_delta(shape.kind, text, out);
+                    self.text_delta(shape.kind, text, out)?;
                 }
-                return;
+                return Ok(());
             }
         }
         self.shape = None;
         // What is copied from it must be text every client can read.
         let data = &*valid_text(data);
         let Some(found) = Found::read(data) else {
-            return;
+            return Ok(());
         };
         let text = |r: &Option<std::ops::Range<usize>>| {
             r.clone()
@@ -206,13 +231,17 @@ impl ResponseStream {
         self.start(out);
         // A chunk of one text delta and nothing else gives its shape.
         let one = found.lone_text(data).filter(|_| self.shortcut);
-        if let Some(t) = text(&found.reasoning) {
-            let i = self.open(Kind::Reasoning, out);
-            self.text_delta(i, t, out);
-        }
+        let mut kept = Ok(());
+        found.each_reasoning(data, |t| {
+            kept = kept.and_then(|()| {
+                let i = self.open(Kind::Reasoning, out)?;
+                self.text_delta(i, t, out)
+            });
+        });
+        kept?;
         if let Some(t) = text(&found.content) {
-            let i = self.open(Kind::Message, out);
-            self.text_delta(i, t, out);
+            let i = self.open(Kind::Message, out)?;
+            self.text_delta(i, t, out)?;
         }
         if let Some((reasoning, r)) = one {
             let kind = if reasoning {
@@ -227,13 +256,18 @@ impl ResponseStream {
                 .find(|&i| self.items[i].kind == kind);
             self.shape = item.map(|item| Shape::new(data, r, item));
         }
-        CallDelta::each(data, found.calls.as_ref(), |d| self.call_delta(d, out));
+        let mut calls = Ok(());
+        CallDelta::each(data, found.calls.as_ref(), |d| {
+            calls = calls.and_then(|()| self.call_delta(d, out));
+        });
+        calls?;
         if let Some(f) = text(&found.finish) {
             if let Ok(reason) = Cursor::whole(f, Cursor::str) {
                 self.finish_reason = Some(String::from_utf8_lossy(&reason).into_owned());
             }
             self.close_all(out);
         }
+        Ok(())
     }
 
     /// The response's opening events, once.
@@ -257,10 +291,11 @@ impl ResponseStream {
     /// The open item of `kind` (the reasoning or the message), opened now
     /// if it is not open (the other text item closed; tool calls being
     /// streamed stay open, so their next deltas still find them).
-    fn open(&mut self, kind: Kind, out: &mut Vec<u8>) -> usize {
+    fn open(&mut self, kind: Kind, out: &mut Vec<u8>) -> Result<usize, OverBudget> {
         if let Some(&i) = self.open.iter().find(|&&i| self.items[i].kind == kind) {
-            return i;
+            return Ok(i);
         }
+        self.budget.item()?;
         self.close_text(out);
         let prefix = match kind {
             Kind::Reasoning => "rs",
@@ -269,7 +304,9 @@ impl ResponseStream {
         };
         let n = self.items.len();
         let id = format!("{prefix}_{}_{n}", &self.id[5..]);
-        self.items.push(Item::new(kind, id, n));
+        let mut item = Item::new(kind, id, n);
+        item.log_start = self.log.as_ref().map_or(0, AnswerReasoning::len);
+        self.items.push(item);
         self.open.push(n);
         let i = n;
         self.item_event(out, "response.output_item.added", i);
@@ -278,12 +315,17 @@ impl ResponseStream {
             Kind::Message => self.part_event(out, "response.content_part.added", i),
             Kind::Call => {}
         }
-        i
+        Ok(i)
     }
 
     /// A text delta of item `i`: `text` is a JSON string as written.
-    fn text_delta(&mut self, i: usize, text: &[u8], out: &mut Vec<u8>) {
-        let (start, end): (&[u8], &[u8]) = if self.items[i].kind == Kind::Reasoning {
+    fn text_delta(&mut self, i: usize, text: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
+        self.budget.keep(text.len() - 2)?;
+        let reasoning = self.items[i].kind == Kind::Reasoning;
+        if let Some(log) = self.log.as_mut().filter(|_| reasoning) {
+            self.budget.keep(log.push(text))?;
+        }
+        let (start, end): (&[u8], &[u8]) = if reasoning {
             (
                 event_start!("response.reasoning_summary_text.delta"),
                 EVENT_END,
@@ -298,6 +340,7 @@ impl ResponseStream {
         self.items[i]
             .text
             .extend_from_slice(&text[1..text.len() - 1]);
+        Ok(())
     }
 
     /// A delta event of item `i`: `start` (its [`event_start!`]), the
@@ -323,7 +366,7 @@ impl ResponseStream {
 
     /// One element of a delta's `tool_calls` (a whole message's calls
     /// carry no `index`: their place in the array is theirs).
-    fn call_delta(&mut self, d: CallDelta<'_>, out: &mut Vec<u8>) {
+    fn call_delta(&mut self, d: CallDelta<'_>, out: &mut Vec<u8>) -> Result<(), OverBudget> {
         let CallDelta {
             index,
             id,
@@ -347,8 +390,12 @@ impl ResponseStream {
             Some(i) => i,
             // Arguments of a call never started (no id, no name): nothing
             // to attach them to.
-            None if id.is_none() && name.is_none() => return,
+            None if id.is_none() && name.is_none() => return Ok(()),
             None => {
+                self.budget.item()?;
+                if let (Some(log), Some(id)) = (self.log.as_mut(), id) {
+                    log.call(id);
+                }
                 // A new call: its id and name come with its first delta.
                 let chat_name = name
                     .and_then(|n| Cursor::whole(n, Cursor::str).ok())
@@ -377,16 +424,18 @@ impl ResponseStream {
             }
         };
         if let Some(args) = arguments.filter(|a| a.len() > 2) {
+            self.budget.keep(args.len() - 2)?;
             self.items[i]
                 .text
                 .extend_from_slice(&args[1..args.len() - 1]);
             if self.items[i].custom {
                 // Its input is written whole when it is done.
-                return;
+                return Ok(());
             }
             let start = event_start!("response.function_call_arguments.delta");
             self.delta_event(out, start, i, args, EVENT_END);
         }
+        Ok(())
     }
 
     /// Closes every open item, in order.
@@ -422,6 +471,12 @@ impl ResponseStream {
         self.items[i].done = true;
         match self.items[i].kind {
             Kind::Reasoning => {
+                if self.asked.encrypted_reasoning {
+                    let text = self.log.as_ref().and_then(AnswerReasoning::text);
+                    let start = self.items[i].log_start;
+                    let text = text.map_or(&[][..], |t| &t[start.min(t.len())..]);
+                    self.items[i].sealed = Some(self.carry.seal.seal(text));
+                }
                 let member: &[u8] = b",\"summary_index\":0,\"text\":\"";
                 self.text_event(
                     out,
@@ -598,7 +653,15 @@ impl ResponseStream {
                     o.extend_from_slice(&it.text);
                     o.extend_from_slice(b"\"}");
                 }
-                o.extend_from_slice(b"]}");
+                o.push(b']');
+                if self.asked.encrypted_reasoning {
+                    o.extend_from_slice(b",\"encrypted_content\":");
+                    match &it.sealed {
+                        Some(sealed) => json_string(o, sealed),
+                        None => o.extend_from_slice(b"null"),
+                    }
+                }
+                o.push(b'}');
             }
             Kind::Message => {
                 o.extend_from_slice(b",\"type\":\"message");
@@ -742,12 +805,14 @@ pub fn body(
     asked: Asked,
     request_id: &str,
     created_at: u64,
+    carry: Carry,
     completion: &[u8],
     usage: Option<&Usage>,
 ) -> Vec<u8> {
-    let mut stream = ResponseStream::new(asked, request_id, created_at);
+    let mut stream = ResponseStream::new(asked, request_id, created_at, carry);
     let mut events = Vec::new();
-    stream.chunk(completion, &mut events);
+    // An answer past the budget is written as far as it was read.
+    let _ = stream.chunk(completion, &mut events);
     stream.close_all(&mut events);
     let status_end = match stream.finish_reason.as_deref() {
         Some("length") => ("incomplete", Some("max_output_tokens")),
@@ -765,11 +830,19 @@ pub fn body(
 }
 
 impl crate::dialect::Translator for ResponseStream {
-    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        ResponseStream::chunk(self, data, out);
+    fn chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
+        ResponseStream::chunk(self, data, out)
     }
 
     fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
         ResponseStream::end(self, end, usage, out);
+    }
+
+    fn take_reasoning(&mut self) -> Option<AnswerReasoning> {
+        if self.carry.remember {
+            self.log.take()
+        } else {
+            None
+        }
     }
 }

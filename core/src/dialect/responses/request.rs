@@ -15,12 +15,14 @@
 //! | `function_call` items | the assistant message's `tool_calls` |
 //! | `function_call_output` items | `tool` messages |
 //! | `custom` (freeform) tools, `custom_tool_call` and its output | a function of one string argument `input`, its tool call, a `tool` message |
-//! | `reasoning` items, hosted tools' calls | left out: reasoning is never sent back |
+//! | `reasoning` items | with reasoning replay on for some model: the next assistant message's `reasoning_content` — the text of an `encrypted_content` this gateway sealed, else the item's `summary` texts; an item whose `encrypted_content` is another's (or changed) is left out. With replay off, left out |
+//! | hosted tools' calls | left out |
 //! | `function` tools, a `namespace`'s functions | function tools (`namespace__name`) |
 //! | hosted tools (`web_search`, `file_search`, …) | left out: the provider cannot run them |
 //! | `max_output_tokens`, `reasoning.effort`, `text.format` | `max_tokens`, `reasoning_effort`, `response_format` |
 //! | `temperature`, `top_p`, `parallel_tool_calls`, `tool_choice`, `stream`, `prompt_cache_key`, `user`, `safety_identifier` | the same |
-//! | `store`, `include`, `metadata`, `client_metadata`, `truncation`, `service_tier`, `text.verbosity`, any other | read and left out |
+//! | `include: ["reasoning.encrypted_content"]` | the answer's reasoning items carry the reasoning sealed (`encrypted_content`) |
+//! | `store`, `metadata`, `client_metadata`, `truncation`, `service_tier`, `text.verbosity`, any other | read and left out |
 //! | `previous_response_id`, `conversation`, `prompt`, `background: true`, `item_reference` | refused: nothing is stored |
 
 use std::borrow::Cow;
@@ -28,6 +30,7 @@ use std::borrow::Cow;
 use crate::dialect::chat::{Call, Message, Part, push_call, write_messages, write_tools};
 use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
 use crate::error::ApiError;
+use crate::reasoning::ReasoningSeal;
 
 /// What the answer's translation needs to know of the request.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -43,6 +46,9 @@ pub struct Asked {
     /// The names of the client's freeform (`custom`) tools, which the
     /// provider sees as functions of one string argument, `input`.
     pub custom: Vec<String>,
+    /// `include` names `reasoning.encrypted_content`: reasoning items carry
+    /// the reasoning sealed.
+    pub encrypted_reasoning: bool,
 }
 
 /// A namespace's function, as the provider knows it.
@@ -72,7 +78,12 @@ impl Asked {
 const NAMESPACE_SEPARATOR: &str = "__";
 
 /// The chat request for `body`, and what the answer's translation needs.
-pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
+/// With `replay` (some model replays reasoning), reasoning items go to the
+/// provider as their assistant message's reasoning.
+pub fn translate(
+    body: &[u8],
+    replay: Option<&ReasoningSeal>,
+) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Top::read(body)?;
     let model = top.model.ok_or_else(|| ApiError::missing("model"))?;
     if !model.starts_with(b"\"") {
@@ -93,7 +104,14 @@ pub fn translate(body: &[u8]) -> Result<(Vec<u8>, Asked), ApiError> {
         Some(raw) if !is_null(raw) => tools(raw, &mut asked)?,
         _ => Vec::new(),
     };
-    let messages = messages(&top)?;
+    if let Some(raw) = top.include.filter(|r| !is_null(r)) {
+        for (i, name) in array(raw, "include")?.into_iter().enumerate() {
+            if &*text(name, &|| format!("include[{i}]"))? == "reasoning.encrypted_content" {
+                asked.encrypted_reasoning = true;
+            }
+        }
+    }
+    let messages = messages(&top, replay)?;
     out.extend_from_slice(b",\"messages\":");
     write_messages(&mut out, &messages);
     if !tools.is_empty() {
@@ -163,6 +181,7 @@ struct Top<'a> {
     conversation: Option<&'a [u8]>,
     prompt: Option<&'a [u8]>,
     background: Option<&'a [u8]>,
+    include: Option<&'a [u8]>,
 }
 
 impl<'a> Top<'a> {
@@ -192,6 +211,7 @@ impl<'a> Top<'a> {
                 b"conversation" => &mut top.conversation,
                 b"prompt" => &mut top.prompt,
                 b"background" => &mut top.background,
+                b"include" => &mut top.include,
                 _ => continue,
             };
             if slot.replace(raw).is_some() {
@@ -416,8 +436,13 @@ fn response_format(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
 }
 
 /// `instructions` and `input` as chat messages.
-fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
+fn messages<'a>(
+    top: &Top<'a>,
+    replay: Option<&ReasoningSeal>,
+) -> Result<Vec<Message<'a>>, ApiError> {
     let mut out = Vec::new();
+    // Reasoning items read, for the next assistant message.
+    let mut reasoning: Vec<Cow<'a, [u8]>> = Vec::new();
     if let Some(raw) = top.instructions.filter(|r| !is_null(r)) {
         out.push(Message::System(vec![string(raw, &|| {
             "instructions".into()
@@ -445,7 +470,7 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
             out.push(Message::User(std::mem::take(&mut images)));
         }
         match &*kind {
-            "message" => message(&it, &at, &mut out)?,
+            "message" => message(&it, &at, &mut out, &mut reasoning)?,
             "function_call" => {
                 let id = it.required("call_id", &at)?;
                 let id = string(id, &|| at("call_id"))?;
@@ -465,7 +490,7 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
                     name,
                     arguments,
                 };
-                push_call(&mut out, call);
+                push_call(&mut out, call, &mut reasoning);
             }
             "custom_tool_call" => {
                 let id = it.required("call_id", &at)?;
@@ -483,7 +508,7 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
                     name,
                     arguments: Cow::Owned(arguments),
                 };
-                push_call(&mut out, call);
+                push_call(&mut out, call, &mut reasoning);
             }
             "function_call_output" | "custom_tool_call_output" => {
                 let id = it.required("call_id", &at)?;
@@ -502,10 +527,14 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
                 }
                 out.push(Message::Tool { call_id, text });
             }
-            // Reasoning is never sent back; hosted tools' calls were run
-            // by a server that is not the provider.
-            "reasoning"
-            | "web_search_call"
+            "reasoning" => {
+                if let Some(seal) = replay {
+                    reasoning.extend(reasoning_item(&it, &at, seal)?);
+                }
+            }
+            // Hosted tools' calls were run by a server that is not the
+            // provider.
+            "web_search_call"
             | "file_search_call"
             | "computer_call"
             | "computer_call_output"
@@ -538,11 +567,56 @@ fn messages<'a>(top: &Top<'a>) -> Result<Vec<Message<'a>>, ApiError> {
     Ok(out)
 }
 
-/// A `message` item.
+/// The reasoning a `reasoning` item carries back, as a JSON string: the
+/// text of its `encrypted_content` when `seal` sealed it, else its
+/// `summary` texts joined (its `content`'s `reasoning_text` parts when it
+/// has no summary). `None` for an item whose `encrypted_content` this
+/// gateway did not seal (another's, or changed): left out, not refused.
+fn reasoning_item<'a>(
+    it: &Object<'a>,
+    at: &dyn Fn(&str) -> String,
+    seal: &ReasoningSeal,
+) -> Result<Option<Cow<'a, [u8]>>, ApiError> {
+    if let Some(sealed) = it.get(b"encrypted_content").filter(|r| !is_null(r)) {
+        let sealed = text(sealed, &|| at("encrypted_content"))?;
+        return Ok(seal.open(sealed.as_bytes()).map(|t| {
+            let mut json = Vec::with_capacity(t.len() + 16);
+            crate::json::write::string(&mut json, &String::from_utf8_lossy(&t));
+            Cow::Owned(json)
+        }));
+    }
+    let mut joined: Vec<&'a [u8]> = Vec::new();
+    for field in ["summary", "content"] {
+        let Some(raw) = it.get(field.as_bytes()).filter(|r| !is_null(r)) else {
+            continue;
+        };
+        for (j, part) in array(raw, &at(field))?.into_iter().enumerate() {
+            let p = object(part, &format!("{}[{j}]", at(field)))?;
+            if let Some(t) = p.get(b"text").filter(|r| !is_null(r)) {
+                joined.push(string(t, &|| format!("{}[{j}].text", at(field)))?);
+            }
+        }
+        if !joined.is_empty() {
+            break;
+        }
+    }
+    let mut json = b"\"".to_vec();
+    for (k, t) in joined.iter().enumerate() {
+        if k > 0 {
+            json.extend_from_slice(b"\\n\\n");
+        }
+        json.extend_from_slice(&t[1..t.len() - 1]);
+    }
+    json.push(b'"');
+    Ok((json.len() > 2).then_some(Cow::Owned(json)))
+}
+
+/// A `message` item; an assistant's takes the reasoning read before it.
 fn message<'a>(
     it: &Object<'a>,
     at: &dyn Fn(&str) -> String,
     out: &mut Vec<Message<'a>>,
+    reasoning: &mut Vec<Cow<'a, [u8]>>,
 ) -> Result<(), ApiError> {
     let role = it.required("role", &at)?;
     let role = text(role, &|| at("role"))?;
@@ -570,6 +644,7 @@ fn message<'a>(
         "assistant" => out.push(Message::Assistant {
             text: texts(parts, &role)?,
             calls: Vec::new(),
+            reasoning: std::mem::take(reasoning),
         }),
         other => {
             return Err(ApiError::invalid_value(

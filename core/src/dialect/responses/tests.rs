@@ -5,21 +5,21 @@ use serde_json::{Value, json};
 
 use super::events::{End, ResponseStream, body};
 use super::request::{Asked, param_name, translate};
-use crate::dialect::tests::chunk;
+use crate::dialect::tests::{carry, chunk};
 use crate::usage::Usage;
 
 const TURN1: &[u8] = include_bytes!("../../../../tests/fixtures/codex/codex-0.169.0-turn1.json");
 const TURN2: &[u8] = include_bytes!("../../../../tests/fixtures/codex/codex-0.169.0-turn2.json");
 
 fn chat(body: &[u8]) -> (Value, Asked) {
-    let (out, asked) = translate(body).unwrap_or_else(|e| panic!("{e:?}"));
+    let (out, asked) = translate(body, None).unwrap_or_else(|e| panic!("{e:?}"));
     let v = serde_json::from_slice(&out)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
     (v, asked)
 }
 
 fn refused(body: Value) -> (String, String) {
-    let e = translate(body.to_string().as_bytes()).expect_err("refused");
+    let e = translate(body.to_string().as_bytes(), None).expect_err("refused");
     (e.param.unwrap_or_default(), e.message)
 }
 
@@ -273,7 +273,7 @@ fn syntax_errors_and_duplicates_are_invalid_json() {
         b"",
         b"{\"model\":\"m\",\"model\":\"n\",\"input\":\"x\"}",
     ] {
-        let e = translate(body).expect_err("refused");
+        let e = translate(body, None).expect_err("refused");
         assert_eq!(e.code, "invalid_json", "{}", String::from_utf8_lossy(body));
     }
 }
@@ -362,6 +362,7 @@ fn namespaced() -> Asked {
             {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "g"}]}]})
         .to_string()
         .as_bytes(),
+        None,
     )
     .unwrap();
     asked
@@ -407,10 +408,10 @@ fn usage() -> Usage {
 
 #[test]
 fn a_chat_stream_reassembles_to_the_same_text_reasoning_and_calls() {
-    let mut s = ResponseStream::new(namespaced(), "req_0123", 1_700_000_000);
+    let mut s = ResponseStream::new(namespaced(), "req_0123", 1_700_000_000, carry());
     let mut out = Vec::new();
     for c in sample_chunks() {
-        s.chunk(&c, &mut out);
+        s.chunk(&c, &mut out).unwrap();
     }
     s.end(End::Finished(Some("tool_calls")), Some(&usage()), &mut out);
     let (r, events) = reassemble_events(&out);
@@ -460,14 +461,14 @@ fn a_chat_stream_reassembles_to_the_same_text_reasoning_and_calls() {
 fn fed_split_or_whole_the_stream_is_the_same() {
     let chunks = sample_chunks();
     let run = |groups: &[usize]| {
-        let mut s = ResponseStream::new(Asked::default(), "req_1", 1);
+        let mut s = ResponseStream::new(Asked::default(), "req_1", 1, carry());
         let mut out = Vec::new();
         let mut i = 0;
         for &g in groups {
             // Output written in several calls equals one.
             let mut part = Vec::new();
             for c in &chunks[i..i + g] {
-                s.chunk(c, &mut part);
+                s.chunk(c, &mut part).unwrap();
             }
             out.extend_from_slice(&part);
             i += g;
@@ -482,10 +483,12 @@ fn fed_split_or_whole_the_stream_is_the_same() {
 
 #[test]
 fn length_is_incomplete_and_a_cut_stream_fails() {
-    let mut s = ResponseStream::new(Asked::default(), "req_2", 1);
+    let mut s = ResponseStream::new(Asked::default(), "req_2", 1, carry());
     let mut out = Vec::new();
-    s.chunk(&chunk(json!({"content": "abc"}), None), &mut out);
-    s.chunk(&chunk(json!({}), Some("length")), &mut out);
+    s.chunk(&chunk(json!({"content": "abc"}), None), &mut out)
+        .unwrap();
+    s.chunk(&chunk(json!({}), Some("length")), &mut out)
+        .unwrap();
     s.end(End::Finished(Some("length")), None, &mut out);
     let (_, events) = reassemble_events(&out);
     let last = events.last().unwrap();
@@ -495,16 +498,18 @@ fn length_is_incomplete_and_a_cut_stream_fails() {
         "max_output_tokens"
     );
 
-    let mut s = ResponseStream::new(Asked::default(), "req_3", 1);
+    let mut s = ResponseStream::new(Asked::default(), "req_3", 1, carry());
     let mut out = Vec::new();
-    s.chunk(&chunk(json!({"content": "abc"}), None), &mut out);
+    s.chunk(&chunk(json!({"content": "abc"}), None), &mut out)
+        .unwrap();
     s.end(
         End::Failed("the provider reset the connection"),
         None,
         &mut out,
     );
     // Nothing after the end.
-    s.chunk(&chunk(json!({"content": "more"}), None), &mut out);
+    s.chunk(&chunk(json!({"content": "more"}), None), &mut out)
+        .unwrap();
     s.end(End::Finished(None), None, &mut out);
     let (r, events) = reassemble_events(&out);
     assert_eq!(r.status, "failed");
@@ -533,6 +538,7 @@ fn a_whole_completion_becomes_a_response_object() {
         namespaced(),
         "req_9",
         5,
+        carry(),
         completion.to_string().as_bytes(),
         Some(&usage()),
     );
@@ -552,7 +558,7 @@ fn a_whole_completion_becomes_a_response_object() {
 
 #[test]
 fn calls_numbered_alike_stay_apart_and_text_between_deltas_does_not_split_a_call() {
-    let mut s = ResponseStream::new(Asked::default(), "req_4", 1);
+    let mut s = ResponseStream::new(Asked::default(), "req_4", 1, carry());
     let mut out = Vec::new();
     // Two calls both numbered 0 (some providers do), text in between the
     // first call's arguments.
@@ -572,7 +578,7 @@ fn calls_numbered_alike_stay_apart_and_text_between_deltas_does_not_split_a_call
         ),
         chunk(json!({"refusal": "no"}), Some("tool_calls")),
     ] {
-        s.chunk(&c, &mut out);
+        s.chunk(&c, &mut out).unwrap();
     }
     s.end(End::Finished(None), None, &mut out);
     let (r, _) = reassemble_events(&out);
@@ -588,9 +594,10 @@ fn calls_numbered_alike_stay_apart_and_text_between_deltas_does_not_split_a_call
 
 #[test]
 fn the_reason_passed_in_decides_and_usage_cannot_overflow() {
-    let mut s = ResponseStream::new(Asked::default(), "req_5", 1);
+    let mut s = ResponseStream::new(Asked::default(), "req_5", 1, carry());
     let mut out = Vec::new();
-    s.chunk(&chunk(json!({"content": "a"}), None), &mut out);
+    s.chunk(&chunk(json!({"content": "a"}), None), &mut out)
+        .unwrap();
     let huge = Usage {
         prompt_tokens: u64::MAX,
         completion_tokens: 1,
@@ -604,19 +611,19 @@ fn the_reason_passed_in_decides_and_usage_cannot_overflow() {
 
 #[test]
 fn a_bad_byte_is_placed_where_it_is() {
-    let e = translate(b"{\"model\":\"m\",\"input\":\"\xff\"}").expect_err("refused");
+    let e = translate(b"{\"model\":\"m\",\"input\":\"\xff\"}", None).expect_err("refused");
     assert_eq!(e.code, "invalid_json");
     assert!(e.message.contains("column"), "{}", e.message);
 }
 
 #[test]
 fn what_a_provider_sends_badly_is_made_readable() {
-    let mut s = ResponseStream::new(Asked::default(), "req_6", 1);
+    let mut s = ResponseStream::new(Asked::default(), "req_6", 1, carry());
     let mut out = Vec::new();
     let mut bad = br#"{"choices":[{"delta":{"content":"a"#.to_vec();
     bad.extend_from_slice(b"\xff");
     bad.extend_from_slice(br#"b\ud800c\ud83d\ude00\\ud800"}}]}"#);
-    s.chunk(&bad, &mut out);
+    s.chunk(&bad, &mut out).unwrap();
     s.end(End::Finished(None), None, &mut out);
     let (r, _) = reassemble_events(&out);
     assert_eq!(r.text, "a\u{FFFD}b\u{FFFD}c\u{1F600}\\ud800");
@@ -653,7 +660,7 @@ fn a_freeform_tool_is_a_function_of_its_input_both_ways() {
     );
 
     // The model's call comes back as a custom_tool_call with its input.
-    let mut s = ResponseStream::new(asked, "req_7", 1);
+    let mut s = ResponseStream::new(asked, "req_7", 1, carry());
     let mut out = Vec::new();
     for c in [
         chunk(
@@ -666,7 +673,7 @@ fn a_freeform_tool_is_a_function_of_its_input_both_ways() {
         ),
         chunk(json!({}), Some("tool_calls")),
     ] {
-        s.chunk(&c, &mut out);
+        s.chunk(&c, &mut out).unwrap();
     }
     s.end(End::Finished(None), None, &mut out);
     let (_, events) = reassemble_events(&out);
@@ -698,40 +705,41 @@ mod properties {
 
     use super::{End, ResponseStream, chunk, reassemble_events};
     use crate::dialect::responses::request::Asked;
-    use crate::dialect::tests::{chat_view, chunks, delta};
+    use crate::dialect::tests::{carry, chat_view, chunks, delta, style};
 
     proptest! {
         #[test]
         fn reassembled_it_says_what_the_chat_stream_said(
             deltas in proptest::collection::vec(delta(), 0..24),
             groups in proptest::collection::vec(1usize..4, 0..24),
+            style in style(),
         ) {
-            let chunks = chunks(&deltas);
+            let chunks = chunks(&deltas, style);
             let run = |groups: &[usize]| {
-                let mut s = ResponseStream::new(Asked::default(), "req_8", 1);
+                let mut s = ResponseStream::new(Asked::default(), "req_8", 1, carry());
                 let mut out = Vec::new();
                 let (mut i, mut g) = (0, groups.iter().cycle());
                 while i < chunks.len() {
                     let n = *g.next().unwrap_or(&1);
                     let mut part = Vec::new();
                     for c in &chunks[i..(i + n).min(chunks.len())] {
-                        s.chunk(c, &mut part);
+                        s.chunk(c, &mut part).unwrap();
                     }
                     out.extend_from_slice(&part);
                     i += n;
                 }
-                s.chunk(&chunk(json!({}), Some("stop")), &mut out);
+                s.chunk(&chunk(json!({}), Some("stop")), &mut out).unwrap();
                 s.end(End::Finished(None), None, &mut out);
                 out
             };
             let whole = run(&[usize::MAX]);
             // The same-shape shortcut changes nothing.
-            let mut slow = ResponseStream::new(Asked::default(), "req_8", 1).without_shortcut();
+            let mut slow = ResponseStream::new(Asked::default(), "req_8", 1, carry()).without_shortcut();
             let mut plain = Vec::new();
             for c in &chunks {
-                slow.chunk(c, &mut plain);
+                slow.chunk(c, &mut plain).unwrap();
             }
-            slow.chunk(&chunk(json!({}), Some("stop")), &mut plain);
+            slow.chunk(&chunk(json!({}), Some("stop")), &mut plain).unwrap();
             slow.end(End::Finished(None), None, &mut plain);
             prop_assert_eq!(&plain, &whole);
             if !groups.is_empty() {
@@ -753,7 +761,7 @@ mod properties {
 
 #[test]
 fn the_shortcut_is_taken_for_a_chunk_shaped_like_the_last() {
-    let mut s = ResponseStream::new(Asked::default(), "req_9", 1);
+    let mut s = ResponseStream::new(Asked::default(), "req_9", 1, carry());
     let mut out = Vec::new();
     let provider = |delta: &str| {
         format!(
@@ -763,32 +771,39 @@ fn the_shortcut_is_taken_for_a_chunk_shaped_like_the_last() {
     s.chunk(
         provider(r#"{"role":"assistant","content":"Hi"}"#).as_bytes(),
         &mut out,
-    );
-    s.chunk(provider(r#"{"content":" there"}"#).as_bytes(), &mut out);
+    )
+    .unwrap();
+    s.chunk(provider(r#"{"content":" there"}"#).as_bytes(), &mut out)
+        .unwrap();
     assert!(s.has_shape(), "learned from a chunk of one text delta");
     s.chunk(
         provider(r#"{"content":", \"you\"\n"}"#).as_bytes(),
         &mut out,
-    );
+    )
+    .unwrap();
     assert!(s.has_shape());
     // A quote the shape cannot hold: read the long way, and right.
     s.chunk(
         provider(r#"{"content":"a","refusal":null}"#).as_bytes(),
         &mut out,
-    );
+    )
+    .unwrap();
     // Shaped alike, but what the shortcut does not copy as it is: an
     // unpaired surrogate, a pair, invalid UTF-8.
-    s.chunk(provider(r#"{"content":"b"}"#).as_bytes(), &mut out);
+    s.chunk(provider(r#"{"content":"b"}"#).as_bytes(), &mut out)
+        .unwrap();
     assert!(s.has_shape());
-    s.chunk(provider(r#"{"content":"\ud800"}"#).as_bytes(), &mut out);
+    s.chunk(provider(r#"{"content":"\ud800"}"#).as_bytes(), &mut out)
+        .unwrap();
     s.chunk(
         provider(r#"{"content":"\ud83d\ude00"}"#).as_bytes(),
         &mut out,
-    );
+    )
+    .unwrap();
     let mut bad = provider(r#"{"content":"cX"}"#).into_bytes();
     let at = bad.iter().position(|&b| b == b'X').unwrap();
     bad[at] = 0xff;
-    s.chunk(&bad, &mut out);
+    s.chunk(&bad, &mut out).unwrap();
     s.end(End::Finished(Some("stop")), None, &mut out);
     let (r, _) = reassemble_events(&out);
     assert_eq!(r.text, "Hi there, \"you\"\nab\u{FFFD}\u{1F600}c\u{FFFD}");

@@ -18,7 +18,7 @@ pub(super) fn custom_input(arguments: &[u8]) -> Vec<u8> {
         let _ = c.members(Keys::Read, |c, key| {
             let start = c.at();
             c.skip()?;
-            if c.raw_name(key) == b"input" && json[start] == b'"' {
+            if &*c.name(key) == b"input" && json[start] == b'"' {
                 input = Some(start + 1..c.at() - 1);
             }
             Ok(())

@@ -6,28 +6,28 @@ use serde_json::{Value, json};
 use crate::dialect::End;
 use crate::dialect::messages::events::{MessageStream, SIGNATURE_PREFIX, body};
 use crate::dialect::messages::request::Asked;
-use crate::dialect::tests::chunk;
+use crate::dialect::tests::{carry, chunk};
 use crate::usage::Usage;
 
 /// What an Anthropic client reassembles from the events: the message,
 /// and the events as parsed.
 #[derive(Debug, Default)]
-pub(super) struct Reassembled {
-    pub(super) thinking: String,
-    pub(super) signature: String,
-    pub(super) text: String,
+pub(crate) struct Reassembled {
+    pub(crate) thinking: String,
+    pub(crate) signature: String,
+    pub(crate) text: String,
     /// Each tool call: id, name, the input's JSON text.
-    pub(super) calls: Vec<(String, String, String)>,
-    pub(super) stop_reason: Option<String>,
-    pub(super) usage: Value,
-    pub(super) stopped: bool,
-    pub(super) error: Option<Value>,
+    pub(crate) calls: Vec<(String, String, String)>,
+    pub(crate) stop_reason: Option<String>,
+    pub(crate) usage: Value,
+    pub(crate) stopped: bool,
+    pub(crate) error: Option<Value>,
 }
 
 /// Reads the event stream as the SDKs do, checking its grammar: every
 /// event named by its `event:` line as its `type` says, blocks opened,
 /// written and closed one at a time with increasing indexes.
-pub(super) fn reassemble(stream: &[u8]) -> (Reassembled, Vec<Value>) {
+pub(crate) fn reassemble(stream: &[u8]) -> (Reassembled, Vec<Value>) {
     let text = std::str::from_utf8(stream).expect("UTF-8");
     let mut r = Reassembled::default();
     let mut events = Vec::new();
@@ -123,7 +123,7 @@ fn thinking_asked() -> Asked {
 
 #[test]
 fn a_stream_with_reasoning_text_and_two_calls() {
-    let mut s = MessageStream::new(thinking_asked(), "req_7");
+    let mut s = MessageStream::new(thinking_asked(), "req_7", carry());
     let mut out = Vec::new();
     for c in [
         chunk(
@@ -151,7 +151,7 @@ fn a_stream_with_reasoning_text_and_two_calls() {
         ),
         chunk(json!({}), Some("tool_calls")),
     ] {
-        s.chunk(&c, &mut out);
+        s.chunk(&c, &mut out).unwrap();
     }
     let usage = Usage {
         prompt_tokens: 30,
@@ -162,7 +162,10 @@ fn a_stream_with_reasoning_text_and_two_calls() {
     s.end(End::Finished(Some("tool_calls")), Some(&usage), &mut out);
     let (r, events) = reassemble(&out);
     assert_eq!(r.thinking, "Thinking.");
-    assert_eq!(r.signature, format!("{SIGNATURE_PREFIX}7"));
+    // The gateway's own signature of exactly that text.
+    assert!(r.signature.starts_with(SIGNATURE_PREFIX), "{}", r.signature);
+    assert!(carry().seal.verify(b"Thinking.", r.signature.as_bytes()));
+    assert!(!carry().seal.verify(b"Thinking", r.signature.as_bytes()));
     assert_eq!(r.text, "Hi \"you\"\n");
     assert_eq!(
         r.calls,
@@ -183,8 +186,8 @@ fn a_stream_with_reasoning_text_and_two_calls() {
 }
 
 #[test]
-fn empty_ids_continue_a_call_and_calls_are_capped() {
-    let mut s = MessageStream::new(Asked::default(), "req_4");
+fn empty_ids_continue_a_call_and_calls_past_the_budget_fail_the_stream() {
+    let mut s = MessageStream::new(Asked::default(), "req_4", carry());
     let mut out = Vec::new();
     s.chunk(
         &chunk(
@@ -193,7 +196,8 @@ fn empty_ids_continue_a_call_and_calls_are_capped() {
             None,
         ),
         &mut out,
-    );
+    )
+    .unwrap();
     // What some servers send on every later delta: an empty id and name.
     s.chunk(
         &chunk(
@@ -202,38 +206,73 @@ fn empty_ids_continue_a_call_and_calls_are_capped() {
             None,
         ),
         &mut out,
-    );
-    s.chunk(&chunk(json!({}), Some("tool_calls")), &mut out);
+    )
+    .unwrap();
+    s.chunk(&chunk(json!({}), Some("tool_calls")), &mut out)
+        .unwrap();
     s.end(End::Finished(Some("tool_calls")), None, &mut out);
     let (r, _) = reassemble(&out);
     assert_eq!(r.calls, [("call_a".into(), "f".into(), "{\"a\":1}".into())]);
-    // A provider that starts calls without end: the first 256 are kept.
-    let mut s = MessageStream::new(Asked::default(), "req_4");
+    // A provider that starts calls without end: the stream fails at the
+    // budget's limit, as an invalid provider stream.
+    let mut s = MessageStream::new(Asked::default(), "req_4", carry());
     let mut out = Vec::new();
+    let mut failed_at = None;
     for i in 0..300 {
-        s.chunk(
-            &chunk(
-                json!({"tool_calls": [{"index": i, "id": format!("c{i}"),
-            "function": {"name": "f", "arguments": "{}"}}]}),
-                None,
-            ),
-            &mut out,
+        let c = chunk(
+            json!({"tool_calls": [{"index": i, "id": format!("c{i}"),
+        "function": {"name": "f", "arguments": "{}"}}]}),
+            None,
         );
+        if s.chunk(&c, &mut out).is_err() {
+            failed_at = Some(i);
+            break;
+        }
     }
-    s.end(End::Finished(Some("tool_calls")), None, &mut out);
-    assert_eq!(reassemble(&out).0.calls.len(), 256);
+    assert_eq!(failed_at, Some(crate::dialect::MAX_ITEMS as u64));
+    s.end(End::Failed("over budget"), None, &mut out);
+    let (r, events) = reassemble(&out);
+    assert!(!r.stopped);
+    assert_eq!(events.last().unwrap()["type"], "error");
+    // Arguments without end, kept for a call that waits for its block:
+    // the same.
+    let mut s = MessageStream::new(Asked::default(), "req_4", carry());
+    let mut out = Vec::new();
+    let open = |i: u64| {
+        chunk(
+            json!({"tool_calls": [{"index": i, "id": format!("c{i}"), "function": {"name": "f"}}]}),
+            None,
+        )
+    };
+    s.chunk(&open(0), &mut out).unwrap();
+    s.chunk(&open(1), &mut out).unwrap();
+    let big = "x".repeat(1 << 20);
+    let mut failed = false;
+    for _ in 0..20 {
+        let c = chunk(
+            json!({"tool_calls": [{"index": 1, "function": {"arguments": big}}]}),
+            None,
+        );
+        if s.chunk(&c, &mut out).is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "16 MiB kept at most");
 }
 
 #[test]
 fn thinking_is_shown_as_asked() {
     let run = |asked: Asked| {
-        let mut s = MessageStream::new(asked, "req_1");
+        let mut s = MessageStream::new(asked, "req_1", carry());
         let mut out = Vec::new();
         s.chunk(
             &chunk(json!({"reasoning_content": "secret"}), None),
             &mut out,
-        );
-        s.chunk(&chunk(json!({"content": "ok"}), Some("stop")), &mut out);
+        )
+        .unwrap();
+        s.chunk(&chunk(json!({"content": "ok"}), Some("stop")), &mut out)
+            .unwrap();
         s.end(End::Finished(Some("stop")), None, &mut out);
         reassemble(&out).0
     };
@@ -268,9 +307,9 @@ fn stop_reasons_map() {
         for (k, v) in extra.as_object().unwrap() {
             c["choices"][0][k] = v.clone();
         }
-        let mut s = MessageStream::new(Asked::default(), "req_1");
+        let mut s = MessageStream::new(Asked::default(), "req_1", carry());
         let mut out = Vec::new();
-        s.chunk(c.to_string().as_bytes(), &mut out);
+        s.chunk(c.to_string().as_bytes(), &mut out).unwrap();
         s.end(End::Finished(Some(finish)), None, &mut out);
         let (r, events) = reassemble(&out);
         assert_eq!(r.stop_reason.as_deref(), Some(want), "{finish}");
@@ -282,9 +321,14 @@ fn stop_reasons_map() {
             assert_eq!(delta["delta"]["stop_sequence"], "END");
         }
         // The non-streamed body says the same.
-        let b: Value =
-            serde_json::from_slice(&body(Asked::default(), "req_1", &completion(&c), None))
-                .unwrap();
+        let b: Value = serde_json::from_slice(&body(
+            Asked::default(),
+            "req_1",
+            carry(),
+            &completion(&c),
+            None,
+        ))
+        .unwrap();
         assert_eq!(b["stop_reason"], want);
     }
 }
@@ -300,9 +344,10 @@ fn completion(chunk: &Value) -> Vec<u8> {
 
 #[test]
 fn a_broken_stream_ends_with_an_error_event_not_a_stop() {
-    let mut s = MessageStream::new(Asked::default(), "req_2");
+    let mut s = MessageStream::new(Asked::default(), "req_2", carry());
     let mut out = Vec::new();
-    s.chunk(&chunk(json!({"content": "partial"}), None), &mut out);
+    s.chunk(&chunk(json!({"content": "partial"}), None), &mut out)
+        .unwrap();
     s.end(
         End::Failed("the provider's connection was reset"),
         None,
@@ -319,7 +364,7 @@ fn a_broken_stream_ends_with_an_error_event_not_a_stop() {
             .unwrap()
             .contains("connection was reset")
     );
-    let mut s = MessageStream::new(Asked::default(), "req_2");
+    let mut s = MessageStream::new(Asked::default(), "req_2", carry());
     let mut out = Vec::new();
     s.end(End::Failed("the gateway was shutting down"), None, &mut out);
     assert_eq!(
@@ -346,6 +391,7 @@ fn a_whole_completion_is_a_message() {
     let b: Value = serde_json::from_slice(&body(
         thinking_asked(),
         "req_3",
+        carry(),
         completion.to_string().as_bytes(),
         Some(&usage),
     ))
@@ -382,49 +428,60 @@ fn the_shortcut_is_taken_for_a_chunk_shaped_like_the_last() {
         )
     };
     for asked in [thinking_asked(), Asked::default()] {
-        let mut s = MessageStream::new(asked.clone(), "req_9");
+        let mut s = MessageStream::new(asked.clone(), "req_9", carry());
         let mut out = Vec::new();
         s.chunk(
             provider(r#"{"role":"assistant","reasoning_content":"A"}"#).as_bytes(),
             &mut out,
-        );
+        )
+        .unwrap();
         s.chunk(
             provider(r#"{"reasoning_content":"B"}"#).as_bytes(),
             &mut out,
-        );
+        )
+        .unwrap();
         assert!(s.has_shape(), "learned from a chunk of one reasoning delta");
         s.chunk(
             provider(r#"{"reasoning_content":"C"}"#).as_bytes(),
             &mut out,
-        );
-        s.chunk(provider(r#"{"content":"Hi"}"#).as_bytes(), &mut out);
-        s.chunk(provider(r#"{"content":" there"}"#).as_bytes(), &mut out);
+        )
+        .unwrap();
+        s.chunk(provider(r#"{"content":"Hi"}"#).as_bytes(), &mut out)
+            .unwrap();
+        s.chunk(provider(r#"{"content":" there"}"#).as_bytes(), &mut out)
+            .unwrap();
         assert!(s.has_shape(), "learned from a chunk of one text delta");
         s.chunk(
             provider(r#"{"content":", \"you\"\n"}"#).as_bytes(),
             &mut out,
-        );
+        )
+        .unwrap();
         // A quote the shape cannot hold: read the long way, and right.
         s.chunk(
             provider(r#"{"content":"a","refusal":null}"#).as_bytes(),
             &mut out,
-        );
+        )
+        .unwrap();
         // Shaped alike, but what the shortcut does not copy as it is.
-        s.chunk(provider(r#"{"content":"b"}"#).as_bytes(), &mut out);
-        s.chunk(provider(r#"{"content":"\ud800"}"#).as_bytes(), &mut out);
+        s.chunk(provider(r#"{"content":"b"}"#).as_bytes(), &mut out)
+            .unwrap();
+        s.chunk(provider(r#"{"content":"\ud800"}"#).as_bytes(), &mut out)
+            .unwrap();
         s.chunk(
             provider(r#"{"content":"\ud83d\ude00"}"#).as_bytes(),
             &mut out,
-        );
+        )
+        .unwrap();
         let mut bad = provider(r#"{"content":"cX"}"#).into_bytes();
         let at = bad.iter().position(|&b| b == b'X').unwrap();
         bad[at] = 0xff;
-        s.chunk(&bad, &mut out);
+        s.chunk(&bad, &mut out).unwrap();
         // Reasoning after the text: a new thinking block, not the text's.
         s.chunk(
             provider(r#"{"reasoning_content":"D"}"#).as_bytes(),
             &mut out,
-        );
+        )
+        .unwrap();
         s.end(End::Finished(Some("stop")), None, &mut out);
         let (r, _) = reassemble(&out);
         assert_eq!(r.text, "Hi there, \"you\"\nab\u{FFFD}\u{1F600}c\u{FFFD}");
@@ -438,20 +495,20 @@ mod properties {
     use serde_json::json;
 
     use super::{Asked, End, MessageStream, chunk, reassemble};
-    use crate::dialect::tests::{Delta, chat_view, chunks, delta};
+    use crate::dialect::tests::{Delta, carry, chat_view, chunks, delta, style};
 
     /// The translation of `chunks`, with the same-shape shortcut or
     /// without.
     fn run(chunks: &[Vec<u8>], asked: &Asked, shortcut: bool) -> Vec<u8> {
-        let mut s = MessageStream::new(asked.clone(), "req_8");
+        let mut s = MessageStream::new(asked.clone(), "req_8", carry());
         if !shortcut {
             s = s.without_shortcut();
         }
         let mut out = Vec::new();
         for c in chunks {
-            s.chunk(c, &mut out);
+            s.chunk(c, &mut out).unwrap();
         }
-        s.chunk(&chunk(json!({}), Some("stop")), &mut out);
+        s.chunk(&chunk(json!({}), Some("stop")), &mut out).unwrap();
         s.end(End::Finished(Some("stop")), None, &mut out);
         out
     }
@@ -463,9 +520,10 @@ mod properties {
         fn reassembled_it_says_what_the_chat_stream_said(
             texts in proptest::collection::vec(delta().prop_filter("text", |d| matches!(d, Delta::Reasoning(_) | Delta::Text(_))), 0..12),
             calls in proptest::collection::vec(delta().prop_filter("call", |d| matches!(d, Delta::CallStart(_) | Delta::CallArgs(..))), 0..12),
+            style in style(),
         ) {
             let deltas: Vec<Delta> = texts.into_iter().chain(calls).collect();
-            let chunks = chunks(&deltas);
+            let chunks = chunks(&deltas, style);
             let asked = Asked { thinking: true, ..Asked::default() };
             let whole = run(&chunks, &asked, true);
             // The same-shape shortcut changes nothing.
@@ -490,9 +548,10 @@ mod properties {
             deltas in proptest::collection::vec(delta(), 0..24),
             thinking in any::<bool>(),
             omit_thinking in any::<bool>(),
+            style in style(),
         ) {
             let asked = Asked { thinking, omit_thinking, ..Asked::default() };
-            let chunks = chunks(&deltas);
+            let chunks = chunks(&deltas, style);
             let out = run(&chunks, &asked, true);
             prop_assert_eq!(&run(&chunks, &asked, false), &out);
             let (r, _) = reassemble(&out);

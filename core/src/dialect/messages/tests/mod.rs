@@ -10,5 +10,5 @@
 //! | `errors.rs` | errors in the Anthropic shape and status; a context overflow's wording |
 
 mod errors;
-mod events;
+pub(crate) mod events;
 mod requests;

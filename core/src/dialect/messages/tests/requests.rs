@@ -13,14 +13,14 @@ const TITLE: &[u8] =
     include_bytes!("../../../../../tests/fixtures/claude/claude-code-2.1.197-title.json");
 
 fn chat(body: &[u8]) -> (Value, Asked) {
-    let (out, asked) = translate(body).unwrap_or_else(|e| panic!("{e:?}"));
+    let (out, asked) = translate(body, None).unwrap_or_else(|e| panic!("{e:?}"));
     let v = serde_json::from_slice(&out)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
     (v, asked)
 }
 
 fn refused(body: Value) -> (String, String) {
-    let e = translate(body.to_string().as_bytes()).expect_err("refused");
+    let e = translate(body.to_string().as_bytes(), None).expect_err("refused");
     (e.param.unwrap_or_default(), e.message)
 }
 
@@ -364,9 +364,13 @@ fn refusals_name_the_messages_field() {
         assert_eq!(got, param, "{body}: {message}");
         assert!(!message.is_empty());
     }
-    let e = translate(b"[1]").unwrap_err();
+    let e = translate(b"[1]", None).unwrap_err();
     assert_eq!(e.code, "invalid_json");
-    let e = translate(br#"{"model":"m","model":"n","max_tokens":1,"messages":[]}"#).unwrap_err();
+    let e = translate(
+        br#"{"model":"m","model":"n","max_tokens":1,"messages":[]}"#,
+        None,
+    )
+    .unwrap_err();
     assert!(e.message.contains("duplicate"), "{}", e.message);
     assert_eq!(param_name("stop"), "stop_sequences");
     assert_eq!(param_name("reasoning_effort"), "output_config.effort");
