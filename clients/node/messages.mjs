@@ -53,7 +53,7 @@ stream.on('thinking', (t) => { thinking += t; });
 const final = await stream.finalMessage();
 assert.deepEqual(final.content.map((b) => b.type), ['thinking', 'text']);
 assert.ok(thinking && final.content[0].thinking === thinking);
-assert.ok(final.content[0].signature.startsWith('chatgate.v1.'), final.content[0].signature);
+assert.ok(final.content[0].signature.startsWith('chatgate.v2.'), final.content[0].signature);
 assert.ok(text.startsWith('You said: Tell me more') && final.content[1].text === text, text);
 assert.equal(final.stop_reason, 'end_turn');
 console.log('stream ok', final.id);

@@ -57,7 +57,7 @@ with client.messages.stream(
     final = stream.get_final_message()
 assert [b.type for b in final.content] == ["thinking", "text"], final.content
 assert final.content[0].thinking == thinking and thinking, thinking
-assert final.content[0].signature.startswith("chatgate.v1."), final.content[0]
+assert final.content[0].signature.startswith("chatgate.v2."), final.content[0]
 assert final.content[1].text == text and text.startswith("You said: Tell me more"), text
 assert final.stop_reason == "end_turn", final.stop_reason
 assert final.usage.output_tokens > 0 and final.usage.input_tokens > 0, final.usage

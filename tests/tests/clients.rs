@@ -8,7 +8,7 @@
 //! fail and say so. What each scenario covers is in `clients/README.md`.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,13 +25,6 @@ const LIMITED: &str = "limited";
 const LIMITED_RPM: u64 = 60;
 /// The name of the key with a budget of zero (the no-retry step).
 const BROKE: &str = "broke";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repository root")
-        .to_owned()
-}
 
 fn not_installed(what: &str) -> ! {
     panic!(

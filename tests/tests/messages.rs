@@ -5,7 +5,6 @@
 //! limits, budgets, cut streams, traces, a client leaving), and Claude
 //! Code itself, offline, answering and running its Bash tool.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use chatgate_tests::*;
@@ -20,10 +19,6 @@ cases!(
     claude_code_runs_with_the_environment_demo_prints,
     claude_code_falls_back_when_a_stream_is_cut,
 );
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn with_messages(bin: &str, upstream: &str, mut args: Vec<String>) -> Gw {
     args.extend(["--apis".into(), "messages".into()]);
@@ -295,66 +290,6 @@ fn traces_budgets_and_a_client_leaving_hold_on_this_api(bin: &str) {
     assert!(message.contains("budget"), "{message}");
     assert_eq!(r.header("x-should-retry"), Some("false"));
     assert_eq!(sim.journal().len(), asked, "the provider was not asked");
-}
-
-/// Claude Code, offline: its vendor's traffic switched off, the proxy
-/// variables at a port that refuses, the base URL at the gateway; `-p`
-/// with JSON output. `env` adds or overrides variables.
-fn claude(home: &Path, env: &[(&str, String)], prompt: &str) -> (bool, serde_json::Value, String) {
-    let bin = repo().join("clients/claude/node_modules/.bin/claude");
-    assert!(bin.exists(), "run clients/install.sh first");
-    let work = home.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let refused = "http://127.0.0.1:9";
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "-p",
-        prompt,
-        "--output-format",
-        "json",
-        "--allowedTools",
-        "Bash",
-    ])
-    .current_dir(&work)
-    .env_clear()
-    .env("PATH", std::env::var("PATH").unwrap_or_default())
-    .env("HOME", home)
-    .env("TERM", "dumb")
-    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    .env("DISABLE_TELEMETRY", "1")
-    .env("DISABLE_AUTOUPDATER", "1")
-    .env("DISABLE_ERROR_REPORTING", "1")
-    .env("CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL", "1")
-    .env("HTTPS_PROXY", refused)
-    .env("HTTP_PROXY", refused)
-    .env("https_proxy", refused)
-    .env("http_proxy", refused)
-    .env("NO_PROXY", "127.0.0.1,localhost")
-    .env("no_proxy", "127.0.0.1,localhost")
-    .stdin(std::process::Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("claude runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let text = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
-    (out.status.success(), json, text)
-}
-
-fn claude_env(gw: &Gw, header: &str) -> Vec<(&'static str, String)> {
-    let key_var = if header == "x-api-key" {
-        "ANTHROPIC_API_KEY"
-    } else {
-        "ANTHROPIC_AUTH_TOKEN"
-    };
-    vec![
-        ("ANTHROPIC_BASE_URL", format!("http://{}", gw.addr)),
-        (key_var, gw.key.clone()),
-        ("ANTHROPIC_MODEL", "reasoning-model-k3".into()),
-        ("ANTHROPIC_SMALL_FAST_MODEL", "reasoning-model-k3".into()),
-        ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "reasoning-model-k3".into()),
-    ]
 }
 
 fn claude_code_answers_and_runs_its_bash_tool(bin: &str) {

@@ -3,7 +3,6 @@
 //! `responses.create` (plain, streamed, a function tool round trip), and
 //! Codex CLI itself, offline, answering and running its shell tool.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use chatgate_tests::*;
@@ -18,10 +17,6 @@ cases!(
     traces_budgets_and_a_client_leaving_hold_on_this_api,
     codex_answers_and_runs_its_shell_tool,
 );
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn with_responses(bin: &str, upstream: &str) -> Gw {
     let opts = GwOptions {
@@ -93,52 +88,6 @@ fn sdk_scenario(bin: &str, cmd: &mut Command) {
     let statuses: Vec<u16> = ledger.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [200, 200, 200, 200, 400]);
     assert!(ledger.iter().any(|r| r.stream), "the streamed one");
-}
-
-/// Codex CLI, offline: its vendor's traffic switched off, the proxy
-/// variables at a port that refuses, a custom provider at the gateway.
-fn codex(gw: &Gw, home: &std::path::Path, prompt: &str) -> (bool, String) {
-    let provider = format!(
-        "model = \"reasoning-model-k3\"\nmodel_provider = \"chatgate\"\n\
-         [model_providers.chatgate]\nname = \"chatgate\"\nbase_url = \"http://{}/v1\"\n\
-         env_key = \"CHATGATE_API_KEY\"\nwire_api = \"responses\"\n",
-        gw.addr
-    );
-    codex_with(&provider, &gw.key, home, prompt)
-}
-
-/// Codex CLI with `provider` (its model and provider table) in its
-/// config.toml, the rest of it offline.
-fn codex_with(provider: &str, key: &str, home: &std::path::Path, prompt: &str) -> (bool, String) {
-    let bin = repo().join("clients/codex/node_modules/.bin/codex");
-    assert!(bin.exists(), "run clients/install.sh first");
-    // Top-level keys first, then the tables: the switches go in tables of
-    // their own after the provider's.
-    std::fs::write(
-        home.join("config.toml"),
-        format!("{provider}\n[analytics]\nenabled = false\n[features]\nplugins = false\n"),
-    )
-    .unwrap();
-    let work = home.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let refused = "http://127.0.0.1:9";
-    let out = Command::new(bin)
-        .args(["exec", "--skip-git-repo-check", prompt])
-        .current_dir(&work)
-        .env("CODEX_HOME", home)
-        .env("CHATGATE_API_KEY", key)
-        .env("HTTPS_PROXY", refused)
-        .env("HTTP_PROXY", refused)
-        .env("ALL_PROXY", refused)
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .output()
-        .expect("codex runs");
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 fn codex_answers_and_runs_its_shell_tool(bin: &str) {
