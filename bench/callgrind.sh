@@ -35,9 +35,16 @@
 #   --warmup W        requests in the shorter run           [default: 200]
 #   --conns C         client connections at once            [default: 8, as wrk -c8]
 #   --only LIST       binaries: smol,tokio                  [default: both]
-#   --workloads LIST  nonstream,stream,responses,messages   [default: nonstream,stream]
+#   --workloads LIST  nonstream,stream,responses,messages,toolloop
+#                                                           [default: nonstream,stream]
 #                     (responses: the stream workload through POST /v1/responses;
-#                     messages: through POST /v1/messages, the key as x-api-key)
+#                     messages: through POST /v1/messages, the key as x-api-key;
+#                     toolloop: a tool loop's second turn, streamed: the
+#                     assistant's call sent back without its reasoning and
+#                     the tool's result; each run first serves the first
+#                     turn once, so that with --serve-args
+#                     "--reasoning-replay tool_calls" every measured request
+#                     restores the reasoning from the memory)
 #   --fair-sched Y|N  valgrind's --fair-sched                [default: yes]
 #   --endpoints N     a pool of N [[upstream]] endpoints, all the one
 #                     simulator (the pool's own cost)        [default: 1, --upstream]
@@ -211,6 +218,16 @@ print(json.dumps({
 }), end="")
 PY
 
+# A tool loop's first turn (the simulator calls a tool), streamed; its
+# second turn is written once the simulator runs (the call's id is its).
+python3 - "$STREAM" "$work" <<'PY'
+import json, sys
+chat, work = json.loads(sys.argv[1]), sys.argv[2]
+tools = [{"type": "function", "function": {"name": "run", "parameters": {
+    "type": "object", "properties": {"cmd": {"type": "string"}}}}}]
+open(f"{work}/toolloop.first.json", "w").write(json.dumps(dict(chat, tools=tools)))
+PY
+
 # The driver: exactly COUNT requests over CONNS keep-alive connections at
 # once (each sends its share back to back), every answer read to its end
 # and checked. Exits non-zero on any failure.
@@ -218,16 +235,18 @@ cat >"$work/driver.py" <<'PY'
 import os, socket, sys, threading
 
 addr, body_file, count, conns, workload = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-stream = workload in ("stream", "responses", "messages")
+stream = workload in ("stream", "responses", "messages", "toolloop")
 path = {"responses": "/v1/responses", "messages": "/v1/messages"}.get(workload, "/v1/chat/completions")
 host, port = addr.rsplit(":", 1)
 body = open(body_file, "rb").read()
 key = open(os.environ["KEY_FILE"]).read().strip()
 auth = f"x-api-key: {key}" if workload == "messages" else f"Authorization: Bearer {key}"
-request = (
-    f"POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
-    f"{auth}\r\nContent-Length: {len(body)}\r\n\r\n"
-).encode() + body
+def framed(body):
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
+        f"{auth}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+request = framed(body)
 shares = [count // conns + (1 if i < count % conns else 0) for i in range(conns)]
 done = [0] * conns
 errors = []
@@ -271,7 +290,7 @@ def one(f):
             raise RuntimeError("short body")
     else:
         raise RuntimeError("no framing")
-    if workload == "stream" and not content.rstrip().endswith(b"data: [DONE]"):
+    if workload in ("stream", "toolloop") and not content.rstrip().endswith(b"data: [DONE]"):
         raise RuntimeError("stream without [DONE]")
     if workload == "responses" and b"event: response.completed" not in content:
         raise RuntimeError("stream without response.completed")
@@ -298,12 +317,28 @@ def client(i):
         except Exception:
             pass
 
+done_first = 0
+if workload == "toolloop":
+    # The first turn, once, on a connection of its own (both runs send it,
+    # so it cancels out); the rest are second turns.
+    s = socket.create_connection((host, int(port)))
+    f = s.makefile("rb", buffering=65536)
+    saved = request
+    request = framed(open(body_file.replace(".json", ".first.json"), "rb").read())
+    one((s, f))
+    request = saved
+    f.close()
+    s.close()
+    done_first = 1
+    count -= 1
+    shares = [count // conns + (1 if i < count % conns else 0) for i in range(conns)]
+
 threads = [threading.Thread(target=client, args=(i,)) for i in range(conns)]
 for t in threads:
     t.start()
 for t in threads:
     t.join()
-print(sum(done))
+print(sum(done) + done_first)
 if errors or sum(done) != count:
     print(f"driver: {sum(done)} of {count} requests answered; {errors[:3]}", file=sys.stderr)
     sys.exit(1)
@@ -316,6 +351,22 @@ sim_pid=$!
 pids+=("$sim_pid")
 sim_addr="$(listening_address "$work/sim.stdout" "$sim_pid" sim)"
 upstream="http://$sim_addr/v1"
+# The tool loop's second turn, with the id of the call the simulator makes
+# in the first.
+python3 - "$sim_addr" "$work" <<'PY'
+import json, sys, urllib.request
+addr, work = sys.argv[1], sys.argv[2]
+first = json.load(open(f"{work}/toolloop.first.json"))
+ask = dict(first, stream=False)
+answer = json.load(urllib.request.urlopen(urllib.request.Request(
+    f"http://{addr}/v1/chat/completions", json.dumps(ask).encode(),
+    {"Content-Type": "application/json"})))
+call = answer["choices"][0]["message"]["tool_calls"][0]
+second = dict(first, messages=first["messages"] + [
+    {"role": "assistant", "content": None, "tool_calls": [call]},
+    {"role": "tool", "tool_call_id": call["id"], "content": "Paris, since 987."}])
+open(f"{work}/toolloop.json", "w").write(json.dumps(second))
+PY
 if [ "$endpoints" -gt 1 ]; then
     for i in $(seq 1 "$endpoints"); do
         printf '[[upstream]]\nname = "e%s"\nurl = "%s"\n' "$i" "$upstream"
@@ -385,7 +436,7 @@ IFS=, read -r -a wls <<<"$workloads"
 for bin in "${bins[@]}"; do
     case "$bin" in smol | tokio) ;; *) echo "callgrind.sh: --only takes smol,tokio" >&2; exit 2 ;; esac
     for wl in "${wls[@]}"; do
-        case "$wl" in nonstream | stream | responses | messages) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream,responses,messages" >&2; exit 2 ;; esac
+        case "$wl" in nonstream | stream | responses | messages | toolloop) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream,responses,messages,toolloop" >&2; exit 2 ;; esac
         echo "==> chatgate-$bin, $wl: $warmup and $((warmup + requests)) requests, $conns connections"
         t0=$SECONDS
         measure "$bin" "$wl" "$warmup"

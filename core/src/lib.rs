@@ -7,16 +7,17 @@
 //!
 //! The crate root is the whole public API, grouped by layer below; each
 //! layer uses only the layers above it, and the modules are private (the
-//! HTTP codecs, the usage report, traces, the console and the other client
-//! APIs' translators keep a namespace of their own: [`http`], [`report`],
-//! [`trace`], [`console`] and [`dialect`]). Where each concern lives, for contributors:
+//! HTTP codecs, the usage report, traces, the console, reasoning's replay
+//! and the other client APIs' translators keep a namespace of their own:
+//! [`http`], [`report`], [`trace`], [`console`], [`reasoning`] and
+//! [`dialect`]). Where each concern lives, for contributors:
 //! `docs/architecture.md`.
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; the one URL reader |
 //! | codecs | [`http`], `json`, `sse`, `redis_protocol`, `redis_topology` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]); where a Redis command goes with Sentinel or a cluster (slots, redirections, roles) |
-//! | rules | `routes`, `validate`, [`dialect`], `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `keyops`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; the other client APIs translated to and from chat (the Responses and Messages APIs); the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; changes to the keys and their audit records; the ledger line; the keep-alive pool's policy; usage reports |
+//! | rules | `routes`, `validate`, [`reasoning`], [`dialect`], `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `keyops`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; reasoning through the tool loop (replay, the memory, signatures and sealing); the other client APIs translated to and from chat (the Responses and Messages APIs); the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; changes to the keys and their audit records; the ledger line; the keep-alive pool's policy; usage reports |
 //! | shared state | `config`, `endpoints`, `metrics`, [`console`], `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what the operator's console records, and its sessions; what connections share ([`Gateway`]) |
 //! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers, the console's pages and JSON among them |
 //!

@@ -295,15 +295,12 @@ impl Connection {
             }
         };
         let asked = catalog.index(&chat.model).unwrap_or(0);
-        let answering: Vec<usize> = std::iter::once(asked)
-            .chain(fallbacks(catalog, asked, key_models))
-            .collect();
         req.model = asked;
         req.affinity = chat.cache_key.or(req.session).or(chat.user);
         req.routes = Some(Arc::clone(&routes));
         let count = req.count_tokens;
         req.chat = Some(chat);
-        if !count && self.plan_replay(now, &answering) {
+        if !count && self.plan_replay(now) {
             // Admitted once the shared memory answered.
             return;
         }

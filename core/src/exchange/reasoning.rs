@@ -49,16 +49,18 @@ pub struct Remember {
 
 impl Connection {
     /// Whether any model that may answer the request (the one asked, its
-    /// fallbacks) replays reasoning.
-    fn replays(&self, models: &[usize]) -> bool {
+    /// fallbacks its key may call) replays reasoning.
+    fn replays(&self) -> bool {
         let req = self.req.as_ref().expect("request in progress");
         let Some(routes) = req.routes.as_ref() else {
             return false;
         };
+        let catalog = routes.catalog();
         let config = &self.gw.config().reasoning;
-        models
-            .iter()
-            .any(|&m| config.replay_of(&routes.catalog().models()[m]).replays())
+        let key_models = req.key.as_ref().and_then(|k| k.models());
+        std::iter::once(req.model)
+            .chain(super::admission::fallbacks(catalog, req.model, key_models))
+            .any(|m| config.replay_of(&catalog.models()[m]).replays())
     }
 
     /// The validated request's replay, when a model that may answer it
@@ -66,8 +68,8 @@ impl Connection {
     /// without reasoning. True when the shared store must be asked too
     /// ([`Event::Recall`] was queued and the request waits for
     /// [`Connection::handle_recall`]).
-    pub(super) fn plan_replay(&mut self, now: Instant, models: &[usize]) -> bool {
-        if !self.replays(models) {
+    pub(super) fn plan_replay(&mut self, now: Instant) -> bool {
+        if !self.replays() {
             return false;
         }
         let gw = Arc::clone(&self.gw);
