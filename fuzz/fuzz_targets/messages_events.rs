@@ -9,15 +9,17 @@
 //! NAME, `message_start` first; content blocks opened, written and closed
 //! one at a time with indexes 0, 1, 2…, each delta of its block's kind;
 //! then `message_delta` and `message_stop` (or, for a cut stream, an
-//! `error` event) and nothing after; nothing written once ended. The same
-//! input read as a whole chat completion is a JSON message object.
+//! `error` event) and nothing after; nothing written once ended; every
+//! thinking block signed, and its signature the gateway's for the text it
+//! showed. An answer past the translation's budget ends as a cut one. The
+//! same input read as a whole chat completion is a JSON message object.
 #![no_main]
 
 use chatgate_core::Usage;
 use chatgate_core::dialect::End;
 use chatgate_core::dialect::messages::events::{MessageStream, SIGNATURE_PREFIX, body};
 use chatgate_core::dialect::messages::request::Asked;
-use chatgate_fuzz::Rng;
+use chatgate_fuzz::{Rng, carry};
 use libfuzzer_sys::fuzz_target;
 
 /// What the first byte chose.
@@ -72,36 +74,44 @@ impl Flags {
     }
 }
 
+/// The translation, and whether the answer went past the budget (then
+/// ended as a cut stream, as the exchange ends it).
 fn run(
     chunks: &[&[u8]],
     groups: &mut Rng,
     flags: Flags,
     usage: Option<&Usage>,
     shortcut: bool,
-) -> Vec<u8> {
-    let mut s = MessageStream::new(flags.asked(), "req_1");
+) -> (Vec<u8>, bool) {
+    let mut s = MessageStream::new(flags.asked(), "req_1", carry());
     if !shortcut {
         s = s.without_shortcut();
     }
     let mut out = Vec::new();
     let mut i = 0;
-    while i < chunks.len() {
+    let mut over = false;
+    'feed: while i < chunks.len() {
         let n = 1 + groups.upto(3);
         let mut part = Vec::new();
         for c in &chunks[i..(i + n).min(chunks.len())] {
-            s.chunk(c, &mut part);
+            if s.chunk(c, &mut part).is_err() {
+                out.extend_from_slice(&part);
+                over = true;
+                break 'feed;
+            }
         }
         out.extend_from_slice(&part);
         i += n;
     }
-    s.end(flags.end(), usage, &mut out);
+    let end = if over { End::Failed("over budget") } else { flags.end() };
+    s.end(end, usage, &mut out);
     let mut after = Vec::new();
     for c in chunks {
-        s.chunk(c, &mut after);
+        let _ = s.chunk(c, &mut after);
     }
     s.end(End::Finished(None), usage, &mut after);
     assert!(after.is_empty(), "nothing written once ended");
-    out
+    (out, over)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -120,16 +130,22 @@ fuzz_target!(|data: &[u8]| {
         .split(|&b| b == b'\n')
         .filter(|c| !c.is_empty())
         .collect();
-    let one = run(&chunks, &mut Rng::from_prefix(&[0]), flags, usage, true);
+    let (one, over) = run(&chunks, &mut Rng::from_prefix(&[0]), flags, usage, true);
     let grouped = run(&chunks, &mut Rng::from_prefix(data), flags, usage, true);
-    assert_eq!(one, grouped, "the same however the chunks are grouped");
+    assert_eq!((&one, over), (&grouped.0, grouped.1), "the same however the chunks are grouped");
     let slow = run(&chunks, &mut Rng::from_prefix(&[0]), flags, usage, false);
-    assert_eq!(one, slow, "the same without the same-shape shortcut");
+    assert_eq!((&one, over), (&slow.0, slow.1), "the same without the same-shape shortcut");
+    let flags = Flags {
+        fail: flags.fail || over,
+        ..flags
+    };
+    let seal = carry().seal;
 
     let text = std::str::from_utf8(&one).expect("UTF-8 out");
-    let signature = format!("{SIGNATURE_PREFIX}1");
     // The open block: its index, its kind, whether it was signed.
     let mut open: Option<(u64, String, bool)> = None;
+    // The open thinking block's text, as shown.
+    let mut thinking = String::new();
     let mut next = 0u64;
     let mut delta_seen = false;
     let mut ended = false;
@@ -177,6 +193,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 open = Some((next, kind, false));
                 next += 1;
+                thinking.clear();
             }
             "content_block_delta" => {
                 let (index, kind, signed) = open.as_mut().expect("a block is open");
@@ -186,10 +203,16 @@ fuzz_target!(|data: &[u8]| {
                 match (kind.as_str(), d["type"].as_str().expect("a delta type")) {
                     ("thinking", "thinking_delta") => {
                         assert!(!flags.omit_thinking, "thinking omitted as asked");
-                        assert!(d["thinking"].is_string());
+                        thinking += d["thinking"].as_str().expect("a string");
                     }
                     ("thinking", "signature_delta") => {
-                        assert_eq!(d["signature"], signature.as_str());
+                        let sig = d["signature"].as_str().expect("a string");
+                        assert!(sig.starts_with(SIGNATURE_PREFIX), "{sig}");
+                        // The gateway's signature of the text it showed.
+                        assert!(
+                            flags.omit_thinking || seal.verify(thinking.as_bytes(), sig.as_bytes()),
+                            "{sig} for {thinking:?}"
+                        );
                         *signed = true;
                     }
                     ("text", "text_delta") => assert!(d["text"].is_string()),
@@ -251,7 +274,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(one.ends_with(b"\n\n"));
 
     // The input as a whole completion.
-    let message = body(flags.asked(), "req_1", data, usage);
+    let message = body(flags.asked(), "req_1", carry(), data, usage);
     let m: serde_json::Value = serde_json::from_slice(&message)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&message)));
     assert_eq!(m["type"], "message");
@@ -261,7 +284,12 @@ fuzz_target!(|data: &[u8]| {
         match b["type"].as_str().expect("a block type") {
             "thinking" => {
                 assert!(flags.thinking);
-                assert_eq!(b["signature"], signature.as_str());
+                let sig = b["signature"].as_str().expect("a signature");
+                let shown = b["thinking"].as_str().expect("a text");
+                assert!(
+                    flags.omit_thinking || seal.verify(shown.as_bytes(), sig.as_bytes()),
+                    "{sig} for {shown:?}"
+                );
             }
             "text" => assert!(b["text"].is_string()),
             "tool_use" => assert!(b["input"].is_object(), "{b}"),

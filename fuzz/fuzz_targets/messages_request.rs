@@ -4,16 +4,21 @@
 //! array (every message a role the chat validator knows), the same however
 //! often it is translated; the Messages name of any chat parameter is
 //! found without a panic. A token count's translation (no `max_tokens`)
-//! takes whatever the answer's takes, and writes the same messages.
+//! takes whatever the answer's takes, and writes the same messages. With
+//! reasoning replay on, the same request is refused the same way, or
+//! translated the same but for the reasoning signed thinking blocks give
+//! assistant messages.
 #![no_main]
 
 use chatgate_core::dialect::messages::errors;
 use chatgate_core::dialect::messages::request::{param_name, translate, translate_count};
+use chatgate_fuzz::{only_reasoning_added, seal};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let _ = param_name(&String::from_utf8_lossy(data));
-    match translate(data) {
+    let replayed = translate(data, Some(&seal()));
+    match translate(data, None) {
         Err(e) => {
             assert_eq!(e.status, 400, "{e:?}");
             let body: serde_json::Value = serde_json::from_slice(&e.body()).expect("error body");
@@ -26,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
             if let Some(param) = &e.param {
                 let _ = param_name(param);
             }
+            assert_eq!(replayed.err(), Some(e), "refused alike");
         }
         Ok((chat, asked)) => {
             let v: serde_json::Value = serde_json::from_slice(&chat)
@@ -49,7 +55,10 @@ fuzz_target!(|data: &[u8]| {
             let count: serde_json::Value = serde_json::from_slice(&count).expect("JSON");
             assert_eq!(count["messages"], v["messages"]);
             assert!(count.get("max_tokens").is_none());
-            assert_eq!(translate(data).ok(), Some((chat, asked)), "deterministic");
+            let (with, with_asked) = replayed.expect("translated alike");
+            assert_eq!(with_asked, asked);
+            only_reasoning_added(&chat, &with).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(translate(data, None).ok(), Some((chat, asked)), "deterministic");
         }
     }
 });

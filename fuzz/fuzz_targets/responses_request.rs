@@ -1,18 +1,23 @@
 //! A Responses request as a chat request: any input is refused with a
 //! well-formed 400, or translated into a JSON object with `model` and a
 //! `messages` array (every message a role the chat validator knows), the
-//! same however often it is translated.
+//! same however often it is translated. With reasoning replay on, the same
+//! request is refused the same way, or translated the same but for the
+//! reasoning its reasoning items give assistant messages.
 #![no_main]
 
 use chatgate_core::dialect::responses::request::translate;
+use chatgate_fuzz::{only_reasoning_added, seal};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    match translate(data) {
+    let replayed = translate(data, Some(&seal()));
+    match translate(data, None) {
         Err(e) => {
             assert_eq!(e.status, 400, "{e:?}");
             let body: serde_json::Value = serde_json::from_slice(&e.body()).expect("error body");
             assert!(body["error"]["message"].is_string());
+            assert_eq!(replayed.err(), Some(e), "refused alike");
         }
         Ok((chat, asked)) => {
             let v: serde_json::Value = serde_json::from_slice(&chat).unwrap_or_else(|e| {
@@ -25,7 +30,10 @@ fuzz_target!(|data: &[u8]| {
                 assert!(["system", "user", "assistant", "tool"].contains(&role), "{m}");
             }
             assert_eq!(asked.stream, v["stream"] == true);
-            assert_eq!(translate(data).ok(), Some((chat, asked)), "deterministic");
+            let (with, with_asked) = replayed.expect("translated alike");
+            assert_eq!(with_asked, asked);
+            only_reasoning_added(&chat, &with).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(translate(data, None).ok(), Some((chat, asked)), "deterministic");
         }
     }
 });

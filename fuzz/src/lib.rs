@@ -1,5 +1,24 @@
 //! Helpers shared by the fuzz targets: deterministic splitting of an input
-//! into reads, and a byte reader for operation-sequence targets.
+//! into reads, a byte reader for operation-sequence targets, and the keys
+//! the translators sign and seal reasoning with.
+
+use std::sync::Arc;
+
+use chatgate_core::dialect::Carry;
+use chatgate_core::reasoning::ReasoningSeal;
+
+/// The fuzz targets' deployment secret.
+pub const SECRET: &[u8] = b"the fuzz targets' own deployment secret";
+
+/// The keys made from [`SECRET`].
+pub fn seal() -> Arc<ReasoningSeal> {
+    Arc::new(ReasoningSeal::new(SECRET))
+}
+
+/// A translator's carry with those keys, nothing remembered.
+pub fn carry() -> Carry {
+    Carry::new(seal())
+}
 
 /// A small deterministic generator (xorshift64*), seeded from input bytes.
 #[derive(Debug, Clone)]
@@ -98,5 +117,28 @@ impl<'a> Reader<'a> {
         let (a, b) = self.data.split_at(n);
         self.data = b;
         a
+    }
+}
+
+/// Whether the chat request `with` (translated with reasoning replay) is
+/// `without` (translated without) but for a `reasoning_content` string
+/// on some assistant messages: replay adds reasoning, nothing else.
+pub fn only_reasoning_added(without: &[u8], with: &[u8]) -> Result<(), String> {
+    let a: serde_json::Value = serde_json::from_slice(without).map_err(|e| e.to_string())?;
+    let mut b: serde_json::Value = serde_json::from_slice(with).map_err(|e| e.to_string())?;
+    if let Some(messages) = b["messages"].as_array_mut() {
+        for m in messages {
+            let Some(o) = m.as_object_mut() else { continue };
+            if let Some(r) = o.remove("reasoning_content") {
+                if o.get("role").and_then(|r| r.as_str()) != Some("assistant") || !r.is_string() {
+                    return Err(format!("reasoning on {o:?}: {r}"));
+                }
+            }
+        }
+    }
+    if a == b {
+        Ok(())
+    } else {
+        Err(format!("{a}\n!=\n{b}"))
     }
 }

@@ -320,3 +320,25 @@ fn every_translator_fails_a_stream_past_its_budget() {
     });
     assert!(failed);
 }
+
+#[test]
+fn replay_refuses_nothing_that_replay_off_accepts() {
+    // Found by the fuzzer: a reasoning item whose `encrypted_content` is
+    // not a string was refused with replay on, and accepted (left out)
+    // with it off. Malformed reasoning items, and an `include` that is no
+    // list of names, are left out either way.
+    for body in [
+        json!({"model": "m", "input": [{"type": "reasoning", "encrypted_content": true},
+               {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}),
+        json!({"model": "m", "input": [{"type": "reasoning", "summary": "not a list"}]}),
+        json!({"model": "m", "input": [{"type": "reasoning", "summary": [1, {"text": 2}]}]}),
+        json!({"model": "m", "input": "hi", "include": "reasoning.encrypted_content"}),
+        json!({"model": "m", "input": "hi", "include": [7]}),
+    ] {
+        let text = body.to_string();
+        let off = responses::request::translate(text.as_bytes(), None);
+        let on = responses::request::translate(text.as_bytes(), Some(&carry().seal));
+        assert!(off.is_ok(), "{body}: {off:?}");
+        assert_eq!(off.map(|o| o.0), on.map(|o| o.0), "{body}");
+    }
+}

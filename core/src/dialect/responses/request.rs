@@ -30,6 +30,7 @@ use std::borrow::Cow;
 use crate::dialect::chat::{Call, Message, Part, push_call, write_messages, write_tools};
 use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
 use crate::error::ApiError;
+use crate::json::Cursor;
 use crate::reasoning::ReasoningSeal;
 
 /// What the answer's translation needs to know of the request.
@@ -104,12 +105,12 @@ pub fn translate(
         Some(raw) if !is_null(raw) => tools(raw, &mut asked)?,
         _ => Vec::new(),
     };
-    if let Some(raw) = top.include.filter(|r| !is_null(r)) {
-        for (i, name) in array(raw, "include")?.into_iter().enumerate() {
-            if &*text(name, &|| format!("include[{i}]"))? == "reasoning.encrypted_content" {
-                asked.encrypted_reasoning = true;
-            }
-        }
+    // Read for the one name it changes; otherwise left out unchecked, as
+    // before.
+    if let Some(names) = top.include.and_then(|r| array(r, "include").ok()) {
+        asked.encrypted_reasoning = names.iter().any(|n| {
+            Cursor::whole(n, Cursor::str).is_ok_and(|n| &*n == b"reasoning.encrypted_content")
+        });
     }
     let messages = messages(&top, replay)?;
     out.extend_from_slice(b",\"messages\":");
@@ -529,7 +530,7 @@ fn messages<'a>(
             }
             "reasoning" => {
                 if let Some(seal) = replay {
-                    reasoning.extend(reasoning_item(&it, &at, seal)?);
+                    reasoning.extend(reasoning_item(&it, seal));
                 }
             }
             // Hosted tools' calls were run by a server that is not the
@@ -571,29 +572,27 @@ fn messages<'a>(
 /// text of its `encrypted_content` when `seal` sealed it, else its
 /// `summary` texts joined (its `content`'s `reasoning_text` parts when it
 /// has no summary). `None` for an item whose `encrypted_content` this
-/// gateway did not seal (another's, or changed): left out, not refused.
-fn reasoning_item<'a>(
-    it: &Object<'a>,
-    at: &dyn Fn(&str) -> String,
-    seal: &ReasoningSeal,
-) -> Result<Option<Cow<'a, [u8]>>, ApiError> {
+/// gateway did not seal (another's, or changed), one that holds no text,
+/// and one not shaped as a reasoning item: left out, never refused (with
+/// reasoning replay off every reasoning item is left out unread; turning
+/// it on refuses nothing more).
+fn reasoning_item<'a>(it: &Object<'a>, seal: &ReasoningSeal) -> Option<Cow<'a, [u8]>> {
     if let Some(sealed) = it.get(b"encrypted_content").filter(|r| !is_null(r)) {
-        let sealed = text(sealed, &|| at("encrypted_content"))?;
-        return Ok(seal.open(sealed.as_bytes()).map(|t| {
-            let mut json = Vec::with_capacity(t.len() + 16);
-            crate::json::write::string(&mut json, &String::from_utf8_lossy(&t));
-            Cow::Owned(json)
-        }));
+        let sealed = Cursor::whole(sealed, Cursor::str).ok()?;
+        let text = seal.open(&sealed).filter(|t| !t.is_empty())?;
+        let mut json = Vec::with_capacity(text.len() + 16);
+        crate::json::write::string(&mut json, &String::from_utf8_lossy(&text));
+        return Some(Cow::Owned(json));
     }
     let mut joined: Vec<&'a [u8]> = Vec::new();
-    for field in ["summary", "content"] {
-        let Some(raw) = it.get(field.as_bytes()).filter(|r| !is_null(r)) else {
+    for field in [&b"summary"[..], b"content"] {
+        let Some(raw) = it.get(field).filter(|r| !is_null(r)) else {
             continue;
         };
-        for (j, part) in array(raw, &at(field))?.into_iter().enumerate() {
-            let p = object(part, &format!("{}[{j}]", at(field)))?;
-            if let Some(t) = p.get(b"text").filter(|r| !is_null(r)) {
-                joined.push(string(t, &|| format!("{}[{j}].text", at(field)))?);
+        for part in array(raw, "").ok()? {
+            let text = Object::read(part).ok()?.get(b"text");
+            if let Some(t) = text.filter(|t| t.starts_with(b"\"")) {
+                joined.push(t);
             }
         }
         if !joined.is_empty() {
@@ -608,7 +607,7 @@ fn reasoning_item<'a>(
         json.extend_from_slice(&t[1..t.len() - 1]);
     }
     json.push(b'"');
-    Ok((json.len() > 2).then_some(Cow::Owned(json)))
+    (json.len() > 2).then_some(Cow::Owned(json))
 }
 
 /// A `message` item; an assistant's takes the reasoning read before it.
