@@ -459,7 +459,7 @@ echo "|---|---|---|---|---|---|"
 for r in "${results[@]}"; do
     read -r bin wl a b <<<"$r"
     awk -v bin="$bin" -v wl="$wl" -v a="$a" -v b="$b" -v n="$requests" -v w="$warmup" 'BEGIN {
-        name = (wl == "stream") ? "streamed (100 events)" : (wl == "responses") ? "streamed through /v1/responses" : (wl == "messages") ? "streamed through /v1/messages" : "non-streamed"
+        name = (wl == "stream") ? "streamed (100 events)" : (wl == "responses") ? "streamed through /v1/responses" : (wl == "messages") ? "streamed through /v1/messages" : (wl == "toolloop") ? "tool loop, second turn (streamed)" : "non-streamed"
         printf "| chatgate-%s | %s | %d | %d | **%.1fk** | %.1fk |\n", bin, name, a, b, (b - a) / n / 1000, b / (w + n) / 1000
     }'
 done

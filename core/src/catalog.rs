@@ -130,6 +130,9 @@ pub struct Catalog {
     /// the operator's, and a lookup is on every request's path).
     names: FxHashMap<String, usize>,
     list_body: Vec<u8>,
+    /// A model sets a reasoning replay of its own that sends reasoning
+    /// back.
+    replays: bool,
 }
 
 impl PartialEq for Catalog {
@@ -187,11 +190,21 @@ impl Catalog {
             }
         }
         let list_body = list_body(models.iter());
+        let replays = models
+            .iter()
+            .any(|m| m.reasoning_replay.is_some_and(|r| r.replays()));
         Ok(Catalog {
             models,
             names,
             list_body,
+            replays,
         })
+    }
+
+    /// Whether a model's own `reasoning_replay` sends reasoning back (the
+    /// gateway's default may too, for the models that set none).
+    pub fn sets_replay(&self) -> bool {
+        self.replays
     }
 
     /// The model with this id.

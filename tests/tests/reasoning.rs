@@ -66,6 +66,18 @@ fn replays(admin: std::net::SocketAddr, source: &str) -> u64 {
         .map_or(0, |v| v.parse().unwrap())
 }
 
+/// The provider accepted every request, and the `n` that carried tool
+/// turns got their reasoning from the client.
+fn every_turn_replayed_from_the_client(sim: &Sim, admin: std::net::SocketAddr, n: u64) {
+    assert!(
+        statuses(sim).iter().all(|s| *s == 200),
+        "{:?}",
+        sim.journal()
+    );
+    assert_eq!(replays(admin, "client"), n);
+    assert_eq!(replays(admin, "memory") + replays(admin, "empty"), 0);
+}
+
 /// The statuses the simulator answered, in order.
 fn statuses(sim: &Sim) -> Vec<u64> {
     sim.journal()
@@ -94,13 +106,7 @@ fn claude_code_runs_three_bash_calls_with_its_thinking_replayed(bin: &str) {
         result.starts_with("The tool returned: chatgate-3"),
         "{text}"
     );
-    assert!(
-        statuses(&sim).iter().all(|s| *s == 200),
-        "{:?}",
-        sim.journal()
-    );
-    assert_eq!(replays(admin, "client"), 3);
-    assert_eq!(replays(admin, "memory") + replays(admin, "empty"), 0);
+    every_turn_replayed_from_the_client(&sim, admin, 3);
 }
 
 fn codex_runs_three_shell_calls_with_its_reasoning_replayed(bin: &str) {
@@ -119,13 +125,7 @@ fn codex_runs_three_shell_calls_with_its_reasoning_replayed(bin: &str) {
         assert!(text.contains(&format!("echo chatgate-{n}")), "{text}");
     }
     assert!(text.contains("The tool returned:"), "{text}");
-    assert!(
-        statuses(&sim).iter().all(|s| *s == 200),
-        "{:?}",
-        sim.journal()
-    );
-    assert_eq!(replays(admin, "client"), 3);
-    assert_eq!(replays(admin, "memory") + replays(admin, "empty"), 0);
+    every_turn_replayed_from_the_client(&sim, admin, 3);
 }
 
 /// `clients/python/reasoning.py` against `gw`.

@@ -173,6 +173,14 @@ pub struct ReasoningConfig {
 }
 
 impl ReasoningConfig {
+    /// Whether any model of `catalog` replays reasoning: with the default
+    /// strip and no model of its own mind, a request needs no look at its
+    /// models.
+    #[inline(always)]
+    pub fn any_replays(&self, catalog: &crate::catalog::Catalog) -> bool {
+        self.replay.replays() || catalog.sets_replay()
+    }
+
     /// The replay of `model`.
     pub fn replay_of(&self, model: &crate::catalog::Model) -> ReplayMode {
         model.reasoning_replay.unwrap_or(self.replay)

@@ -223,12 +223,7 @@ url = "http://127.0.0.1:9002/v1"
 "#;
 
     fn resolve(models: &str) -> Result<ServeConfig, String> {
-        ServeConfig::resolve(Sources {
-            flags: Default::default(),
-            env: Default::default(),
-            file: Some(format!("{POOL}{models}")),
-        })
-        .map_err(|e| e.0)
+        resolve_with("", models)
     }
 
     #[test]

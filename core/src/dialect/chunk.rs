@@ -178,12 +178,55 @@ pub(crate) fn record(found: &Found, data: &[u8], log: &mut AnswerReasoning) {
     });
 }
 
-/// [`record`] for a chunk not read yet: the chat path, which forwards the
-/// provider's bytes unread otherwise.
+/// [`record`] for a whole completion not read yet: the chat path, which
+/// forwards the provider's bytes unread otherwise.
 pub(crate) fn record_chunk(data: &[u8], log: &mut AnswerReasoning) {
     let data = &*super::text::valid_text(data);
     if let Some(found) = Found::read(data) {
         record(&found, data, log);
+    }
+}
+
+/// A chat stream read for the memory, chunk by chunk, as the chat path
+/// forwards it: its reasoning and tool calls ([`record`]). A chunk shaped
+/// like the last one-text-delta chunk (most of a stream: [`Shape`]) is
+/// read without walking it; an answer text delta is then nothing to keep.
+#[derive(Debug, Default)]
+pub(crate) struct AnswerRecorder {
+    /// The last one-text-delta chunk's shape, and whether its text was
+    /// reasoning.
+    shape: Option<Shape<bool>>,
+    log: AnswerReasoning,
+}
+
+impl AnswerRecorder {
+    /// Reads one chunk (an SSE event's data). Never inlined: the stream
+    /// loop that calls it runs for every chat stream, and most never call
+    /// it.
+    #[inline(never)]
+    pub(crate) fn chunk(&mut self, data: &[u8]) {
+        if let Some(shape) = &self.shape {
+            if let Some(text) = shape.delta(data) {
+                if shape.kind && text.len() > 2 {
+                    self.log.push(text);
+                }
+                return;
+            }
+        }
+        self.shape = None;
+        let data = &*super::text::valid_text(data);
+        let Some(found) = Found::read(data) else {
+            return;
+        };
+        record(&found, data, &mut self.log);
+        if let Some((reasoning, string)) = found.lone_text(data) {
+            self.shape = Some(Shape::new(data, string, reasoning));
+        }
+    }
+
+    /// What the stream said.
+    pub(crate) fn into_log(self) -> AnswerReasoning {
+        self.log
     }
 }
 

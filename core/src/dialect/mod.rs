@@ -27,7 +27,7 @@ mod replay_tests;
 mod tests;
 
 pub use budget::{Budget, MAX_ITEMS, MAX_KEPT, OverBudget};
-pub(crate) use chunk::record_chunk;
+pub(crate) use chunk::{AnswerRecorder, record_chunk};
 
 use std::sync::Arc;
 

@@ -342,3 +342,38 @@ fn replay_refuses_nothing_that_replay_off_accepts() {
         assert_eq!(off.map(|o| o.0), on.map(|o| o.0), "{body}");
     }
 }
+
+mod recorder {
+    use proptest::prelude::*;
+
+    use crate::dialect::chunk::{AnswerRecorder, record_chunk};
+    use crate::dialect::tests::{Delta, chat_view, chunks, delta, style};
+    use crate::reasoning::AnswerReasoning;
+
+    proptest! {
+        /// The chat path's reader keeps what a client reads of the
+        /// reasoning, and each call's id, whatever the provider names
+        /// reasoning and however it writes its names; its same-shape
+        /// shortcut reads what walking every chunk reads.
+        #[test]
+        fn it_keeps_the_reasoning_and_calls_a_chat_client_reads(
+            deltas in proptest::collection::vec(delta(), 0..24),
+            style in style(),
+        ) {
+            let chunks = chunks(&deltas, style);
+            let mut fast = AnswerRecorder::default();
+            let mut slow = AnswerReasoning::new();
+            for c in &chunks {
+                fast.chunk(c);
+                record_chunk(c, &mut slow);
+            }
+            let fast = fast.into_log();
+            let (reasoning, _, _) = chat_view(&deltas);
+            prop_assert_eq!(fast.text(), Some(reasoning.as_bytes()));
+            prop_assert_eq!(slow.text(), Some(reasoning.as_bytes()));
+            prop_assert_eq!(fast.calls(), slow.calls());
+            let starts = deltas.iter().filter(|d| matches!(d, Delta::CallStart(_))).count();
+            prop_assert_eq!(fast.calls().len(), starts);
+        }
+    }
+}

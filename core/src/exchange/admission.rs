@@ -244,10 +244,9 @@ impl Connection {
             // the reasoning its client carried back is read only when a
             // model replays it.
             use crate::dialect::{messages, responses};
-            let replay = catalog
-                .models()
-                .iter()
-                .any(|m| config.reasoning.replay_of(m).replays())
+            let replay = config
+                .reasoning
+                .any_replays(catalog)
                 .then(|| &**gw.reasoning_seal());
             let body = &req.body;
             let translated = match dialect {
@@ -309,12 +308,17 @@ impl Connection {
 
     /// The validated request (its turns' reasoning restored) held against
     /// its key's limits: its reservation, then admission.
+    #[inline(always)]
     pub(super) fn admit_chat(&mut self, now: Instant) {
-        let gw = Arc::clone(&self.gw);
-        let config = gw.config();
-        let restored = self.restored_bytes() as u64;
+        let (overhead, reserve) = {
+            let c = self.gw.config();
+            (c.prompt_overhead_tokens, c.budget_reserve_tokens)
+        };
+        let restored = self.restored_tokens();
         let req = self.req.as_mut().expect("chat request in progress");
-        let routes = Arc::clone(req.routes.as_ref().expect("routed"));
+        // Taken for the reckoning and put back: no count of references
+        // changes for it.
+        let routes = req.routes.take().expect("routed");
         let catalog = routes.catalog();
         let key_models = req.key.as_ref().and_then(KeyRef::models);
         let chat = req.chat.as_ref().expect("validated");
@@ -325,31 +329,33 @@ impl Connection {
         // they were seen to add, their chat templates: an upper bound), at
         // the dearest of their prices.
         let asked = req.model;
-        let answering = || std::iter::once(asked).chain(fallbacks(catalog, asked, key_models));
-        let serving = answering().fold(0, |set, m| set | routes.serving(m));
+        // Most models have no fallback: their own figures, without a walk.
+        let alone = catalog.models()[asked].fallback.is_empty();
+        let mut serving = routes.serving(asked);
+        if !alone {
+            serving = fallbacks(catalog, asked, key_models)
+                .fold(serving, |set, m| set | routes.serving(m));
+        }
         let prompt = routes.prompt_bound(
-            chat.estimated_prompt_tokens
-                .saturating_add(restored.div_ceil(4)),
-            config.prompt_overhead_tokens,
+            chat.estimated_prompt_tokens.saturating_add(restored),
+            overhead,
             serving,
         );
         if req.count_tokens {
+            req.routes = Some(routes);
             return self.respond_count_tokens(now, prompt);
         }
         req.hold.tokens = prompt.saturating_add(chat.max_tokens.unwrap_or(0)).max(1);
-        req.hold.worst_tokens =
-            prompt.saturating_add(chat.max_tokens.unwrap_or(config.budget_reserve_tokens));
-        req.hold.cost = answering()
-            .map(|m| {
-                worst_case_cost(
-                    &catalog.models()[m].price,
-                    prompt,
-                    chat.max_tokens,
-                    config.budget_reserve_tokens,
-                )
-            })
-            .max()
-            .unwrap_or(0);
+        req.hold.worst_tokens = prompt.saturating_add(chat.max_tokens.unwrap_or(reserve));
+        let worst = |m: usize| {
+            worst_case_cost(&catalog.models()[m].price, prompt, chat.max_tokens, reserve)
+        };
+        req.hold.cost = worst(asked);
+        if !alone {
+            req.hold.cost =
+                fallbacks(catalog, asked, key_models).fold(req.hold.cost, |w, m| w.max(worst(m)));
+        }
+        req.routes = Some(routes);
         self.admit(now);
     }
 

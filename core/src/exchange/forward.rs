@@ -216,7 +216,7 @@ impl Connection {
         let mut batch: Option<std::ops::Range<usize>> = None;
         // Another API's events, translated from the chat events as they
         // are framed.
-        let mut translated = self.req.as_ref().and_then(|r| r.dialect.as_ref()).map(|_| {
+        let mut translated = dialect.then(|| {
             let mut t = std::mem::take(&mut up.translated);
             t.clear();
             // Another API's events are longer than the chat events they
@@ -224,6 +224,14 @@ impl Connection {
             t.reserve(up.body.len() * 2 + 1024);
             t
         });
+        // Or a chat answer, read for the memory as it passes.
+        let recording = up.answer.is_some();
+        // Whether the client has the response head (it goes out after the
+        // loop), and the request is traced: the same for every event.
+        let (committed, traced) = self
+            .req
+            .as_ref()
+            .map_or((false, false), |r| (r.committed, r.trace.is_some()));
         let unix = self.gw.wall().unix_secs(now);
         // Where a `[DONE]` that ends an incomplete stream starts: the cut
         // stream's error event (when asked for) goes before it.
@@ -245,12 +253,12 @@ impl Connection {
             };
             let Some(r) = next else { break };
             let (kind, data) = up.tracker.observe_data(&up.body[r.clone()]);
-            if kind == EventKind::Data
+            if traced
+                && kind == EventKind::Data
                 && let Some(t) = self.req.as_mut().and_then(|q| q.trace.as_mut())
             {
                 t.note_response(&up.body[r.clone()]);
             }
-            let committed = self.req.as_ref().expect("request in progress").committed;
             if !committed && batch.is_none() && kind == EventKind::NoData {
                 // A comment (a provider's keep-alive while the request
                 // waits in its queue) is not the first event: it does not
@@ -282,16 +290,12 @@ impl Connection {
                     .dialect
                     .as_deref_mut()
                     .expect("translated for a dialect");
-                let carried = carry.as_ref().expect("made for a translation");
-                let event = dialect.event(
-                    &req.id,
+                let opening = Opening {
+                    request_id: &req.id,
                     unix,
-                    carried,
-                    kind,
-                    data.as_deref(),
-                    &up.tracker,
-                    out,
-                );
+                    carry: carry.as_ref().expect("made for a translation"),
+                };
+                let event = dialect.event(&opening, kind, data.as_deref(), &up.tracker, out);
                 if event.is_err() {
                     // More than a translation keeps: the stream is over,
                     // as any invalid provider stream.
@@ -301,10 +305,12 @@ impl Connection {
                     ));
                     break;
                 }
-            } else if let (Some(answer), EventKind::Data, Some(data)) =
-                (up.answer.as_mut(), kind, data.as_deref())
-            {
-                record_chunk(data, answer);
+            } else if recording {
+                if let (Some(answer), Some(data), EventKind::Data) =
+                    (up.answer.as_mut(), data.as_deref(), kind)
+                {
+                    answer.chunk(data);
+                }
             }
             if up.tracker.is_complete() {
                 if !self.timers.is_set(Timer::StreamTail) {
@@ -331,7 +337,6 @@ impl Connection {
                 break;
             }
         }
-        let committed = self.req.as_ref().expect("request").committed;
         if end.is_some() && batch.is_none() && !committed {
             // Nothing was sent yet, so however the stream ended this is
             // still a normal JSON error (specification, errors, rule 1).
@@ -523,7 +528,7 @@ impl Connection {
         if up.tracker.is_complete() {
             let answer = match self.req.as_mut().and_then(|r| r.dialect.as_deref_mut()) {
                 Some(d) => d.take_reasoning(),
-                None => up.answer.take(),
+                None => up.answer.take().map(|a| a.into_log()),
             };
             self.remember_answer(now, answer);
         }
@@ -542,6 +547,14 @@ impl Connection {
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);
     }
+}
+
+/// What a stream's translator starts with: the request's id, the time, and
+/// what it carries of the reasoning.
+struct Opening<'a> {
+    request_id: &'a str,
+    unix: u64,
+    carry: &'a Carry,
 }
 
 impl Dialect {
@@ -567,15 +580,12 @@ impl Dialect {
     /// One chat event as the events of this API it stands for: a chunk's
     /// deltas; `[DONE]` (or a provider's error event) as the last event; a
     /// comment as the API's keep-alive, so the client's connection stays
-    /// alive. The stream's translator starts with its first event,
-    /// carrying `carry`. `Err` when the answer holds more than a
-    /// translation keeps.
-    #[allow(clippy::too_many_arguments)]
+    /// alive. The stream's translator starts with its first event, as
+    /// `opening` says. `Err` when the answer holds more than a translation
+    /// keeps.
     fn event(
         &mut self,
-        request_id: &str,
-        unix: u64,
-        carry: &Carry,
+        opening: &Opening<'_>,
         kind: EventKind,
         data: Option<&[u8]>,
         tracker: &StreamTracker,
@@ -600,7 +610,7 @@ impl Dialect {
                 return Ok(());
             }
         };
-        let s = self.stream(request_id, unix, carry);
+        let s = self.stream(opening);
         match (end, data) {
             (Some(end), _) => s.end(end, tracker.usage().as_ref(), out),
             (None, Some(data)) => return s.chunk(data, out),
@@ -610,13 +620,13 @@ impl Dialect {
     }
 
     /// The stream's translator, started with its first event.
-    fn stream(&mut self, request_id: &str, unix: u64, carry: &Carry) -> &mut dyn Translator {
+    fn stream(&mut self, o: &Opening<'_>) -> &mut dyn Translator {
         match self {
             Dialect::Responses(asked, stream) => stream.get_or_insert_with(|| {
-                ResponseStream::new(asked.clone(), request_id, unix, carry.clone())
+                ResponseStream::new(asked.clone(), o.request_id, o.unix, o.carry.clone())
             }),
             Dialect::Messages(asked, stream) => stream.get_or_insert_with(|| {
-                MessageStream::new(asked.clone(), request_id, carry.clone())
+                MessageStream::new(asked.clone(), o.request_id, o.carry.clone())
             }),
         }
     }

@@ -57,6 +57,9 @@ impl Connection {
         };
         let catalog = routes.catalog();
         let config = &self.gw.config().reasoning;
+        if !config.any_replays(catalog) {
+            return false;
+        }
         let key_models = req.key.as_ref().and_then(|k| k.models());
         std::iter::once(req.model)
             .chain(super::admission::fallbacks(catalog, req.model, key_models))
@@ -153,19 +156,31 @@ impl Connection {
         self.after(now);
     }
 
-    /// The bytes the memory restored, for the prompt's estimate.
-    pub(super) fn restored_bytes(&self) -> usize {
-        self.req
-            .as_ref()
-            .and_then(|r| r.replay.as_ref())
-            .map_or(0, |r| r.plan.restored_bytes())
+    /// The prompt tokens the memory restored: their bytes over four, a
+    /// bound as the prompt's estimate is.
+    pub(super) fn restored_tokens(&self) -> u64 {
+        match self.req.as_ref().and_then(|r| r.replay.as_ref()) {
+            None => 0,
+            Some(r) => (r.plan.restored_bytes() as u64).div_ceil(4),
+        }
     }
 
     /// The body an attempt on `endpoint` sends, when the request replays
     /// reasoning: the turns written as the answering model's replay and
     /// the endpoint's field want them (the caller maps the model name).
     /// `None` when the request has no replay.
+    #[inline(always)]
     pub(super) fn replayed_body(&mut self, endpoint: &Endpoint) -> Option<Vec<u8>> {
+        self.req
+            .as_ref()
+            .expect("request in progress")
+            .replay
+            .as_ref()?;
+        self.replay_for(endpoint)
+    }
+
+    /// [`Connection::replayed_body`] for a request that replays.
+    fn replay_for(&mut self, endpoint: &Endpoint) -> Option<Vec<u8>> {
         let gw = Arc::clone(&self.gw);
         let req = self.req.as_mut().expect("request in progress");
         let replay = req.replay.as_mut()?;

@@ -65,13 +65,17 @@ pub(super) struct Upstream {
     /// When the client's first byte is due from this attempt (set once
     /// connected).
     first_byte_by: Option<Instant>,
-    /// A chat answer's reasoning and calls, kept for the memory when its
+    /// A chat answer's reasoning and calls, read for the memory when its
     /// model replays reasoning (a translator keeps its own).
-    pub(super) answer: Option<crate::reasoning::AnswerReasoning>,
+    pub(super) answer: Option<Box<crate::dialect::AnswerRecorder>>,
 }
 
 impl Upstream {
-    fn new(max_sse: usize, attempt: Option<Attempt>) -> Self {
+    fn new(
+        max_sse: usize,
+        attempt: Option<Attempt>,
+        answer: Option<Box<crate::dialect::AnswerRecorder>>,
+    ) -> Self {
         Upstream {
             state: UpState::Connecting,
             out_pos: 0,
@@ -89,7 +93,7 @@ impl Upstream {
             done_forwarded: false,
             attempt,
             first_byte_by: None,
-            answer: None,
+            answer,
         }
     }
 }
@@ -238,16 +242,16 @@ impl Connection {
     /// a dead pooled one, for the current attempt), waiting for its
     /// connection.
     pub(super) fn connect_upstream(&mut self, now: Instant, fresh: bool, attempt: Option<Attempt>) {
-        let gw = std::sync::Arc::clone(&self.gw);
-        let config = gw.config();
-        let mut up = Upstream::new(config.max_sse_event, attempt);
         // A chat answer's reasoning is read for the memory only when its
         // model replays reasoning (a translator keeps its own).
         let chat = self.req.as_ref().is_some_and(|r| r.dialect.is_none());
-        if chat && self.remembers() {
-            up.answer = Some(crate::reasoning::AnswerReasoning::new());
-        }
-        self.up = Some(Box::new(up));
+        let answer = (chat && self.remembers()).then(Box::default);
+        let config = self.gw.config();
+        self.up = Some(Box::new(Upstream::new(
+            config.max_sse_event,
+            attempt,
+            answer,
+        )));
         let connect = config.timeouts.upstream_connect;
         self.timers.set(Timer::Upstream, now + connect);
         if let Some(cut_at) = self.cut_at {

@@ -2,6 +2,7 @@
 //! the answer passes (its text unescaped, its calls' ids), for the
 //! signature or sealing a translated answer carries and for the memory.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::json::Cursor;
@@ -13,6 +14,28 @@ pub const MAX_KEPT_REASONING: usize = 4 << 20;
 
 /// Most tool call ids kept from one answer.
 const MAX_CALLS: usize = 256;
+
+/// The text of `json`, a JSON string a chunk reader took (valid, as it is
+/// after the translators' and the chat path's reading): its inside when it
+/// holds no escape (the usual delta), else unescaped. `None` for what is
+/// no JSON string.
+pub(crate) fn text_of(json: &[u8]) -> Option<Cow<'_, [u8]>> {
+    let quoted = json.len() >= 2 && json[0] == b'"' && json[json.len() - 1] == b'"';
+    let inside = json.get(1..json.len().saturating_sub(1))?;
+    // A delta is a few bytes: a plain loop, where memchr's set-up is most
+    // of its cost.
+    let escaped = |s: &[u8]| s.iter().any(|&b| b == b'\\' || b == b'"');
+    let plain = quoted
+        && if inside.len() < 64 {
+            !escaped(inside)
+        } else {
+            memchr::memchr2(b'\\', b'"', inside).is_none()
+        };
+    if plain {
+        return Some(Cow::Borrowed(inside));
+    }
+    Cursor::whole(json, Cursor::str).ok()
+}
 
 /// An answer's reasoning and tool call ids, as they pass.
 #[derive(Debug, Default, Clone)]
@@ -35,7 +58,7 @@ impl AnswerReasoning {
         if self.over {
             return 0;
         }
-        let Ok(text) = Cursor::whole(json, Cursor::str) else {
+        let Some(text) = text_of(json) else {
             return 0;
         };
         if self.text.len() + text.len() > MAX_KEPT_REASONING {

@@ -26,10 +26,11 @@ mod memory;
 mod replay;
 mod seal;
 
+pub(crate) use answer::text_of;
 pub use answer::{AnswerReasoning, MAX_KEPT_REASONING};
 pub use memory::{MemoryLimits, ReasoningMemory, shared_key};
 pub use replay::{Applied, ReplayPlan, ReplaySource, Sources};
-pub use seal::{MIN_SECRET, ReasoningSeal, SEALED_PREFIX, SIGNATURE_PREFIX};
+pub use seal::{MIN_SECRET, ReasoningSeal, SEALED_PREFIX, SIGNATURE_PREFIX, Signer};
 
 /// How a model's reasoning goes back to its provider in later turns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

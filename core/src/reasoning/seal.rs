@@ -42,6 +42,32 @@ impl std::fmt::Debug for ReasoningSeal {
     }
 }
 
+/// A thinking block's signature, made as its text passes
+/// ([`ReasoningSeal::signer`]): nothing of the text is kept.
+pub struct Signer(hmac::Context);
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Signer")
+    }
+}
+
+impl Signer {
+    /// The next piece of the text.
+    pub fn update(&mut self, text: &[u8]) {
+        self.0.update(text);
+    }
+
+    /// The signature of all the pieces.
+    pub fn finish(self) -> String {
+        let tag = self.0.sign();
+        let mut s = String::with_capacity(SIGNATURE_PREFIX.len() + 43);
+        s.push_str(SIGNATURE_PREFIX);
+        URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut s);
+        s
+    }
+}
+
 /// The length HKDF is asked for: the AEAD key's.
 struct Len(usize);
 
@@ -79,11 +105,14 @@ impl ReasoningSeal {
 
     /// The signature of a thinking block whose text is `text`.
     pub fn sign(&self, text: &[u8]) -> String {
-        let tag = hmac::sign(&self.sign, text);
-        let mut s = String::with_capacity(SIGNATURE_PREFIX.len() + 43);
-        s.push_str(SIGNATURE_PREFIX);
-        URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut s);
-        s
+        let mut s = self.signer();
+        s.update(text);
+        s.finish()
+    }
+
+    /// A signature made as a block's text passes, piece by piece.
+    pub fn signer(&self) -> Signer {
+        Signer(hmac::Context::with_key(&self.sign))
     }
 
     /// Whether `signature` is the one this gateway gives `text`.

@@ -24,7 +24,7 @@
 
 use crate::http::write::push_decimal;
 use crate::json::Cursor;
-use crate::reasoning::AnswerReasoning;
+use crate::reasoning::{AnswerReasoning, Signer, text_of};
 use crate::usage::Usage;
 
 use super::request::Asked;
@@ -71,11 +71,11 @@ pub struct MessageStream {
     carry: Carry,
     /// `msg_…`, from the gateway's request id.
     id: String,
-    /// The answer's reasoning and calls, when thinking is shown (to sign
-    /// it) or the memory keeps it.
+    /// The answer's reasoning and calls, when the memory keeps them.
     log: Option<AnswerReasoning>,
-    /// Where the open thinking block's text starts in `log`.
-    block_start: usize,
+    /// The open thinking block's signature, made as its text passes
+    /// (boxed: a hash's state is larger than the rest of the stream).
+    signer: Option<Box<Signer>>,
     budget: Budget,
     /// The model as the provider named it (a JSON string as written).
     model: Vec<u8>,
@@ -102,13 +102,13 @@ impl MessageStream {
     /// `asked`; its thinking signed with `carry`'s keys.
     pub fn new(asked: Asked, request_id: &str, carry: Carry) -> Self {
         let tail = request_id.trim_start_matches("req_");
-        let log = (asked.thinking || carry.remember).then(AnswerReasoning::new);
+        let log = carry.remember.then(AnswerReasoning::new);
         MessageStream {
             asked,
             carry,
             id: format!("msg_{tail}"),
             log,
-            block_start: 0,
+            signer: None,
             budget: Budget::default(),
             model: Vec::new(),
             started: false,
@@ -232,21 +232,25 @@ impl MessageStream {
         Ok(())
     }
 
-    /// A reasoning delta (a JSON string as written) kept for the block's
-    /// signature and the memory.
+    /// A reasoning delta (a JSON string as written), into the open
+    /// thinking block's signature and the memory's log.
     fn keep_reasoning(&mut self, text: &[u8]) -> Result<(), OverBudget> {
+        if let (Some(signer), Some(t)) = (self.signer.as_mut(), text_of(text)) {
+            signer.update(&t);
+        }
         match self.log.as_mut() {
             Some(log) => self.budget.keep(log.push(text)),
             None => Ok(()),
         }
     }
 
-    /// The signature of the thinking block whose text starts at `start`
-    /// of the log (the whole text is signed even when it is not shown).
-    fn signature(&self, start: usize) -> String {
-        let text = self.log.as_ref().and_then(AnswerReasoning::text);
-        let text = text.map_or(&[][..], |t| &t[start.min(t.len())..]);
-        self.carry.seal.sign(text)
+    /// The signature of the thinking block that closes (its whole text,
+    /// even when it was not shown).
+    fn signature(&mut self) -> String {
+        match self.signer.take() {
+            Some(s) => s.finish(),
+            None => self.carry.seal.sign(b""),
+        }
     }
 
     /// `message_start`, once.
@@ -293,7 +297,7 @@ impl MessageStream {
         self.next_index += 1;
         self.open = Some((kind, index));
         if kind == Block::Thinking {
-            self.block_start = self.log.as_ref().map_or(0, |l| l.len());
+            self.signer = Some(Box::new(self.carry.seal.signer()));
         }
         event(out, "content_block_start", |o| {
             index_member(o, index);
@@ -342,7 +346,7 @@ impl MessageStream {
             return;
         };
         if kind == Block::Thinking {
-            let signature = self.signature(self.block_start);
+            let signature = self.signature();
             event(out, "content_block_delta", |o| {
                 index_member(o, index);
                 o.extend_from_slice(b",\"delta\":{\"type\":\"signature_delta\",\"signature\":\"");
@@ -589,6 +593,7 @@ pub fn body(
     };
     // The reasoning, whatever the provider named it: one thinking block.
     let mut shown = Vec::new();
+    stream.signer = Some(Box::new(stream.carry.seal.signer()));
     found.each_reasoning(data, |t| {
         if stream.keep_reasoning(t).is_ok() {
             shown.extend_from_slice(&t[1..t.len() - 1]);
@@ -601,7 +606,7 @@ pub fn body(
             out.extend_from_slice(&shown);
         }
         out.extend_from_slice(b"\",\"signature\":\"");
-        out.extend_from_slice(stream.signature(0).as_bytes());
+        out.extend_from_slice(stream.signature().as_bytes());
         out.extend_from_slice(b"\"}");
     }
     if let Some(t) = text(&found.content).filter(|t| t.len() > 2) {
