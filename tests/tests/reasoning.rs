@@ -300,12 +300,15 @@ fn a_fleet_restores_on_one_instance_what_another_served(bin: &str) {
         arguments += tc["function"]["arguments"].as_str().unwrap_or("");
     }
     assert!(!id.is_empty(), "{}", String::from_utf8_lossy(&r.body));
-    // The reasoning went to Redis under the key's hash tag, with its TTL.
+    // The reasoning goes to Redis under the key's hash tag, with its TTL
+    // (written after the answer, without holding it back).
     let shared = format!("chatgate:reasoning:{{fleet}}:{id}");
-    let ttl = match redis.client().cmd(&[b"PTTL", shared.as_bytes()]) {
+    let ttl = || match redis.client().cmd(&[b"PTTL", shared.as_bytes()]) {
         chatgate_core::RedisReply::Integer(ms) => ms,
         other => panic!("{other:?}"),
     };
+    eventually("the shared reasoning", || ttl() > 0);
+    let ttl = ttl();
     assert!(ttl > 3_500_000 && ttl <= 3_600_000, "{ttl}");
     // The next turn, without reasoning, on the other instance.
     let call =
