@@ -4,7 +4,7 @@
 //! A keys file is re-read when it changes (checked every second:
 //! modification time, size, inode) or on SIGHUP. Keys in PostgreSQL are
 //! re-read by a thread that listens for the changes every instance
-//! announces (`crate::stores::keys_pg::watch`). A change made through this
+//! announces (`crate::stores::postgres::keys::watch`). A change made through this
 //! gateway's admin API is applied at once. Keys that do not load (a file
 //! that does not parse or is empty, or, with `--redis`, a limit above what
 //! the shared limiter computes exactly) are reported at error level and
@@ -125,7 +125,7 @@ pub(crate) fn watch_postgres<R: Runtime>(
     let gateway = Arc::clone(&shared.gateway);
     let shared_limits = shared.shared_limits.is_some();
     let src = src.clone();
-    crate::stores::keys_pg::watch(url.clone(), initial, move |raw| {
+    crate::stores::postgres::keys::watch(url.clone(), initial, move |raw| {
         install(
             &gateway,
             shared_limits,

@@ -90,8 +90,9 @@ async fn sync_sessions<R: Runtime>(shared: &Arc<Shared<R>>, url: &str) {
     let (changes, read) = shared
         .rt
         .unblock(move || {
-            let read = crate::stores::sessions_pg::connect(&url)
-                .and_then(|mut c| crate::stores::sessions_pg::sync(&mut c, &changes, now_ms));
+            let read = crate::stores::postgres::sessions::connect(&url).and_then(|mut c| {
+                crate::stores::postgres::sessions::sync(&mut c, &changes, now_ms)
+            });
             (changes, read)
         })
         .await;

@@ -1,7 +1,7 @@
 //! Where the client keys live, chosen by the `keys` setting: a path is the
 //! keys file (one instance), a `postgres://` or `postgresql://` URL is a
 //! table in PostgreSQL that every instance reads and watches
-//! (`keys_pg`). Either way a change is made by
+//! (`postgres/keys.rs`). Either way a change is made by
 //! [`chatgate_core::apply_key_op`] and leaves one [`AuditRecord`]: in the
 //! PostgreSQL table `chatgate_audit` with that store, and in the audit
 //! file beside the ledger of whoever made it (`audit`).
@@ -84,7 +84,9 @@ impl KeyStore {
     pub(crate) fn label(&self) -> String {
         match self {
             KeyStore::File(path) => format!("the keys file '{path}'"),
-            KeyStore::Postgres(url) => format!("PostgreSQL ({})", super::keys_pg::redacted(url)),
+            KeyStore::Postgres(url) => {
+                format!("PostgreSQL ({})", super::postgres::keys::redacted(url))
+            }
         }
     }
 
@@ -92,7 +94,7 @@ impl KeyStore {
     pub(crate) fn read(&self) -> Result<Vec<RawKey>, Error> {
         match self {
             KeyStore::File(path) => super::keys_file::read_raw(path),
-            KeyStore::Postgres(url) => super::keys_pg::read(url),
+            KeyStore::Postgres(url) => super::postgres::keys::read(url),
         }
     }
 
@@ -118,7 +120,7 @@ impl KeyStore {
         };
         let record = match self {
             KeyStore::File(path) => record(super::keys_file::change(path, op, now_ms)?),
-            KeyStore::Postgres(url) => super::keys_pg::change(url, op, now_ms, record)?,
+            KeyStore::Postgres(url) => super::postgres::keys::change(url, op, now_ms, record)?,
         };
         if let Some(path) = audit_file {
             if let Err(e) = super::audit::append(path, &record) {
@@ -137,7 +139,7 @@ impl KeyStore {
         limit: usize,
     ) -> Result<Vec<AuditRecord>, Error> {
         match (self, audit_file) {
-            (KeyStore::Postgres(url), _) => super::keys_pg::audit(url, before, limit),
+            (KeyStore::Postgres(url), _) => super::postgres::keys::audit(url, before, limit),
             (KeyStore::File(_), Some(path)) => super::audit::page(path, before, limit),
             (KeyStore::File(_), None) => Ok(Vec::new()),
         }

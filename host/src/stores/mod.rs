@@ -1,17 +1,16 @@
 //! The stores: the keys (`keys`: in the keys file, `keys_file`, or in
-//! PostgreSQL, `keys_pg`) and their audit trail (`audit`), the append-only ledger file
-//! (`ledger`), its shipping to PostgreSQL (`postgres`), the shared limiter
-//! over Redis (`redis`) and which Redis server a command goes to
-//! (`redis_nodes`: one, the Sentinels' primary, a cluster's), where spend is rebuilt from (`spend`), and the
-//! console's sessions in PostgreSQL (`sessions_pg`).
+//! PostgreSQL) and their audit trail (`audit`), the append-only ledger file
+//! (`ledger`), everything kept in PostgreSQL (`postgres/`: the connection,
+//! the ledger's shipping and what is read back from it, the keys, the
+//! console's sessions), the shared limiter over Redis (`redis`) and which
+//! Redis server a command goes to (`redis_nodes`: one, the Sentinels'
+//! primary, a cluster's), and where spend is rebuilt from (`spend`).
 
 pub(crate) mod audit;
 pub(crate) mod keys;
 pub(crate) mod keys_file;
-pub(crate) mod keys_pg;
 pub(crate) mod ledger;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redis_nodes;
-pub(crate) mod sessions_pg;
 pub(crate) mod spend;

@@ -44,11 +44,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use chatgate_core::Gateway;
 use chatgate_core::LedgerRecord;
 
+use super::connection::{failed, open};
+use super::rows::insert;
 use crate::error::Error;
 use crate::stores::ledger::FileId;
 
 /// The table's schema (created when missing).
-pub(crate) const SCHEMA: &str = include_str!("../../ledger.sql");
+const SCHEMA: &str = include_str!("../../../ledger.sql");
 /// The advisory lock taken while creating the schema ("chatgate" in ASCII).
 const SCHEMA_LOCK: i64 = 0x0063_6861_7467_6174;
 /// Most lines per insert.
@@ -759,7 +761,7 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
     }
 }
 
-fn connect(url: &str) -> Result<postgres::Client, Error> {
+pub(super) fn connect(url: &str) -> Result<postgres::Client, Error> {
     open(url, SCHEMA, SCHEMA_LOCK)
 }
 
@@ -778,292 +780,10 @@ fn present(c: &mut postgres::Client, ids: &[&str]) -> Result<HashSet<String>, Er
         .collect()
 }
 
-/// A connection to `url` that reads only (no schema created).
-fn open_plain(url: &str) -> Result<postgres::Client, Error> {
-    let mut config: postgres::Config = url
-        .parse()
-        .map_err(|e| Error::Config(format!("bad URL: {e}")))?;
-    config.connect_timeout(Duration::from_secs(3));
-    config.connect(postgres::NoTls).map_err(failed)
-}
-
-/// A connection to `url`, with `schema` created if missing under the
-/// advisory lock `lock`.
-pub(crate) fn open(url: &str, schema: &str, lock: i64) -> Result<postgres::Client, Error> {
-    let mut c = open_plain(url)?;
-    // Several instances starting together would race on CREATE TABLE IF
-    // NOT EXISTS (PostgreSQL can fail one with a duplicate-type error): an
-    // advisory lock makes them take turns.
-    c.batch_execute(&format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({lock}); {schema} COMMIT;"
-    ))
-    .map_err(failed)?;
-    Ok(c)
-}
-
-/// What PostgreSQL (or the driver) said.
-fn failed(e: postgres::Error) -> Error {
-    Error::Postgres(e.to_string())
-}
-
-const COLUMNS: usize = 25;
-/// The insert's head: its `COLUMNS` columns, in the order of the
-/// parameters.
-const INSERT: &str = "INSERT INTO chatgate_ledger (request_id, ts, key, model, stream, status, \
-    prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd, \
-    finish_reason, complete, client_disconnected, upstream_status, endpoint, attempts, error, \
-    duration_ms, ttfb_ms, provider_request_id, usage_missing, charged_nano_usd, api, \
-    served_model) VALUES ";
-/// The columns whose parameter is cast (1-based), and how.
-const CASTS: [(usize, &str); 3] = [
-    (2, "::text::timestamptz"),
-    (6, "::int::smallint"),
-    (15, "::int::smallint"),
-];
-
-/// The `VALUES` tuples of `rows` rows: `COLUMNS` numbered parameters each,
-/// cast where the column needs it.
-fn push_values(sql: &mut String, rows: usize) {
-    use std::fmt::Write as _;
-    for i in 0..rows {
-        sql.push_str(if i == 0 { "(" } else { ",(" });
-        for k in 1..=COLUMNS {
-            if k > 1 {
-                sql.push_str(", ");
-            }
-            let _ = write!(sql, "${}", i * COLUMNS + k);
-            if let Some((_, cast)) = CASTS.iter().find(|(at, _)| *at == k) {
-                sql.push_str(cast);
-            }
-        }
-        sql.push(')');
-    }
-}
-
-fn insert(c: &mut postgres::Client, records: &[LedgerRecord]) -> Result<(), Error> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let mut sql = String::from(INSERT);
-    push_values(&mut sql, records.len());
-    sql.push_str(" ON CONFLICT (request_id) DO NOTHING");
-    struct Row {
-        status: i32,
-        prompt: i64,
-        completion: i64,
-        reasoning: i64,
-        cached: i64,
-        cost: i64,
-        charged: i64,
-        upstream: Option<i32>,
-        attempts: i32,
-        duration: i64,
-        ttfb: Option<i64>,
-    }
-    let num = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let rows: Vec<Row> = records
-        .iter()
-        .map(|r| Row {
-            status: i32::from(r.status),
-            prompt: num(r.prompt_tokens),
-            completion: num(r.completion_tokens),
-            reasoning: num(r.reasoning_tokens),
-            cached: num(r.cached_tokens),
-            cost: num(r.cost_nano_usd),
-            charged: num(r.charged_nano_usd),
-            upstream: r.upstream_status.map(i32::from),
-            attempts: i32::try_from(r.attempts).unwrap_or(i32::MAX),
-            duration: num(r.duration_ms),
-            ttfb: r.ttfb_ms.map(num),
-        })
-        .collect();
-    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> =
-        Vec::with_capacity(records.len() * COLUMNS);
-    for (r, n) in records.iter().zip(&rows) {
-        params.extend_from_slice(&[
-            &r.request_id,
-            &r.ts,
-            &r.key,
-            &r.model,
-            &r.stream,
-            &n.status,
-            &n.prompt,
-            &n.completion,
-            &n.reasoning,
-            &n.cached,
-            &n.cost,
-            &r.finish_reason,
-            &r.complete,
-            &r.client_disconnected,
-            &n.upstream,
-            &r.endpoint,
-            &n.attempts,
-            &r.error,
-            &n.duration,
-            &n.ttfb,
-            &r.provider_request_id,
-            &r.usage_missing,
-            &n.charged,
-            &r.api,
-            &r.served_model,
-        ]);
-    }
-    debug_assert_eq!(
-        params.len(),
-        records.len() * COLUMNS,
-        "a parameter per column"
-    );
-    let mut tx = c.transaction().map_err(failed)?;
-    tx.execute(sql.as_str(), &params).map_err(failed)?;
-    tx.commit().map_err(failed)
-}
-
-/// `usage --postgres URL`: feeds the table's rows, in the filter's time
-/// range, to `report` (streamed with a server-side cursor).
-pub(crate) fn report_from_postgres(
-    url: &str,
-    report: &mut chatgate_core::report::Report,
-    since: Option<u64>,
-    until: Option<u64>,
-) -> Result<(), Error> {
-    let mut c = connect(url)?;
-    let mut tx = c.transaction().map_err(failed)?;
-    let since = since.map_or(i64::MIN / 1000, |s| s as i64);
-    let until = until.map_or(i64::MAX / 1000, |u| u as i64);
-    let portal = tx
-        .bind(
-            "SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), key, stream, complete, status::int, \
-             prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens, cost_nano_usd \
-             FROM chatgate_ledger WHERE ts >= to_timestamp($1::bigint) AND ts < to_timestamp($2::bigint)",
-            &[&since.max(-62_135_596_800), &until.min(253_402_300_799)],
-        )
-        .map_err(failed)?;
-    loop {
-        let rows = tx.query_portal(&portal, 10_000).map_err(failed)?;
-        if rows.is_empty() {
-            break;
-        }
-        for r in rows {
-            let n = |i: usize| -> u64 { r.get::<_, i64>(i).max(0) as u64 };
-            report.add_row(
-                r.get::<_, String>(0).as_str(),
-                r.get::<_, String>(1).as_str(),
-                r.get(2),
-                r.get(3),
-                r.get::<_, i32>(4) as u16,
-                [n(5), n(6), n(7), n(8), n(9)],
-            );
-        }
-    }
-    Ok(())
-}
-
-/// A connection to the shared ledger (its table created when missing).
-pub(crate) fn connect_ledger(url: &str) -> Result<postgres::Client, Error> {
-    connect(url)
-}
-
-/// Each key's tally since `since_ms` (midnight UTC: the console's "today"),
-/// summed by PostgreSQL over the shared ledger, every instance's lines.
-pub(crate) fn tallies_since(
-    c: &mut postgres::Client,
-    since_ms: u64,
-) -> Result<std::collections::HashMap<String, chatgate_core::console::Tally>, Error> {
-    let rows = c
-        .query(
-            "SELECT key, count(*), \
-               COALESCE(SUM(prompt_tokens), 0)::bigint, COALESCE(SUM(completion_tokens), 0)::bigint, \
-               COALESCE(SUM(reasoning_tokens), 0)::bigint, COALESCE(SUM(cached_tokens), 0)::bigint, \
-               COALESCE(SUM(cost_nano_usd), 0)::bigint, \
-               count(*) FILTER (WHERE error = 'rate_limit_exceeded'), \
-               count(*) FILTER (WHERE error = 'insufficient_quota'), \
-               count(*) FILTER (WHERE status >= 500 AND error IS DISTINCT FROM 'rate_limit_exceeded' \
-                                AND error IS DISTINCT FROM 'insufficient_quota'), \
-               count(*) FILTER (WHERE served_model IS NOT NULL) \
-             FROM chatgate_ledger WHERE ts >= to_timestamp($1::bigint / 1000.0) GROUP BY key",
-            &[&i64::try_from(since_ms).unwrap_or(i64::MAX)],
-        )
-        .map_err(failed)?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
-            let tally = chatgate_core::console::Tally {
-                requests: n(1),
-                prompt_tokens: n(2),
-                completion_tokens: n(3),
-                reasoning_tokens: n(4),
-                cached_tokens: n(5),
-                cost_nano_usd: n(6),
-                rate_limited: n(7),
-                budget_refused: n(8),
-                errors: n(9),
-                fallbacks: n(10),
-            };
-            (r.get::<_, String>(0), tally)
-        })
-        .collect())
-}
-
-/// Every key's spend (or only `key`'s) in the periods that hold
-/// `unix_ms`, summed by PostgreSQL over the shared ledger (one query, on
-/// a connection of its own that changes no schema: a tally must not queue
-/// behind, or in front of, the shippers' inserts).
-pub(crate) fn tally_postgres(
-    url: &str,
-    unix_ms: u64,
-    before: Option<u64>,
-    key: Option<&str>,
-) -> Result<chatgate_core::SpendTally, Error> {
-    let unreadable = |e: &dyn std::fmt::Display| {
-        Error::Postgres(format!("cannot read the ledger from PostgreSQL: {e}"))
-    };
-    let mut tally = chatgate_core::SpendTally::new(unix_ms);
-    let [day, week, month, _] = tally.starts().map(|ms| (ms / 1000) as i64);
-    // Lines before the cut-off only (a rebuild after a failover), to the
-    // millisecond as the ledger's `ts`; none: all of them.
-    let before = before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
-    let mut c = open_plain(url).map_err(|e| unreadable(&e))?;
-    let rows = c
-        .query(
-            "SELECT key, \
-               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($1::bigint)), 0)::bigint, \
-               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($2::bigint)), 0)::bigint, \
-               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($3::bigint)), 0)::bigint, \
-               COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)), 0)::bigint \
-             FROM chatgate_ledger \
-             WHERE ($4::bigint = 9223372036854775807 OR ts < to_timestamp($4::bigint::float8 / 1000)) \
-               AND ($5::text IS NULL OR key = $5::text) \
-             GROUP BY key",
-            &[&day, &week, &month, &before, &key],
-        )
-        .map_err(|e| unreadable(&e))?;
-    for r in rows {
-        let key: String = r.get(0);
-        let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
-        tally.keys.insert(key, [n(1), n(2), n(3), n(4)]);
-    }
-    Ok(tally)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::stores::ledger::Ledger;
-
-    #[test]
-    fn every_column_has_its_parameter() {
-        let columns = INSERT[INSERT.find('(').unwrap() + 1..INSERT.find(')').unwrap()]
-            .split(',')
-            .count();
-        assert_eq!(columns, COLUMNS);
-        let mut sql = String::new();
-        push_values(&mut sql, 2);
-        assert_eq!(sql.matches('$').count(), 2 * COLUMNS);
-        assert!(sql.starts_with("($1, $2::text::timestamptz, $3"), "{sql}");
-        assert!(sql.ends_with(&format!(", ${})", 2 * COLUMNS)), "{sql}");
-        assert!(sql.contains(&format!(",(${}, ", COLUMNS + 1)), "{sql}");
-    }
 
     /// The wall time the tests' commits are made at (Unix ms).
     const T0: u64 = 1_795_000_000_000;

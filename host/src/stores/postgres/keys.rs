@@ -20,11 +20,11 @@ use chatgate_core::{AuditRecord, FieldChange, KeyOp, RawKey, apply_key_op};
 use postgres::GenericClient;
 use postgres::fallible_iterator::FallibleIterator;
 
-use super::keys::ChangeError;
 use crate::error::Error;
+use crate::stores::keys::ChangeError;
 
 /// The schema (created when missing).
-const SCHEMA: &str = include_str!("../../keys.sql");
+const SCHEMA: &str = include_str!("../../../keys.sql");
 /// The advisory lock taken while creating it ("cgkeys" in ASCII).
 const SCHEMA_LOCK: i64 = 0x6367_6b65_7973;
 /// The channel changes are announced on.
@@ -38,7 +38,7 @@ const COLUMNS: &str = "name, sha256, requests_per_minute, tokens_per_minute, bud
     budget_period, max_in_flight, models, created, expires";
 
 fn connect(url: &str) -> Result<postgres::Client, Error> {
-    super::postgres::open(url, SCHEMA, SCHEMA_LOCK)
+    super::open(url, SCHEMA, SCHEMA_LOCK)
 }
 
 /// The URL with its password (if any) left out.

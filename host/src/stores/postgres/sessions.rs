@@ -9,7 +9,7 @@ use chatgate_core::console::{SessionChange, StoredSession};
 use crate::error::Error;
 
 /// The schema (created when missing).
-const SCHEMA: &str = include_str!("../../console.sql");
+const SCHEMA: &str = include_str!("../../../console.sql");
 /// The advisory lock taken while creating it ("cgsess" in ASCII).
 const SCHEMA_LOCK: i64 = 0x6367_7365_7373;
 
@@ -19,7 +19,7 @@ fn failed(e: postgres::Error) -> Error {
 
 /// A connection, the table created when missing.
 pub(crate) fn connect(url: &str) -> Result<postgres::Client, Error> {
-    super::postgres::open(url, SCHEMA, SCHEMA_LOCK)
+    super::open(url, SCHEMA, SCHEMA_LOCK)
 }
 
 /// Writes what opened and closed, and forgets the sessions expired at

@@ -1,0 +1,24 @@
+//! PostgreSQL, every store kept there, in one room: the connection every
+//! store makes, the shared ledger (shipped from the local file, read back
+//! for reports, the console and spend), the keys and their audit trail,
+//! the console's sessions.
+//!
+//! | file | job |
+//! |---|---|
+//! | `connection.rs` | a connection: the URL read, the schema created under an advisory lock (or not, for what only reads), failures worded |
+//! | `shipper.rs` | the ledger shipper: the thread that ships the local ledger's lines from a checkpoint, exactly once across a failover |
+//! | `rows.rs` | the ledger's rows: one insert of a batch of records |
+//! | `reads.rs` | what is read back from the ledger: `usage --postgres`, the console's figures of every instance, spend rebuilt for the shared limiter |
+//! | `keys.rs` | the keys and the audit trail, and the watcher that keeps every instance's keys in step |
+//! | `sessions.rs` | the console's sessions |
+
+mod connection;
+pub(crate) mod keys;
+mod reads;
+mod rows;
+pub(crate) mod sessions;
+mod shipper;
+
+pub(crate) use connection::open;
+pub(crate) use reads::{connect_ledger, report_from_postgres, tallies_since, tally_postgres};
+pub(crate) use shipper::start;
