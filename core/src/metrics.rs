@@ -203,6 +203,8 @@ pub struct Metrics {
     ledger_shipped: AtomicU64,
     ledger_ship_errors: AtomicU64,
     ledger_reshipped: AtomicU64,
+    ledger_set_aside: AtomicU64,
+    ledger_repaired: AtomicU64,
     ledger_backlog_bytes: AtomicU64,
     /// Unix milliseconds of the last response head from the provider.
     last_upstream_contact_ms: AtomicU64,
@@ -414,6 +416,18 @@ impl Metrics {
         self.ledger_ship_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A ledger row PostgreSQL refused was set aside (the rows after it
+    /// shipped).
+    pub fn ledger_set_aside(&self) {
+        self.ledger_set_aside.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A ledger row held what PostgreSQL's `text` cannot store (NUL) and
+    /// was stored with U+FFFD in its place.
+    pub fn ledger_repaired(&self) {
+        self.ledger_repaired.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Ledger lines to ship to PostgreSQL again (`n` more): a reconnection
     /// found their batches missing (a failover lost them).
     pub fn ledger_reshipped(&self, n: u64) {
@@ -583,6 +597,18 @@ impl Metrics {
                 COUNTER,
                 "Ledger lines shipped to PostgreSQL again: a reconnection found their batches missing (a failover lost them).",
                 get(&self.ledger_reshipped),
+            ),
+            (
+                "chatgate_ledger_postgres_set_aside_total",
+                COUNTER,
+                "Ledger rows PostgreSQL refused for what they hold (each logged with its request id); the rows after them were shipped.",
+                get(&self.ledger_set_aside),
+            ),
+            (
+                "chatgate_ledger_postgres_repaired_total",
+                COUNTER,
+                "Ledger rows that held a NUL character, stored in PostgreSQL with U+FFFD in its place (the local ledger keeps the original).",
+                get(&self.ledger_repaired),
             ),
             (
                 "chatgate_ledger_postgres_backlog_bytes",

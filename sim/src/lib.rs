@@ -27,6 +27,7 @@
 //! | `input` | the value of the called tool's first parameter (default: the start of the last message; the last message that is not a system message is the one answered) |
 //! | `usage_every` | `true`: cumulative usage on every chunk (with `include_usage`), as some providers do |
 //! | `split_ms` | stream events go out in two writes this many milliseconds apart, split alternately in the middle and before the last byte (a provider whose events straddle reads) |
+//! | `finish_reason` | the finish reason said instead of the answer's own, whatever it is (`"\u0000"` included) |
 //! | `calls` | tool rounds in a row (default 1): the tool is called again while the messages since the last user message hold fewer tool-call turns; `{n}` in `input` is the round's number |
 //!
 //! With [`SimOptions::require_reasoning_replay`] it refuses, as Kimi or

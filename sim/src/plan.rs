@@ -334,9 +334,9 @@ fn plan_completion(answer: &Answer<'_>, timing: Timing, name: ReasoningName) -> 
     }
     message.push('}');
     let body = format!(
-        "{{\"id\":\"{id}\",\"object\":\"chat.completion\",\"created\":{created},\"model\":{},\"system_fingerprint\":\"fp_sim\",\"choices\":[{{\"index\":0,\"message\":{message},\"logprobs\":null,\"finish_reason\":\"{}\"}}],\"usage\":{usage}}}",
+        "{{\"id\":\"{id}\",\"object\":\"chat.completion\",\"created\":{created},\"model\":{},\"system_fingerprint\":\"fp_sim\",\"choices\":[{{\"index\":0,\"message\":{message},\"logprobs\":null,\"finish_reason\":{}}}],\"usage\":{usage}}}",
         json_str(&ask.model),
-        s.finish,
+        json_str(&s.finish),
         id = answer.id,
         created = answer.created,
         usage = answer.usage(),
@@ -497,7 +497,7 @@ fn stream_events(answer: &Answer<'_>, name: ReasoningName) -> (Vec<Vec<u8>>, usi
         }
     }
     let before_finish = events.len();
-    events.push(chunk("{}".to_owned(), Some(s.finish)));
+    events.push(chunk("{}".to_owned(), Some(&s.finish)));
     (events, before_finish)
 }
 

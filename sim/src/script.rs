@@ -70,7 +70,10 @@ pub(crate) struct Script {
     pub(crate) reasoning: Vec<String>,
     pub(crate) answer: Vec<String>,
     pub(crate) tool_call: Option<(String, String, String)>,
-    pub(crate) finish: &'static str,
+    /// The finish reason: the answer's own, or the request's `finish_reason`
+    /// (`x_sim` or marker), said as it is however odd (a provider's habit
+    /// the gateway must carry through).
+    pub(crate) finish: String,
     pub(crate) completion_tokens: u64,
 }
 
@@ -171,6 +174,11 @@ pub(crate) fn script(ask: &Ask, opts: &SimOptions) -> Script {
     }
     let completion_tokens =
         (reasoning.len() + answer.len()) as u64 + if tool_call.is_some() { tool_tokens } else { 0 };
+    let finish = ask
+        .params
+        .get("finish_reason")
+        .cloned()
+        .unwrap_or_else(|| finish.to_owned());
     Script {
         reasoning,
         answer,

@@ -2,7 +2,8 @@
 //! binaries: every request's row arrives, once; PostgreSQL stopped mid-run
 //! loses nothing and duplicates nothing after it returns; rows equal the
 //! local ledger and the simulator's tokens; `usage --postgres` reports the
-//! same totals as `usage --ledger`.
+//! same totals as `usage --ledger`; a row PostgreSQL refuses stops nothing
+//! after it; a role with no more than its rows is enough.
 
 use std::time::{Duration, Instant};
 
@@ -112,7 +113,7 @@ fn ledger_and_pg_agree(bin: &str) {
     // The outage was logged, and the shipper reported it.
     let log = gw.proc.stderr();
     assert!(
-        log.contains("shipping to PostgreSQL failed") || log.contains("PostgreSQL unreachable"),
+        log.contains("shipping to PostgreSQL failed") || log.contains("cannot ship to PostgreSQL"),
         "{log}"
     );
 }
@@ -468,4 +469,198 @@ fn replay_is_idempotent_smol() {
 #[test]
 fn replay_is_idempotent_tokio() {
     replay_is_idempotent("chatgate-tokio");
+}
+
+/// What a row holds never stops the rows after it: a provider's
+/// `finish_reason` holding NUL (which PostgreSQL's `text` cannot store) is
+/// stored with U+FFFD; a row the table refuses (an operator's CHECK) is set
+/// aside, logged with its request id and counted, and the rows after it
+/// arrive. The roles SCALING.md grants are enough: the gateway's ships and
+/// changes keys without creating or altering a table, the reporting one
+/// runs `usage --postgres`; a role that may not create the tables, without
+/// them, is told which file makes them; a hand-made table with a column of
+/// the wrong type is a clear error, not a crash.
+#[test]
+fn a_row_postgres_refuses_stops_nothing() {
+    let bin = "chatgate-tokio";
+    let pg = PgServer::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let mut gw = Gw::start(
+        bin,
+        &sim.url(),
+        GwOptions {
+            args: vec![
+                "--ledger-postgres".into(),
+                pg.url(),
+                "--admin-listen".into(),
+                "127.0.0.1:0".into(),
+            ],
+            ..GwOptions::default()
+        },
+    );
+    let admin = gw.admin_addr();
+    assert_eq!(gw.chat(&body("")).status, 200);
+    wait_rows(&pg, 1);
+    pg.client()
+        .batch_execute(
+            "ALTER TABLE chatgate_ledger ADD CONSTRAINT not_refused \
+             CHECK (finish_reason IS DISTINCT FROM 'refused')",
+        )
+        .unwrap();
+    let finish = |f: &str| format!(r#""x_sim":{{"finish_reason":{}}}"#, serde_json::json!(f));
+    let odd = gw.chat(&body(&finish("\0")));
+    assert_eq!(odd.status, 200);
+    assert!(
+        String::from_utf8_lossy(&odd.body).contains(r#""finish_reason":"\u0000""#),
+        "forwarded as sent"
+    );
+    assert_eq!(gw.chat(&stream_body(&finish("refused"))).status, 200);
+    assert_eq!(gw.chat(&body("")).status, 200);
+    let local = gw.ledger_len(4);
+    let id_of = |f: &str| {
+        local
+            .iter()
+            .find(|r| r.finish_reason.as_deref() == Some(f))
+            .map(|r| r.request_id.clone())
+            .unwrap_or_else(|| panic!("no local record with finish_reason {f:?}"))
+    };
+    let (nul, refused) = (id_of("\0"), id_of("refused"));
+    eventually("the row after the refused one arrives", || {
+        try_rows(&pg).unwrap_or_default().0 >= 3
+    });
+    let ids = pg_ids(&pg);
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(!ids.contains_key(&refused));
+    assert!(
+        local
+            .iter()
+            .all(|r| r.request_id == refused || ids.contains_key(&r.request_id))
+    );
+    let stored: Option<String> = pg
+        .client()
+        .query_one(
+            "SELECT finish_reason FROM chatgate_ledger WHERE request_id = $1",
+            &[&nul],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(stored.as_deref(), Some("\u{FFFD}"));
+    assert_eq!(metric(admin, "chatgate_ledger_postgres_set_aside_total"), 1);
+    assert_eq!(metric(admin, "chatgate_ledger_postgres_repaired_total"), 1);
+    assert_eq!(metric(admin, "chatgate_ledger_postgres_backlog_bytes"), 0);
+    let log = gw.proc.stderr();
+    let said = log
+        .lines()
+        .find(|l| l.contains("PostgreSQL refused this record"))
+        .unwrap_or_else(|| panic!("the set-aside row is not logged: {log}"));
+    assert!(said.contains(&refused) && said.contains("23514"), "{said}");
+    // The roles SCALING.md grants, on the tables its SQL files make as
+    // their owner: the gateway's ships rows and changes keys, the
+    // reporting one reports; neither creates nor alters a table.
+    let mut admin_pg = pg.client();
+    for file in ["ledger.sql", "keys.sql", "console.sql"] {
+        let sql = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../host")
+                .join(file),
+        )
+        .unwrap();
+        admin_pg.batch_execute(&sql).unwrap();
+    }
+    let guide = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../SCALING.md"),
+    )
+    .unwrap();
+    let grants = guide
+        .split("### Roles")
+        .nth(1)
+        .and_then(|s| s.split("```sql\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("SCALING.md's Roles grant in a sql block");
+    admin_pg
+        .batch_execute(&format!(
+            "CREATE ROLE chatgate LOGIN; CREATE ROLE reporting LOGIN; CREATE ROLE stranger LOGIN; {grants}"
+        ))
+        .unwrap();
+    admin_pg.batch_execute("CREATE DATABASE handmade").unwrap();
+    let port = pg
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let url_of = |role: &str| format!("postgres://{role}@127.0.0.1:{port}/postgres");
+    let (code, out, err) = run(
+        bin,
+        &[
+            "usage",
+            "--postgres",
+            &url_of("reporting"),
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["total"]["requests"], 3);
+    let keys = url_of("chatgate");
+    let (code, _, err) = run(bin, &["keys", "new", "--keys", &keys, "--name", "bob"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(bin, &["keys", "revoke", "--keys", &keys, "bob"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(bin, &["keys", "list", "--keys", &keys], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("bob"), "{out}");
+    let actions: i64 = admin_pg
+        .query_one("SELECT count(*) FROM chatgate_audit WHERE key = 'bob'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(actions, 2);
+    let as_role = |role: &str| GwOptions {
+        args: vec!["--ledger-postgres".into(), url_of(role)],
+        ..GwOptions::default()
+    };
+    let writer = Gw::start(bin, &sim.url(), as_role("chatgate"));
+    assert_eq!(writer.chat(&body("")).status, 200);
+    wait_rows(&pg, 4);
+    drop(writer);
+    admin_pg
+        .batch_execute("ALTER TABLE chatgate_ledger RENAME TO chatgate_ledger_old")
+        .unwrap();
+    let stranger = Gw::start(bin, &sim.url(), as_role("stranger"));
+    assert_eq!(stranger.chat(&body("")).status, 200);
+    let log = stranger
+        .proc
+        .stderr_when("the advice to create the tables", |l| {
+            l.contains("ledger.sql")
+        });
+    assert!(
+        log.contains("42501") && log.contains("create them once with ledger.sql"),
+        "{log}"
+    );
+    drop(stranger);
+    // A table made by hand with a column of the wrong type.
+    let handmade = format!("postgres://postgres@127.0.0.1:{port}/handmade");
+    let mut c = postgres::Client::connect(&handmade, postgres::NoTls).unwrap();
+    c.batch_execute(
+        "CREATE TABLE chatgate_ledger (request_id text PRIMARY KEY, ts timestamptz, key text, \
+         model text, prompt_tokens text, completion_tokens text, reasoning_tokens text, \
+         cached_tokens text, cost_nano_usd text, charged_nano_usd text, status smallint, \
+         stream boolean, complete boolean); \
+         INSERT INTO chatgate_ledger VALUES \
+         ('r', now(), 'k', 'm', '1', '2', '0', '0', '5', '5', 200, false, true)",
+    )
+    .unwrap();
+    let (code, _, err) = run(
+        bin,
+        &["usage", "--postgres", &handmade, "--format", "json"],
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("column prompt_tokens"), "{err}");
 }

@@ -18,15 +18,25 @@ use std::time::Duration;
 
 use chatgate_core::{AuditRecord, FieldChange, KeyOp, RawKey, apply_key_op};
 use postgres::GenericClient;
+
+use super::connection::{column, describe};
 use postgres::fallible_iterator::FallibleIterator;
 
 use crate::error::Error;
 use crate::stores::keys::ChangeError;
 
-/// The schema (created when missing).
-const SCHEMA: &str = include_str!("../../../keys.sql");
-/// The advisory lock taken while creating it ("cgkeys" in ASCII).
-const SCHEMA_LOCK: i64 = 0x6367_6b65_7973;
+/// The tables (created when missing): `keys.sql`, probed for every column
+/// read or written here and the index.
+const SCHEMA: super::Schema = super::Schema {
+    sql: include_str!("../../../keys.sql"),
+    probe: "SELECT sha256, name, requests_per_minute, tokens_per_minute, budget_usd, \
+        budget_period, max_in_flight, models, created, expires, position FROM chatgate_keys LIMIT 0; \
+        SELECT id, at, actor, address, action, key, changes FROM chatgate_audit LIMIT 0; \
+        SELECT 'chatgate_keys_name'::regclass",
+    // "cgkeys" in ASCII.
+    lock: 0x6367_6b65_7973,
+    file: "keys.sql",
+};
 /// The channel changes are announced on.
 pub(crate) const CHANNEL: &str = "chatgate_keys";
 /// The longest a watcher goes without re-reading the table.
@@ -38,7 +48,7 @@ const COLUMNS: &str = "name, sha256, requests_per_minute, tokens_per_minute, bud
     budget_period, max_in_flight, models, created, expires";
 
 fn connect(url: &str) -> Result<postgres::Client, Error> {
-    super::open(url, SCHEMA, SCHEMA_LOCK)
+    super::open(url, &SCHEMA)
 }
 
 /// The URL with its password (if any) left out.
@@ -69,22 +79,26 @@ fn read_rows(c: &mut impl GenericClient) -> Result<Vec<RawKey>, Error> {
             &[],
         )
         .map_err(failed)?;
-    let n = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
-    Ok(rows
-        .iter()
-        .map(|r| RawKey {
-            name: r.get(0),
-            sha256: r.get(1),
-            requests_per_minute: n(r.get(2)),
-            tokens_per_minute: n(r.get(3)),
-            budget_usd: r.get(4),
-            budget_period: r.get(5),
-            max_in_flight: n(r.get(6)),
-            models: r.get(7),
-            created: r.get(8),
-            expires: r.get(9),
+    let n = |r: &postgres::Row, i: usize| -> Result<Option<u64>, Error> {
+        Ok(column::<Option<i64>>(r, i, "chatgate_keys")?.and_then(|v| u64::try_from(v).ok()))
+    };
+    rows.iter()
+        .map(|r| {
+            let col = |i: usize| column(r, i, "chatgate_keys");
+            Ok(RawKey {
+                name: col(0)?,
+                sha256: col(1)?,
+                requests_per_minute: n(r, 2)?,
+                tokens_per_minute: n(r, 3)?,
+                budget_usd: column(r, 4, "chatgate_keys")?,
+                budget_period: column(r, 5, "chatgate_keys")?,
+                max_in_flight: n(r, 6)?,
+                models: column(r, 7, "chatgate_keys")?,
+                created: column(r, 8, "chatgate_keys")?,
+                expires: column(r, 9, "chatgate_keys")?,
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Makes `op` at `now_ms` in one transaction with its audit record
@@ -178,7 +192,7 @@ fn insert_audit(c: &mut impl GenericClient, r: &AuditRecord, now_ms: u64) -> Res
             ],
         )
         .map_err(failed)?;
-    Ok(row.get::<_, i64>(0) as u64)
+    Ok(column::<i64>(&row, 0, "chatgate_audit")?.max(0) as u64)
 }
 
 /// Up to `limit` audit records, newest first, with ids below `before`.
@@ -197,18 +211,21 @@ pub(crate) fn audit(
             &[&before, &(limit as i64)],
         )
         .map_err(failed)?;
-    Ok(rows
-        .iter()
-        .map(|r| AuditRecord {
-            id: Some(r.get::<_, i64>(0) as u64),
-            at: chatgate_core::rfc3339_ms(r.get::<_, i64>(1).max(0) as u64),
-            actor: r.get(2),
-            address: r.get(3),
-            action: r.get(4),
-            key: r.get(5),
-            changes: serde_json::from_str(r.get::<_, &str>(6)).unwrap_or_default(),
+    rows.iter()
+        .map(|r| {
+            let at: i64 = column(r, 1, "chatgate_audit")?;
+            let changes: &str = column(r, 6, "chatgate_audit")?;
+            Ok(AuditRecord {
+                id: Some(column::<i64>(r, 0, "chatgate_audit")?.max(0) as u64),
+                at: chatgate_core::rfc3339_ms(at.max(0) as u64),
+                actor: column(r, 2, "chatgate_audit")?,
+                address: column(r, 3, "chatgate_audit")?,
+                action: column(r, 4, "chatgate_audit")?,
+                key: column(r, 5, "chatgate_audit")?,
+                changes: serde_json::from_str(changes).unwrap_or_default(),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Watches the table for the life of the process: `loaded` gets every
@@ -285,7 +302,7 @@ fn listen(
 }
 
 fn failed(e: postgres::Error) -> Error {
-    Error::Postgres(format!("keys in PostgreSQL: {e}"))
+    Error::Postgres(format!("keys in PostgreSQL: {}", describe(&e)))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `connection.rs` | a connection: the URL read, the schema created under an advisory lock (or not, for what only reads), failures worded |
+//! | `connection.rs` | a connection: the URL read, a store's tables created under an advisory lock when its probe finds them missing (never for what only reads), failures worded |
 //! | `shipper.rs` | the ledger shipper: the thread that ships the local ledger's lines from a checkpoint, exactly once across a failover |
 //! | `rows.rs` | the ledger's rows: one insert of a batch of records |
 //! | `reads.rs` | what is read back from the ledger: `usage --postgres`, the console's figures of every instance, spend rebuilt for the shared limiter |
@@ -19,6 +19,6 @@ mod rows;
 pub(crate) mod sessions;
 mod shipper;
 
-pub(crate) use connection::open;
+pub(crate) use connection::{Schema, open};
 pub(crate) use reads::{connect_ledger, report_from_postgres, tallies_since, tally_postgres};
 pub(crate) use shipper::start;

@@ -1,10 +1,25 @@
 //! What is read back from the shared ledger: `usage --postgres`, the
 //! console's figures of every instance, and spend rebuilt for the shared
-//! limiter.
+//! limiter. What only reads changes no schema (a read-only replica, a
+//! role that may only `SELECT`), and a column of another type than the
+//! ledger's (a table made by hand) is an error naming it, never a panic.
+
+use postgres::Row;
+use postgres::types::FromSql;
 
 use super::connection::{failed, open_plain};
 use super::shipper::connect;
 use crate::error::Error;
+
+/// Column `i` of a row of the ledger.
+fn column<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T, Error> {
+    super::connection::column(row, i, "chatgate_ledger")
+}
+
+/// A count or sum read as a non-negative integer.
+fn count(row: &Row, i: usize) -> Result<u64, Error> {
+    Ok(column::<i64>(row, i)?.max(0) as u64)
+}
 
 /// `usage --postgres URL`: feeds the table's rows, in the filter's time
 /// range, to `report` (streamed with a server-side cursor).
@@ -14,7 +29,7 @@ pub(crate) fn report_from_postgres(
     since: Option<u64>,
     until: Option<u64>,
 ) -> Result<(), Error> {
-    let mut c = connect(url)?;
+    let mut c = open_plain(url)?;
     let mut tx = c.transaction().map_err(failed)?;
     let since = since.map_or(i64::MIN / 1000, |s| s as i64);
     let until = until.map_or(i64::MAX / 1000, |u| u as i64);
@@ -32,14 +47,14 @@ pub(crate) fn report_from_postgres(
             break;
         }
         for r in rows {
-            let n = |i: usize| -> u64 { r.get::<_, i64>(i).max(0) as u64 };
+            let n = |i: usize| count(&r, i);
             report.add_row(
-                r.get::<_, String>(0).as_str(),
-                r.get::<_, String>(1).as_str(),
-                r.get(2),
-                r.get(3),
-                r.get::<_, i32>(4) as u16,
-                [n(5), n(6), n(7), n(8), n(9)],
+                column::<&str>(&r, 0)?,
+                column::<&str>(&r, 1)?,
+                column(&r, 2)?,
+                column(&r, 3)?,
+                column::<i32>(&r, 4)?.clamp(0, i32::from(u16::MAX)) as u16,
+                [n(5)?, n(6)?, n(7)?, n(8)?, n(9)?],
             );
         }
     }
@@ -72,25 +87,24 @@ pub(crate) fn tallies_since(
             &[&i64::try_from(since_ms).unwrap_or(i64::MAX)],
         )
         .map_err(failed)?;
-    Ok(rows
-        .iter()
+    rows.iter()
         .map(|r| {
-            let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
+            let n = |i: usize| count(r, i);
             let tally = chatgate_core::console::Tally {
-                requests: n(1),
-                prompt_tokens: n(2),
-                completion_tokens: n(3),
-                reasoning_tokens: n(4),
-                cached_tokens: n(5),
-                cost_nano_usd: n(6),
-                rate_limited: n(7),
-                budget_refused: n(8),
-                errors: n(9),
-                fallbacks: n(10),
+                requests: n(1)?,
+                prompt_tokens: n(2)?,
+                completion_tokens: n(3)?,
+                reasoning_tokens: n(4)?,
+                cached_tokens: n(5)?,
+                cost_nano_usd: n(6)?,
+                rate_limited: n(7)?,
+                budget_refused: n(8)?,
+                errors: n(9)?,
+                fallbacks: n(10)?,
             };
-            (r.get::<_, String>(0), tally)
+            Ok((column::<String>(r, 0)?, tally))
         })
-        .collect())
+        .collect()
 }
 
 /// Every key's spend (or only `key`'s) in the periods that hold
@@ -127,9 +141,10 @@ pub(crate) fn tally_postgres(
         )
         .map_err(|e| unreadable(&e))?;
     for r in rows {
-        let key: String = r.get(0);
-        let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
-        tally.keys.insert(key, [n(1), n(2), n(3), n(4)]);
+        let n = |i: usize| count(&r, i);
+        tally
+            .keys
+            .insert(column(&r, 0)?, [n(1)?, n(2)?, n(3)?, n(4)?]);
     }
     Ok(tally)
 }

@@ -6,20 +6,29 @@
 
 use chatgate_core::console::{SessionChange, StoredSession};
 
+use super::connection::column;
 use crate::error::Error;
 
-/// The schema (created when missing).
-const SCHEMA: &str = include_str!("../../../console.sql");
-/// The advisory lock taken while creating it ("cgsess" in ASCII).
-const SCHEMA_LOCK: i64 = 0x6367_7365_7373;
+/// The table (created when missing): `console.sql`, probed for its
+/// columns.
+const SCHEMA: super::Schema = super::Schema {
+    sql: include_str!("../../../console.sql"),
+    probe: "SELECT id_sha256, actor, admin, expires_ms FROM chatgate_sessions LIMIT 0",
+    // "cgsess" in ASCII.
+    lock: 0x6367_7365_7373,
+    file: "console.sql",
+};
 
 fn failed(e: postgres::Error) -> Error {
-    Error::Postgres(format!("console sessions in PostgreSQL: {e}"))
+    Error::Postgres(format!(
+        "console sessions in PostgreSQL: {}",
+        super::connection::describe(&e)
+    ))
 }
 
 /// A connection, the table created when missing.
 pub(crate) fn connect(url: &str) -> Result<postgres::Client, Error> {
-    super::open(url, SCHEMA, SCHEMA_LOCK)
+    super::open(url, &SCHEMA)
 }
 
 /// Writes what opened and closed, and forgets the sessions expired at
@@ -62,15 +71,18 @@ pub(crate) fn sync(
         )
         .map_err(failed)?;
     tx.commit().map_err(failed)?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| {
-            Some(StoredSession {
-                digest: StoredSession::unhex(r.get::<_, &str>(0))?,
-                actor: r.get(1),
-                admin: r.get(2),
-                until_ms: r.get::<_, i64>(3).max(0) as u64,
-            })
-        })
-        .collect())
+    let mut open = Vec::with_capacity(rows.len());
+    for r in &rows {
+        // A digest that is not one: a row no session can match.
+        let Some(digest) = StoredSession::unhex(column(r, 0, "chatgate_sessions")?) else {
+            continue;
+        };
+        open.push(StoredSession {
+            digest,
+            actor: column(r, 1, "chatgate_sessions")?,
+            admin: column(r, 2, "chatgate_sessions")?,
+            until_ms: column::<i64>(r, 3, "chatgate_sessions")?.max(0) as u64,
+        });
+    }
+    Ok(open)
 }

@@ -45,14 +45,10 @@ use chatgate_core::Gateway;
 use chatgate_core::LedgerRecord;
 
 use super::connection::{failed, open};
-use super::rows::insert;
+use super::rows::{Inserted, SCHEMA, insert};
 use crate::error::Error;
 use crate::stores::ledger::FileId;
 
-/// The table's schema (created when missing).
-const SCHEMA: &str = include_str!("../../../ledger.sql");
-/// The advisory lock taken while creating the schema ("chatgate" in ASCII).
-const SCHEMA_LOCK: i64 = 0x0063_6861_7467_6174;
 /// Most lines per insert.
 const BATCH: usize = 500;
 /// Most bytes read per pass.
@@ -112,6 +108,30 @@ impl ShipperState {
         self.backlog_bytes.store(bytes, Ordering::Relaxed);
         if let Some(g) = &self.gateway {
             g.metrics().ledger_backlog(bytes);
+        }
+    }
+
+    /// What an insert repaired and set aside: said in the log, with each
+    /// row's request id, and counted.
+    fn note(&self, done: &Inserted) {
+        for id in &done.repaired {
+            tracing::warn!(
+                request_id = id.as_str(),
+                "ledger: a record held a NUL character, which PostgreSQL's text cannot store; it is stored there with U+FFFD in its place (the local ledger keeps it as it was)"
+            );
+            if let Some(g) = &self.gateway {
+                g.metrics().ledger_repaired();
+            }
+        }
+        for (id, why) in &done.set_aside {
+            tracing::error!(
+                request_id = id.as_str(),
+                error = why.as_str(),
+                "ledger: PostgreSQL refused this record; it is set aside (it stays in the local ledger) and the records after it are shipped"
+            );
+            if let Some(g) = &self.gateway {
+                g.metrics().ledger_set_aside();
+            }
         }
     }
 
@@ -407,7 +427,7 @@ impl Spool {
     /// commit is remembered with.
     fn ship_once(
         &mut self,
-        insert: &mut dyn FnMut(&[LedgerRecord]) -> Result<(), Error>,
+        insert: &mut dyn FnMut(&[LedgerRecord]) -> Result<Inserted, Error>,
         state: &ShipperState,
         now_ms: u64,
     ) -> Result<usize, Error> {
@@ -449,14 +469,21 @@ impl Spool {
                 }
             }
             if used > 0 {
-                insert(&records)?;
+                let done = insert(&records)?;
+                state.note(&done);
                 let (file, start) = (head.id, head.offset);
                 head.offset += used as u64;
                 let end = head.offset;
                 // Any record of the batch answers for all of it; the last
-                // one whose id fits on a line. (A batch without one, or
-                // without records, is not remembered: no rows to lose.)
-                if let Some(last) = records.iter().rev().find(|r| storable(&r.request_id)) {
+                // one stored as it is whose id fits on a line. (A batch
+                // without one, or without records, is not remembered: no
+                // rows to lose.)
+                let answers = |r: &&LedgerRecord| {
+                    storable(&r.request_id)
+                        && !done.repaired.contains(&r.request_id)
+                        && !done.set_aside.iter().any(|(id, _)| *id == r.request_id)
+                };
+                if let Some(last) = records.iter().rev().find(answers) {
                     self.remember(Commit {
                         file,
                         start,
@@ -713,7 +740,7 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
             match connected {
                 Ok(c) => {
                     if warned {
-                        tracing::info!("ledger: PostgreSQL is back; replaying the spooled lines");
+                        tracing::info!("ledger: PostgreSQL answers again; shipping the lines kept");
                     }
                     client = Some(c);
                     warned = false;
@@ -725,7 +752,7 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
                     state.backlog(spool.backlog());
                     if !warned {
                         tracing::error!(
-                            "ledger: PostgreSQL unreachable ({e}); lines are kept in the local ledger and shipped when it returns"
+                            "ledger: cannot ship to PostgreSQL ({e}); lines are kept in the local ledger and shipped once it can"
                         );
                         warned = true;
                     }
@@ -762,7 +789,7 @@ fn run(url: &str, ledger: &str, state: &ShipperState) {
 }
 
 pub(super) fn connect(url: &str) -> Result<postgres::Client, Error> {
-    open(url, SCHEMA, SCHEMA_LOCK)
+    open(url, &SCHEMA)
 }
 
 /// Which of `ids` are request ids in the table.
@@ -796,9 +823,9 @@ mod tests {
     fn ship_all(spool: &mut Spool) -> Vec<String> {
         let state = ShipperState::default();
         let mut got = Vec::new();
-        let mut sink = |r: &[LedgerRecord]| -> Result<(), Error> {
+        let mut sink = |r: &[LedgerRecord]| -> Result<Inserted, Error> {
             got.extend(r.iter().map(|r| r.request_id.clone()));
-            Ok(())
+            Ok(Inserted::default())
         };
         while spool.ship_once(&mut sink, &state, T0).unwrap() > 0 {}
         got
@@ -988,12 +1015,12 @@ mod tests {
     fn ship_into(spool: &mut Spool, db: &mut Db, now_ms: u64) -> Vec<String> {
         let state = ShipperState::default();
         let mut got = Vec::new();
-        let mut sink = |r: &[LedgerRecord]| -> Result<(), Error> {
+        let mut sink = |r: &[LedgerRecord]| -> Result<Inserted, Error> {
             let batch: Vec<String> = r.iter().map(|r| r.request_id.clone()).collect();
             db.rows.extend(batch.iter().cloned());
             got.extend(batch.iter().cloned());
             db.batches.push(batch);
-            Ok(())
+            Ok(Inserted::default())
         };
         while spool.ship_once(&mut sink, &state, now_ms).unwrap() > 0 {}
         got
@@ -1251,13 +1278,41 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_answers_for_itself_by_a_row_stored_as_it_is() {
+        let (_dir, path, ledger) = setup();
+        let mut spool = Spool::recover(&path);
+        append(&ledger, &["a1", "a2", "a3"]);
+        let state = ShipperState::default();
+        // The server refused a3 and a2 was stored repaired: a1 answers.
+        let mut sink = |_: &[LedgerRecord]| -> Result<Inserted, Error> {
+            Ok(Inserted {
+                repaired: vec!["a2".into()],
+                set_aside: vec![("a3".into(), "refused".into())],
+            })
+        };
+        while spool.ship_once(&mut sink, &state, T0).unwrap() > 0 {}
+        assert_eq!(spool.backlog(), 0, "set aside, not shipped again");
+        assert_eq!(spool.commits.back().map(|c| c.last.as_str()), Some("a1"));
+        // None stored as it is: nothing to answer for the batch.
+        append(&ledger, &["b1"]);
+        let mut sink = |_: &[LedgerRecord]| -> Result<Inserted, Error> {
+            Ok(Inserted {
+                repaired: Vec::new(),
+                set_aside: vec![("b1".into(), "refused".into())],
+            })
+        };
+        while spool.ship_once(&mut sink, &state, T0 + grain()).unwrap() > 0 {}
+        assert_eq!(spool.commits.back().map(|c| c.last.as_str()), Some("a1"));
+    }
+
+    #[test]
     fn a_failed_insert_moves_nothing() {
         let (_dir, path, ledger) = setup();
         let mut spool = Spool::recover(&path);
         assert!(ledger.append(&line("a1")));
         let state = ShipperState::default();
         let mut failing =
-            |_: &[LedgerRecord]| -> Result<(), Error> { Err(Error::Postgres("down".into())) };
+            |_: &[LedgerRecord]| -> Result<Inserted, Error> { Err(Error::Postgres("down".into())) };
         assert!(spool.ship_once(&mut failing, &state, T0).is_err());
         assert_eq!(spool.backlog(), line("a1").len() as u64);
         assert_eq!(ship_all(&mut spool), ids(&["a1"]));
