@@ -15,7 +15,7 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | foundations | `time`, `error`, `url` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; the one URL reader |
+//! | foundations | `time`, `error`, `url`, `conninfo` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; the one URL reader; libpq's TLS settings read out of a PostgreSQL connection string ([`split_tls`]) |
 //! | codecs | [`http`], `json`, `sse`, `redis_protocol`, `redis_topology` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]); where a Redis command goes with Sentinel or a cluster (slots, redirections, roles) |
 //! | rules | `routes`, `validate`, [`reasoning`], [`dialect`], `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `keyops`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; reasoning through the tool loop (replay, the memory, signatures and sealing); the other client APIs translated to and from chat (the Responses and Messages APIs); the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; changes to the keys and their audit records; the ledger line; the keep-alive pool's policy; usage reports |
 //! | shared state | `config`, `endpoints`, `metrics`, [`console`], `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what the operator's console records, and its sessions; what connections share ([`Gateway`]) |
@@ -131,10 +131,14 @@
 #![forbid(unsafe_code)]
 
 // Foundations.
+mod conninfo;
 mod error;
 mod time;
 mod url;
 
+pub use conninfo::{
+    Conninfo, ConninfoError, PgTls, RootCert, SslMode, TlsAttempt, TlsVerify, TlsVersion, split_tls,
+};
 pub use error::{ApiError, ErrorType, ProviderError, StoreError, UpstreamFault};
 pub use time::{Instant, WallClock, parse_rfc3339, rfc3339_ms};
 

@@ -57,5 +57,5 @@ pub use process::{Proc, RUNTIMES, address_from, bin_path, child_command, run};
 pub use redis::{RedisClient, RedisCluster, RedisServer, SentinelSet, scaling_block};
 pub use resources::{raise_fd_limit, rss_kib};
 pub use sim::Sim;
-pub use tls::{Certs, certs, tls_proxy};
+pub use tls::{Certs, ClientCert, certs, certs_and_clients, tls_proxy};
 pub use wait::{PATIENCE, eventually, eventually_within};

@@ -17,6 +17,8 @@ pub struct PgServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     bin: PathBuf,
+    /// Settings given on the command line (`-c k=v`).
+    settings: Vec<String>,
     /// Its port.
     pub port: u16,
 }
@@ -25,23 +27,7 @@ impl PgServer {
     /// Creates a cluster and starts it (`postgresql` must be installed:
     /// `scripts/install-package.sh postgresql pg_config`).
     pub fn start() -> PgServer {
-        let (bin, dir) = bin_and_dir();
-        let status = as_postgres(&bin.join("initdb"))
-            .args([
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-                "-D",
-            ])
-            .arg(dir.path().join("data"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("initdb");
-        assert!(status.success(), "initdb failed");
+        let (bin, dir) = init();
         // initdb's trust authentication covers replication connections
         // from 127.0.0.1 too (`host replication all 127.0.0.1/32 trust`),
         // which `replica` needs; `wal_level` is `replica` by default.
@@ -49,6 +35,51 @@ impl PgServer {
             child: None,
             dir,
             bin,
+            settings: Vec::new(),
+            port: free_port(),
+        };
+        pg.restart();
+        pg
+    }
+
+    /// A server with `ssl = on`: `certs`' leaf as its certificate, its CA
+    /// as the CA client certificates must chain to (`ssl_ca_file`), and
+    /// `hba` as its `pg_hba.conf` (after `local all all trust`, which the
+    /// tests' own client uses, over the Unix socket).
+    pub fn start_tls(certs: &crate::Certs, hba: &str) -> PgServer {
+        let (bin, dir) = init();
+        let data = dir.path().join("data");
+        for (name, text) in [
+            ("server.crt", certs.cert_pem.as_str()),
+            ("server.key", certs.key_pem.as_str()),
+            ("ca.crt", certs.ca_pem.as_str()),
+            ("pg_hba.conf", &format!("local all all trust\n{hba}\n")),
+        ] {
+            let path = data.join(name);
+            std::fs::write(&path, text).expect("write a server file");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+            if is_root() {
+                let ok = Command::new("chown")
+                    .arg("postgres:postgres")
+                    .arg(&path)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "cannot give {name} to the postgres user");
+            }
+        }
+        let mut pg = PgServer {
+            child: None,
+            dir,
+            bin,
+            settings: [
+                "ssl=on",
+                "ssl_cert_file=server.crt",
+                "ssl_key_file=server.key",
+                "ssl_ca_file=ca.crt",
+            ]
+            .map(String::from)
+            .to_vec(),
             port: free_port(),
         };
         pg.restart();
@@ -83,6 +114,7 @@ impl PgServer {
             child: None,
             dir,
             bin,
+            settings: Vec::new(),
             port: free_port(),
         };
         replica.restart();
@@ -119,13 +151,14 @@ impl PgServer {
             // what it picks in a small container: a gateway that opens one
             // per request fails here, not only there.
             .args(["-c", "max_connections=20"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("postgres");
         self.child = Some(child);
         let deadline = Instant::now() + PATIENCE;
-        while postgres::Client::connect(&self.url(), postgres::NoTls).is_err() {
+        while postgres::Client::connect(&self.socket(), postgres::NoTls).is_err() {
             assert!(Instant::now() < deadline, "postgres did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -188,9 +221,19 @@ impl PgServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    /// A client.
+    /// The connection string of its Unix socket, user `postgres` (trusted
+    /// whatever `pg_hba.conf` says of TCP).
+    fn socket(&self) -> String {
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.dir.path().display(),
+            self.port
+        )
+    }
+
+    /// A client (over the Unix socket).
     pub fn client(&self) -> postgres::Client {
-        postgres::Client::connect(&self.url(), postgres::NoTls).expect("connect to postgres")
+        postgres::Client::connect(&self.socket(), postgres::NoTls).expect("connect to postgres")
     }
 }
 
@@ -198,6 +241,29 @@ impl Drop for PgServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A new cluster (`initdb`, trust authentication, user `postgres`) in
+/// `data` under a new temporary directory, and the binaries' directory.
+fn init() -> (PathBuf, tempfile::TempDir) {
+    let (bin, dir) = bin_and_dir();
+    let status = as_postgres(&bin.join("initdb"))
+        .args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "-D",
+        ])
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("initdb");
+    assert!(status.success(), "initdb failed");
+    (bin, dir)
 }
 
 /// The server binaries' directory, and a new temporary directory the

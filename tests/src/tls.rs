@@ -18,6 +18,20 @@ pub struct Certs {
 
 /// Generates a CA and a leaf certificate for `names`.
 pub fn certs(names: &[&str]) -> Certs {
+    certs_and_clients(names, &[]).0
+}
+
+/// A client certificate and its key, PEM.
+pub struct ClientCert {
+    /// The certificate (its common name is the one asked for).
+    pub cert_pem: String,
+    /// Its private key.
+    pub key_pem: String,
+}
+
+/// Generates a CA, a leaf certificate for `names`, and a client
+/// certificate signed by the same CA for each common name of `clients`.
+pub fn certs_and_clients(names: &[&str], clients: &[&str]) -> (Certs, Vec<ClientCert>) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().expect("key");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
@@ -29,11 +43,27 @@ pub fn certs(names: &[&str]) -> Certs {
     let leaf = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         .expect("params");
     let leaf_cert = leaf.signed_by(&leaf_key, &ca_cert, &ca_key).expect("leaf");
-    Certs {
-        ca_pem: ca_cert.pem(),
-        cert_pem: leaf_cert.pem(),
-        key_pem: leaf_key.serialize_pem(),
-    }
+    let clients = clients
+        .iter()
+        .map(|cn| {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+            params.distinguished_name.push(DnType::CommonName, *cn);
+            let cert = params.signed_by(&key, &ca_cert, &ca_key).expect("client");
+            ClientCert {
+                cert_pem: cert.pem(),
+                key_pem: key.serialize_pem(),
+            }
+        })
+        .collect();
+    (
+        Certs {
+            ca_pem: ca_cert.pem(),
+            cert_pem: leaf_cert.pem(),
+            key_pem: leaf_key.serialize_pem(),
+        },
+        clients,
+    )
 }
 
 /// A TLS terminator (rustls) in front of `backend`, on a thread; returns

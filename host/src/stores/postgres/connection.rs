@@ -5,15 +5,108 @@
 
 use std::time::Duration;
 
+use chatgate_core::{PgTls, TlsAttempt};
+use postgres::config::SslMode;
+use rustls::CertificateError;
+
 use crate::error::Error;
 
-/// A connection to `url` that reads only (no schema created).
+/// A connection to `url` that reads only (no schema created), over TLS
+/// as the URL's libpq settings say (`sslmode`, `sslrootcert`, `sslcert`,
+/// `sslkey`; `prefer` when it says nothing, as libpq).
 pub(crate) fn open_plain(url: &str) -> Result<postgres::Client, Error> {
-    let mut config: postgres::Config = url
+    let info = chatgate_core::split_tls(url)
+        .map_err(|e| Error::Config(format!("the PostgreSQL URL: {e}")))?;
+    let mut config: postgres::Config = info
+        .rest
         .parse()
         .map_err(|e| Error::Config(format!("bad URL: {e}")))?;
     config.connect_timeout(Duration::from_secs(3));
-    config.connect(postgres::NoTls).map_err(failed)
+    let connected = match info.tls.attempt() {
+        TlsAttempt::Never => config.ssl_mode(SslMode::Disable).connect(postgres::NoTls),
+        attempt => {
+            let tls = super::tls::connector(&info.tls)?;
+            config.ssl_mode(if attempt == TlsAttempt::Always {
+                SslMode::Require
+            } else {
+                SslMode::Prefer
+            });
+            config.connect(tls)
+        }
+    };
+    connected.map_err(|e| Error::Postgres(explained(&e, &info.tls)))
+}
+
+/// [`describe`]'s words for a failure to connect, and the setting of the
+/// URL to change when TLS is why.
+fn explained(e: &postgres::Error, tls: &PgTls) -> String {
+    let said = describe(e);
+    let hint = tls_hint(e, &said, tls);
+    match hint {
+        Some(hint) => format!("{said}; {hint}"),
+        None => said,
+    }
+}
+
+fn tls_hint(e: &postgres::Error, said: &str, tls: &PgTls) -> Option<&'static str> {
+    if let Some(db) = e.as_db_error() {
+        let message = db.message();
+        return if message.contains("no encryption") && tls.attempt() != TlsAttempt::Always {
+            Some(
+                "the server accepts only TLS here: set sslmode=verify-full (with sslrootcert) or sslmode=require in the PostgreSQL URL",
+            )
+        } else if message.contains("requires a valid client certificate") {
+            Some(
+                "the server asks for a client certificate: set sslcert and sslkey in the PostgreSQL URL",
+            )
+        } else if message.contains("certificate authentication failed") {
+            Some(
+                "the client certificate's common name (CN) must be the user name in the URL: change the user or sslcert",
+            )
+        } else {
+            None
+        };
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(rustls::Error::InvalidCertificate(c)) = cause.downcast_ref::<rustls::Error>() {
+            return Some(match c {
+                CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                    "the server's certificate is not signed by a CA of sslrootcert: set sslrootcert to the file of the CA that signed it"
+                }
+                CertificateError::NotValidForName
+                | CertificateError::NotValidForNameContext { .. } => {
+                    "the server's certificate does not name the host in the URL: connect by a name it has, or set sslmode=verify-ca"
+                }
+                CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                    "the server's certificate has expired: renew it on the server"
+                }
+                _ => {
+                    "the server's certificate is refused: check sslrootcert and sslmode in the PostgreSQL URL"
+                }
+            });
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && let Some(rustls::Error::InvalidCertificate(_)) =
+                inner.downcast_ref::<rustls::Error>()
+        {
+            source = Some(inner);
+            continue;
+        }
+        source = cause.source();
+    }
+    if said.contains("server does not support TLS") {
+        return Some(
+            "the server offers no TLS: turn ssl on in the server, or set sslmode=prefer in the PostgreSQL URL",
+        );
+    }
+    if said.contains("did not use channel binding") {
+        return Some(
+            "channel_binding=require needs TLS (sslmode=require or stronger) and SCRAM authentication with a server certificate signed with RSA or ECDSA: change channel_binding or sslmode in the PostgreSQL URL",
+        );
+    }
+    None
 }
 
 /// A store's tables: the SQL that creates them when missing, and a probe

@@ -11,6 +11,7 @@
 //! | `reads.rs` | what is read back from the ledger: `usage --postgres`, the console's figures of every instance, spend rebuilt for the shared limiter |
 //! | `keys.rs` | the keys and the audit trail, and the watcher that keeps every instance's keys in step |
 //! | `sessions.rs` | the console's sessions |
+//! | `tls.rs` | TLS as the URL's `sslmode` says: the verifiers, the client certificate, the channel binding |
 
 mod connection;
 pub(crate) mod keys;
@@ -18,6 +19,7 @@ mod reads;
 mod rows;
 pub(crate) mod sessions;
 mod shipper;
+mod tls;
 
 pub(crate) use connection::{Schema, open};
 pub(crate) use reads::{connect_ledger, report_from_postgres, tallies_since, tally_postgres};
