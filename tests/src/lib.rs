@@ -54,7 +54,7 @@ pub use noise::Noise;
 pub use otlp::OtlpReceiver;
 pub use pg::PgServer;
 pub use process::{Proc, RUNTIMES, address_from, bin_path, child_command, run};
-pub use redis::{RedisClient, RedisCluster, RedisServer, SentinelSet, scaling_block};
+pub use redis::{RedisClient, RedisCluster, RedisServer, RedisTls, SentinelSet, scaling_block};
 pub use resources::{raise_fd_limit, rss_kib};
 pub use sim::Sim;
 pub use tls::{Certs, ClientCert, certs, certs_and_clients, tls_proxy};

@@ -4,6 +4,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::wait::PATIENCE;
@@ -16,19 +17,107 @@ pub struct RedisServer {
     pub addr: SocketAddr,
     /// Its `--requirepass`, if started with one.
     pub password: Option<String>,
+    /// Its certificates, when it speaks TLS only.
+    pub tls: Option<Arc<RedisTls>>,
     _dir: tempfile::TempDir,
+}
+
+/// Certificates for Redis servers that speak TLS only (`--port 0
+/// --tls-port P`): a throwaway CA and a leaf naming `127.0.0.1` (an IP
+/// SAN: Sentinels and `CLUSTER SLOTS` announce addresses) and
+/// `localhost`, in files the servers read; the same leaf for every server
+/// of a set (as client certificate of replication and the cluster bus
+/// too).
+pub struct RedisTls {
+    dir: tempfile::TempDir,
+    /// The CA, PEM.
+    pub ca_pem: String,
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl RedisTls {
+    /// New certificates, written to a directory of their own.
+    pub fn new() -> Arc<RedisTls> {
+        let certs = crate::certs(&["127.0.0.1", "localhost"]);
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in [
+            ("ca.pem", &certs.ca_pem),
+            ("redis.crt", &certs.cert_pem),
+            ("redis.key", &certs.key_pem),
+        ] {
+            std::fs::write(dir.path().join(name), text).expect("write a certificate");
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls::pki_types::pem::PemObject;
+        roots
+            .add(
+                rustls::pki_types::CertificateDer::from_pem_slice(certs.ca_pem.as_bytes())
+                    .expect("CA"),
+            )
+            .expect("CA");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Arc::new(RedisTls {
+            dir,
+            ca_pem: certs.ca_pem,
+            config: Arc::new(config),
+        })
+    }
+
+    /// The CA file (for `--upstream-ca`, `redis-cli --cacert`).
+    pub fn ca_file(&self) -> String {
+        self.dir.path().join("ca.pem").display().to_string()
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// `redis-server` arguments serving TLS only on `port`.
+    fn server_args(&self, port: u16) -> Vec<String> {
+        [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &self.file("redis.crt"),
+            "--tls-key-file",
+            &self.file("redis.key"),
+            "--tls-ca-cert-file",
+            &self.file("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+            "--tls-replication",
+            "yes",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// The same, as lines of a configuration file (a Sentinel's).
+    fn config_lines(&self, port: u16) -> String {
+        self.server_args(port)
+            .chunks(2)
+            .map(|kv| format!("{} {}\n", kv[0].trim_start_matches("--"), kv[1]))
+            .collect()
+    }
 }
 
 impl RedisServer {
     /// Starts one (`redis-server` must be installed:
     /// `scripts/install-package.sh redis-server redis-server`).
     pub fn start() -> RedisServer {
-        RedisServer::on_a_free_port(&[])
+        RedisServer::on_a_free_port(&[], None)
     }
 
     /// Starts one on `port` (to restart a stopped one at the same address).
     pub fn start_on(port: u16) -> RedisServer {
-        RedisServer::launch(port, &[])
+        RedisServer::launch(port, &[], None)
             .unwrap_or_else(|| panic!("redis-server could not serve port {port}"))
     }
 
@@ -38,13 +127,13 @@ impl RedisServer {
     /// other test's server until that one stops (a connection reset
     /// mid-test). A launch that is not the one serving is retried on
     /// another port.
-    fn on_a_free_port(extra: &[&str]) -> RedisServer {
+    fn on_a_free_port(extra: &[&str], tls: Option<&Arc<RedisTls>>) -> RedisServer {
         for _ in 0..10 {
             let port = TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port();
-            if let Some(server) = RedisServer::launch(port, extra) {
+            if let Some(server) = RedisServer::launch(port, extra, tls) {
                 return server;
             }
         }
@@ -55,10 +144,15 @@ impl RedisServer {
     /// connections; `None` (and stopped) if it exited instead, or if what
     /// answers on the port is another process (`INFO`'s `process_id`, when
     /// the server answers it without a password).
-    fn launch(port: u16, extra: &[&str]) -> Option<RedisServer> {
+    fn launch(port: u16, extra: &[&str], tls: Option<&Arc<RedisTls>>) -> Option<RedisServer> {
         let dir = tempfile::tempdir().expect("temp dir");
+        let listen = match tls {
+            Some(t) => t.server_args(port),
+            None => vec!["--port".into(), port.to_string()],
+        };
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(&listen)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(dir.path())
             .args(extra)
@@ -78,6 +172,7 @@ impl RedisServer {
             child,
             addr,
             password,
+            tls: tls.cloned(),
             _dir: dir,
         };
         let deadline = Instant::now() + PATIENCE;
@@ -89,7 +184,7 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(10));
         }
         let pid = server.child.id();
-        let info = RedisClient::connect(addr).cmd(&[b"INFO", b"server"]);
+        let info = server.plain_client().cmd(&[b"INFO", b"server"]);
         if let chatgate_core::RedisReply::Bulk(Some(text)) = info {
             let text = String::from_utf8_lossy(&text);
             let serving = text
@@ -103,9 +198,14 @@ impl RedisServer {
         Some(server)
     }
 
-    /// `redis://127.0.0.1:port`
+    /// `redis://127.0.0.1:port` (`rediss://` over TLS)
     pub fn url(&self) -> String {
-        format!("redis://{}", self.addr)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Starts one on a free port with extra configuration (`requirepass`,
@@ -113,8 +213,13 @@ impl RedisServer {
     /// Readiness is a `PING` answered (with `-NOAUTH` when a password is
     /// required), not just a connection accepted.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let server = RedisServer::on_a_free_port(extra);
-        let mut c = RedisClient::connect(server.addr);
+        RedisServer::start_with_tls(extra, None)
+    }
+
+    /// The same, speaking TLS only when `tls` is given.
+    pub fn start_with_tls(extra: &[&str], tls: Option<&Arc<RedisTls>>) -> RedisServer {
+        let server = RedisServer::on_a_free_port(extra, tls);
+        let mut c = server.plain_client();
         assert!(
             matches!(
                 c.cmd(&[b"PING"]),
@@ -138,9 +243,20 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
-    /// A client on it.
+    /// A client on it, authenticated.
     pub fn client(&self) -> RedisClient {
-        RedisClient::connect(self.addr).authenticated(self.password.as_deref())
+        self.plain_client().authenticated(self.password.as_deref())
+    }
+
+    /// A client on it (over TLS when it speaks TLS), not authenticated.
+    pub fn plain_client(&self) -> RedisClient {
+        RedisClient::try_connect_with(self.addr, self.tls.as_deref()).expect("connect to redis")
+    }
+
+    /// A client on it, if it is up.
+    pub fn try_client(&self) -> Option<RedisClient> {
+        RedisClient::try_connect_with(self.addr, self.tls.as_deref())
+            .map(|c| c.authenticated(self.password.as_deref()))
     }
 
     /// `INFO replication`'s `field`.
@@ -166,6 +282,7 @@ pub struct SentinelSet {
     pub servers: Vec<RedisServer>,
     sentinels: Vec<(Child, u16)>,
     password: Option<String>,
+    tls: Option<Arc<RedisTls>>,
     _dir: tempfile::TempDir,
 }
 
@@ -181,6 +298,16 @@ impl SentinelSet {
 
     /// The same, every server (Sentinels included) requiring `password`.
     pub fn start_with_password(password: Option<&str>) -> SentinelSet {
+        SentinelSet::launch(password, None)
+    }
+
+    /// The same, every server and Sentinel speaking TLS only (replication
+    /// and the Sentinels' connections to the servers included).
+    pub fn start_tls() -> SentinelSet {
+        SentinelSet::launch(None, Some(RedisTls::new()))
+    }
+
+    fn launch(password: Option<&str>, tls: Option<Arc<RedisTls>>) -> SentinelSet {
         let auth: Vec<&str> = match password {
             Some(pw) => vec!["--requirepass", pw, "--masterauth", pw],
             None => vec![],
@@ -188,11 +315,11 @@ impl SentinelSet {
         // A replica's first sync at once, not after 5 s.
         let mut args = vec!["--repl-diskless-sync-delay", "0"];
         args.extend(&auth);
-        let primary = RedisServer::start_with(&args);
+        let primary = RedisServer::start_with_tls(&args, tls.as_ref());
         let port = primary.port().to_string();
         let mut args = vec!["--replicaof", "127.0.0.1", &port];
         args.extend(&auth);
-        let replica = RedisServer::start_with(&args);
+        let replica = RedisServer::start_with_tls(&args, tls.as_ref());
         crate::wait::eventually("the replica is in sync", || {
             replica.replication("master_link_status").as_deref() == Some("up")
         });
@@ -203,17 +330,23 @@ impl SentinelSet {
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port();
-            // Sentinel rewrites its file: one each, writable.
+            // Sentinel rewrites its file: one each, writable. The primary
+            // is down after 4.5 s: longer than the failover tests'
+            // `--redis-timeout` (3 s), so their gap is always seen.
             let conf = dir.path().join(format!("sentinel-{i}.conf"));
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                    "{listen}bind 127.0.0.1\ndir {}\n\
                      sentinel monitor {name} 127.0.0.1 {p} 2\n\
-                     sentinel down-after-milliseconds {name} 2000\n\
+                     sentinel down-after-milliseconds {name} 4500\n\
                      sentinel failover-timeout {name} 5000\n\
                      sentinel parallel-syncs {name} 1\n{auth}",
                     dir.path().display(),
+                    listen = match &tls {
+                        Some(t) => t.config_lines(port),
+                        None => format!("port {port}\n"),
+                    },
                     name = Self::NAME,
                     p = primary.port(),
                     auth = password.map_or_else(String::new, |pw| format!(
@@ -235,6 +368,7 @@ impl SentinelSet {
             servers: vec![primary, replica],
             sentinels,
             password: password.map(str::to_owned),
+            tls,
             _dir: dir,
         };
         for (_, port) in &set.sentinels {
@@ -281,7 +415,14 @@ impl SentinelSet {
     }
 
     fn sentinel(&self, addr: SocketAddr) -> RedisClient {
-        RedisClient::connect(addr).authenticated(self.password.as_deref())
+        RedisClient::try_connect_with(addr, self.tls.as_deref())
+            .expect("connect to a Sentinel")
+            .authenticated(self.password.as_deref())
+    }
+
+    /// Its certificates, when it speaks TLS.
+    pub fn tls(&self) -> Option<&Arc<RedisTls>> {
+        self.tls.as_ref()
     }
 
     /// The data server on `port`.
@@ -308,6 +449,7 @@ impl Drop for SentinelSet {
 pub struct RedisCluster {
     /// The six nodes.
     pub nodes: Vec<RedisServer>,
+    tls: Option<Arc<RedisTls>>,
 }
 
 impl RedisCluster {
@@ -319,6 +461,16 @@ impl RedisCluster {
 
     /// The same, every node requiring `password`.
     pub fn start_with_password(password: Option<&str>) -> RedisCluster {
+        RedisCluster::launch(password, None)
+    }
+
+    /// The same, every node speaking TLS only, the cluster bus and
+    /// replication included (`tls-cluster yes`).
+    pub fn start_tls() -> RedisCluster {
+        RedisCluster::launch(None, Some(RedisTls::new()))
+    }
+
+    fn launch(password: Option<&str>, tls: Option<Arc<RedisTls>>) -> RedisCluster {
         let mut nodes = Vec::new();
         while nodes.len() < 6 {
             // The cluster bus is the port plus 10,000: both must be free.
@@ -335,10 +487,12 @@ impl RedisCluster {
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
-                // Two seconds: a loaded machine must not fail a node over
-                // by itself.
+                // 4.5 seconds: a loaded machine must not fail a node over
+                // by itself, and a failover's gap outlasts the gateways'
+                // `--redis-timeout` (3 s in the failover tests), so the
+                // fallback they follow in it is always seen.
                 "--cluster-node-timeout",
-                "2000",
+                "4500",
                 // A replica's first sync at once, not after 5 s.
                 "--repl-diskless-sync-delay",
                 "0",
@@ -346,7 +500,10 @@ impl RedisCluster {
             if let Some(pw) = password {
                 args.extend(["--requirepass", pw, "--masterauth", pw]);
             }
-            if let Some(server) = RedisServer::launch(port, &args) {
+            if tls.is_some() {
+                args.extend(["--tls-cluster", "yes"]);
+            }
+            if let Some(server) = RedisServer::launch(port, &args, tls.as_ref()) {
                 nodes.push(server);
             }
         }
@@ -354,6 +511,9 @@ impl RedisCluster {
         let mut cli = Command::new("redis-cli");
         if let Some(pw) = password {
             cli.args(["--no-auth-warning", "-a", pw]);
+        }
+        if let Some(t) = &tls {
+            cli.args(["--tls", "--cacert", &t.ca_file()]);
         }
         let out = cli
             .arg("--cluster")
@@ -368,7 +528,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, tls };
         for n in &cluster.nodes {
             // A replica that never synchronised with its primary refuses
             // to replace it (its data would be too old).
@@ -396,9 +556,7 @@ impl RedisCluster {
     /// The port of the primary serving `key` now (asked of a live node).
     pub fn primary_of(&self, key: &str) -> u16 {
         for n in &self.nodes {
-            let Some(mut c) =
-                RedisClient::try_connect(n.addr).map(|c| c.authenticated(n.password.as_deref()))
-            else {
+            let Some(mut c) = n.try_client() else {
                 continue;
             };
             let slot = match c.cmd(&[b"CLUSTER", b"KEYSLOT", key.as_bytes()]) {
@@ -439,6 +597,11 @@ impl RedisCluster {
             == Some("master")
     }
 
+    /// Its certificates, when it speaks TLS.
+    pub fn tls(&self) -> Option<&Arc<RedisTls>> {
+        self.tls.as_ref()
+    }
+
     /// The node on `port`.
     pub fn node(&mut self, port: u16) -> &mut RedisServer {
         self.nodes
@@ -455,18 +618,37 @@ impl Drop for RedisServer {
     }
 }
 
+/// What a client reads and writes: a TCP stream, or TLS over one.
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
 /// A blocking Redis connection speaking RESP through core's `redis_protocol`
 /// ([`chatgate_core::parse_redis_reply`], [`chatgate_core::encode_redis_command`]).
 pub struct RedisClient {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     buf: Vec<u8>,
 }
 
 impl RedisClient {
     /// Connects, if something listens there.
     pub fn try_connect(addr: SocketAddr) -> Option<RedisClient> {
-        let stream = TcpStream::connect(addr).ok()?;
-        stream.set_read_timeout(Some(PATIENCE)).ok()?;
+        RedisClient::try_connect_with(addr, None)
+    }
+
+    /// Connects, over TLS with `tls`' CA when given (the server's address
+    /// verified against the certificate's IP SAN), if something listens
+    /// there.
+    pub fn try_connect_with(addr: SocketAddr, tls: Option<&RedisTls>) -> Option<RedisClient> {
+        let tcp = TcpStream::connect(addr).ok()?;
+        tcp.set_read_timeout(Some(PATIENCE)).ok()?;
+        let stream: Box<dyn Stream> = match tls {
+            None => Box::new(tcp),
+            Some(t) => {
+                let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+                let conn = rustls::ClientConnection::new(t.config.clone(), name).ok()?;
+                Box::new(rustls::StreamOwned::new(conn, tcp))
+            }
+        };
         Some(RedisClient {
             stream,
             buf: Vec::new(),
@@ -475,12 +657,7 @@ impl RedisClient {
 
     /// Connects.
     pub fn connect(addr: SocketAddr) -> RedisClient {
-        let stream = TcpStream::connect(addr).expect("connect to redis");
-        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        RedisClient {
-            stream,
-            buf: Vec::new(),
-        }
+        RedisClient::try_connect(addr).expect("connect to redis")
     }
 
     /// Sends `AUTH` with `password`, if there is one.

@@ -7,7 +7,8 @@
 //! meanwhile each instance follows `--redis-fallback`; the requests
 //! admitted stay within the bound SCALING.md states; no lease is left
 //! behind; and the key's spend on the new primary, once rebuilt, equals
-//! the ledger's.
+//! the ledger's. Both topologies run again with every server speaking TLS
+//! only.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,21 +35,46 @@ impl Ha {
     /// SCALING.md's configuration for this topology, with these servers,
     /// written in `dir`; the flags that load it.
     fn flags(&self, dir: &std::path::Path) -> Vec<String> {
-        let toml = match self {
-            Ha::Sentinel(s) => scaling_block(
+        // Over TLS, SCALING.md's TLS blocks: the same servers in a
+        // `rediss://` URL, verified against the test CA.
+        let tls = self.tls();
+        let mut toml = match (self, tls) {
+            (Ha::Sentinel(s), None) => scaling_block(
                 "# Shared limits through the Redis primary that the Sentinels watch.",
                 "redis_sentinels",
                 &s.sentinels(),
             ),
-            Ha::Cluster(c) => scaling_block(
+            (Ha::Cluster(c), None) => scaling_block(
                 "# Shared limits through a Redis Cluster.",
                 "redis_cluster",
                 &c.seeds(),
             ),
+            (Ha::Sentinel(s), Some(_)) => scaling_block(
+                "# Sentinels, primary and replicas all speak TLS only.",
+                "redis_sentinels",
+                &format!("rediss://{}", s.sentinels()),
+            ),
+            (Ha::Cluster(c), Some(_)) => scaling_block(
+                "# Every cluster node speaks TLS only.",
+                "redis_cluster",
+                &format!("rediss://{}", c.seeds()),
+            ),
         };
+        if let Some(tls) = tls {
+            let doc = "upstream_ca = \"/etc/chatgate/redis-ca.pem\"";
+            assert!(toml.contains(doc), "SCALING.md's TLS block names no CA");
+            toml = toml.replace(doc, &format!("upstream_ca = {:?}", tls.ca_file()));
+        }
         let path = dir.join("chatgate.toml");
         std::fs::write(&path, toml).unwrap();
         vec!["--config".into(), path.to_str().unwrap().to_owned()]
+    }
+
+    fn tls(&self) -> Option<&std::sync::Arc<RedisTls>> {
+        match self {
+            Ha::Sentinel(s) => s.tls(),
+            Ha::Cluster(c) => c.tls(),
+        }
     }
 
     /// The port of the primary that holds the key `shared` now.
@@ -60,7 +86,8 @@ impl Ha {
     }
 
     fn primary(&self) -> RedisClient {
-        RedisClient::connect(([127, 0, 0, 1], self.primary_port()).into())
+        let addr = ([127, 0, 0, 1], self.primary_port()).into();
+        RedisClient::try_connect_with(addr, self.tls().map(|t| &**t)).expect("connect to redis")
     }
 
     /// Kills the key's primary; its port.
@@ -346,6 +373,23 @@ fn sentinel_failover_mid_burst() {
 #[test]
 fn cluster_failover_mid_burst() {
     a_failover_mid_burst(Ha::Cluster(RedisCluster::start()), "cluster");
+}
+
+/// The same over TLS only: Sentinels, primary and replica speak TLS
+/// (`--port 0`, `tls-replication yes`), the Sentinels announce an address
+/// the certificate names by its IP SAN, and the gateway verifies it
+/// against the test CA.
+#[test]
+fn sentinel_failover_mid_burst_over_tls() {
+    a_failover_mid_burst(Ha::Sentinel(SentinelSet::start_tls()), "sentinel");
+}
+
+/// The same over TLS only: every node, the cluster bus (`tls-cluster
+/// yes`) and replication; `CLUSTER SLOTS` and the redirections name
+/// addresses the certificate has.
+#[test]
+fn cluster_failover_mid_burst_over_tls() {
+    a_failover_mid_burst(Ha::Cluster(RedisCluster::start_tls()), "cluster");
 }
 
 fn text(r: RedisReply) -> String {
