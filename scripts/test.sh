@@ -3,8 +3,8 @@
 # the client libraries (OpenAI Python and Node SDKs, Vercel AI SDK, into
 # .cache/ and clients/node/node_modules), nginx, redis-server,
 # postgresql, curl, openssl, chromium and chromium-driver (Debian packages; the tests
-# start their own servers and a headless browser) and
-# cargo-fuzz (into .cache/). A second run reuses them.
+# start their own servers and a headless browser), cargo-fuzz and
+# cargo-deny (into .cache/). A second run reuses them.
 #
 #   scripts/test.sh
 #
@@ -38,8 +38,25 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build the binaries and examples"
 cargo build --workspace --bins --examples --locked
 
+# The supply chain's check installs cargo-deny the first time (a few
+# minutes of compiling): it runs beside the tests, which mostly wait on
+# the servers they start, and is waited for after them.
+step "supply chain (cargo deny; beside the tests)"
+supply_log="$(mktemp)"
+nice scripts/supply-chain.sh >"$supply_log" 2>&1 &
+supply_pid=$!
+trap 'kill "$supply_pid" 2>/dev/null || true' EXIT
+
 step "unit, integration, end-to-end and doc tests"
 cargo test --workspace --locked
+
+step "supply chain: the result"
+if ! wait "$supply_pid"; then
+    cat "$supply_log"
+    echo "the supply chain check failed (deny.toml)" >&2
+    exit 1
+fi
+cat "$supply_log"
 
 step "fuzzing smoke run"
 fuzz/smoke.sh

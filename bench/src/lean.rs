@@ -92,7 +92,11 @@ pub(crate) fn stream() -> String {
 }
 
 /// The upstream: one nginx worker, two ports (the completion, the stream).
-fn write_upstream_conf(dir: &Path, completion_port: u16, stream_port: u16) -> std::path::PathBuf {
+pub(crate) fn write_upstream_conf(
+    dir: &Path,
+    completion_port: u16,
+    stream_port: u16,
+) -> std::path::PathBuf {
     let root = dir.join("lean-static");
     std::fs::create_dir_all(&root).expect("static directory");
     std::fs::write(root.join("stream.sse"), stream()).expect("stream file");

@@ -26,6 +26,7 @@
 //! | `apis.rs` | a client API's stream against the same stream through chat completions: the table the two below print |
 //! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
 //! | `messages.rs` | a stream through the Messages API against the same stream through chat completions |
+//! | `tls.rs` | TLS on the listener against nginx terminating TLS: kept-alive requests, full handshakes and resumed ones |
 //! | `affinity.rs` | prompt-cache affinity: how often a conversation's turns reach the endpoint that cached its previous turn, with a conversation key and without |
 
 mod affinity;
@@ -38,6 +39,7 @@ mod procs;
 mod quota;
 mod redis_ha;
 mod responses;
+mod tls;
 mod traces;
 
 use std::fmt::Write as _;
@@ -135,7 +137,7 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 8] = [
+    let extra: [(&str, Workload); 9] = [
         ("lean", lean::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
@@ -144,6 +146,7 @@ fn main() {
         ("responses", responses::report),
         ("messages", messages::report),
         ("affinity", affinity::report),
+        ("tls", tls::report),
     ];
     for (name, run) in extra {
         if want(name) {
@@ -179,6 +182,7 @@ fn needs_wrk(only: Option<&str>) -> bool {
                     | "traces"
                     | "responses"
                     | "messages"
+                    | "tls"
             )
         })
     })
@@ -720,7 +724,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,redis_ha,traces,responses,messages,affinity]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,redis_ha,traces,responses,messages,affinity,tls]"
                 );
                 std::process::exit(0);
             }
@@ -975,6 +979,30 @@ fn wrk_path(
     secs: u64,
     threads: u32,
 ) -> WrkResult {
+    wrk_url(
+        wrk,
+        &format!("http://{addr}{path}"),
+        lua,
+        body,
+        key,
+        conns,
+        secs,
+        threads,
+    )
+}
+
+/// wrk against a whole URL (`https://` too).
+#[allow(clippy::too_many_arguments)]
+fn wrk_url(
+    wrk: &Path,
+    url: &str,
+    lua: &Path,
+    body: &Path,
+    key: &str,
+    conns: u32,
+    secs: u64,
+    threads: u32,
+) -> WrkResult {
     let out = Command::new(wrk)
         .args([
             format!("-t{threads}").as_str(),
@@ -984,7 +1012,7 @@ fn wrk_path(
             "-s",
         ])
         .arg(lua)
-        .arg(format!("http://{addr}{path}"))
+        .arg(url)
         .env("KEY", key)
         .env("BODY", body)
         .output()

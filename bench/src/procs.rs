@@ -54,7 +54,8 @@ impl Child {
         self.child.id()
     }
 
-    /// Waits for the line saying where it listens (`... http://ADDR/v1`).
+    /// Waits for the line saying where it listens (`... http://ADDR/v1`,
+    /// or `https://`).
     pub(crate) fn listening_address(&mut self) -> SocketAddr {
         let out = self.child.stdout.take().expect("piped stdout");
         let mut line = String::new();
@@ -66,6 +67,7 @@ impl Child {
             .last()
             .unwrap_or_else(|| panic!("no address in {line:?}"));
         url.trim_start_matches("http://")
+            .trim_start_matches("https://")
             .trim_end_matches("/v1")
             .parse()
             .unwrap_or_else(|_| panic!("no address in {line:?}"))

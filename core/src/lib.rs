@@ -203,7 +203,7 @@ mod gateway;
 mod metrics;
 
 pub use config::{
-    Apis, ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, OtlpExport,
+    Apis, ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, ListenerTls, OtlpExport,
     ReasoningConfig, RedisTopology, RedisUrl, SERVE_SETTINGS, Secret, ServeConfig, Setting,
     SharedLimits, SharedRedis, Sources, Target, Timeouts, env_name, flag_name, parse_duration,
     parse_endpoints, parse_redis_list,
@@ -222,7 +222,7 @@ mod exchange;
 pub use admin::{
     AdminRequest, AdminRoute, ApiChange, ApiRoute, ApiStep, ConsoleRoute, MAX_ADMIN_BODY,
     Readiness, StoreFailure, admin_response, admin_route, admin_step, api_audit, api_changed,
-    sso_finish, sso_unavailable,
+    secure_cookies, sso_finish, sso_unavailable,
 };
 pub use exchange::{
     Accept, AdmitRequest, Connection, Event, Recall, Refusal, Remember, Settlement,

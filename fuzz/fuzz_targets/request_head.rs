@@ -1,6 +1,7 @@
 //! `HeadScanner` + `parse_request_head`: whole == byte by byte == split; a
 //! parsed head is consistent (one framing, never Content-Length together with
-//! Transfer-Encoding); failures are typed and map to a 4xx/5xx status.
+//! Transfer-Encoding); failures are typed and map to a 4xx/5xx status; a
+//! TLS handshake is told by its first byte, and only by it.
 #![no_main]
 
 use chatgate_core::http::{header_value, leading_empty_lines, parse_request_head};
@@ -43,6 +44,11 @@ fuzz_target!(|data: &[u8]| {
             Ok(Some(len)) => len,
             Ok(None) => {
                 assert!(input.len() < limits.max_head);
+                continue;
+            }
+            Err(HttpError::TlsHandshake) => {
+                // Told by the first byte alone: a TLS record's type.
+                assert_eq!(input.first(), Some(&chatgate_core::http::TLS_HANDSHAKE));
                 continue;
             }
             Err(e) => {

@@ -93,9 +93,15 @@ impl Browser {
     /// chromedriver on a free port and a session; tried again on another
     /// port if that one was taken meanwhile.
     pub fn start() -> Browser {
+        Browser::start_with(&[])
+    }
+
+    /// The same, with more Chromium flags (e.g. the certificate a test
+    /// server presents: `--ignore-certificate-errors-spki-list=…`).
+    pub fn start_with(flags: &[String]) -> Browser {
         let mut why = String::new();
         for _ in 0..3 {
-            match Browser::try_start() {
+            match Browser::try_start(flags) {
                 Ok(b) => return b,
                 Err(e) => why = e,
             }
@@ -103,7 +109,7 @@ impl Browser {
         panic!("no WebDriver session: {why}");
     }
 
-    pub fn try_start() -> Result<Browser, String> {
+    pub fn try_start(flags: &[String]) -> Result<Browser, String> {
         use std::os::unix::process::CommandExt as _;
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -133,16 +139,28 @@ impl Browser {
             return Err(format!("chromedriver did not start: {e}"));
         }
         let profile = tempfile::tempdir().unwrap();
+        let args: Vec<String> = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1000",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([format!("--user-data-dir={}", profile.path().display())])
+        .chain(flags.iter().cloned())
+        .collect();
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:loggingPrefs": {"browser": "ALL"},
             "goog:chromeOptions": {
                 "binary": chromium(),
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1400,1000",
-                         "--no-first-run", "--disable-background-networking",
-                         "--disable-component-update", "--disable-sync",
-                         format!("--user-data-dir={}", profile.path().display())],
+                "args": args,
             },
         }}});
         let session = match webdriver(addr, "POST", "/session", Some(&caps)) {

@@ -62,12 +62,12 @@ impl Gw {
     /// The admin listener's address, from the line `serve` prints for it
     /// (started with `--admin-listen`).
     pub fn admin_addr(&mut self) -> SocketAddr {
-        self.proc
-            .line()
-            .trim()
-            .trim_start_matches("chatgate admin listening on http://")
-            .parse()
-            .expect("admin address")
+        let line = self.proc.line();
+        assert!(
+            line.starts_with("chatgate admin listening on "),
+            "not the admin line: {line}"
+        );
+        address_from(&line)
     }
 
     /// Starts `serve` with the keys file already in `dir`.

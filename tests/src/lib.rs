@@ -17,7 +17,7 @@
 //! | `sim.rs` | a running simulator ([`Sim`]): its journal and its runtime fault |
 //! | `http.rs` | HTTP over a real socket: [`raw_request`], [`Conn`], [`request`], [`try_exchange`], and [`ResponseExt`] for errors, SSE events and chunks |
 //! | `chat.rs` | the chat requests the tests send: [`MODEL`], [`body`], [`stream_body`] |
-//! | `tls.rs` | test [`certs`] and a rustls terminator in front of a backend ([`tls_proxy`]) |
+//! | `tls.rs` | test [`certs`], a rustls terminator in front of a backend ([`tls_proxy`]), and a TLS client ([`tls_connect`], [`tls_exchange`]) |
 //! | `redis.rs` | a `redis-server` child ([`RedisServer`]), a primary with a replica and three Sentinels ([`SentinelSet`]), a six-node Redis Cluster ([`RedisCluster`]), and a blocking RESP client ([`RedisClient`]) |
 //! | `pg.rs` | a throwaway PostgreSQL cluster ([`PgServer`]) |
 //! | `otlp.rs` | the OTLP trace receiver ([`OtlpReceiver`]) and the spans it decoded |
@@ -57,5 +57,8 @@ pub use process::{Proc, RUNTIMES, address_from, bin_path, child_command, run};
 pub use redis::{RedisClient, RedisCluster, RedisServer, RedisTls, SentinelSet, scaling_block};
 pub use resources::{raise_fd_limit, rss_kib};
 pub use sim::Sim;
-pub use tls::{Certs, ClientCert, certs, certs_and_clients, tls_proxy};
+pub use tls::{
+    Certs, ClientCert, TlsConn, certs, certs_and_clients, der_of, server_certificate, tls_connect,
+    tls_exchange, tls_proxy,
+};
 pub use wait::{PATIENCE, eventually, eventually_within};

@@ -210,10 +210,14 @@ pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Stri
 }
 
 /// The address in the line a process prints when it listens (its last
-/// word: `host:port`, `http://host:port` or `http://host:port/v1`).
+/// word: `host:port`, `http://host:port` or `http://host:port/v1`, or
+/// the same with `https://`).
 pub fn address_from(line: &str) -> SocketAddr {
     let url = line.split_whitespace().last().expect("an address");
-    let hostport = url.trim_start_matches("http://").trim_end_matches("/v1");
+    let hostport = url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches("/v1");
     hostport
         .parse()
         .unwrap_or_else(|_| panic!("not an address: {line}"))

@@ -14,6 +14,10 @@ pub struct Certs {
     pub cert_pem: String,
     /// The leaf's private key.
     pub key_pem: String,
+    /// The SHA-256 of the leaf's public key (its SubjectPublicKeyInfo),
+    /// base64: what Chromium's `--ignore-certificate-errors-spki-list`
+    /// takes to trust this certificate alone.
+    pub spki_sha256: String,
 }
 
 /// Generates a CA and a leaf certificate for `names`.
@@ -61,6 +65,12 @@ pub fn certs_and_clients(names: &[&str], clients: &[&str]) -> (Certs, Vec<Client
             ca_pem: ca_cert.pem(),
             cert_pem: leaf_cert.pem(),
             key_pem: leaf_key.serialize_pem(),
+            spki_sha256: {
+                use base64::Engine as _;
+                let digest =
+                    ring::digest::digest(&ring::digest::SHA256, &leaf_key.public_key_der());
+                base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+            },
         },
         clients,
     )
@@ -172,4 +182,96 @@ fn write_fully(s: &mut TcpStream, mut b: &[u8]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A TLS client connection (rustls, blocking).
+pub type TlsConn = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// Opens a TLS connection to `addr`, verifying the server's certificate
+/// against `ca_pem` for `name`, offering HTTP/1.1 (and `h2` first, as
+/// browsers and curl do), with `client`'s certificate if given. The
+/// handshake is done when this returns; its error is the text rustls gives.
+pub fn tls_connect(
+    addr: SocketAddr,
+    name: &str,
+    ca_pem: &str,
+    client: Option<&ClientCert>,
+) -> Result<TlsConn, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("CA PEM")).expect("CA");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots);
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some(c) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(c.cert_pem.as_bytes()).expect("cert")],
+                PrivateKeyDer::from_pem_slice(c.key_pem.as_bytes()).expect("key"),
+            )
+            .expect("client certificate"),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let name = ServerName::try_from(name.to_owned()).expect("server name");
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+    let sock = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .map_err(|e| e.to_string())?;
+    }
+    // TLS 1.3: a server that refuses the client's certificate says so
+    // after the client's last flight; the first read tells.
+    Ok(tls)
+}
+
+/// The server's certificate (DER) a TLS connection was given.
+pub fn server_certificate(tls: &TlsConn) -> Vec<u8> {
+    tls.conn.peer_certificates().expect("a certificate")[0].to_vec()
+}
+
+/// The DER of a PEM certificate.
+pub fn der_of(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .expect("certificate PEM")
+        .to_vec()
+}
+
+/// Sends `raw` on `tls` and reads one whole response (`Err`: the
+/// connection failed or closed first, with what rustls or the socket said).
+pub fn tls_exchange(tls: &mut TlsConn, raw: &[u8]) -> Result<crate::Response, String> {
+    tls.write_all(raw).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16384];
+    loop {
+        let eof = match tls.read(&mut chunk) {
+            Ok(0) => true,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                false
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => true,
+            Err(e) => return Err(e.to_string()),
+        };
+        if let Some((r, _)) = crate::http::parse_one(&buf, eof) {
+            return Ok(r);
+        }
+        if eof {
+            return Err(format!(
+                "closed mid-response: {:?}",
+                String::from_utf8_lossy(&buf)
+            ));
+        }
+    }
 }

@@ -9,7 +9,9 @@
 //! - signing out ends the session;
 //! - a forged state, a state started in another browser, and a state past
 //!   `--sso-login-timeout` are refused;
-//! - the admin token keeps working beside it.
+//! - the admin token keeps working beside it;
+//! - on an admin listener that serves TLS, the sign-in comes back to an
+//!   `https` callback and its session cookie is `Secure`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -175,6 +177,54 @@ fn single_sign_on_in_a_browser() {
     for bin in RUNTIMES {
         sign_in_and_out(bin, &browser, &shots);
     }
+}
+
+/// Single sign-on on an admin listener that serves TLS (one binary: TLS
+/// and single sign-on are each tested on both): the provider sends the
+/// browser back to the `https` callback the gateway asked for, and the
+/// session and the sign-in's state are `Secure` cookies.
+#[test]
+fn single_sign_on_over_tls() {
+    let certs = certs(&["127.0.0.1", "localhost"]);
+    let files = tempfile::tempdir().unwrap();
+    let cert = files.path().join("cert.pem");
+    let key = files.path().join("key.pem");
+    std::fs::write(&cert, &certs.cert_pem).unwrap();
+    std::fs::write(&key, &certs.key_pem).unwrap();
+    let browser = Browser::start_with(&[format!(
+        "--ignore-certificate-errors-spki-list={}",
+        certs.spki_sha256
+    )]);
+    let bin = "chatgate-tokio";
+    let sim = Sim::start(bin, &[], &[]);
+    let port = free_port();
+    // The provider knows the https callback only.
+    let provider = idp(&[format!("https://127.0.0.1:{port}/sso/callback")], SECRET);
+    let _gw = gateway(
+        bin,
+        &sim,
+        &provider,
+        port,
+        &[
+            "--admin-tls-cert",
+            cert.to_str().unwrap(),
+            "--admin-tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let base = format!("https://127.0.0.1:{port}");
+    sign_in_at_the_provider(&browser, &provider, &base, "admin@example.com");
+    assert_eq!(landed(&browser), "console");
+    assert_eq!(browser.js("return location.origin"), base.as_str());
+    let cookies = browser.cmd("GET", "/cookie", None);
+    let session = cookies
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "chatgate_console")
+        .unwrap_or_else(|| panic!("no session cookie: {cookies}"))
+        .clone();
+    assert_eq!(session["secure"], json!(true), "{session}");
 }
 
 fn sign_in_and_out(bin: &str, browser: &Browser, shots: &Path) {

@@ -189,6 +189,7 @@ pub(super) fn console_response(
 pub(super) fn sso_step(
     route: &ConsoleRoute,
     host: Option<&str>,
+    tls: bool,
     cookie: Option<&str>,
     gw: &Gateway,
     now: Instant,
@@ -211,7 +212,7 @@ pub(super) fn sso_step(
             if !sso.has_provider(unix_ms, PROVIDER_MAX_AGE_MS) {
                 return ApiStep::SsoDiscover;
             }
-            let redirect = sso.redirect_uri(host.unwrap_or("localhost"));
+            let redirect = sso.redirect_uri(host.unwrap_or("localhost"), tls);
             match sso.begin(&fresh, &redirect, unix_ms) {
                 Some((url, cookie)) => ApiStep::Answer(respond(
                     303,

@@ -83,6 +83,9 @@ pub struct AdminRequest {
     csrf: Option<String>,
     /// `Host`: single sign-on's callback URL, unless configured.
     host: Option<String>,
+    /// It came over TLS: the callback URL is `https`, and cookies are
+    /// `Secure` ([`secure_cookies`]).
+    tls: bool,
 }
 
 impl std::fmt::Debug for AdminRequest {
@@ -100,6 +103,11 @@ impl std::fmt::Debug for AdminRequest {
 }
 
 impl AdminRequest {
+    /// Marks the request as one that came over TLS.
+    pub fn over_tls(&mut self) {
+        self.tls = true;
+    }
+
     /// The request logs in to the console: the answer needs a fresh
     /// random session id.
     pub fn logs_in(&self) -> bool {
@@ -129,6 +137,7 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         cookie: None,
         csrf: None,
         host: None,
+        tls: false,
     };
     let Ok(h) = parse_request_head(head, &HttpLimits::default()) else {
         return other(false);
@@ -175,7 +184,35 @@ pub fn admin_route(head: &[u8]) -> AdminRequest {
         cookie: text("cookie"),
         csrf: text("x-csrf-token"),
         host: text("host"),
+        tls: false,
     }
+}
+
+/// Marks every cookie an admin answer sets `Secure`, for an answer that
+/// goes over TLS: a browser then never sends the console's session (nor a
+/// sign-in's state) over plain HTTP. The cookies are the console's own,
+/// in the head this crate wrote; each `Set-Cookie` line gains `; Secure`.
+pub fn secure_cookies(answer: &mut Vec<u8>) {
+    const NAME: &[u8] = b"\r\nset-cookie:";
+    let Some(head_end) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let mut out = Vec::with_capacity(answer.len() + 64);
+    let mut i = 0;
+    while i < head_end {
+        let line_end = answer[i + 2..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map_or(head_end, |p| i + 2 + p);
+        let line = &answer[i..line_end];
+        out.extend_from_slice(line);
+        if line.len() >= NAME.len() && line[..NAME.len()].eq_ignore_ascii_case(NAME) {
+            out.extend_from_slice(b"; Secure");
+        }
+        i = line_end;
+    }
+    out.extend_from_slice(&answer[head_end..]);
+    *answer = out;
 }
 
 /// The query string of a request head's target (after `?`), or `""`.
@@ -211,6 +248,7 @@ pub fn admin_step(
         return console::sso_step(
             r,
             req.host.as_deref(),
+            req.tls,
             req.cookie.as_deref(),
             gw,
             now,
@@ -389,6 +427,25 @@ pub(crate) fn respond_with<'h>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cookies_over_tls_are_secure() {
+        let mut a = b"HTTP/1.1 303 See Other\r\nSet-Cookie: a=1; HttpOnly\r\nLocation: /\r\nset-cookie: b=; Max-Age=0\r\n\r\nSet-Cookie: in the body".to_vec();
+        super::secure_cookies(&mut a);
+        assert_eq!(
+            String::from_utf8(a).unwrap(),
+            "HTTP/1.1 303 See Other\r\nSet-Cookie: a=1; HttpOnly; Secure\r\nLocation: /\r\nset-cookie: b=; Max-Age=0; Secure\r\n\r\nSet-Cookie: in the body"
+        );
+        // None set, or no head at all: unchanged.
+        for plain in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 200",
+        ] {
+            let mut a = plain.to_vec();
+            super::secure_cookies(&mut a);
+            assert_eq!(a, plain);
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -15,11 +15,13 @@
 //! | `endpoints.rs` | a provider endpoint's configuration ([`EndpointConfig`], [`Target`]) and the `[[upstream]]` tables |
 //! | `models.rs` | the catalogue of the `[[model]]` tables: prices, endpoints, aliases, fallbacks |
 //! | `tables.rs` | one `[[upstream]]` or `[[model]]` table read field by field, its refusals naming table and field |
+//! | `listeners.rs` | TLS on the listeners ([`ListenerTls`]): certificate, key and the admin listener's client CAs, paired |
 //! | `redis.rs` | the shared limiter's URL ([`RedisUrl`]) |
 //! | `traces.rs` | the trace exporter's settings, from chatgate's and the `OTEL_*` variables |
 
 mod endpoints;
 mod gateway;
+mod listeners;
 mod models;
 mod redis;
 mod settings;
@@ -34,6 +36,7 @@ use crate::quota::{Budget, Period, usd_to_nano};
 pub(crate) use endpoints::MAX_ENDPOINTS;
 pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Secret, Target, parse_endpoints};
 pub use gateway::{Apis, GatewayConfig, ReasoningConfig, SharedLimits, Timeouts};
+pub use listeners::ListenerTls;
 pub use redis::{RedisTopology, RedisUrl, SharedRedis, parse_redis_list};
 use settings::{Resolver, bad};
 pub use settings::{SERVE_SETTINGS, Setting, Sources, env_name, flag_name, parse_duration};
@@ -53,6 +56,10 @@ pub struct ServeConfig {
     pub upstream_ca: Option<String>,
     /// The admin listener's address, if any.
     pub admin_listen: Option<String>,
+    /// TLS on the public listener, if set.
+    pub tls: Option<ListenerTls>,
+    /// TLS on the admin listener, if set.
+    pub admin_tls: Option<ListenerTls>,
     /// The shared ledger's PostgreSQL URL, if any.
     pub ledger_postgres: Option<String>,
     /// The shared limiter's Redis, if any.
@@ -180,6 +187,8 @@ impl ServeConfig {
             ledger_path: r.string("ledger"),
             upstream_ca: r.get("upstream_ca").map(|(v, _)| v),
             admin_listen: r.get("admin_listen").map(|(v, _)| v),
+            tls: listeners::public(&r)?,
+            admin_tls: listeners::admin(&r)?,
             redis,
             redis_timeout: r.duration("redis_timeout")?,
             ledger_postgres: r.get("ledger_postgres").map(|(v, _)| v),
@@ -201,10 +210,16 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={} admin={} console={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={}{} admin={}{} console={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={} worker_threads={}",
             self.listen,
+            if self.tls.is_some() { " (TLS)" } else { "" },
             self.admin_listen.as_deref().unwrap_or("off"),
+            match &self.admin_tls {
+                Some(t) if t.client_ca.is_some() => " (TLS, client certificates)",
+                Some(_) => " (TLS)",
+                None => "",
+            },
             if g.console_token.is_some() {
                 "on"
             } else {
@@ -683,6 +698,60 @@ fn positive(r: &Resolver, key: &str) -> Result<u64, ConfigError> {
 mod tests {
     use super::*;
     use crate::catalog::Price;
+
+    #[test]
+    fn listener_tls_comes_in_pairs() {
+        let base = [("upstream", "http://h/v1"), ("keys", "k")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut flags = base.to_vec();
+            flags.extend_from_slice(extra);
+            ServeConfig::resolve(sources(&flags, &[], None))
+        };
+        let c = with(&[("tls_cert", "c.pem"), ("tls_key", "k.pem")]).unwrap();
+        assert_eq!(
+            c.tls,
+            Some(ListenerTls {
+                cert: "c.pem".into(),
+                key: "k.pem".into(),
+                client_ca: None
+            })
+        );
+        assert_eq!(c.admin_tls, None);
+        assert!(c.summary(1).contains("listen=127.0.0.1:8080 (TLS)"));
+        let c = with(&[
+            ("admin_listen", "127.0.0.1:0"),
+            ("admin_tls_cert", "a.pem"),
+            ("admin_tls_key", "b.pem"),
+            ("admin_client_ca", "ca.pem"),
+        ])
+        .unwrap();
+        assert_eq!(c.tls, None);
+        assert_eq!(c.admin_tls.unwrap().client_ca.as_deref(), Some("ca.pem"));
+        for (extra, says) in [
+            (
+                &[("tls_cert", "c.pem")][..],
+                "tls_cert is set but tls_key is not",
+            ),
+            (
+                &[("tls_key", "k.pem")][..],
+                "tls_key is set but tls_cert is not",
+            ),
+            (
+                &[("admin_tls_cert", "a.pem"), ("admin_tls_key", "b.pem")][..],
+                "set admin_listen too",
+            ),
+            (
+                &[
+                    ("admin_listen", "127.0.0.1:0"),
+                    ("admin_client_ca", "ca.pem"),
+                ][..],
+                "set admin_tls_cert and admin_tls_key too",
+            ),
+        ] {
+            let e = with(extra).unwrap_err().0;
+            assert!(e.contains(says), "{extra:?}: {e}");
+        }
+    }
 
     #[test]
     fn redis_is_one_server_sentinels_or_a_cluster() {

@@ -55,6 +55,36 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Address of the admin listener (/metrics, /healthz, /readyz); off unless set, never the public port",
     ),
     s(
+        "tls_cert",
+        "PEM",
+        None,
+        "Serve TLS (HTTPS) on the public listener with this certificate chain, server certificate first (with tls_key; read again when the files change and on SIGHUP; off: plain HTTP, for a TLS-terminating load balancer in front)",
+    ),
+    s(
+        "tls_key",
+        "PEM",
+        None,
+        "The private key of tls_cert (PEM: PKCS#8, PKCS#1 or SEC1)",
+    ),
+    s(
+        "admin_tls_cert",
+        "PEM",
+        None,
+        "Serve TLS on the admin listener with this certificate chain (with admin_tls_key; read again when the files change and on SIGHUP)",
+    ),
+    s(
+        "admin_tls_key",
+        "PEM",
+        None,
+        "The private key of admin_tls_cert",
+    ),
+    s(
+        "admin_client_ca",
+        "PEM",
+        None,
+        "Ask admin clients for a certificate signed by one of these CAs, and refuse those without one (needs admin_tls_cert)",
+    ),
+    s(
         "admin_token_env",
         "NAME",
         None,

@@ -258,18 +258,19 @@ impl Sso {
         Ok(())
     }
 
-    /// The callback URL for a request that came with `host` (its `Host`).
-    pub fn redirect_uri(&self, host: &str) -> String {
+    /// The callback URL for a request that came with `host` (its `Host`),
+    /// `https` when it came over TLS.
+    pub fn redirect_uri(&self, host: &str, tls: bool) -> String {
         // A host name, an address and a port: nothing else goes in a URL.
         let plain = !host.is_empty()
             && host
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
         let host = if plain { host } else { "localhost" };
-        self.config
-            .redirect_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{host}/sso/callback"))
+        self.config.redirect_url.clone().unwrap_or_else(|| {
+            let scheme = if tls { "https" } else { "http" };
+            format!("{scheme}://{host}/sso/callback")
+        })
     }
 
     /// Starts a sign-in at `now_ms` with the runtime's random `seed`: the

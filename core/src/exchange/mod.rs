@@ -243,6 +243,14 @@ impl Drop for Connection {
 }
 
 impl Connection {
+    /// The answer to plain HTTP sent to a TLS listener (its first byte was
+    /// not a TLS handshake's): `400 malformed_request` saying to use
+    /// `https://`, written in plain HTTP so the client can read it; the
+    /// runtime closes the connection after it.
+    pub fn plain_http_on_tls(gw: &Gateway, now: Instant) -> Vec<u8> {
+        respond::plain_http_on_tls(gw, now)
+    }
+
     /// A new client connection arrived at `now`: serve it, or refuse it
     /// (too many open, or shutting down).
     pub fn accept(gw: &Arc<Gateway>, now: Instant) -> Accept {

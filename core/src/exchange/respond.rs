@@ -75,6 +75,27 @@ pub(super) fn refusal(gw: &Gateway, now: Instant, why: &str) -> Vec<u8> {
     out
 }
 
+/// The answer to plain HTTP on a TLS listener: `400 malformed_request`,
+/// in plain HTTP (what the client can read), closing.
+pub(super) fn plain_http_on_tls(gw: &Gateway, now: Instant) -> Vec<u8> {
+    let err = ApiError::malformed(
+        "This port speaks HTTPS (TLS) and the request came in plain HTTP: use https:// in the base URL.",
+    );
+    let id = gw.next_request_id();
+    let mut out = Vec::new();
+    ErrorResponse {
+        err: &err,
+        request_id: &id,
+        limits: None,
+        close: true,
+        unix_secs: gw.wall().unix_secs(now),
+        head_only: false,
+        shape: Shape::OpenAi,
+    }
+    .write(&mut out);
+    out
+}
+
 /// Appends body bytes for the client: one chunk, or raw for HTTP/1.0.
 pub(super) fn client_body(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
     if chunked {
@@ -181,6 +202,9 @@ pub(super) fn http_error(e: &HttpError, limits: &HttpLimits) -> ApiError {
         HttpError::BodyTooLarge => ApiError::request_too_large(limits.max_body),
         HttpError::UnsupportedVersion => ApiError::version_not_supported(),
         HttpError::UnsupportedExpectation => ApiError::expectation_failed(),
+        HttpError::TlsHandshake => ApiError::malformed(
+            "This port speaks plain HTTP and the client began a TLS handshake: use http:// in the base URL, or serve TLS on this port (--tls-cert, --tls-key).",
+        ),
         other => ApiError::malformed(format!("Malformed HTTP request: {other}.")),
     }
 }

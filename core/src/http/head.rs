@@ -38,6 +38,10 @@ impl HeadScanner {
     /// and then meets `\r` | `\n\r\n` split across reads gets the head that
     /// follows, as it would have whole.
     pub fn scan(&mut self, buf: &[u8], max_head: usize) -> Result<Option<usize>, HttpError> {
+        // A TLS record of type handshake: never the first byte of HTTP.
+        if buf.first() == Some(&TLS_HANDSHAKE) {
+            return Err(HttpError::TlsHandshake);
+        }
         let visible = &buf[..buf.len().min(max_head)];
         let mut from = self.scanned.min(visible.len());
         while let Some(off) = memchr::memchr(b'\n', &visible[from..]) {
@@ -61,10 +65,22 @@ impl HeadScanner {
     }
 }
 
+/// The first byte of a TLS handshake record (RFC 8446 §5.1, `handshake(22)`).
+pub const TLS_HANDSHAKE: u8 = 0x16;
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_tls_handshake_is_told_at_its_first_byte() {
+        assert_eq!(whole(&[0x16], 1024), Err(HttpError::TlsHandshake));
+        assert_eq!(
+            dribbled(&[0x16, 3, 1, 0, 0xa5], 1024),
+            Err(HttpError::TlsHandshake)
+        );
+    }
 
     fn whole(input: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
         HeadScanner::new().scan(input, max)

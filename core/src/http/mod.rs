@@ -32,7 +32,7 @@ pub mod write;
 
 pub use body::BodyDecoder;
 pub use chunked::ChunkedDecoder;
-pub use head::HeadScanner;
+pub use head::{HeadScanner, TLS_HANDSHAKE};
 pub use request::{Method, RequestHead, header_value, leading_empty_lines, parse_request_head};
 pub use response::{ResponseHead, parse_response_head};
 
@@ -96,6 +96,10 @@ pub enum HttpError {
     BadChunk(&'static str),
     /// The peer closed the connection in the middle of a message.
     Truncated,
+    /// The bytes are a TLS handshake (a record of type 22), sent to a port
+    /// that speaks plain HTTP: the client's base URL says `https://` (400,
+    /// at once, instead of waiting for a head that never ends).
+    TlsHandshake,
 }
 
 impl HttpError {
@@ -132,6 +136,9 @@ impl std::fmt::Display for HttpError {
             HttpError::BodyTooLarge => f.write_str("the body is too large"),
             HttpError::BadChunk(what) => write!(f, "invalid chunked encoding: {what}"),
             HttpError::Truncated => f.write_str("the message ended early"),
+            HttpError::TlsHandshake => f.write_str(
+                "this port speaks plain HTTP and the client began a TLS handshake: use http:// in the base URL (or serve TLS here with --tls-cert and --tls-key)",
+            ),
         }
     }
 }

@@ -120,6 +120,8 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         endpoints_src: None,
         ledger_postgres: None,
         otlp: None,
+        tls: None,
+        admin_tls: None,
     };
     Ok(run_bound(
         rt,

@@ -21,6 +21,7 @@ use crate::serving::listener::{bind, run_gateway};
 use crate::stores::keys::KeyStore;
 use crate::stores::ledger::Ledger;
 use crate::telemetry::logging::init_logging;
+use crate::tls::listener::ListenerTls;
 
 use super::*;
 
@@ -51,6 +52,16 @@ pub(super) fn start_serving<R: Runtime>(
     let rt = match runtime(cfg.worker_threads) {
         Ok(rt) => rt,
         Err(code) => return Ok(code),
+    };
+    // The certificates before any file is opened or socket bound: a pair that does not load is
+    // the one line the operator reads.
+    let tls = match cfg.tls.clone() {
+        Some(files) => Some(ListenerTls::open("public listener", files)?),
+        None => None,
+    };
+    let admin_tls = match cfg.admin_tls.clone() {
+        Some(files) => Some(ListenerTls::open("admin listener", files)?),
+        None => None,
     };
     let keys_stamp = crate::reload::stamp(&cfg.keys_path);
     let keys_src = KeysSource {
@@ -122,6 +133,8 @@ pub(super) fn start_serving<R: Runtime>(
             .clone()
             .map(|url| (url, cfg.ledger_path.clone())),
         otlp: cfg.otlp.clone().map(|e| (e, cfg.upstream_ca.clone())),
+        tls,
+        admin_tls,
     };
     Ok(run_bound(
         rt,
@@ -266,6 +279,10 @@ pub(super) struct Bound {
     pub(super) ledger_postgres: Option<(String, String)>,
     /// Where traces go (and the extra CA for TLS to the collector).
     pub(super) otlp: Option<(chatgate_core::OtlpExport, Option<String>)>,
+    /// TLS on the public listener.
+    pub(super) tls: Option<Arc<ListenerTls>>,
+    /// TLS on the admin listener.
+    pub(super) admin_tls: Option<Arc<ListenerTls>>,
 }
 
 pub(super) fn run_bound<R: Runtime>(
@@ -287,6 +304,8 @@ pub(super) fn run_bound<R: Runtime>(
         endpoints_src,
         ledger_postgres,
         otlp,
+        tls,
+        admin_tls,
     } = bound;
     let addr = match listener.local_addr() {
         Ok(a) => a,
@@ -301,6 +320,8 @@ pub(super) fn run_bound<R: Runtime>(
         keys: keys_src.clone(),
         ledger_postgres: ledger_postgres.as_ref().map(|(url, _)| url.clone()),
         draining: event_listener::Event::new(),
+        tls,
+        admin_tls,
     });
     if let (Some(src), Some(raw)) = (&keys_src, raw_keys) {
         crate::reload::keys::watch_postgres(&shared, src, raw);
@@ -339,9 +360,13 @@ pub(super) fn run_bound<R: Runtime>(
     // The handlers go in before the address is announced: whoever reads the
     // line may signal at once, and that must drain, not kill.
     let stop = rt.shutdown_signal();
-    println!("chatgate listening on http://{addr}/v1");
+    let scheme = |tls: &Option<Arc<ListenerTls>>| if tls.is_some() { "https" } else { "http" };
+    println!("chatgate listening on {}://{addr}/v1", scheme(&shared.tls));
     if let Some(a) = admin_addr {
-        println!("chatgate admin listening on http://{a}");
+        println!(
+            "chatgate admin listening on {}://{a}",
+            scheme(&shared.admin_tls)
+        );
     }
     let _ = std::io::stdout().flush();
     let shipper = ledger_postgres

@@ -2,77 +2,21 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use chatgate_core::{Endpoint, EndpointSet, Pool, Target, UpstreamFailure};
-use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
 use crate::error::Error;
-use crate::provider::tls::{self, TlsStream};
 use crate::runtime::{Runtime, now, to_std};
+use crate::tls::client as tls;
+use crate::tls::stream::{MaybeTls, TlsStream};
 
-/// A connection to the provider, plain or TLS.
-pub(crate) enum OutboundStream<T> {
-    /// `http://`
-    Plain(T),
-    /// `https://`
-    Tls(Box<TlsStream<T>>),
-}
-
-impl<T> OutboundStream<T> {
-    /// The TCP stream of a plain connection. (A TLS stream may hold
-    /// decrypted bytes its socket no longer signals.)
-    pub(crate) fn plain(&self) -> Option<&T> {
-        match self {
-            OutboundStream::Plain(s) => Some(s),
-            OutboundStream::Tls(_) => None,
-        }
-    }
-}
-
-impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for OutboundStream<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            OutboundStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for OutboundStream<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            OutboundStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            OutboundStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            OutboundStream::Plain(s) => Pin::new(s).poll_close(cx),
-            OutboundStream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
-        }
-    }
-}
+/// A connection to the provider, plain (`http://`) or TLS (`https://`).
+pub(crate) type OutboundStream<T> = MaybeTls<T, rustls::ClientConnection>;
 
 /// Opens provider connections and keeps idle ones for reuse.
 ///

@@ -1,7 +1,6 @@
 //! The provider client: resolving, connecting, rustls over any futures-io
 //! stream and the keep-alive connection pool of each endpoint
-//! (`connector`, `tls`), and the probes of ejected endpoints (`probe`).
+//! (`connector`, with `tls`), and the probes of ejected endpoints (`probe`).
 
 pub(crate) mod connector;
 pub(crate) mod probe;
-pub(crate) mod tls;

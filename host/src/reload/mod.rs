@@ -1,5 +1,6 @@
-//! Reloading watched files, in one watcher: the keys file (`keys`) and the
-//! endpoint set of the config file (`endpoints`), each checked every second
+//! Reloading watched files, in one watcher: the keys file (`keys`), the
+//! endpoint set of the config file (`endpoints`) and the listeners' TLS
+//! certificates, keys and client CAs (`tls::listener`), each checked every second
 //! (modification time, size, inode) and re-read at once on SIGHUP, which
 //! also reopens the ledger (so that a ledger moved away by a rotation is
 //! recreated at its path). Each applies a change without dropping anything
@@ -57,7 +58,7 @@ pub(crate) fn watch<R: Runtime>(
 ) -> impl std::future::Future<Output = ()> {
     let hangup = Arc::new(AtomicBool::new(false));
     if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup)) {
-        tracing::warn!(error = %e, "SIGHUP will not reload the keys or the provider pool");
+        tracing::warn!(error = %e, "SIGHUP will not reload the keys, the provider pool or the certificates");
     }
     let keys = keys.map(|src| Watched {
         last: src.loaded,
@@ -102,6 +103,11 @@ async fn watching<R: Runtime>(
             let path = w.src.path.clone();
             if w.changed(&path) || hup {
                 endpoints::apply(&shared, &mut w.src, why);
+            }
+        }
+        for tls in [&shared.tls, &shared.admin_tls].into_iter().flatten() {
+            if hup || tls.changed() {
+                tls.reload(why);
             }
         }
     }

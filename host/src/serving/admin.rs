@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use chatgate_core::http::HeadScanner;
 use chatgate_core::{AdminRoute, ApiChange, ApiStep, AuditRecord, Readiness, StoreFailure};
-use chatgate_core::{admin_route, admin_step, api_audit, api_changed, sso_finish, sso_unavailable};
+use chatgate_core::{
+    admin_route, admin_step, api_audit, api_changed, secure_cookies, sso_finish, sso_unavailable,
+};
 
 /// How often the console's gauges (requests in flight, streams) are
 /// sampled.
@@ -17,7 +19,7 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 
 use crate::runtime::Runtime;
-use crate::serving::driver::{Shared, linger_close};
+use crate::serving::driver::{Shared, linger_close, open_client};
 use crate::stores::keys::{Actor, ChangeError};
 
 /// Largest request head read on the admin listener.
@@ -128,8 +130,14 @@ async fn sample_console<R: Runtime>(shared: Arc<Shared<R>>) {
     }
 }
 
-async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
+async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, tcp: R::Tcp) {
     let rt = shared.rt.clone();
+    let addr = rt.peer_addr(&tcp);
+    let tls = shared.admin_tls.as_deref();
+    let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+    let Some(mut tcp) = open_client(&shared, tcp, tls, deadline).await else {
+        return;
+    };
     let work = async {
         let mut buf = Vec::new();
         let mut scanner = HeadScanner::new();
@@ -147,7 +155,10 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
                 Err(_) => break buf.len(),
             }
         };
-        let req = admin_route(&buf[..head_len]);
+        let mut req = admin_route(&buf[..head_len]);
+        if tls.is_some() {
+            req.over_tls();
+        }
         // The body (the console's login form), up to its small cap.
         let mut body = buf.split_off(head_len);
         while body.len() < req.body_len {
@@ -172,7 +183,6 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
         } else {
             [0; 32]
         };
-        let addr = rt.peer_addr(&tcp);
         // As 16 bytes, an IPv4 address mapped into IPv6.
         let peer = addr.map(|a| match a.ip() {
             std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
@@ -250,11 +260,15 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, mut tcp: R::Tcp) {
                 sync_sessions(&shared, &url).await;
             }
         }
+        let mut out = out;
+        if tls.is_some() {
+            secure_cookies(&mut out);
+        }
         tcp.write_all(&out).await.ok()?;
         tcp.flush().await.ok()
     };
     future::or(work, async {
-        rt.timer(std::time::Instant::now() + ADMIN_TIMEOUT).await;
+        rt.timer(deadline).await;
         None
     })
     .await;

@@ -26,6 +26,8 @@ use crate::provider::connector::{Connector, Connectors, OutboundStream};
 use crate::runtime::wakeup::Wakeup;
 use crate::runtime::{Alarm, Runtime, SCRATCH_LEN, now, with_scratch};
 use crate::stores::ledger::Ledger;
+use crate::tls::listener::InboundStream;
+use crate::tls::stream::MaybeTls;
 
 /// How long a closing connection keeps reading (and dropping) what the
 /// client still sends, so the last response is not destroyed by a reset.
@@ -53,6 +55,10 @@ pub(crate) struct Shared<R: Runtime> {
     pub ledger_postgres: Option<String>,
     /// Notified when draining starts.
     pub draining: event_listener::Event,
+    /// TLS on the public listener, when configured.
+    pub tls: Option<Arc<crate::tls::listener::ListenerTls>>,
+    /// TLS on the admin listener, when configured.
+    pub admin_tls: Option<Arc<crate::tls::listener::ListenerTls>>,
 }
 
 /// What woke a connection's task.
@@ -91,12 +97,28 @@ type ConnectFuture<'a, R> = Pin<
 >;
 
 /// Serves one client connection until it closes.
-pub(crate) async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, client: R::Tcp) {
+pub(crate) async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, tcp: R::Tcp) {
     let rt = &shared.rt;
-    rt.set_nodelay(&client);
-    let conn = match Connection::accept(&shared.gateway, now()) {
+    rt.set_nodelay(&tcp);
+    // Counted from here: a handshake holds a connection's place.
+    let accepted = Connection::accept(&shared.gateway, now());
+    let tls = shared.tls.as_deref();
+    let conn = match accepted {
         Accept::Serve(c) => c,
-        Accept::Refuse(bytes) => return refuse(rt, client, &bytes).await,
+        Accept::Refuse(bytes) => {
+            // A second for the handshake and the answer together.
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
+            if let Some(client) = open_client(&shared, tcp, tls, deadline).await {
+                refuse(rt, client, &bytes, deadline).await;
+            }
+            return;
+        }
+    };
+    // The handshake within the time a client has to send its head.
+    let header = shared.gateway.config().timeouts.client_header;
+    let deadline = std::time::Instant::now() + header;
+    let Some(client) = open_client(&shared, tcp, tls, deadline).await else {
+        return;
     };
     let mut task = Task::new(&shared, conn, client);
     while task.carry_out_events() {
@@ -109,12 +131,65 @@ pub(crate) async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, client:
     linger_close(rt, client).await;
 }
 
-/// Writes the 503 of a refused connection (for at most a second) and closes.
-async fn refuse<R: Runtime>(rt: &R, mut client: R::Tcp, bytes: &[u8]) {
+/// The client's stream: the TCP connection as it is on a plain listener;
+/// on a TLS listener, TLS over it once the handshake is done (by
+/// `deadline`). Plain HTTP to a TLS listener is answered in plain HTTP,
+/// saying to use `https://`; a failed handshake closes the connection.
+pub(crate) async fn open_client<R: Runtime>(
+    shared: &Shared<R>,
+    tcp: R::Tcp,
+    tls: Option<&crate::tls::listener::ListenerTls>,
+    deadline: std::time::Instant,
+) -> Option<InboundStream<R::Tcp>> {
+    let Some(tls) = tls else {
+        return Some(MaybeTls::Plain(tcp));
+    };
+    // Boxed: the handshake's state (its first read's buffer) would
+    // otherwise be part of every connection's task, TLS or not.
+    Box::pin(open_tls(shared, tcp, tls, deadline)).await
+}
+
+async fn open_tls<R: Runtime>(
+    shared: &Shared<R>,
+    tcp: R::Tcp,
+    tls: &crate::tls::listener::ListenerTls,
+    deadline: std::time::Instant,
+) -> Option<InboundStream<R::Tcp>> {
+    use crate::tls::listener::{Accepted, accept};
+    let rt = &shared.rt;
+    let accepted = future::or(async { Some(accept(tcp, tls).await) }, async {
+        rt.timer(deadline).await;
+        None
+    })
+    .await;
+    match accepted? {
+        Accepted::Tls(client) => Some(client),
+        Accepted::PlainHttp(tcp) => {
+            let answer = Connection::plain_http_on_tls(&shared.gateway, now());
+            let client = MaybeTls::Plain(tcp);
+            refuse(
+                rt,
+                client,
+                &answer,
+                std::time::Instant::now() + Duration::from_secs(1),
+            )
+            .await;
+            None
+        }
+        Accepted::Failed => None,
+    }
+}
+
+/// Writes a refusal (until `deadline`) and closes.
+async fn refuse<R: Runtime>(
+    rt: &R,
+    mut client: InboundStream<R::Tcp>,
+    bytes: &[u8],
+    deadline: std::time::Instant,
+) {
     let write = async { client.write_all(bytes).await.is_ok() };
     let _ = future::or(write, async {
-        rt.timer(std::time::Instant::now() + Duration::from_secs(1))
-            .await;
+        rt.timer(deadline).await;
         false
     })
     .await;
@@ -127,7 +202,7 @@ async fn refuse<R: Runtime>(rt: &R, mut client: R::Tcp, bytes: &[u8]) {
 struct Task<'s, R: Runtime> {
     shared: &'s Arc<Shared<R>>,
     conn: Box<Connection>,
-    client: R::Tcp,
+    client: InboundStream<R::Tcp>,
     upstream: Option<OutboundStream<R::Tcp>>,
     /// The endpoint connector `upstream` came from (it goes back there).
     upstream_from: Option<Arc<Connector<R>>>,
@@ -155,7 +230,11 @@ struct Task<'s, R: Runtime> {
 }
 
 impl<'s, R: Runtime> Task<'s, R> {
-    fn new(shared: &'s Arc<Shared<R>>, mut conn: Box<Connection>, client: R::Tcp) -> Self {
+    fn new(
+        shared: &'s Arc<Shared<R>>,
+        mut conn: Box<Connection>,
+        client: InboundStream<R::Tcp>,
+    ) -> Self {
         let drain = shared.draining.listen();
         let drain_seen = shared.gateway.is_draining();
         if drain_seen {
@@ -409,7 +488,9 @@ impl<'s, R: Runtime> Task<'s, R> {
             if let Poll::Ready(r) = with_scratch(|buf| {
                 self.g_client_read.poll(cx, |cx| {
                     if *emptied {
-                        std::task::ready!(rt.poll_readable(client, cx))?;
+                        if let Some(tcp) = client.plain() {
+                            std::task::ready!(rt.poll_readable(tcp, cx))?;
+                        }
                         *emptied = false;
                     }
                     Pin::new(client).poll_read(cx, buf)
@@ -507,10 +588,11 @@ fn broken(e: Option<io::Error>) -> UpstreamFailure {
 /// Half-closes (the peer sees the end at once), then reads and drops what
 /// the client still sends for a moment, so a client that had more bytes in
 /// flight sees the response instead of a reset.
-pub(crate) async fn linger_close<R: Runtime>(rt: &R, mut stream: R::Tcp) {
+pub(crate) async fn linger_close<R: Runtime>(rt: &R, mut stream: InboundStream<R::Tcp>) {
     let discard = async {
+        stream.close_notify();
         let _ = stream.flush().await;
-        rt.shutdown_write(&stream);
+        rt.shutdown_write(stream.tcp());
         let mut buf = [0u8; 4096];
         let mut total = 0;
         while total < LINGER_BYTES {
