@@ -26,9 +26,10 @@ cargo auditable build --release --locked -p chatgate-smol -p chatgate-tokio
 
 for bin in chatgate-smol chatgate-tokio; do
     file="target/release/$bin"
-    if ! objdump -h "$file" | grep -q '\.dep-v0'; then
+    size="$(objdump -h "$file" | awk '$2 == ".dep-v0" {print $3}')"
+    if [[ -z "$size" ]]; then
         echo "release.sh: $file has no .dep-v0 section" >&2
         exit 1
     fi
-    echo "==> $file: $(objdump -h "$file" | awk '/\.dep-v0/ {print "dependency list embedded, " strtonum("0x" $3) " bytes (compressed)"}')"
+    echo "==> $file: dependency list embedded (.dep-v0, $((16#$size)) bytes compressed)"
 done
