@@ -15,10 +15,10 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | foundations | `time`, `error`, `url`, `conninfo` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; the one URL reader; libpq's TLS settings read out of a PostgreSQL connection string ([`split_tls`]) |
+//! | foundations | `time`, `error`, `secret`, `url`, `conninfo` | [`Instant`] passed in and wall-clock formatting; [`ApiError`] (the error body, README *Errors*), [`UpstreamFault`], [`StoreError`]; [`Secret`], a string `Debug` never prints; the one URL reader; libpq's TLS settings read out of a PostgreSQL connection string ([`split_tls`]) |
 //! | codecs | [`http`], `json`, `sse`, `redis_protocol`, `redis_topology` | HTTP/1.1 for both sides (strict request heads, response heads, chunked/length/close bodies, writers); the one JSON cursor (validation, usage, hazards); the SSE framer ([`SseFramer`]); RESP ([`RedisReply`]); where a Redis command goes with Sentinel or a cluster (slots, redirections, roles) |
 //! | rules | `routes`, `validate`, [`reasoning`], [`dialect`], `usage`, `stream`, `catalog`, `limits`, `quota`, [`trace`], `auth`, `keyops`, `ledger`, `pool`, [`report`] | the API's paths and their methods; request validation and the rewrite for the provider; reasoning through the tool loop (replay, the memory, signatures and sealing); the other client APIs translated to and from chat (the Responses and Messages APIs); the provider's usage and answer; the stream tracker (`[DONE]`, `finish_reason`, usage); prices in nano-dollars; rate limits (token buckets, the Redis script); budgets and in-flight caps; trace context, sampling and spans; keys; changes to the keys and their audit records; the ledger line; the keep-alive pool's policy; usage reports |
-//! | shared state | `config`, `endpoints`, `metrics`, [`console`], `gateway` | every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what the operator's console records, and its sessions; what connections share ([`Gateway`]) |
+//! | shared state | [`console`], `config`, `endpoints`, `metrics`, `gateway` | what the operator's console records, and its sessions; every setting and configuration type; the provider endpoints (choice, health, failover's bookkeeping); the process's metrics; what connections share ([`Gateway`]) |
 //! | the exchange | `exchange`, `admin` | one client connection from first byte to close ([`Connection`]); the admin listener's answers, the console's pages and JSON among them |
 //!
 //! ## The driving loop
@@ -133,6 +133,7 @@
 // Foundations.
 mod conninfo;
 mod error;
+mod secret;
 mod time;
 mod url;
 
@@ -153,8 +154,9 @@ pub use redis_protocol::{
     RedisProtocolError, RedisReply, RedisReplyLimits, encode_redis_command, parse_redis_reply,
 };
 pub use redis_topology::{
-    CLUSTER_SLOTS, NodeAddr, RedisErrorKind, Replication, SlotMap, classify_error, key_slot,
-    parse_node_addr, parse_replication, sentinel_primary,
+    CLUSTER_SLOTS, NodeAddr, RedisAttempt, RedisErrorKind, RedisNext, RedisRetry, Replication,
+    SlotMap, TopologyUpdate, classify_error, key_slot, parse_node_addr, parse_replication,
+    sentinel_primary,
 };
 pub use sse::{SseError, SseFramer};
 

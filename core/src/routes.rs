@@ -1,8 +1,35 @@
 //! The public API's paths, and which methods each allows.
 
-use crate::config::Apis;
 use crate::error::ApiError;
 use crate::http::Method;
+
+/// The client-facing APIs beside chat completions, which is always
+/// served (the specification's API): `--apis chat,responses,messages`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Apis {
+    /// The OpenAI Responses API, `POST /v1/responses`.
+    pub responses: bool,
+    /// The Anthropic Messages API, `POST /v1/messages`.
+    pub messages: bool,
+}
+
+impl Apis {
+    /// Parses `--apis`: a comma-separated list of `chat`, `responses` and
+    /// `messages` (chat is served whether listed or not); any other name
+    /// is refused.
+    pub fn parse(list: &str) -> Result<Apis, String> {
+        let mut apis = Apis::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "chat" => {}
+                "responses" => apis.responses = true,
+                "messages" => apis.messages = true,
+                other => return Err(format!("'{other}' is not an API this gateway serves")),
+            }
+        }
+        Ok(apis)
+    }
+}
 
 /// The path of the chat endpoint.
 pub(crate) const CHAT_PATH: &str = "/v1/chat/completions";

@@ -1,6 +1,7 @@
 //! Where the provider is, and its key: its endpoints, from `[[upstream]]`
 //! tables or the one `--upstream` URL.
 
+use crate::secret::Secret;
 use std::collections::HashMap;
 
 use super::ConfigError;
@@ -216,28 +217,6 @@ fn parse_endpoint(
             })?),
         },
     })
-}
-
-/// A secret string (the provider's API key): never printed by `Debug`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-
-    /// The secret itself, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
 }
 
 /// Where the provider is: `{scheme}://{host}:{port}{base_path}/chat/completions`.

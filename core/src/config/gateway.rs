@@ -2,6 +2,7 @@
 //! clients and the provider may send, the catalogue, and whether rate
 //! limits are shared.
 
+use crate::routes::Apis;
 use std::time::Duration;
 
 use super::{EndpointConfig, Target};
@@ -68,34 +69,6 @@ pub(super) const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// system prompt and role markers (SmolLM2's default system prompt is
 /// about 30 tokens; Llama 3's date header about 25).
 pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
-
-/// The client-facing APIs beside chat completions, which is always
-/// served (the specification's API): `--apis chat,responses,messages`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Apis {
-    /// The OpenAI Responses API, `POST /v1/responses`.
-    pub responses: bool,
-    /// The Anthropic Messages API, `POST /v1/messages`.
-    pub messages: bool,
-}
-
-impl Apis {
-    /// Parses `--apis`: a comma-separated list of `chat`, `responses` and
-    /// `messages` (chat is served whether listed or not); any other name
-    /// is refused.
-    pub fn parse(list: &str) -> Result<Apis, String> {
-        let mut apis = Apis::default();
-        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            match name {
-                "chat" => {}
-                "responses" => apis.responses = true,
-                "messages" => apis.messages = true,
-                other => return Err(format!("'{other}' is not an API this gateway serves")),
-            }
-        }
-        Ok(apis)
-    }
-}
 
 /// The gateway's configuration (everything but keys).
 #[derive(Debug, Clone)]

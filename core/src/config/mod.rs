@@ -33,9 +33,11 @@ use std::time::Duration;
 use crate::limits::Limits;
 use crate::quota::{Budget, Period, usd_to_nano};
 
+pub use crate::routes::Apis;
+pub use crate::secret::Secret;
 pub(crate) use endpoints::MAX_ENDPOINTS;
-pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Secret, Target, parse_endpoints};
-pub use gateway::{Apis, GatewayConfig, ReasoningConfig, SharedLimits, Timeouts};
+pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Target, parse_endpoints};
+pub use gateway::{GatewayConfig, ReasoningConfig, SharedLimits, Timeouts};
 pub use listeners::ListenerTls;
 pub use redis::{RedisTopology, RedisUrl, SharedRedis, parse_redis_list};
 use settings::{Resolver, bad};

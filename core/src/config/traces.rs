@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use super::ConfigError;
-use super::endpoints::{Secret, Target};
+use super::endpoints::Target;
 use super::settings::Resolver;
+use crate::secret::Secret;
 use crate::trace::{Sampler, Source, TraceSettings, Value};
 
 /// Where spans are sent, and how.

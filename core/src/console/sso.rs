@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// The browser cookie that binds a sign-in's `state` to its browser.
 pub const STATE_COOKIE: &str = "chatgate_sso";

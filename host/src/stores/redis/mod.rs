@@ -1,9 +1,20 @@
 //! The shared limiter's client: admissions and settlements as one Redis
-//! script call each, sent by `redis_nodes` to the server that holds the
-//! key (one server, the Sentinels' primary, or the cluster's node for the
-//! key's slot). The protocol is `chatgate_core`'s `redis_protocol` (RESP);
-//! the limiter's arithmetic is the script's (`core/src/limits.lua`), which
-//! the tests check against the in-process limiter.
+//! script call each, sent to the server that holds the key (one server,
+//! the Sentinels' primary, or the cluster's node for the key's slot). The
+//! protocol is `chatgate_core`'s `redis_protocol` (RESP); the limiter's
+//! arithmetic is the script's (`core/src/limits.lua`), which the tests
+//! check against the in-process limiter.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the limiter: admissions, settlements, leases, the reasoning memory's keys, spend rebuilt from the ledger |
+//! | `nodes.rs` | which server a command goes to, and each command's attempts as core's `RedisRetry` decides |
+//! | `discovery.rs` | asking the Sentinels for the primary, or a cluster node for the slot map |
+//! | `wire.rs` | a server's connections, their handshake, the script loaded, one command out and its reply in |
+
+mod discovery;
+mod nodes;
+mod wire;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -19,8 +30,8 @@ use chatgate_core::{Settlement, SharedAdmission, StoreError};
 
 use crate::error::Error;
 use crate::runtime::Runtime;
-use crate::stores::redis_nodes::{Command, RedisNodes};
 use crate::stores::spend::SpendSource;
+use nodes::{Command, RedisNodes};
 
 /// How long a lease (an in-flight slot and its budget reservation) lives
 /// unless its instance renews it: a killed instance's slots come back

@@ -3,8 +3,15 @@
 //! redirections (`MOVED`, `ASK`), the errors after which a command is
 //! sent again (a failover in progress, a replica written to), what a
 //! Sentinel answers about its primary, and what `INFO replication` says
-//! of a server's role and history. Pure: the runtimes' client does the
-//! I/O and asks this module what each answer means.
+//! of a server's role and history; and how one command is sent again
+//! (`retry.rs`: after a redirection, a failover step or a lost
+//! connection, with pauses, never twice where it may have run). Pure: the
+//! runtimes' client does the I/O and asks this module what each answer
+//! means and what to do next.
+
+mod retry;
+
+pub use retry::{RedisAttempt, RedisNext, RedisRetry, TopologyUpdate};
 
 use crate::redis_protocol::RedisReply;
 
