@@ -302,3 +302,36 @@ fn every_module_is_in_its_doc_table() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+/// OPERATIONS.md's managed Redis recipes are settings chatgate reads as
+/// they are meant: each over TLS, its password shown as `***`.
+#[test]
+fn the_managed_redis_recipes_are_tls() {
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../OPERATIONS.md"))
+        .expect("OPERATIONS.md");
+    let section = guide
+        .split("## Managed Redis")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("OPERATIONS.md has Managed Redis");
+    let mut recipes = 0;
+    for line in section.lines() {
+        let Some((key, value)) = line.split_once(" = ") else {
+            continue;
+        };
+        let port = match key {
+            "redis" | "redis_cluster" => 6379,
+            _ => continue,
+        };
+        let value = value.trim().trim_matches('"');
+        let urls =
+            chatgate_core::parse_redis_list(value, port).unwrap_or_else(|e| panic!("{line}: {e}"));
+        for url in urls {
+            assert!(url.tls, "not TLS: {line}");
+            let shown = url.display();
+            assert!(shown.contains("***@"), "{line}: shown as {shown}");
+        }
+        recipes += 1;
+    }
+    assert!(recipes >= 5, "{recipes} recipes");
+}

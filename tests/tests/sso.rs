@@ -385,11 +385,27 @@ fn sign_in_and_out(bin: &str, browser: &Browser, shots: &Path) {
 
     // A gateway whose client secret the provider does not know: the code
     // is refused at the token endpoint, and so is the sign-in.
+    no_secret_in_the_log(&gw);
     drop(gw);
     let wrong = idp(&[callback(port)], "another-secret");
     let gw = gateway(bin, &sim, &wrong, port, &[]);
     sign_in_at_the_provider(browser, &wrong, &base, "admin@example.com");
     let why = landed(browser);
     assert!(why.contains("refused the code"), "{why}");
+    assert!(!why.contains(SECRET), "{why}");
+    no_secret_in_the_log(&gw);
     drop(gw);
+}
+
+/// The client secret (sent to the token endpoint, and refused there in
+/// the last case) and the admin token are in no line of the gateway's log.
+fn no_secret_in_the_log(gw: &Gw) {
+    let log = gw.proc.stderr();
+    assert!(
+        log.contains("single sign-on") || log.contains("signed in to the console"),
+        "the sign-ins were not logged:\n{log}"
+    );
+    for secret in [SECRET, TOKEN] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
 }
