@@ -1064,8 +1064,25 @@ fn measured(
     secs: u64,
     threads: u32,
 ) -> (WrkResult, Option<f64>) {
+    let url = format!("http://{}/v1/chat/completions", t.addr);
+    measured_url(wrk_bin, t, &url, lua, body, key, conns, secs, threads)
+}
+
+/// [`measured`] against a whole URL (`https://` too).
+#[allow(clippy::too_many_arguments)]
+fn measured_url(
+    wrk_bin: &Path,
+    t: &Contender,
+    url: &str,
+    lua: &Path,
+    body: &Path,
+    key: &str,
+    conns: u32,
+    secs: u64,
+    threads: u32,
+) -> (WrkResult, Option<f64>) {
     let before = cpu_ticks(&t.pids);
-    let r = wrk(wrk_bin, t.addr, lua, body, key, conns, secs, threads);
+    let r = wrk_url(wrk_bin, url, lua, body, key, conns, secs, threads);
     let cpu = cpu_ticks(&t.pids) - before;
     let per_req = (!t.pids.is_empty() && r.requests > 0)
         .then(|| cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests as f64);

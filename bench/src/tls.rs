@@ -278,11 +278,7 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     for t in &targets {
         let url = format!("https://localhost:{}/v1/chat/completions", t.addr.port());
         crate::wrk_url(&tools.wrk, &url, lua, &body_path, key, 8, 2, 1);
-        let before = cpu_ticks(&t.pids);
-        let r = crate::wrk_url(&tools.wrk, &url, lua, &body_path, key, 8, secs, 1);
-        let cpu = cpu_ticks(&t.pids) - before;
-        let per = (r.requests > 0)
-            .then(|| cpu as f64 / ticks_per_second() as f64 * 1e6 / r.requests as f64);
+        let (r, per) = crate::measured_url(&tools.wrk, t, &url, lua, &body_path, key, 8, secs, 1);
         rows.push((t.name, r, per));
     }
     let nginx_cpu = rows[0].2;

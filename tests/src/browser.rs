@@ -203,6 +203,17 @@ impl Browser {
         )
     }
 
+    /// The cookie named `name` as WebDriver describes it (`secure`,
+    /// `httpOnly`, …); panics if the browser has none.
+    pub fn cookie(&self, name: &str) -> Value {
+        let cookies = self.cmd("GET", "/cookie", None);
+        cookies
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["name"] == name))
+            .unwrap_or_else(|| panic!("no cookie {name}: {cookies}"))
+            .clone()
+    }
+
     pub fn go(&self, url: &str) {
         self.cmd("POST", "/url", Some(json!({ "url": url })));
     }

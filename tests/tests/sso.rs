@@ -216,14 +216,7 @@ fn single_sign_on_over_tls() {
     sign_in_at_the_provider(&browser, &provider, &base, "admin@example.com");
     assert_eq!(landed(&browser), "console");
     assert_eq!(browser.js("return location.origin"), base.as_str());
-    let cookies = browser.cmd("GET", "/cookie", None);
-    let session = cookies
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "chatgate_console")
-        .unwrap_or_else(|| panic!("no session cookie: {cookies}"))
-        .clone();
+    let session = browser.cookie("chatgate_console");
     assert_eq!(session["secure"], json!(true), "{session}");
 }
 

@@ -542,14 +542,7 @@ fn the_console_in_a_browser_over_tls() {
             PATIENCE,
             "return document.body.dataset.admin === 'true' && !!document.body.dataset.updated",
         );
-        let cookies = browser.cmd("GET", "/cookie", None);
-        let session = cookies
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == "chatgate_console")
-            .unwrap_or_else(|| panic!("no session cookie: {cookies}"))
-            .clone();
+        let session = browser.cookie("chatgate_console");
         assert_eq!(
             (session["secure"].clone(), session["httpOnly"].clone()),
             (json!(true), json!(true)),

@@ -59,32 +59,28 @@ impl Connection {
 
 /// The 503 for a connection refused at accept.
 pub(super) fn refusal(gw: &Gateway, now: Instant, why: &str) -> Vec<u8> {
-    let err = ApiError::overloaded(why);
-    let id = gw.next_request_id();
-    let mut out = Vec::new();
-    ErrorResponse {
-        err: &err,
-        request_id: &id,
-        limits: None,
-        close: true,
-        unix_secs: gw.wall().unix_secs(now),
-        head_only: false,
-        shape: Shape::OpenAi,
-    }
-    .write(&mut out);
-    out
+    closing_error(gw, now, &ApiError::overloaded(why))
 }
 
 /// The answer to plain HTTP on a TLS listener: `400 malformed_request`,
 /// in plain HTTP (what the client can read), closing.
 pub(super) fn plain_http_on_tls(gw: &Gateway, now: Instant) -> Vec<u8> {
-    let err = ApiError::malformed(
-        "This port speaks HTTPS (TLS) and the request came in plain HTTP: use https:// in the base URL.",
-    );
+    closing_error(
+        gw,
+        now,
+        &ApiError::malformed(
+            "This port speaks HTTPS (TLS) and the request came in plain HTTP: use https:// in the base URL.",
+        ),
+    )
+}
+
+/// `err` as a whole answer of its own, outside any request, closing the
+/// connection.
+fn closing_error(gw: &Gateway, now: Instant, err: &ApiError) -> Vec<u8> {
     let id = gw.next_request_id();
     let mut out = Vec::new();
     ErrorResponse {
-        err: &err,
+        err,
         request_id: &id,
         limits: None,
         close: true,
