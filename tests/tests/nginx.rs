@@ -440,12 +440,36 @@ fn connections_to_nginx_are_reused(bin: &str) {
     let sim = Sim::start(bin, &[], &[]);
     // TLS 1.2 here (nginx 1.22's default set has no TLS 1.3), 1.3 above.
     let nginx = Nginx::start(vec![certs(&["localhost"])], "TLSv1.2", sim.addr);
-    let gw = gateway(bin, &nginx.url(0), Some(nginx.ca_path(0)));
+    let mut gw = Gw::start(
+        bin,
+        &nginx.url(0),
+        GwOptions {
+            args: [
+                "--upstream-ca",
+                &nginx.ca_path(0),
+                "--admin-listen",
+                "127.0.0.1:0",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            ..GwOptions::default()
+        },
+    );
+    let admin = gw.admin_addr();
 
     // Several sequential requests on one client connection, streamed and not.
     let mut c = Conn::open(gw.addr);
     let n = 6;
     for i in 0..n {
+        if i > 0 {
+            // A stream's last event can reach the client before nginx's
+            // chunked terminator reaches the gateway; the connection goes
+            // back to the pool only then. Reuse is what is tested here, not
+            // that race: wait for the connection to be idle again.
+            eventually("the connection back in the pool", || {
+                metric(admin, "chatgate_upstream_pool_idle") == 1
+            });
+        }
         let b = if i % 2 == 0 {
             body("")
         } else {
