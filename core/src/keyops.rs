@@ -163,32 +163,32 @@ impl KeyChanges {
         positive("rpm", self.rpm)?;
         positive("tpm", self.tpm)?;
         positive("max_in_flight", self.max_in_flight)?;
-        if let Some(Some(n)) = self.max_in_flight {
-            if n > u64::from(u32::MAX) {
-                return Err(OpError::invalid(
-                    "max_in_flight",
-                    format!("{n} is above {}", u32::MAX),
-                ));
-            }
+        if let Some(Some(n)) = self.max_in_flight
+            && n > u64::from(u32::MAX)
+        {
+            return Err(OpError::invalid(
+                "max_in_flight",
+                format!("{n} is above {}", u32::MAX),
+            ));
         }
         if let Some(Some(usd)) = self.budget_usd {
             usd_to_nano(usd).map_err(|e| OpError::invalid("budget_usd", e))?;
         }
-        if let Some(Some(p)) = &self.budget_period {
-            if Period::parse(p).is_none() {
-                return Err(OpError::invalid(
-                    "budget_period",
-                    format!("'{p}' is not one of day, week, month, total"),
-                ));
-            }
+        if let Some(Some(p)) = &self.budget_period
+            && Period::parse(p).is_none()
+        {
+            return Err(OpError::invalid(
+                "budget_period",
+                format!("'{p}' is not one of day, week, month, total"),
+            ));
         }
-        if let Some(Some(list)) = &self.models {
-            if list.is_empty() || list.iter().any(|m| m.trim().is_empty()) {
-                return Err(OpError::invalid(
-                    "models",
-                    "must list at least one model id or alias, none empty (null: every model)",
-                ));
-            }
+        if let Some(Some(list)) = &self.models
+            && (list.is_empty() || list.iter().any(|m| m.trim().is_empty()))
+        {
+            return Err(OpError::invalid(
+                "models",
+                "must list at least one model id or alias, none empty (null: every model)",
+            ));
         }
         Ok(())
     }

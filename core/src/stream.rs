@@ -202,16 +202,15 @@ impl<'a> ParsedEvent<'a> {
     #[inline(always)]
     fn parse(event: &'a [u8]) -> Self {
         // The usual event is one `data:` line and its blank line.
-        if let Some(rest) = event.strip_prefix(b"data:") {
-            if let Some(end) = memchr::memchr2(b'\r', b'\n', rest) {
-                if rest[end..].iter().all(|&b| b == b'\r' || b == b'\n') {
-                    let value = &rest[..end];
-                    return ParsedEvent {
-                        data: Some(Cow::Borrowed(value.strip_prefix(b" ").unwrap_or(value))),
-                        is_error_type: false,
-                    };
-                }
-            }
+        if let Some(rest) = event.strip_prefix(b"data:")
+            && let Some(end) = memchr::memchr2(b'\r', b'\n', rest)
+            && rest[end..].iter().all(|&b| b == b'\r' || b == b'\n')
+        {
+            let value = &rest[..end];
+            return ParsedEvent {
+                data: Some(Cow::Borrowed(value.strip_prefix(b" ").unwrap_or(value))),
+                is_error_type: false,
+            };
         }
         Self::parse_lines(event)
     }
@@ -298,14 +297,13 @@ fn scan_keys(data: &[u8], from: usize, until: usize) -> (bool, Option<usize>) {
             _ => continue,
         };
         first.get_or_insert(at);
-        if let Some((b':', value)) = rest[len..].trim_ascii_start().split_first() {
-            if value
+        if let Some((b':', value)) = rest[len..].trim_ascii_start().split_first()
+            && value
                 .trim_ascii_start()
                 .first()
                 .is_some_and(|b| wanted.contains(b))
-            {
-                return (true, first);
-            }
+        {
+            return (true, first);
         }
     }
     (false, first)

@@ -129,12 +129,12 @@ fn text_where(content: &Value, keep: impl Fn(&str) -> bool) -> String {
 
 /// Reads `[[sim:k=v,k=v]]` from a text.
 fn marker_params(text: &str, into: &mut HashMap<String, String>) {
-    if let Some(start) = text.find("[[sim:") {
-        if let Some(len) = text[start + 6..].find("]]") {
-            for kv in text[start + 6..start + 6 + len].split(',') {
-                if let Some((k, v)) = kv.split_once('=') {
-                    into.insert(k.trim().to_owned(), v.trim().to_owned());
-                }
+    if let Some(start) = text.find("[[sim:")
+        && let Some(len) = text[start + 6..].find("]]")
+    {
+        for kv in text[start + 6..start + 6 + len].split(',') {
+            if let Some((k, v)) = kv.split_once('=') {
+                into.insert(k.trim().to_owned(), v.trim().to_owned());
             }
         }
     }

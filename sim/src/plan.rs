@@ -146,10 +146,10 @@ pub(crate) fn plan_chat(
         Ok(a) => a,
         Err(msg) => return plan_error(400, &msg, None, "invalid_request_error", "invalid_request"),
     };
-    if let Some(check) = opts.require_reasoning_replay {
-        if let Some(refusal) = replay_refusal(&ask, check, opts.reasoning_field, produced) {
-            return refusal;
-        }
+    if let Some(check) = opts.require_reasoning_replay
+        && let Some(refusal) = replay_refusal(&ask, check, opts.reasoning_field, produced)
+    {
+        return refusal;
     }
     let fault = match chosen_fault(&ask, opts) {
         Ok(f) => f,
@@ -619,13 +619,12 @@ mod tests {
         while let Some(r) = f.next_event(&all).unwrap() {
             let ev = &all[r];
             kinds.push(t.observe(ev));
-            if let Some(json) = ev.strip_prefix(b"data: ") {
-                if let Ok(v) = serde_json::from_slice::<Value>(json) {
-                    if let Some(d) = v["choices"].get(0).map(|c| &c["delta"]) {
-                        reasoning.push_str(d["reasoning_content"].as_str().unwrap_or(""));
-                        content.push_str(d["content"].as_str().unwrap_or(""));
-                    }
-                }
+            if let Some(json) = ev.strip_prefix(b"data: ")
+                && let Ok(v) = serde_json::from_slice::<Value>(json)
+                && let Some(d) = v["choices"].get(0).map(|c| &c["delta"])
+            {
+                reasoning.push_str(d["reasoning_content"].as_str().unwrap_or(""));
+                content.push_str(d["content"].as_str().unwrap_or(""));
             }
         }
         (kinds, t, reasoning, content)

@@ -142,10 +142,10 @@ impl PromptCache {
             if self.cap == 0 || !self.set.insert(f) {
                 continue;
             }
-            if self.order.len() == self.cap {
-                if let Some(old) = self.order.pop_front() {
-                    self.set.remove(&old);
-                }
+            if self.order.len() == self.cap
+                && let Some(old) = self.order.pop_front()
+            {
+                self.set.remove(&old);
             }
             self.order.push_back(f);
         }

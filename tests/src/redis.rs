@@ -576,10 +576,10 @@ impl RedisCluster {
                     else {
                         continue;
                     };
-                    if (*a..=*b).contains(&slot) {
-                        if let chatgate_core::RedisReply::Integer(port) = primary[1] {
-                            return port as u16;
-                        }
+                    if (*a..=*b).contains(&slot)
+                        && let chatgate_core::RedisReply::Integer(port) = primary[1]
+                    {
+                        return port as u16;
                     }
                 }
             }

@@ -70,10 +70,10 @@ impl Sim {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let j = self.journal();
-            if let Some(e) = j.get(i) {
-                if e["outcome"] != "in_progress" {
-                    return e.clone();
-                }
+            if let Some(e) = j.get(i)
+                && e["outcome"] != "in_progress"
+            {
+                return e.clone();
             }
             assert!(
                 Instant::now() < deadline,

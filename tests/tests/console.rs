@@ -350,7 +350,7 @@ fn console_in_a_browser(bin: &str, browser: &Browser, shots: &Path) {
         std::thread::spawn(move || {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let body = if n % 3 == 0 {
+                let body = if n.is_multiple_of(3) {
                     stream_body("")
                 } else {
                     body("")

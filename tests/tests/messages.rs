@@ -346,10 +346,10 @@ fn claude_code_runs_with_the_environment_demo_prints(bin: &str) {
     let mut env = Vec::new();
     let mut command = None;
     for word in section.iter().flat_map(|l| l.split_whitespace()) {
-        if let Some((k, v)) = word.split_once('=') {
-            if k.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
-                env.push((k.to_owned(), v.to_owned()));
-            }
+        if let Some((k, v)) = word.split_once('=')
+            && k.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+        {
+            env.push((k.to_owned(), v.to_owned()));
         }
         if word == "claude" {
             command = Some(());

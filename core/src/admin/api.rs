@@ -321,17 +321,17 @@ fn change_of(
     let models_known = |c: &KeyChanges| -> Result<(), OpError> {
         let catalog = gw.endpoints();
         let catalog = catalog.catalog();
-        if let Some(Some(list)) = &c.models {
-            if let Some(m) = list.iter().find(|m| catalog.get(m).is_none()) {
-                let ids: Vec<&str> = catalog.models().iter().map(|m| m.id.as_str()).collect();
-                return Err(invalid(
-                    "models",
-                    &format!(
-                        "'{m}' is not a model of this gateway (they are {})",
-                        ids.join(", ")
-                    ),
-                ));
-            }
+        if let Some(Some(list)) = &c.models
+            && let Some(m) = list.iter().find(|m| catalog.get(m).is_none())
+        {
+            let ids: Vec<&str> = catalog.models().iter().map(|m| m.id.as_str()).collect();
+            return Err(invalid(
+                "models",
+                &format!(
+                    "'{m}' is not a model of this gateway (they are {})",
+                    ids.join(", ")
+                ),
+            ));
         }
         Ok(())
     };

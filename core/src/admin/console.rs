@@ -136,10 +136,10 @@ pub(super) fn console_response(
         };
     };
     // Anyone may log in, or out.
-    if !matches!(route, ConsoleRoute::Login | ConsoleRoute::Logout) {
-        if let Err(answer) = admitted(ask, console, unix_ms, route == &ConsoleRoute::Page) {
-            return answer;
-        }
+    if !matches!(route, ConsoleRoute::Login | ConsoleRoute::Logout)
+        && let Err(answer) = admitted(ask, console, unix_ms, route == &ConsoleRoute::Page)
+    {
+        return answer;
     }
     let login_form = |status: u16, message: &str| {
         respond(

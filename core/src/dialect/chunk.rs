@@ -205,13 +205,13 @@ impl AnswerRecorder {
     /// it.
     #[inline(never)]
     pub(crate) fn chunk(&mut self, data: &[u8]) {
-        if let Some(shape) = &self.shape {
-            if let Some(text) = shape.delta(data) {
-                if shape.kind && text.len() > 2 {
-                    self.log.push(text);
-                }
-                return;
+        if let Some(shape) = &self.shape
+            && let Some(text) = shape.delta(data)
+        {
+            if shape.kind && text.len() > 2 {
+                self.log.push(text);
             }
+            return;
         }
         self.shape = None;
         let data = &*super::text::valid_text(data);

@@ -71,11 +71,11 @@ impl<'a> Cursor<'a> {
             match s.get(j) {
                 None => return Err(self.fail(Code::EofWhileParsingString, j)),
                 Some(b'"') => {
-                    if let Some(from) = wide {
-                        if let Err(e) = std::str::from_utf8(&s[from..j]) {
-                            seen |= NOT_STR;
-                            self.bad_utf8.get_or_insert(from + e.valid_up_to());
-                        }
+                    if let Some(from) = wide
+                        && let Err(e) = std::str::from_utf8(&s[from..j])
+                    {
+                        seen |= NOT_STR;
+                        self.bad_utf8.get_or_insert(from + e.valid_up_to());
                     }
                     self.i = j + 1;
                     return Ok(seen);

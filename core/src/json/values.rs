@@ -492,7 +492,7 @@ struct Nesting {
 
 impl Stack for Nesting {
     fn push(&mut self, object: bool) -> bool {
-        if self.depth > 0 && self.depth % 128 == 0 {
+        if self.depth > 0 && self.depth.is_multiple_of(128) {
             self.spill.push(self.bits);
             self.bits = 0;
         }
@@ -508,7 +508,7 @@ impl Stack for Nesting {
     fn pop(&mut self) {
         self.bits >>= 1;
         self.depth -= 1;
-        if self.depth > 0 && self.depth % 128 == 0 {
+        if self.depth > 0 && self.depth.is_multiple_of(128) {
             self.bits = self.spill.pop().unwrap_or(0);
         }
     }

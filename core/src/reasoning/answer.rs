@@ -75,10 +75,11 @@ impl AnswerReasoning {
         if self.calls.len() >= MAX_CALLS {
             return;
         }
-        if let Ok(id) = Cursor::whole(json, Cursor::str) {
-            if !id.is_empty() && !self.calls.iter().any(|c| **c == *id) {
-                self.calls.push(id.into_owned());
-            }
+        if let Ok(id) = Cursor::whole(json, Cursor::str)
+            && !id.is_empty()
+            && !self.calls.iter().any(|c| **c == *id)
+        {
+            self.calls.push(id.into_owned());
         }
     }
 

@@ -500,10 +500,10 @@ fn string<'a>(raw: &'a str, param: Param<'_>) -> Result<Cow<'a, str>, ApiError> 
         return Err(ApiError::invalid_type(param.to_string(), "a string"));
     }
     // Already-checked text: a string without escapes is its inside.
-    if let Some(inside) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
-        if !inside.contains('\\') {
-            return Ok(Cow::Borrowed(inside));
-        }
+    if let Some(inside) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
+        && !inside.contains('\\')
+    {
+        return Ok(Cow::Borrowed(inside));
     }
     serde_json::from_str::<Key<'a>>(raw)
         .map(|k| k.0)
@@ -651,13 +651,13 @@ fn check_tools(raw: &str) -> Result<(Vec<String>, usize), ApiError> {
                 "Function names are 1 to 64 characters of a-z, A-Z, 0-9, '_' and '-'.",
             ));
         }
-        if let Some(params) = f.get("parameters") {
-            if kind(params) != Kind::Object {
-                return Err(ApiError::invalid_type(
-                    fp.key("parameters").to_string(),
-                    "an object",
-                ));
-            }
+        if let Some(params) = f.get("parameters")
+            && kind(params) != Kind::Object
+        {
+            return Err(ApiError::invalid_type(
+                fp.key("parameters").to_string(),
+                "an object",
+            ));
         }
         names.push(name.into_owned());
     }

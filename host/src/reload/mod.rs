@@ -88,16 +88,15 @@ async fn watching<R: Runtime>(
                 Err(e) => tracing::error!("{e}; still appending to the previous file"),
             }
         }
-        if !hup && tick % FILE_EVERY != 0 {
+        if !hup && !tick.is_multiple_of(FILE_EVERY) {
             continue;
         }
         let why = if hup { "SIGHUP" } else { "the file changed" };
-        if let Some(w) = keys.as_mut() {
-            if let Some(path) = w.src.file().map(str::to_owned) {
-                if w.changed(&path) || hup {
-                    keys::reload(&shared, &w.src, why);
-                }
-            }
+        if let Some(w) = keys.as_mut()
+            && let Some(path) = w.src.file().map(str::to_owned)
+            && (w.changed(&path) || hup)
+        {
+            keys::reload(&shared, &w.src, why);
         }
         if let Some(w) = endpoint_set.as_mut() {
             let path = w.src.path.clone();

@@ -255,10 +255,8 @@ async fn serve_admin<R: Runtime>(shared: Arc<Shared<R>>, tcp: R::Tcp) {
             .console()
             .access()
             .is_some_and(|a| a.has_changes());
-        if opened_or_closed {
-            if let Some(url) = sessions_url(&shared) {
-                sync_sessions(&shared, &url).await;
-            }
+        if opened_or_closed && let Some(url) = sessions_url(&shared) {
+            sync_sessions(&shared, &url).await;
         }
         let mut out = out;
         if tls.is_some() {

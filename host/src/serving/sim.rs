@@ -55,11 +55,10 @@ async fn sim_connection<R: Runtime>(rt: R, server: Arc<SimServer>, mut tcp: R::T
             g_timer.reset();
         }
         let wake = future::poll_fn(|cx| {
-            if let Some(tx) = sc.poll_transmit() {
-                if let Poll::Ready(r) = g_write.poll(cx, |cx| Pin::new(&mut tcp).poll_write(cx, tx))
-                {
-                    return Poll::Ready(Wake::Written(r));
-                }
+            if let Some(tx) = sc.poll_transmit()
+                && let Poll::Ready(r) = g_write.poll(cx, |cx| Pin::new(&mut tcp).poll_write(cx, tx))
+            {
+                return Poll::Ready(Wake::Written(r));
             }
             if let Poll::Ready(r) =
                 with_scratch(|buf| g_read.poll(cx, |cx| Pin::new(&mut tcp).poll_read(cx, buf)))

@@ -122,10 +122,10 @@ impl KeyStore {
             KeyStore::File(path) => record(super::keys_file::change(path, op, now_ms)?),
             KeyStore::Postgres(url) => super::postgres::keys::change(url, op, now_ms, record)?,
         };
-        if let Some(path) = audit_file {
-            if let Err(e) = super::audit::append(path, &record) {
-                tracing::error!(key = %record.key, action = %record.action, "{e}; the change was made");
-            }
+        if let Some(path) = audit_file
+            && let Err(e) = super::audit::append(path, &record)
+        {
+            tracing::error!(key = %record.key, action = %record.action, "{e}; the change was made");
         }
         Ok(record)
     }

@@ -145,7 +145,7 @@ fn write_ledger(path: &std::path::Path, target: u64) -> (u64, Totals) {
                 rec.cost_nano_usd = rec.prompt_tokens * 1_250 + rec.completion_tokens * 10_000;
                 rec.cost_usd = rec.cost_nano_usd;
                 // One stream in 40 ends early (the provider reset it).
-                rec.complete = !(rec.stream && (r >> 50) % 40 == 0);
+                rec.complete = !(rec.stream && (r >> 50).is_multiple_of(40));
                 rec.finish_reason = rec.complete.then(|| "stop".to_owned());
                 rec.ttfb_ms = Some(100 + (r >> 12) % 5_000);
             }

@@ -177,10 +177,10 @@ impl MessageStream {
                 .map(|r| &data[r])
                 .filter(|t| t.starts_with(b"\"") && t.len() > 2)
         };
-        if self.model.is_empty() {
-            if let Some(m) = text(&found.model) {
-                self.model = m.to_vec();
-            }
+        if self.model.is_empty()
+            && let Some(m) = text(&found.model)
+        {
+            self.model = m.to_vec();
         }
         self.start(out);
         let mut kept = Ok(());
@@ -287,10 +287,10 @@ impl MessageStream {
     /// The index of the open block of `kind`, opened now (closing the one
     /// open) if it is not the one open.
     fn open_block(&mut self, kind: Block, out: &mut Vec<u8>) -> u64 {
-        if let Some((open, index)) = self.open {
-            if open == kind {
-                return index;
-            }
+        if let Some((open, index)) = self.open
+            && open == kind
+        {
+            return index;
         }
         self.close_open(out);
         let index = self.next_index;

@@ -605,10 +605,10 @@ fn tools(raw: &[u8]) -> Result<Vec<Vec<u8>>, ApiError> {
     for (i, tool) in array(raw, "tools")?.into_iter().enumerate() {
         let at = |field: &str| format!("tools[{i}].{field}");
         let t = object(tool, &format!("tools[{i}]"))?;
-        if let Some(kind) = t.get(b"type").filter(|r| !is_null(r)) {
-            if &*text(kind, &|| at("type"))? != "custom" {
-                continue;
-            }
+        if let Some(kind) = t.get(b"type").filter(|r| !is_null(r))
+            && &*text(kind, &|| at("type"))? != "custom"
+        {
+            continue;
         }
         let name = text(t.required("name", &at)?, &|| at("name"))?;
         if !names.insert(name.clone().into_owned()) {

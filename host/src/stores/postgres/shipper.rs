@@ -522,12 +522,11 @@ impl Spool {
                     len - head.offset
                 );
             }
-            if let Some(done) = self.files.pop_front() {
-                if self.commits.iter().any(|c| c.file == done.id)
-                    && !self.held.iter().any(|(h, _)| *h == done.id)
-                {
-                    self.held.push((done.id, done.file));
-                }
+            if let Some(done) = self.files.pop_front()
+                && self.commits.iter().any(|c| c.file == done.id)
+                && !self.held.iter().any(|(h, _)| *h == done.id)
+            {
+                self.held.push((done.id, done.file));
             }
             self.save().map_err(checkpoint_unwritable)?;
         }

@@ -113,10 +113,10 @@ impl<R: Runtime> RedisNodes<R> {
             &[b"SENTINEL", b"get-master-addr-by-name", name.as_bytes()],
         )
         .await?;
-        if let RedisReply::Error(e) = &reply {
-            if e.starts_with("NOAUTH") || e.starts_with("WRONGPASS") || e.starts_with("NOPERM") {
-                return Err(StoreError::Refused(format!("the Sentinel refused: {e}")));
-            }
+        if let RedisReply::Error(e) = &reply
+            && (e.starts_with("NOAUTH") || e.starts_with("WRONGPASS") || e.starts_with("NOPERM"))
+        {
+            return Err(StoreError::Refused(format!("the Sentinel refused: {e}")));
         }
         sentinel_primary(&reply).map_err(StoreError::Protocol)
     }

@@ -153,10 +153,10 @@ impl<R: Runtime> RedisNodes<R> {
         node: &Node<R>,
         s: &mut OutboundStream<R::Tcp>,
     ) -> Result<(), StoreError> {
-        if let Some(password) = &self.url.password {
-            if let RedisReply::Error(e) = self.auth(s, password).await? {
-                return Err(StoreError::Refused(format!("redis AUTH failed: {e}")));
-            }
+        if let Some(password) = &self.url.password
+            && let RedisReply::Error(e) = self.auth(s, password).await?
+        {
+            return Err(StoreError::Refused(format!("redis AUTH failed: {e}")));
         }
         if self.url.db != 0 {
             let db = self.url.db.to_string();
