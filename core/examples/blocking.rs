@@ -188,6 +188,11 @@ fn serve(client: TcpStream, gateway: &Arc<Gateway>, ledger: &Mutex<std::fs::File
                     conn.handle_recall(clock.now(), Err(StoreError::NotConfigured));
                 }
                 Event::Remember(_) => {}
+                // It serves chat completions only: no Responses API, so no
+                // store is ever asked for.
+                Event::Responses(_) => {
+                    conn.handle_responses(clock.now(), Err(StoreError::NotConfigured));
+                }
                 Event::CloseClient => {
                     let _ = client_w.shutdown(Shutdown::Both);
                     return;

@@ -247,7 +247,12 @@ impl UpstreamFault {
 }
 
 impl ApiError {
-    fn new(status: u16, kind: ErrorType, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        status: u16,
+        kind: ErrorType,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         ApiError {
             status,
             kind,

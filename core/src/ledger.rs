@@ -87,6 +87,10 @@ pub struct LedgerRecord {
     /// at its prices. Written only then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
+    /// The Responses API's kept response this request made (`resp_…`),
+    /// when the store kept it. Written only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
     /// The provider answered but reported no usage: the token counts and
     /// cost above are the reported ones (zero), and the key's limits and
     /// budget were charged `charged_nano_usd` instead. Written only when
@@ -145,6 +149,7 @@ impl LedgerRecord {
             provider_request_id: None,
             api: None,
             served_model: None,
+            response_id: None,
             usage_missing: false,
             charged_nano_usd: 0,
             budget_overshoot_nano_usd: 0,
@@ -278,6 +283,10 @@ impl LedgerRecord {
         if let Some(m) = &self.served_model {
             o.extend_from_slice(b",\"served_model\":");
             json_string(&mut o, m);
+        }
+        if let Some(id) = &self.response_id {
+            o.extend_from_slice(b",\"response_id\":");
+            json_string(&mut o, id);
         }
         if self.usage_missing {
             o.extend_from_slice(b",\"usage_missing\":true");

@@ -53,6 +53,8 @@
 //!     /// The shared reasoning memory (Redis, with shared limits).
 //!     fn shared_get(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, chatgate_core::StoreError>;
 //!     fn shared_set(&mut self, remember: &chatgate_core::Remember);
+//!     /// The Responses API's store (with `--apis responses`).
+//!     fn responses_store(&mut self, ask: chatgate_core::StoreAsk) -> Result<chatgate_core::StoreReply, chatgate_core::StoreError>;
 //!     /// Waits for client bytes, provider bytes, or the deadline.
 //!     fn wait(&mut self, read_client: bool, read_upstream: bool, deadline: Option<Instant>) -> Happened;
 //! }
@@ -90,6 +92,10 @@
 //!                     conn.handle_recall(io.now(), values);
 //!                 }
 //!                 Event::Remember(remember) => io.shared_set(&remember),
+//!                 Event::Responses(ask) => {
+//!                     let reply = io.responses_store(ask);
+//!                     conn.handle_responses(io.now(), reply);
+//!                 }
 //!                 Event::CloseClient => return,
 //!             }
 //!         }
@@ -206,9 +212,9 @@ mod metrics;
 
 pub use config::{
     Apis, ConfigError, DEFAULT_ENDPOINT, EndpointConfig, GatewayConfig, ListenerTls, OtlpExport,
-    ReasoningConfig, RedisTopology, RedisUrl, SERVE_SETTINGS, Secret, ServeConfig, Setting,
-    SharedLimits, SharedRedis, Sources, Target, Timeouts, env_name, flag_name, parse_duration,
-    parse_endpoints, parse_redis_list,
+    ReasoningConfig, RedisTopology, RedisUrl, ResponsesKeeping, ResponsesStoreAt, SERVE_SETTINGS,
+    Secret, ServeConfig, Setting, SharedLimits, SharedRedis, Sources, Target, Timeouts, env_name,
+    flag_name, parse_duration, parse_endpoints, parse_redis_list,
 };
 pub use endpoints::{
     Attempt, Endpoint, EndpointSet, EndpointStatus, FailureKind, Outcome, PromptAllowance,
@@ -228,5 +234,5 @@ pub use admin::{
 };
 pub use exchange::{
     Accept, AdmitRequest, Connection, Event, Recall, Refusal, Remember, Settlement,
-    SharedAdmission, UpstreamFailure,
+    SharedAdmission, StoreAsk, StoreReply, UpstreamFailure,
 };

@@ -200,6 +200,7 @@ pub struct Metrics {
     key_reloads: AtomicU64,
     key_reload_errors: AtomicU64,
     shared_limits_unavailable: AtomicU64,
+    responses_not_kept: AtomicU64,
     ledger_shipped: AtomicU64,
     ledger_ship_errors: AtomicU64,
     ledger_reshipped: AtomicU64,
@@ -398,6 +399,12 @@ impl Metrics {
     /// Failed ledger appends so far.
     pub fn ledger_errors(&self) -> u64 {
         self.ledger_errors.load(Ordering::Relaxed)
+    }
+
+    /// A response the Responses API should have kept was answered but not
+    /// kept (the store failed, or it was larger than the store keeps).
+    pub fn responses_store_failed(&self) {
+        self.responses_not_kept.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The shared limiter could not be reached for an admission.
@@ -621,6 +628,12 @@ impl Metrics {
                 COUNTER,
                 "Admissions the shared limiter (Redis) could not decide (the fallback applied).",
                 get(&self.shared_limits_unavailable),
+            ),
+            (
+                "chatgate_responses_not_kept_total",
+                COUNTER,
+                "Responses answered with store on but not kept: the store failed, or the response was larger than --responses-max-bytes.",
+                get(&self.responses_not_kept),
             ),
         ]
     }

@@ -11,6 +11,10 @@ pub struct Apis {
     pub responses: bool,
     /// The Anthropic Messages API, `POST /v1/messages`.
     pub messages: bool,
+    /// The Responses API keeps responses (`--responses-store` not `off`):
+    /// `GET` and `DELETE /v1/responses/{id}`, its `input_items` and
+    /// `cancel`.
+    pub stored: bool,
 }
 
 impl Apis {
@@ -56,6 +60,12 @@ pub(crate) enum Route {
     /// `POST /v1/messages/count_tokens`: the prompt's token estimate, not
     /// metered (the provider is not asked).
     CountTokens,
+    /// `GET` or `DELETE /v1/responses/{id}`: a kept response.
+    StoredResponse,
+    /// `GET /v1/responses/{id}/input_items`.
+    InputItems,
+    /// `POST /v1/responses/{id}/cancel`.
+    Cancel,
 }
 
 impl Route {
@@ -72,6 +82,11 @@ pub(crate) fn route(method: Method, path: &str, apis: Apis) -> Result<Route, Api
     let route = served(path, apis).ok_or_else(|| ApiError::unknown_url(method.as_str(), path))?;
     let (allowed, allow) = match route {
         Route::Models => (matches!(method, Method::Get | Method::Head), "GET, HEAD"),
+        Route::StoredResponse => (
+            matches!(method, Method::Get | Method::Delete),
+            "GET, DELETE",
+        ),
+        Route::InputItems => (method == Method::Get, "GET"),
         _ => (method == Method::Post, "POST"),
     };
     if allowed {
@@ -89,8 +104,26 @@ pub(crate) fn served(path: &str, apis: Apis) -> Option<Route> {
         RESPONSES_PATH if apis.responses => Route::Responses,
         MESSAGES_PATH if apis.messages => Route::Messages,
         COUNT_TOKENS_PATH if apis.messages => Route::CountTokens,
+        _ if apis.stored => match stored_response(path)? {
+            (_, None) => Route::StoredResponse,
+            (_, Some("input_items")) => Route::InputItems,
+            (_, Some("cancel")) => Route::Cancel,
+            _ => return None,
+        },
         _ => return None,
     })
+}
+
+/// `/v1/responses/{id}` and `/v1/responses/{id}/{what}`: the id (percent
+/// escapes decoded) and what.
+pub(crate) fn stored_response(path: &str) -> Option<(String, Option<&str>)> {
+    let rest = path.strip_prefix("/v1/responses/")?;
+    let (id, what) = match rest.split_once('/') {
+        Some((id, what)) => (id, Some(what)),
+        None => (rest, None),
+    };
+    let id = crate::url::percent_decode(id).filter(|id| !id.is_empty())?;
+    Some((id, what))
 }
 
 #[cfg(test)]
@@ -106,6 +139,7 @@ mod tests {
         let on = Apis {
             responses: true,
             messages: false,
+            stored: false,
         };
         assert_eq!(
             route_chat(Method::Post, RESPONSES_PATH).unwrap_err().status,
@@ -126,6 +160,7 @@ mod tests {
         let on = Apis {
             responses: false,
             messages: true,
+            stored: false,
         };
         assert_eq!(
             route_chat(Method::Post, MESSAGES_PATH).unwrap_err().status,

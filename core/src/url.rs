@@ -116,6 +116,19 @@ pub(crate) fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The `name=value` pairs of a query string, decoded (`+` is a space);
+/// a pair whose escapes do not decode is skipped.
+pub(crate) fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decode = |s: &str| percent_decode(&s.replace('+', " "));
+            Some((decode(name)?, decode(value)?))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

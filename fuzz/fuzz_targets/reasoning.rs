@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
         {"type": "message", "role": "user", "content": "go"},
         {"type": "reasoning", "summary": [{"type": "summary_text", "text": "a summary"}], "encrypted_content": sent},
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]});
-    let (chat, _) = responses::request::translate(body.to_string().as_bytes(), Some(&seal))
+    let (chat, _) = responses::request::translate(body.to_string().as_bytes(), Some(&seal), None)
         .expect("a valid Responses request");
     let intact = sent == sealed && !text.is_empty();
     assert_eq!(reasoning_of(&chat).as_deref(), intact.then_some(text.as_str()));

@@ -11,8 +11,8 @@ use chatgate_fuzz::{only_reasoning_added, seal};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let replayed = translate(data, Some(&seal()));
-    match translate(data, None) {
+    let replayed = translate(data, Some(&seal()), None);
+    match translate(data, None, None) {
         Err(e) => {
             assert_eq!(e.status, 400, "{e:?}");
             let body: serde_json::Value = serde_json::from_slice(&e.body()).expect("error body");
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
             let (with, with_asked) = replayed.expect("translated alike");
             assert_eq!(with_asked, asked);
             only_reasoning_added(&chat, &with).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(translate(data, None).ok(), Some((chat, asked)), "deterministic");
+            assert_eq!(translate(data, None, None).ok(), Some((chat, asked)), "deterministic");
         }
     }
 });

@@ -113,6 +113,13 @@ pub struct Pair {
     /// The shared reasoning memory (with shared limits configured): key to
     /// value, standing in for Redis; `None` while it is unreachable.
     pub shared_reasoning: Option<std::collections::HashMap<Vec<u8>, Vec<u8>>>,
+    /// The Responses API's kept responses, by id (`None`: the store fails).
+    pub responses: Option<
+        std::collections::BTreeMap<
+            String,
+            chatgate_core::dialect::responses::stored::StoredResponse,
+        >,
+    >,
     /// Connecting to the provider takes this long (virtual time, passed with
     /// [`Pair::advance`]); `None` connects at once.
     pub connect_delay: Option<Duration>,
@@ -203,6 +210,7 @@ impl Pair {
             shared_down: false,
             shared_settled: 0,
             shared_reasoning: Some(std::collections::HashMap::new()),
+            responses: Some(std::collections::BTreeMap::new()),
             connect_delay: None,
             admit_delay: None,
             upstream_reads: UpstreamReads::Whole,
@@ -286,10 +294,10 @@ impl Pair {
 
     /// Acknowledges the ledger line held back by [`Pair::ledger_held`].
     pub fn ack_ledger(&mut self) {
-        if std::mem::take(&mut self.ledger_unacked) {
-            if let Some(c) = self.conn.as_mut() {
-                c.handle_ledger_written(self.now, true);
-            }
+        if std::mem::take(&mut self.ledger_unacked)
+            && let Some(c) = self.conn.as_mut()
+        {
+            c.handle_ledger_written(self.now, true);
         }
         self.run();
     }
@@ -322,17 +330,17 @@ impl Pair {
                 Some(t) if t <= target => {
                     self.now = self.now.max(t);
                     let mut fired = false;
-                    if let Some(c) = self.conn.as_mut() {
-                        if c.poll_timeout().is_some_and(|d| d <= self.now) {
-                            c.handle_timeout(self.now);
-                            fired = true;
-                        }
+                    if let Some(c) = self.conn.as_mut()
+                        && c.poll_timeout().is_some_and(|d| d <= self.now)
+                    {
+                        c.handle_timeout(self.now);
+                        fired = true;
                     }
-                    if let Some(u) = self.upstream.as_mut() {
-                        if u.poll_timeout().is_some_and(|d| d <= self.now) {
-                            u.handle_timeout(self.now);
-                            fired = true;
-                        }
+                    if let Some(u) = self.upstream.as_mut()
+                        && u.poll_timeout().is_some_and(|d| d <= self.now)
+                    {
+                        u.handle_timeout(self.now);
+                        fired = true;
                     }
                     if fired {
                         // What the deadlines caused (a cancelled connection
@@ -476,6 +484,17 @@ impl Pair {
                     }
                 }
             }
+            Event::Responses(ask) => {
+                let reply = match self.responses.as_mut() {
+                    Some(store) => Ok(answer_responses(store, ask)),
+                    None => Err(chatgate_core::StoreError::Unreachable(
+                        "connection refused".to_owned(),
+                    )),
+                };
+                if let Some(c) = self.conn.as_mut() {
+                    c.handle_responses(now, reply);
+                }
+            }
             Event::CloseClient => {
                 self.client_closed = true;
                 if let Some(mut up) = self.upstream.take() {
@@ -507,13 +526,13 @@ impl Pair {
         let Some(conn) = self.conn.as_mut() else {
             return moved;
         };
-        if !self.client_stops_reading {
-            if let Some(bytes) = conn.poll_client_transmit() {
-                let n = bytes.len();
-                self.received.extend_from_slice(bytes);
-                conn.handle_client_written(now, n);
-                moved = true;
-            }
+        if !self.client_stops_reading
+            && let Some(bytes) = conn.poll_client_transmit()
+        {
+            let n = bytes.len();
+            self.received.extend_from_slice(bytes);
+            conn.handle_client_written(now, n);
+            moved = true;
         }
         if self.upstream_dead && self.upstream.is_some() && conn.poll_upstream_transmit().is_some()
         {
@@ -723,4 +742,50 @@ pub fn sse_data(body: &[u8]) -> Vec<String> {
         push(&body[r]);
     }
     out
+}
+
+/// What an in-memory responses store answers (no expiry).
+fn answer_responses(
+    store: &mut std::collections::BTreeMap<
+        String,
+        chatgate_core::dialect::responses::stored::StoredResponse,
+    >,
+    ask: chatgate_core::StoreAsk,
+) -> chatgate_core::StoreReply {
+    use chatgate_core::{StoreAsk, StoreReply};
+    match ask {
+        StoreAsk::Read {
+            key,
+            chain,
+            responses,
+        } => {
+            let get = |id: &str| store.get(id).filter(|r| r.key == key).cloned();
+            let mut found = Vec::new();
+            if let Some(last) = chain.as_deref().and_then(get) {
+                found.extend(last.ancestors.iter().filter_map(|a| get(a)));
+                found.push(last);
+            }
+            let key_bytes = store
+                .values()
+                .filter(|r| r.key == key)
+                .map(|r| r.bytes())
+                .sum();
+            StoreReply::Read {
+                chain: found,
+                responses: responses.iter().filter_map(|id| get(id)).collect(),
+                key_bytes,
+            }
+        }
+        StoreAsk::Keep(r) => {
+            store.insert(r.id.clone(), *r);
+            StoreReply::Kept
+        }
+        StoreAsk::Delete { key, id } => {
+            let mine = store.get(&id).is_some_and(|r| r.key == key);
+            if mine {
+                store.remove(&id);
+            }
+            StoreReply::Deleted(mine)
+        }
+    }
 }

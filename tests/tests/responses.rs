@@ -16,6 +16,8 @@ cases!(
     codex_retries_a_turn_whose_stream_is_cut,
     traces_budgets_and_a_client_leaving_hold_on_this_api,
     codex_answers_and_runs_its_shell_tool,
+    the_python_sdk_continues_kept_responses,
+    kept_responses_survive_a_restart,
 );
 
 fn with_responses(bin: &str, upstream: &str) -> Gw {
@@ -51,6 +53,122 @@ fn the_python_sdk_creates_streams_and_calls_a_tool(bin: &str) {
     );
 }
 
+/// A gateway serving the Responses API with its store on (the default),
+/// and a second key, `other`.
+fn keeping(bin: &str, upstream: &str) -> Gw {
+    let opts = GwOptions {
+        args: vec!["--apis".into(), "chat,responses".into()],
+        extra_keys: vec![("other".into(), None, None)],
+        ..GwOptions::default()
+    };
+    Gw::start(bin, upstream, opts)
+}
+
+fn the_python_sdk_continues_kept_responses(bin: &str) {
+    let python = repo().join(".cache/clients/venv/bin/python");
+    assert!(python.exists(), "run clients/install.sh first");
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = keeping(bin, &sim.url());
+    let out = Command::new(python)
+        .arg(repo().join("clients/python/responses_state.py"))
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", gw.addr))
+        .env("OPENAI_API_KEY", &gw.key)
+        .env("OTHER_API_KEY", &gw.keys["other"])
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "chain ok",
+        "retrieve ok",
+        "input items ok",
+        "reference ok",
+        "scoped ok",
+        "delete ok",
+    ] {
+        assert!(text.contains(line), "{text}");
+    }
+    // What the provider was sent: turn 2 carried turn 1 (the question and
+    // the tool call) before the tool's output; turn 3 all of it; the
+    // reference, turn 2's answer.
+    let journal = sim.journal();
+    let messages = |i: usize| -> Vec<serde_json::Value> {
+        let body: serde_json::Value =
+            serde_json::from_str(journal[i]["body"].as_str().unwrap()).unwrap();
+        body["messages"].as_array().unwrap().clone()
+    };
+    let roles = |i: usize| -> Vec<String> {
+        messages(i)
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(roles(1), ["user", "assistant", "tool"]);
+    assert_eq!(roles(2), ["user", "assistant", "tool", "assistant", "user"]);
+    assert_eq!(messages(2)[0]["content"], "Paris");
+    assert_eq!(roles(3), ["assistant", "user"]);
+    let referenced = messages(3)[0]["content"].to_string();
+    assert!(
+        referenced.contains("The tool returned: sunny 21C"),
+        "{referenced}"
+    );
+    // The ledger names each kept response (not the one sent with store
+    // false, nor the refusals).
+    let ledger = gw.ledger();
+    let kept: Vec<&str> = ledger
+        .iter()
+        .filter_map(|r| r.response_id.as_deref())
+        .collect();
+    assert_eq!(kept.len(), 3, "{ledger:?}");
+    assert!(kept.iter().all(|id| id.starts_with("resp_")), "{kept:?}");
+}
+
+fn kept_responses_survive_a_restart(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = keeping(bin, &sim.url());
+    let r = responses(
+        &gw,
+        r#"{"model":"reasoning-model-k3","input":"Remember me"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    // Stopped (a drain), then started again on the same files.
+    let Gw { proc, dir, key, .. } = gw;
+    proc.signal(15);
+    let mut proc = proc;
+    assert!(proc.wait_exit(std::time::Duration::from_secs(20)).is_some());
+    let opts = GwOptions {
+        args: vec!["--apis".into(), "chat,responses".into()],
+        ..GwOptions::default()
+    };
+    let gw = Gw::start_with_keys(bin, &sim.url(), opts, dir, key);
+    let got = request(
+        gw.addr,
+        "GET",
+        &format!("/v1/responses/{id}"),
+        Some(&gw.key),
+        None,
+    );
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(got.json()["output"], r.json()["output"]);
+    let next = responses(
+        &gw,
+        &format!(
+            r#"{{"model":"reasoning-model-k3","input":"Again","previous_response_id":"{id}"}}"#
+        ),
+    );
+    assert_eq!(next.status, 200, "{}", String::from_utf8_lossy(&next.body));
+    let last = sim.journal().pop().unwrap();
+    assert!(
+        last["body"].as_str().unwrap().contains("Remember me"),
+        "{last}"
+    );
+}
+
 fn the_node_sdk_creates_streams_and_calls_a_tool(bin: &str) {
     let dir = repo().join("clients/node");
     assert!(
@@ -64,7 +182,14 @@ fn the_node_sdk_creates_streams_and_calls_a_tool(bin: &str) {
 /// checks it passed every step and what the ledger recorded.
 fn sdk_scenario(bin: &str, cmd: &mut Command) {
     let sim = Sim::start(bin, &[], &[]);
-    let gw = with_responses(bin, &sim.url());
+    // Stateless, as before the store: `previous_response_id` is refused.
+    let opts = GwOptions {
+        args: ["--apis", "chat,responses", "--responses-store", "off"]
+            .map(str::to_owned)
+            .to_vec(),
+        ..GwOptions::default()
+    };
+    let gw = Gw::start(bin, &sim.url(), opts);
     let out = cmd
         .env("OPENAI_BASE_URL", format!("http://{}/v1", gw.addr))
         .env("OPENAI_API_KEY", &gw.key)

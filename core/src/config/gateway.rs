@@ -70,6 +70,37 @@ pub(super) const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// about 30 tokens; Llama 3's date header about 25).
 pub(super) const DEFAULT_PROMPT_OVERHEAD: u64 = 64;
 
+/// What the Responses API's store keeps (`--responses-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsesKeeping {
+    /// How long a response is kept after the last response that continued
+    /// its conversation.
+    pub ttl: Duration,
+    /// Largest response kept, bytes.
+    pub max_bytes: u64,
+    /// Most bytes kept for one key.
+    pub key_max_bytes: u64,
+}
+
+impl Default for ResponsesKeeping {
+    fn default() -> Self {
+        ResponsesKeeping {
+            ttl: Duration::from_secs(30 * 86_400),
+            max_bytes: 16 << 20,
+            key_max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Where the Responses API's store is (`--responses-store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponsesStoreAt {
+    /// An embedded file.
+    File(String),
+    /// A PostgreSQL database, shared by a fleet.
+    Postgres(String),
+}
+
 /// The gateway's configuration (everything but keys).
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -86,6 +117,9 @@ pub struct GatewayConfig {
     pub stream_error_event: bool,
     /// The client-facing APIs served beside chat completions (`--apis`).
     pub apis: Apis,
+    /// The Responses API keeps responses (`--responses-store` not `off`,
+    /// with `--apis responses`): how long and how much.
+    pub responses_kept: Option<ResponsesKeeping>,
     /// Prompt tokens a request's reservation adds to its estimate before
     /// the providers' reports say how many more they count (the chat
     /// template): the start of every endpoint's learned allowance.
@@ -187,6 +221,7 @@ impl GatewayConfig {
             probe_interval: DEFAULT_PROBE_INTERVAL,
             stream_error_event: false,
             apis: Apis::default(),
+            responses_kept: None,
             prompt_overhead_tokens: DEFAULT_PROMPT_OVERHEAD,
             timeouts: Timeouts::default(),
             http: HttpLimits::default(),

@@ -37,7 +37,9 @@ pub use crate::routes::Apis;
 pub use crate::secret::Secret;
 pub(crate) use endpoints::MAX_ENDPOINTS;
 pub use endpoints::{DEFAULT_ENDPOINT, EndpointConfig, Target, parse_endpoints};
-pub use gateway::{GatewayConfig, ReasoningConfig, SharedLimits, Timeouts};
+pub use gateway::{
+    GatewayConfig, ReasoningConfig, ResponsesKeeping, ResponsesStoreAt, SharedLimits, Timeouts,
+};
 pub use listeners::ListenerTls;
 pub use redis::{RedisTopology, RedisUrl, SharedRedis, parse_redis_list};
 use settings::{Resolver, bad};
@@ -64,6 +66,8 @@ pub struct ServeConfig {
     pub admin_tls: Option<ListenerTls>,
     /// The shared ledger's PostgreSQL URL, if any.
     pub ledger_postgres: Option<String>,
+    /// The Responses API's store, when it keeps responses.
+    pub responses_store: Option<ResponsesStoreAt>,
     /// The shared limiter's Redis, if any.
     pub redis: Option<SharedRedis>,
     /// Longest wait for Redis.
@@ -145,10 +149,17 @@ impl ServeConfig {
         gateway.probe_interval = r.duration("upstream_probe_interval")?;
         gateway.stream_error_event = boolean(&r, "stream_error_event")?;
         gateway.apis = match r.get("apis") {
-            Some((v, src)) => Apis::parse(&v)
-                .map_err(|_| bad("apis", &v, src, "a comma-separated list of chat, responses"))?,
+            Some((v, src)) => Apis::parse(&v).map_err(|_| {
+                bad(
+                    "apis",
+                    &v,
+                    src,
+                    "a comma-separated list of chat, responses, messages",
+                )
+            })?,
             None => Apis::default(),
         };
+        let responses_store = responses_store(&r, &mut gateway)?;
         gateway.prompt_overhead_tokens = r.parse("prompt_overhead_tokens")?;
         gateway.timeouts = timeouts;
         gateway.default_limits = default_limits;
@@ -194,6 +205,7 @@ impl ServeConfig {
             redis,
             redis_timeout: r.duration("redis_timeout")?,
             ledger_postgres: r.get("ledger_postgres").map(|(v, _)| v),
+            responses_store,
             log_level,
             log_json: log_format == "json",
             pool_max_idle: r.parse("pool_max_idle")?,
@@ -696,6 +708,59 @@ fn positive(r: &Resolver, key: &str) -> Result<u64, ConfigError> {
     Ok(v)
 }
 
+/// `--responses-store` and its limits, with `--apis responses`: where
+/// responses are kept (beside the ledger unless told), or `None` when off.
+fn responses_store(
+    r: &Resolver,
+    gateway: &mut GatewayConfig,
+) -> Result<Option<ResponsesStoreAt>, ConfigError> {
+    let at = match r.get("responses_store") {
+        Some((v, _)) if v.trim() == "off" => None,
+        Some((v, src)) if v.starts_with("postgres://") || v.starts_with("postgresql://") => {
+            crate::conninfo::split_tls(&v)
+                .map_err(|e| bad("responses_store", "postgres://***", src, &e.to_string()))?;
+            Some(ResponsesStoreAt::Postgres(v))
+        }
+        Some((v, src)) if v.trim().is_empty() => {
+            return Err(bad(
+                "responses_store",
+                &v,
+                src,
+                "a file, a postgres:// URL or off",
+            ));
+        }
+        Some((v, _)) => Some(ResponsesStoreAt::File(v)),
+        None => {
+            let ledger = r.string("ledger");
+            let dir = std::path::Path::new(&ledger)
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty());
+            let file = match dir {
+                Some(d) => d.join("chatgate-responses.redb"),
+                None => std::path::PathBuf::from("chatgate-responses.redb"),
+            };
+            Some(ResponsesStoreAt::File(file.to_string_lossy().into_owned()))
+        }
+    };
+    if !gateway.apis.responses || at.is_none() {
+        return Ok(None);
+    }
+    let keeping = ResponsesKeeping {
+        ttl: r.duration("responses_ttl")?,
+        max_bytes: positive(r, "responses_max_bytes")?,
+        key_max_bytes: positive(r, "responses_key_max_bytes")?,
+    };
+    if keeping.ttl.is_zero() {
+        let (v, src) = r
+            .get("responses_ttl")
+            .unwrap_or((String::new(), Source::Default));
+        return Err(bad("responses_ttl", &v, src, "a duration above zero"));
+    }
+    gateway.responses_kept = Some(keeping);
+    gateway.apis.stored = true;
+    Ok(at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -998,7 +1063,11 @@ mod tests {
         assert_eq!(parse_duration("30"), Some(Duration::from_secs(30)));
         assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
         assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1d"), None);
+        assert_eq!(
+            parse_duration("30d"),
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!(parse_duration("1w"), None);
         assert_eq!(parse_duration("x"), None);
     }
 

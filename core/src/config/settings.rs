@@ -202,7 +202,31 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "apis",
         "LIST",
         Some("chat"),
-        "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI)",
+        "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI and the OpenAI SDKs), messages (POST /v1/messages, for Claude Code and the Anthropic SDKs)",
+    ),
+    s(
+        "responses_store",
+        "WHERE",
+        None,
+        "Where the Responses API keeps responses (store, previous_response_id, item_reference, background): a file (default: chatgate-responses.redb beside the ledger), postgres://user:password@host:port/db (shared by a fleet), or off (stateless: those are refused)",
+    ),
+    s(
+        "responses_ttl",
+        "DURATION",
+        Some("30d"),
+        "How long a kept response is kept after the last response that continued its conversation",
+    ),
+    s(
+        "responses_max_bytes",
+        "BYTES",
+        Some("16777216"),
+        "Largest response kept (its input and output); a request whose input alone is larger is refused",
+    ),
+    s(
+        "responses_key_max_bytes",
+        "BYTES",
+        Some("1073741824"),
+        "Most bytes of responses kept for one key; a key at its cap is refused 'store': true until responses expire or are deleted",
     ),
     s(
         "reasoning_replay",
@@ -546,8 +570,14 @@ impl Resolver {
         let (v, src) = self
             .get(key)
             .ok_or_else(|| ConfigError(format!("{key} is not set")))?;
-        parse_duration(&v)
-            .ok_or_else(|| bad(key, &v, src, "a duration such as 500ms, 30s, 10m or 1h"))
+        parse_duration(&v).ok_or_else(|| {
+            bad(
+                key,
+                &v,
+                src,
+                "a duration such as 500ms, 30s, 10m, 1h or 30d",
+            )
+        })
     }
 }
 
@@ -563,7 +593,7 @@ pub(super) fn bad(key: &str, value: &str, src: Source, expected: &str) -> Config
     ))
 }
 
-/// `500ms`, `30s`, `10m`, `1h`, or a bare number of seconds.
+/// `500ms`, `30s`, `10m`, `1h`, `30d`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
@@ -576,6 +606,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n.checked_mul(60)?),
         "h" => Duration::from_secs(n.checked_mul(3600)?),
+        "d" => Duration::from_secs(n.checked_mul(86_400)?),
         _ => return None,
     })
 }

@@ -18,7 +18,7 @@ fn messages_request(body: &Value) -> Value {
 
 fn responses_request(body: &Value) -> Value {
     let seal = carry().seal;
-    let (out, _) = responses::request::translate(body.to_string().as_bytes(), Some(&seal))
+    let (out, _) = responses::request::translate(body.to_string().as_bytes(), Some(&seal), None)
         .unwrap_or_else(|e| panic!("{e:?}"));
     serde_json::from_slice(&out).unwrap()
 }
@@ -336,8 +336,8 @@ fn replay_refuses_nothing_that_replay_off_accepts() {
         json!({"model": "m", "input": "hi", "include": [7]}),
     ] {
         let text = body.to_string();
-        let off = responses::request::translate(text.as_bytes(), None);
-        let on = responses::request::translate(text.as_bytes(), Some(&carry().seal));
+        let off = responses::request::translate(text.as_bytes(), None, None);
+        let on = responses::request::translate(text.as_bytes(), Some(&carry().seal), None);
         assert!(off.is_ok(), "{body}: {off:?}");
         assert_eq!(off.map(|o| o.0), on.map(|o| o.0), "{body}");
     }

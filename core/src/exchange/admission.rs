@@ -187,10 +187,8 @@ impl Connection {
                 self.admit_here(now)
             }
         };
-        if shared_verdict {
-            if let Some(req) = self.req.as_mut() {
-                req.shared = true;
-            }
+        if shared_verdict && let Some(req) = self.req.as_mut() {
+            req.shared = true;
         }
         self.admitted(now, verdict);
         self.after(now);
@@ -233,6 +231,16 @@ impl Connection {
     /// reasoning (asking the shared memory first, if it must), then admit
     /// it.
     pub(super) fn chat_request(&mut self, now: Instant) {
+        if self.read_stored(now) {
+            // Translated once the store answered.
+            return;
+        }
+        self.translate_chat(now);
+    }
+
+    /// The whole body (and what the store had for it) as the chat request
+    /// it stands for, validated; then its reasoning and admission.
+    pub(super) fn translate_chat(&mut self, now: Instant) {
         let gw = Arc::clone(&self.gw);
         let routes = gw.endpoints();
         let catalog = routes.catalog();
@@ -249,10 +257,17 @@ impl Connection {
                 .any_replays(catalog)
                 .then(|| &**gw.reasoning_seal());
             let body = &req.body;
+            let storing = req.storing.as_deref_mut();
             let translated = match dialect {
                 Dialect::Responses(asked, _) => {
-                    responses::request::translate(body, replay).map(|(chat, a)| {
+                    let stored = storing.as_deref().map(|s| s.stored());
+                    let chat = responses::request::translate(body, replay, stored.as_ref());
+                    drop(stored);
+                    chat.map(|(chat, a)| {
                         *asked = a;
+                        if let Some(s) = storing {
+                            s.note_input(body, &req.id);
+                        }
                         chat
                     })
                 }
@@ -268,6 +283,14 @@ impl Connection {
                         chat
                     })
                 }
+            };
+            let too_large = match (req.storing.as_deref(), config.responses_kept) {
+                (Some(s), Some(k)) => s.too_large(k.max_bytes),
+                _ => None,
+            };
+            let translated = match (translated, too_large) {
+                (Ok(_), Some(e)) => Err(e),
+                (t, _) => t,
             };
             match translated {
                 Ok(chat) => req.body = chat,

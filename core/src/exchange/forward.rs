@@ -140,6 +140,9 @@ impl Connection {
             .dialect
             .as_deref()
             .map(|d| d.body(&req.id, unix, carry(), &up.body, summary.usage.as_ref()));
+        if let (Some(t), Some(s)) = (&translated, req.storing.as_mut()) {
+            s.object = Some(t.clone());
+        }
         let (body, content_type) = match &translated {
             Some(t) => (t.as_slice(), "application/json"),
             None => (up.body.as_slice(), content_type.as_str()),
@@ -305,12 +308,11 @@ impl Connection {
                     ));
                     break;
                 }
-            } else if recording {
-                if let (Some(answer), Some(data), EventKind::Data) =
+            } else if recording
+                && let (Some(answer), Some(data), EventKind::Data) =
                     (up.answer.as_mut(), data.as_deref(), kind)
-                {
-                    answer.chunk(data);
-                }
+            {
+                answer.chunk(data);
             }
             if up.tracker.is_complete() {
                 if !self.timers.is_set(Timer::StreamTail) {
@@ -513,6 +515,10 @@ impl Connection {
             let mut t = Vec::new();
             dialect.end(last, up.tracker.usage().as_ref(), &mut t);
             client_body(&mut bytes, &t, chunked);
+            let object = dialect.take_object();
+            if let Some(s) = self.req.as_mut().and_then(|r| r.storing.as_mut()) {
+                s.object = object;
+            }
         } else if !up.tracker.is_done() {
             // The cut stream's error event, unless the provider's own
             // error event already told the client.
@@ -632,6 +638,14 @@ impl Dialect {
     }
 
     /// The answer's reasoning and calls, from a translator that kept them.
+    /// The last event's response object, when the response is kept.
+    fn take_object(&mut self) -> Option<Vec<u8>> {
+        match self {
+            Dialect::Responses(_, Some(s)) => s.take_object(),
+            _ => None,
+        }
+    }
+
     fn take_reasoning(&mut self) -> Option<AnswerReasoning> {
         let started: Option<&mut dyn Translator> = match self {
             Dialect::Responses(_, s) => s.as_mut().map(|s| s as _),

@@ -117,6 +117,7 @@ impl Connection {
                 record: Some(&rec),
             },
         );
+        self.keep_response(now, &mut rec);
         self.events.push_back(Event::Ledger(Box::new(rec)));
         self.held = held;
         self.awaiting_ledger = true;

@@ -40,6 +40,7 @@
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
 //! | `metering.rs` | the ledger record, metrics and access lines |
 //! | `reasoning.rs` | reasoning through the tool loop: replayed into the request, remembered from the answer |
+//! | `stored.rs` | the Responses API's state: a request's conversation read, its response kept, the calls on a kept response |
 //! | `spans.rs` | the request's trace: its server span and a client span per attempt |
 //! | `respond.rs` | response heads and error responses |
 //! | `timers.rs` | every deadline, in one table |
@@ -52,6 +53,7 @@ mod reasoning;
 mod request;
 mod respond;
 mod spans;
+mod stored;
 mod timers;
 mod upstream;
 
@@ -69,6 +71,7 @@ use crate::time::Instant;
 pub use admission::{AdmitRequest, Refusal, Settlement, SharedAdmission};
 pub use reasoning::{Recall, Remember};
 use request::Request;
+pub use stored::{StoreAsk, StoreReply};
 use timers::{Timer, TimerTable};
 use upstream::{Leftover, UpState, Upstream};
 
@@ -129,6 +132,11 @@ pub enum Event {
     /// Keep this reasoning in the shared reasoning memory (with shared
     /// limits only); nothing goes back to the connection.
     Remember(Remember),
+    /// Read or write the Responses API's store, then call
+    /// [`Connection::handle_responses`] with its answer, even if the
+    /// client has gone meanwhile. A response to keep comes before its
+    /// ledger line; its last bytes wait for both.
+    Responses(StoreAsk),
 }
 
 /// Why the provider connection failed (the runtime maps its I/O errors here).
@@ -186,6 +194,8 @@ enum Phase {
     Body,
     /// Waiting for the shared reasoning memory's answer.
     Recalling,
+    /// Waiting for the Responses API's store.
+    Resolving,
     /// Waiting for the shared limiter's verdict.
     Admitting,
     /// Waiting in its key's queue for an in-flight slot.
@@ -215,6 +225,10 @@ pub struct Connection {
     cout_pos: usize,
     held: Vec<u8>,
     awaiting_ledger: bool,
+    /// The held bytes also wait for the response to be kept.
+    awaiting_store: bool,
+    /// The ledger line was appended while the response was being kept.
+    ledger_appended: bool,
     timers: TimerTable,
     /// When the current request's head began (its first byte).
     head_started: Option<Instant>,
@@ -275,6 +289,8 @@ impl Connection {
             cout_pos: 0,
             held: Vec::new(),
             awaiting_ledger: false,
+            awaiting_store: false,
+            ledger_appended: false,
             timers,
             head_started: None,
             scanner: HeadScanner::new(),
@@ -363,10 +379,31 @@ impl Connection {
     /// whole (a non-streamed answer, an error) is not sent at all; either
     /// way the client sees a connection that broke, not an answer.
     pub fn handle_ledger_written(&mut self, now: Instant, appended: bool) {
-        if !self.awaiting_ledger {
+        if !self.awaiting_ledger || self.ledger_appended {
             return;
         }
+        if appended && self.awaiting_store {
+            // Sent once the response is kept too.
+            self.ledger_appended = true;
+            self.after(now);
+            return;
+        }
+        self.release_held_or_close(now, appended);
+    }
+
+    /// The held bytes once their ledger line (and their kept response)
+    /// are written: sent, or never when the line was not appended.
+    fn release_held(&mut self, now: Instant) {
+        if self.awaiting_ledger && self.ledger_appended {
+            self.release_held_or_close(now, true);
+        } else {
+            self.after(now);
+        }
+    }
+
+    fn release_held_or_close(&mut self, now: Instant, appended: bool) {
         self.awaiting_ledger = false;
+        self.ledger_appended = false;
         if !appended {
             if self.phase != Phase::Closed {
                 tracing::error!(

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::admission::QuotaHold;
 use super::respond::{common_headers, http_error, limit_headers};
+use super::stored::StoredCall;
 use super::timers::Timer;
 use super::{Connection, Phase};
 use crate::auth::{AuthFailure, KeyEntry, KeyTable};
@@ -12,6 +13,7 @@ use crate::dialect::messages::events::MessageStream;
 use crate::dialect::messages::request::Asked as MessagesAsked;
 use crate::dialect::responses::events::ResponseStream;
 use crate::dialect::responses::request::Asked;
+use crate::dialect::responses::stored::Page;
 use crate::endpoints::EndpointSet;
 use crate::error::ApiError;
 use crate::http::BodyDecoder;
@@ -112,6 +114,11 @@ pub(super) struct Request {
     /// Its reasoning replay, when a model that may answer replays
     /// reasoning and its turns have some.
     pub(super) replay: Option<Box<super::reasoning::Replay>>,
+    /// A Responses request with the store on: its conversation, and what
+    /// is kept of it.
+    pub(super) storing: Option<Box<super::stored::Storing>>,
+    /// A call on a kept response, waiting for the store.
+    pub(super) call: Option<super::stored::StoredCall>,
 }
 
 /// A client API translated onto the chat exchange: what its answer's
@@ -178,6 +185,8 @@ impl Request {
             affinity: None,
             session: head.session,
             replay: None,
+            storing: None,
+            call: None,
         }
     }
 
@@ -188,6 +197,27 @@ impl Request {
             && self.method == Method::Post
             && !self.count_tokens
     }
+}
+
+/// The call on a kept response a route names (`None` for other routes),
+/// or why its query is refused.
+fn stored_call(
+    route: Route,
+    method: Method,
+    path: &str,
+    query: &str,
+) -> Option<Result<StoredCall, ApiError>> {
+    let (id, _) = crate::routes::stored_response(path)?;
+    Some(Ok(match route {
+        Route::StoredResponse if method == Method::Delete => StoredCall::Delete(id),
+        Route::StoredResponse => StoredCall::Retrieve(id),
+        Route::InputItems => match Page::read(query) {
+            Ok(page) => StoredCall::InputItems(id, page),
+            Err(e) => return Some(Err(e)),
+        },
+        Route::Cancel => StoredCall::Cancel(id),
+        _ => return None,
+    }))
 }
 
 impl Connection {
@@ -212,7 +242,7 @@ impl Connection {
             self.client_gone(now);
         } else if matches!(
             self.phase,
-            Phase::Body | Phase::Recalling | Phase::Admitting | Phase::Queued
+            Phase::Body | Phase::Resolving | Phase::Recalling | Phase::Admitting | Phase::Queued
         ) {
             self.leave_queue(now, false);
             // An authenticated request abandoned before the provider was
@@ -364,12 +394,22 @@ impl Connection {
             return self.respond_models(now, has_body);
         }
         req.key = Some(key);
+        if let Some(call) = stored_call(route, head.method, &head.path, &head.query) {
+            if has_body {
+                // Not read: the connection closes after the answer.
+                self.close_after = true;
+            }
+            return match call {
+                Ok(call) => self.start_stored_call(call),
+                Err(e) => self.respond_error(now, e, has_body),
+            };
+        }
         req.count_tokens = route == Route::CountTokens;
         let limits = self.http_limits();
-        if let Framing::Length(n) = head.framing {
-            if n > limits.max_body {
-                return self.respond_error(now, ApiError::request_too_large(limits.max_body), true);
-            }
+        if let Framing::Length(n) = head.framing
+            && n > limits.max_body
+        {
+            return self.respond_error(now, ApiError::request_too_large(limits.max_body), true);
         }
         let json = head.content_type.as_deref().is_none_or(|ct| {
             ct.split(';')

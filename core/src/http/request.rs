@@ -62,6 +62,8 @@ pub struct RequestHead {
     pub method: Method,
     /// The path of the request target, without the query string.
     pub path: String,
+    /// The query string (after `?`, as written; empty without one).
+    pub query: String,
     /// HTTP/1.0 (rather than 1.1).
     pub http10: bool,
     /// How the body is delimited.
@@ -170,7 +172,10 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
     if !target.starts_with('/') {
         return Err(HttpError::Malformed("the request target must be a path"));
     }
-    let path = target.split('?').next().unwrap_or(target).to_owned();
+    let (path, query) = match target.split_once('?') {
+        Some((path, query)) => (path.to_owned(), query.to_owned()),
+        None => (target.to_owned(), String::new()),
+    };
 
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
@@ -275,6 +280,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
     Ok(RequestHead {
         method,
         path,
+        query,
         http10,
         framing,
         keep_alive,

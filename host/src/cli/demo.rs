@@ -70,7 +70,16 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
     config.apis = chatgate_core::Apis {
         responses: true,
         messages: true,
+        stored: true,
     };
+    // Responses are kept beside the demo's ledger, for as long as OpenAI
+    // keeps them.
+    config.responses_kept = Some(chatgate_core::ResponsesKeeping::default());
+    let responses_path =
+        std::env::temp_dir().join(format!("chatgate-demo-{}.redb", std::process::id()));
+    let responses = crate::stores::responses::ResponsesStore::open(
+        &chatgate_core::ResponsesStoreAt::File(responses_path.to_string_lossy().into_owned()),
+    )?;
     let gateway = Gateway::new(
         super::serve::with_signing_secret(config),
         keys,
@@ -122,6 +131,7 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         otlp: None,
         tls: None,
         admin_tls: None,
+        responses: Some(responses),
     };
     Ok(run_bound(
         rt,

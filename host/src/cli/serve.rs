@@ -73,6 +73,10 @@ pub(super) fn start_serving<R: Runtime>(
     let (keys, raw_keys) = load_keys(&cfg, &keys_src, bin)?;
     let summary = cfg.summary(keys.len());
     let ledger = Ledger::open(&cfg.ledger_path)?;
+    let responses = match &cfg.responses_store {
+        Some(at) => Some(crate::stores::responses::ResponsesStore::open(at)?),
+        None => None,
+    };
     let gateway = Gateway::new(
         with_signing_secret(cfg.gateway.clone()),
         keys,
@@ -135,6 +139,7 @@ pub(super) fn start_serving<R: Runtime>(
         otlp: cfg.otlp.clone().map(|e| (e, cfg.upstream_ca.clone())),
         tls,
         admin_tls,
+        responses,
     };
     Ok(run_bound(
         rt,
@@ -283,6 +288,8 @@ pub(super) struct Bound {
     pub(super) tls: Option<Arc<ListenerTls>>,
     /// TLS on the admin listener.
     pub(super) admin_tls: Option<Arc<ListenerTls>>,
+    /// The Responses API's store, when it keeps responses.
+    pub(super) responses: Option<Arc<crate::stores::responses::ResponsesStore>>,
 }
 
 pub(super) fn run_bound<R: Runtime>(
@@ -306,6 +313,7 @@ pub(super) fn run_bound<R: Runtime>(
         otlp,
         tls,
         admin_tls,
+        responses,
     } = bound;
     let addr = match listener.local_addr() {
         Ok(a) => a,
@@ -322,6 +330,7 @@ pub(super) fn run_bound<R: Runtime>(
         draining: event_listener::Event::new(),
         tls,
         admin_tls,
+        responses,
     });
     if let (Some(src), Some(raw)) = (&keys_src, raw_keys) {
         crate::reload::keys::watch_postgres(&shared, src, raw);
@@ -355,6 +364,9 @@ pub(super) fn run_bound<R: Runtime>(
         ));
     }
     rt.spawn(crate::provider::probe::run(Arc::clone(&shared)));
+    if let Some(store) = &shared.responses {
+        rt.spawn(Arc::clone(store).reap(rt.clone(), Arc::clone(&shared.gateway)));
+    }
     let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!("starting: {summary} open_files={files}");
     // The handlers go in before the address is announced: whoever reads the

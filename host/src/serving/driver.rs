@@ -59,6 +59,8 @@ pub(crate) struct Shared<R: Runtime> {
     pub tls: Option<Arc<crate::tls::listener::ListenerTls>>,
     /// TLS on the admin listener, when configured.
     pub admin_tls: Option<Arc<crate::tls::listener::ListenerTls>>,
+    /// The Responses API's store, when it keeps responses.
+    pub responses: Option<Arc<crate::stores::responses::ResponsesStore>>,
 }
 
 /// What woke a connection's task.
@@ -78,6 +80,7 @@ enum Wake {
 enum StoreAnswer {
     Admission(chatgate_core::SharedAdmission),
     Recall(Result<Vec<Option<Vec<u8>>>, chatgate_core::StoreError>),
+    Responses(Result<chatgate_core::StoreReply, chatgate_core::StoreError>),
 }
 
 /// The shared store's answer a connection waits for: an admission, or the
@@ -336,14 +339,23 @@ impl<'s, R: Runtime> Task<'s, R> {
                     }));
                     self.g_admit.reset();
                 }
+                Event::Responses(ask) => {
+                    let shared = Arc::clone(shared);
+                    self.admitting = Some(Box::pin(async move {
+                        StoreAnswer::Responses(match shared.responses.clone() {
+                            Some(store) => store.answer(&shared.rt, &shared.gateway, ask).await,
+                            None => Err(chatgate_core::StoreError::NotConfigured),
+                        })
+                    }));
+                    self.g_admit.reset();
+                }
                 Event::Remember(remember) => {
                     let shared = Arc::clone(shared);
                     shared.rt.clone().spawn(async move {
-                        if let Some(l) = &shared.shared_limits {
-                            if let Err(e) = l.remember(&remember).await {
+                        if let Some(l) = &shared.shared_limits
+                            && let Err(e) = l.remember(&remember).await {
                                 tracing::warn!(error = %e, "the shared reasoning memory could not be written");
                             }
-                        }
                     });
                 }
                 Event::Settle(settlement) => {
@@ -424,20 +436,20 @@ impl<'s, R: Runtime> Task<'s, R> {
         {
             return Poll::Ready(Wake::Drain);
         }
-        if let Some(a) = self.admitting.as_mut() {
-            if let Poll::Ready(v) = self.g_admit.poll(cx, |cx| a.as_mut().poll(cx)) {
-                return Poll::Ready(Wake::Admitted(v));
-            }
+        if let Some(a) = self.admitting.as_mut()
+            && let Poll::Ready(v) = self.g_admit.poll(cx, |cx| a.as_mut().poll(cx))
+        {
+            return Poll::Ready(Wake::Admitted(v));
         }
-        if let Some(c) = self.connecting.as_mut() {
-            if let Poll::Ready(r) = self.g_connect.poll(cx, |cx| c.as_mut().poll(cx)) {
-                let (upstream, from) = (&mut self.upstream, &mut self.upstream_from);
-                return Poll::Ready(Wake::Connected(r.map(|(s, reused, connector)| {
-                    *upstream = Some(s);
-                    *from = Some(connector);
-                    reused
-                })));
-            }
+        if let Some(c) = self.connecting.as_mut()
+            && let Poll::Ready(r) = self.g_connect.poll(cx, |cx| c.as_mut().poll(cx))
+        {
+            let (upstream, from) = (&mut self.upstream, &mut self.upstream_from);
+            return Poll::Ready(Wake::Connected(r.map(|(s, reused, connector)| {
+                *upstream = Some(s);
+                *from = Some(connector);
+                reused
+            })));
         }
         if let Some(up) = self.upstream.as_mut() {
             if let Some(tx) = self.conn.poll_upstream_transmit() {
@@ -447,13 +459,12 @@ impl<'s, R: Runtime> Task<'s, R> {
                 {
                     return Poll::Ready(Wake::UpWritten(r));
                 }
-            } else if self.up_dirty {
-                if let Poll::Ready(r) = self
+            } else if self.up_dirty
+                && let Poll::Ready(r) = self
                     .g_up_write
                     .poll(cx, |cx| Pin::new(&mut *up).poll_flush(cx))
-                {
-                    return Poll::Ready(Wake::UpFlushed(r));
-                }
+            {
+                return Poll::Ready(Wake::UpFlushed(r));
             }
         }
         if let Some(tx) = self.conn.poll_client_transmit() {
@@ -465,22 +476,20 @@ impl<'s, R: Runtime> Task<'s, R> {
                 return Poll::Ready(Wake::ClientWritten(r));
             }
         }
-        if want_up {
-            if let Some(up) = self.upstream.as_mut() {
-                let emptied = &mut self.upstream_emptied;
-                if let Poll::Ready(r) = with_scratch(|buf| {
-                    self.g_up_read.poll(cx, |cx| {
-                        if *emptied {
-                            if let Some(tcp) = up.plain() {
-                                std::task::ready!(rt.poll_readable(tcp, cx))?;
-                            }
-                            *emptied = false;
+        if want_up && let Some(up) = self.upstream.as_mut() {
+            let emptied = &mut self.upstream_emptied;
+            if let Poll::Ready(r) = with_scratch(|buf| {
+                self.g_up_read.poll(cx, |cx| {
+                    if *emptied {
+                        if let Some(tcp) = up.plain() {
+                            std::task::ready!(rt.poll_readable(tcp, cx))?;
                         }
-                        Pin::new(up).poll_read(cx, buf)
-                    })
-                }) {
-                    return Poll::Ready(Wake::UpRead(r));
-                }
+                        *emptied = false;
+                    }
+                    Pin::new(up).poll_read(cx, buf)
+                })
+            }) {
+                return Poll::Ready(Wake::UpRead(r));
             }
         }
         if want_client {
@@ -529,6 +538,10 @@ impl<'s, R: Runtime> Task<'s, R> {
             Wake::Admitted(StoreAnswer::Recall(found)) => {
                 self.admitting = None;
                 conn.handle_recall(t, found);
+            }
+            Wake::Admitted(StoreAnswer::Responses(reply)) => {
+                self.admitting = None;
+                conn.handle_responses(t, reply);
             }
             Wake::Connected(Ok(reused)) => {
                 self.connecting = None;

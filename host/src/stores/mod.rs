@@ -4,8 +4,8 @@
 //! the ledger's shipping and what is read back from it, the keys, the
 //! console's sessions), the shared limiter over Redis (`redis/`: its
 //! client, which server a command goes to — one, the Sentinels' primary, a
-//! cluster's — and the connections), and where spend is rebuilt from
-//! (`spend`).
+//! cluster's — and the connections), the Responses API's kept responses
+//! (`responses/`), and where spend is rebuilt from (`spend`).
 
 pub(crate) mod audit;
 pub(crate) mod keys;
@@ -13,4 +13,5 @@ pub(crate) mod keys_file;
 pub(crate) mod ledger;
 pub(crate) mod postgres;
 pub(crate) mod redis;
+pub(crate) mod responses;
 pub(crate) mod spend;

@@ -142,6 +142,8 @@ pub struct ResponseStream {
     open: Vec<usize>,
     finish_reason: Option<String>,
     ended: bool,
+    /// The last event's response object, for the store.
+    kept_object: Option<Vec<u8>>,
     /// The shape of the last chunk that carried one text delta and nothing
     /// else: a chunk with the same text before and after its string is the
     /// same kind of delta (see [`ResponseStream::chunk`]).
@@ -173,6 +175,7 @@ impl ResponseStream {
             shortcut: true,
             finish_reason: None,
             ended: false,
+            kept_object: None,
         }
     }
 
@@ -201,16 +204,15 @@ impl ResponseStream {
         }
         // A chunk shaped like the last one-delta chunk (see `Shape`): the
         // same kind of delta, for the same item, if it is still open.
-        if let Some(shape) = &self.shape {
-            if let Some(text) = shape
+        if let Some(shape) = &self.shape
+            && let Some(text) = shape
                 .delta(data)
                 .filter(|_| self.open.contains(&shape.kind))
-            {
-                if text.len() > 2 {
-                    self.text_delta(shape.kind, text, out)?;
-                }
-                return Ok(());
+        {
+            if text.len() > 2 {
+                self.text_delta(shape.kind, text, out)?;
             }
+            return Ok(());
         }
         self.shape = None;
         // What is copied from it must be text every client can read.
@@ -223,10 +225,10 @@ impl ResponseStream {
                 .map(|r| &data[r])
                 .filter(|t| t.starts_with(b"\"") && t.len() > 2)
         };
-        if let Some(m) = text(&found.model) {
-            if self.model.is_empty() {
-                self.model = m.to_vec();
-            }
+        if let Some(m) = text(&found.model)
+            && self.model.is_empty()
+        {
+            self.model = m.to_vec();
         }
         self.start(out);
         // A chunk of one text delta and nothing else gives its shape.
@@ -572,6 +574,15 @@ impl ResponseStream {
             o.extend_from_slice(b",\"response\":");
             o.extend_from_slice(&response);
         });
+        if self.asked.kept.as_ref().is_some_and(|k| k.store) {
+            self.kept_object = Some(response);
+        }
+    }
+
+    /// The last event's response object, when the response is kept (the
+    /// store's record of it).
+    pub fn take_object(&mut self) -> Option<Vec<u8>> {
+        self.kept_object.take()
     }
 
     /// The response object: what was asked, and the items so far.
@@ -630,9 +641,19 @@ impl ResponseStream {
         } else {
             b"],\"parallel_tool_calls\":false"
         });
-        o.extend_from_slice(
-            b",\"store\":false,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":null}",
-        );
+        match &self.asked.kept {
+            Some(kept) => {
+                o.extend_from_slice(b",\"previous_response_id\":");
+                o.extend_from_slice(kept.previous.as_deref().unwrap_or(b"null"));
+                o.extend_from_slice(if kept.store {
+                    b",\"store\":true"
+                } else {
+                    b",\"store\":false"
+                });
+            }
+            None => o.extend_from_slice(b",\"store\":false"),
+        }
+        o.extend_from_slice(b",\"tool_choice\":\"auto\",\"tools\":[],\"usage\":null}");
     }
 
     /// Item `i` as the `output` array and `output_item` events show it.

@@ -23,10 +23,12 @@
 //! | `temperature`, `top_p`, `parallel_tool_calls`, `tool_choice`, `stream`, `prompt_cache_key`, `user`, `safety_identifier` | the same |
 //! | `include: ["reasoning.encrypted_content"]` | the answer's reasoning items carry the reasoning sealed (`encrypted_content`) |
 //! | `store`, `metadata`, `client_metadata`, `truncation`, `service_tier`, `text.verbosity`, any other | read and left out |
-//! | `previous_response_id`, `conversation`, `prompt`, `background: true`, `item_reference` | refused: nothing is stored |
+//! | `previous_response_id`, `item_reference` | with the store on: the conversation it continues comes first, the item it names stands in its place (`stored.rs`); with it off, refused |
+//! | `conversation`, `prompt`, `background: true` | refused |
 
 use std::borrow::Cow;
 
+use super::stored::{Stored, item_not_found};
 use crate::dialect::chat::{Call, Message, Part, push_call, write_messages, write_tools};
 use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
 use crate::error::ApiError;
@@ -50,6 +52,18 @@ pub struct Asked {
     /// `include` names `reasoning.encrypted_content`: reasoning items carry
     /// the reasoning sealed.
     pub encrypted_reasoning: bool,
+    /// The gateway keeps responses: the response object says whether this
+    /// one is kept (`store`) and the one it continued.
+    pub kept: Option<Kept>,
+}
+
+/// What a response object says of the store, with the store on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Kept {
+    /// It is kept (`store` was not false).
+    pub store: bool,
+    /// `previous_response_id`, as written (a JSON string).
+    pub previous: Option<Vec<u8>>,
 }
 
 /// A namespace's function, as the provider knows it.
@@ -80,21 +94,34 @@ const NAMESPACE_SEPARATOR: &str = "__";
 
 /// The chat request for `body`, and what the answer's translation needs.
 /// With `replay` (some model replays reasoning), reasoning items go to the
-/// provider as their assistant message's reasoning.
-pub fn translate(
-    body: &[u8],
+/// provider as their assistant message's reasoning. With `stored` (the
+/// gateway keeps responses), the conversation `previous_response_id`
+/// continues comes before the input, and each `item_reference` stands for
+/// the item it names.
+pub fn translate<'a>(
+    body: &'a [u8],
     replay: Option<&ReasoningSeal>,
+    stored: Option<&Stored<'a>>,
 ) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Top::read(body)?;
     let model = top.model.ok_or_else(|| ApiError::missing("model"))?;
     if !model.starts_with(b"\"") {
         return Err(ApiError::invalid_type("model", "a string"));
     }
-    refuse_stored(&top)?;
+    refuse_stored(&top, stored.is_some())?;
     let mut asked = Asked {
         parallel_tool_calls: true,
         ..Asked::default()
     };
+    if stored.is_some() {
+        asked.kept = Some(Kept {
+            store: top.store != Some(b"false".as_slice()),
+            previous: top
+                .previous_response_id
+                .filter(|r| !is_null(r))
+                .map(<[u8]>::to_vec),
+        });
+    }
     let mut out = Vec::with_capacity(body.len() + 256);
     out.extend_from_slice(b"{\"model\":");
     out.extend_from_slice(model);
@@ -112,7 +139,7 @@ pub fn translate(
             Cursor::whole(n, Cursor::str).is_ok_and(|n| &*n == b"reasoning.encrypted_content")
         });
     }
-    let messages = messages(&top, replay)?;
+    let messages = messages(&top, replay, stored)?;
     out.extend_from_slice(b",\"messages\":");
     write_messages(&mut out, &messages);
     if !tools.is_empty() {
@@ -147,10 +174,10 @@ pub fn translate(
             member(&mut out, "reasoning_effort", effort);
         }
     }
-    if let Some(raw) = top.text.filter(|r| !is_null(r)) {
-        if let Some(format) = object(raw, "text")?.get(b"format").filter(|r| !is_null(r)) {
-            response_format(&mut out, format)?;
-        }
+    if let Some(raw) = top.text.filter(|r| !is_null(r))
+        && let Some(format) = object(raw, "text")?.get(b"format").filter(|r| !is_null(r))
+    {
+        response_format(&mut out, format)?;
     }
     if let Some(raw) = top.stream.filter(|r| !is_null(r)) {
         asked.stream = raw == b"true";
@@ -183,6 +210,7 @@ struct Top<'a> {
     prompt: Option<&'a [u8]>,
     background: Option<&'a [u8]>,
     include: Option<&'a [u8]>,
+    store: Option<&'a [u8]>,
 }
 
 impl<'a> Top<'a> {
@@ -213,6 +241,7 @@ impl<'a> Top<'a> {
                 b"prompt" => &mut top.prompt,
                 b"background" => &mut top.background,
                 b"include" => &mut top.include,
+                b"store" => &mut top.store,
                 _ => continue,
             };
             if slot.replace(raw).is_some() {
@@ -226,15 +255,27 @@ impl<'a> Top<'a> {
     }
 }
 
-/// What needs a stored response, conversation or prompt: refused, with
-/// what to do instead.
-fn refuse_stored(top: &Top<'_>) -> Result<(), ApiError> {
+/// What needs a stored response (unless the gateway keeps them: `kept`),
+/// conversation or prompt: refused, with what to do instead.
+fn refuse_stored(top: &Top<'_>, kept: bool) -> Result<(), ApiError> {
     let stored = [
-        ("previous_response_id", top.previous_response_id),
+        (
+            "previous_response_id",
+            top.previous_response_id.filter(|_| !kept),
+        ),
         ("conversation", top.conversation),
         ("prompt", top.prompt),
     ];
     for (name, raw) in stored {
+        if kept && raw.is_some_and(|r| !is_null(r)) {
+            return Err(ApiError::invalid_value(
+                name,
+                format!(
+                    "'{name}' is not supported: this gateway keeps responses, not conversations \
+                     or prompts. Continue a conversation with 'previous_response_id'."
+                ),
+            ));
+        }
         if raw.is_some_and(|r| !is_null(r)) {
             return Err(ApiError::invalid_value(
                 name,
@@ -436,10 +477,11 @@ fn response_format(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `instructions` and `input` as chat messages.
+/// `instructions`, the stored conversation and `input` as chat messages.
 fn messages<'a>(
     top: &Top<'a>,
     replay: Option<&ReasoningSeal>,
+    stored: Option<&Stored<'a>>,
 ) -> Result<Vec<Message<'a>>, ApiError> {
     let mut out = Vec::new();
     // Reasoning items read, for the next assistant message.
@@ -450,18 +492,32 @@ fn messages<'a>(
         })?]));
     }
     let input = top.input.ok_or_else(|| ApiError::missing("input"))?;
-    if input.starts_with(b"\"") {
-        out.push(Message::User(vec![Part::Text(input)]));
-        return Ok(out);
-    }
-    if !input.starts_with(b"[") {
+    let text_input = input.starts_with(b"\"");
+    if !text_input && !input.starts_with(b"[") {
         return Err(ApiError::invalid_type("input", "a string or an array"));
+    }
+    // The items in order, each with its place for errors: the stored
+    // conversation's, then the input's (a reference as the item it names).
+    let mut items: Vec<(Place, &'a [u8])> = Vec::new();
+    if let Some(stored) = stored {
+        items.extend(stored.context.iter().map(|it| (Place::Stored, *it)));
+    }
+    if !text_input {
+        let referenced = stored.filter(|s| !s.items.is_empty());
+        for (i, item) in array(input, "input")?.into_iter().enumerate() {
+            let named = referenced.and_then(|s| {
+                let it = Object::read(item).ok()?;
+                (it.get(b"type")? == b"\"item_reference\"").then_some(())?;
+                s.item(&super::stored::item_id(item)?)
+            });
+            items.push((Place::Input(i), named.unwrap_or(item)));
+        }
     }
     // Images a tool returned, sent after the tool messages as the user's.
     let mut images: Vec<Part<'a>> = Vec::new();
-    for (i, item) in array(input, "input")?.into_iter().enumerate() {
-        let at = |field: &str| format!("input[{i}].{field}");
-        let it = object(item, &format!("input[{i}]"))?;
+    for (place, item) in items {
+        let at = |field: &str| format!("{}.{field}", place.name());
+        let it = object(item, &place.name())?;
         let kind = match it.get(b"type") {
             Some(k) => text(k, &|| at("type"))?,
             None if it.get(b"role").is_some() => Cow::Borrowed("message"),
@@ -547,6 +603,10 @@ fn messages<'a>(
             | "mcp_approval_request"
             | "mcp_approval_response"
             | "mcp_call" => {}
+            "item_reference" if stored.is_some() => {
+                let id = it.required("id", &at)?;
+                return Err(item_not_found(&text(id, &|| at("id"))?));
+            }
             "item_reference" => {
                 return Err(ApiError::invalid_value(
                     at("type"),
@@ -565,7 +625,28 @@ fn messages<'a>(
     if !images.is_empty() {
         out.push(Message::User(images));
     }
+    if text_input {
+        out.push(Message::User(vec![Part::Text(input)]));
+    }
     Ok(out)
+}
+
+/// Where an item came from, for the errors that name it.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// The stored conversation `previous_response_id` continues.
+    Stored,
+    /// `input[i]`.
+    Input(usize),
+}
+
+impl Place {
+    fn name(self) -> String {
+        match self {
+            Place::Stored => "previous_response_id".into(),
+            Place::Input(i) => format!("input[{i}]"),
+        }
+    }
 }
 
 /// The reasoning a `reasoning` item carries back, as a JSON string: the

@@ -12,14 +12,14 @@ const TURN1: &[u8] = include_bytes!("../../../../tests/fixtures/codex/codex-0.16
 const TURN2: &[u8] = include_bytes!("../../../../tests/fixtures/codex/codex-0.169.0-turn2.json");
 
 fn chat(body: &[u8]) -> (Value, Asked) {
-    let (out, asked) = translate(body, None).unwrap_or_else(|e| panic!("{e:?}"));
+    let (out, asked) = translate(body, None, None).unwrap_or_else(|e| panic!("{e:?}"));
     let v = serde_json::from_slice(&out)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
     (v, asked)
 }
 
 fn refused(body: Value) -> (String, String) {
-    let e = translate(body.to_string().as_bytes(), None).expect_err("refused");
+    let e = translate(body.to_string().as_bytes(), None, None).expect_err("refused");
     (e.param.unwrap_or_default(), e.message)
 }
 
@@ -273,7 +273,7 @@ fn syntax_errors_and_duplicates_are_invalid_json() {
         b"",
         b"{\"model\":\"m\",\"model\":\"n\",\"input\":\"x\"}",
     ] {
-        let e = translate(body, None).expect_err("refused");
+        let e = translate(body, None, None).expect_err("refused");
         assert_eq!(e.code, "invalid_json", "{}", String::from_utf8_lossy(body));
     }
 }
@@ -362,6 +362,7 @@ fn namespaced() -> Asked {
             {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "g"}]}]})
         .to_string()
         .as_bytes(),
+        None,
         None,
     )
     .unwrap();
@@ -611,7 +612,7 @@ fn the_reason_passed_in_decides_and_usage_cannot_overflow() {
 
 #[test]
 fn a_bad_byte_is_placed_where_it_is() {
-    let e = translate(b"{\"model\":\"m\",\"input\":\"\xff\"}", None).expect_err("refused");
+    let e = translate(b"{\"model\":\"m\",\"input\":\"\xff\"}", None, None).expect_err("refused");
     assert_eq!(e.code, "invalid_json");
     assert!(e.message.contains("column"), "{}", e.message);
 }

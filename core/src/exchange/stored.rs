@@ -1,0 +1,466 @@
+//! The Responses API's state through the exchange: a request's stored
+//! conversation and references read before it is translated, the response
+//! kept before its last bytes go out, and the calls on a kept response
+//! (`GET`, `DELETE`, `input_items`, `cancel`). What is kept and how ids
+//! and items are read is `dialect::responses::stored`; the runtime only
+//! reads and writes the records ([`Event::Responses`]).
+
+use super::request::Dialect;
+use super::respond::common_headers;
+use super::{Connection, Event, Phase};
+use crate::dialect::responses::stored::{
+    self, Page, Stored, StoredResponse, Wants, item_not_found, not_found, owner_of,
+    previous_not_found,
+};
+use crate::error::{ApiError, StoreError};
+use crate::http::Method;
+use crate::http::write::{self, header, header_u64};
+use crate::time::Instant;
+
+/// What the runtime is asked to do with the Responses API's store
+/// ([`Event::Responses`]); it answers with
+/// [`Connection::handle_responses`], even if the client has gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreAsk {
+    /// Read `key`'s responses: `chain`, with every response before it in
+    /// its conversation; and `responses`. Answer [`StoreReply::Read`].
+    Read {
+        /// The key's name: another key's responses are not there.
+        key: String,
+        /// A response to read with its conversation.
+        chain: Option<String>,
+        /// Responses to read alone.
+        responses: Vec<String>,
+    },
+    /// Keep this response (it replaces nothing: its id is new), and make
+    /// each response its conversation holds (`ancestors`) last as long.
+    /// Answer [`StoreReply::Kept`].
+    Keep(Box<StoredResponse>),
+    /// Forget `key`'s response `id`. Answer [`StoreReply::Deleted`].
+    Delete {
+        /// The key's name.
+        key: String,
+        /// The response.
+        id: String,
+    },
+}
+
+/// The store's answer to a [`StoreAsk`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreReply {
+    /// What [`StoreAsk::Read`] found of the key's, not expired.
+    Read {
+        /// The conversation asked for, oldest first, the response asked
+        /// for last; those not found are missing (none when it is).
+        chain: Vec<StoredResponse>,
+        /// The responses asked for alone that were found.
+        responses: Vec<StoredResponse>,
+        /// The bytes kept for the key.
+        key_bytes: u64,
+    },
+    /// Kept.
+    Kept,
+    /// Whether there was such a response to forget.
+    Deleted(bool),
+}
+
+/// A Responses request with the store on: what it needs, what was read
+/// for it, and what is kept of it.
+#[derive(Debug, Default)]
+pub(super) struct Storing {
+    wants: Wants,
+    /// The conversation it continues, oldest first.
+    chain: Vec<StoredResponse>,
+    /// The responses its references name.
+    referenced: Vec<StoredResponse>,
+    /// Its input as kept (after translation).
+    input: Vec<u8>,
+    /// The answer's response object, when it is kept.
+    pub(super) object: Option<Vec<u8>>,
+}
+
+impl Storing {
+    /// What the translation takes from the store.
+    pub(super) fn stored(&self) -> Stored<'_> {
+        let all = || self.chain.iter().chain(&self.referenced);
+        Stored {
+            context: stored::context(&self.chain),
+            items: self
+                .wants
+                .references
+                .iter()
+                .filter_map(|id| Some((id.clone(), all().find_map(|r| r.item(id))?)))
+                .collect(),
+        }
+    }
+
+    /// Notes the request's input as kept, from its body (before it is
+    /// replaced by the chat request).
+    pub(super) fn note_input(&mut self, body: &[u8], request_id: &str) {
+        let digits = request_id.trim_start_matches("req_");
+        let input = stored::stored_input(body, digits, &self.stored());
+        self.input = input;
+    }
+
+    /// A response to keep whose input alone is more than the store keeps
+    /// for one response: refused before the provider is asked.
+    pub(super) fn too_large(&self, max_bytes: u64) -> Option<ApiError> {
+        let bytes = self.input.len() as u64;
+        (self.wants.store && bytes > max_bytes).then(|| {
+            ApiError::invalid_value(
+                "input",
+                format!(
+                    "The input is {}; this gateway keeps responses of at most {}. Send \
+                     'store': false, or a shorter input.",
+                    bytes_shown(bytes),
+                    bytes_shown(max_bytes)
+                ),
+            )
+        })
+    }
+}
+
+/// A call on a kept response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum StoredCall {
+    /// `GET /v1/responses/{id}`.
+    Retrieve(String),
+    /// `DELETE /v1/responses/{id}`.
+    Delete(String),
+    /// `GET /v1/responses/{id}/input_items`.
+    InputItems(String, Page),
+    /// `POST /v1/responses/{id}/cancel`.
+    Cancel(String),
+}
+
+impl Connection {
+    /// A Responses request with the store on: what it needs read is asked
+    /// for ([`Event::Responses`]; true: the request waits for
+    /// [`Connection::handle_responses`], or was answered with an error).
+    /// False when it goes on to its translation at once.
+    pub(super) fn read_stored(&mut self, now: Instant) -> bool {
+        if self.gw.config().responses_kept.is_none() {
+            return false;
+        }
+        let req = self.req.as_mut().expect("request in progress");
+        if !matches!(req.dialect.as_deref(), Some(Dialect::Responses(..))) {
+            return false;
+        }
+        let wants = match stored::wants(&req.body) {
+            Ok(w) => w,
+            Err(e) => {
+                req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+                self.respond_error(now, e, false);
+                return true;
+            }
+        };
+        let mut responses = Vec::new();
+        for id in &wants.references {
+            match owner_of(id) {
+                Some(owner) if !responses.contains(&owner) => responses.push(owner),
+                Some(_) => {}
+                None => {
+                    req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+                    self.respond_error(now, item_not_found(id), false);
+                    return true;
+                }
+            }
+        }
+        let ask = wants.store || wants.previous.is_some() || !responses.is_empty();
+        let key = req.key.as_ref().map_or("", |k| k.name.as_str()).to_owned();
+        let chain = wants.previous.clone();
+        req.storing = Some(Box::new(Storing {
+            wants,
+            ..Storing::default()
+        }));
+        if !ask {
+            return false;
+        }
+        self.phase = Phase::Resolving;
+        self.events.push_back(Event::Responses(StoreAsk::Read {
+            key,
+            chain,
+            responses,
+        }));
+        true
+    }
+
+    /// The store answered [`Event::Responses`].
+    pub fn handle_responses(&mut self, now: Instant, reply: Result<StoreReply, StoreError>) {
+        if self.awaiting_store {
+            self.awaiting_store = false;
+            if let Err(e) = &reply {
+                tracing::error!(
+                    request_id = self.req.as_ref().map_or("", |r| r.id.as_str()),
+                    error = %e,
+                    "the response could not be kept: it was answered, and cannot be retrieved or continued"
+                );
+                self.gw.metrics().responses_store_failed();
+            }
+            self.release_held(now);
+            return;
+        }
+        if self.phase != Phase::Resolving {
+            self.after(now);
+            return;
+        }
+        let call = self.req.as_mut().and_then(|r| r.call.take());
+        match call {
+            Some(call) => self.answer_call(now, call, reply),
+            None => self.resolved(now, reply),
+        }
+        self.after(now);
+    }
+
+    /// A request's stored conversation and references arrived: checked,
+    /// then the request goes on to its translation.
+    fn resolved(&mut self, now: Instant, reply: Result<StoreReply, StoreError>) {
+        let keeping = self.gw.config().responses_kept.unwrap_or_default();
+        let req = self.req.as_mut().expect("request in progress");
+        let key = req.key.as_ref().map_or("", |k| k.name.as_str()).to_owned();
+        let storing = req.storing.as_mut().expect("asked for it");
+        let (chain, responses, key_bytes) = match reply {
+            Ok(StoreReply::Read {
+                chain,
+                responses,
+                key_bytes,
+            }) => (chain, responses, key_bytes),
+            Ok(_) | Err(_) => {
+                let why = match reply {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "it answered something else".into(),
+                };
+                tracing::warn!(error = %why, "the responses store could not be read");
+                req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+                let e = ApiError::overloaded("The responses store cannot be read; retry shortly.");
+                return self.respond_error(now, e, false);
+            }
+        };
+        let mine = |r: &StoredResponse| r.key == key;
+        let refused = if let Some(previous) = &storing.wants.previous {
+            whole_chain(previous, &chain, &key).err()
+        } else {
+            None
+        };
+        storing.chain = chain.into_iter().filter(mine).collect();
+        storing.referenced = responses.into_iter().filter(mine).collect();
+        let missing = storing.wants.references.iter().find(|id| {
+            !storing
+                .chain
+                .iter()
+                .chain(&storing.referenced)
+                .any(|r| r.item(id).is_some())
+        });
+        let refused = refused.or_else(|| missing.map(|id| item_not_found(id)));
+        let refused = refused.or_else(|| {
+            (storing.wants.store && key_bytes >= keeping.key_max_bytes).then(|| {
+                ApiError::invalid_value(
+                    "store",
+                    format!(
+                        "This key keeps {} of responses, its cap: delete some (DELETE \
+                         /v1/responses/{{id}}), let them expire, or send 'store': false.",
+                        bytes_shown(key_bytes)
+                    ),
+                )
+            })
+        });
+        if let Some(e) = refused {
+            req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+            return self.respond_error(now, e, false);
+        }
+        self.translate_chat(now);
+    }
+
+    /// The record of a kept response for the ledger's request: queued
+    /// ([`StoreAsk::Keep`]) before its ledger line, its last bytes held
+    /// until both are written. The record names it.
+    pub(super) fn keep_response(&mut self, now: Instant, rec: &mut crate::ledger::LedgerRecord) {
+        let Some(keeping) = self.gw.config().responses_kept else {
+            return;
+        };
+        let wall = self.gw.wall();
+        let Some(req) = self.req.as_mut() else { return };
+        let Some(storing) = req.storing.as_mut() else {
+            return;
+        };
+        let Some(object) = storing.object.take().filter(|_| storing.wants.store) else {
+            return;
+        };
+        let ancestors = storing.chain.iter().map(|r| r.id.clone()).collect();
+        let record = StoredResponse {
+            id: stored::response_id(&req.id),
+            key: rec.key.clone(),
+            created_at: wall.unix_secs(req.started),
+            expires_at: wall.unix_secs(now).saturating_add(keeping.ttl.as_secs()),
+            previous: storing.wants.previous.clone(),
+            ancestors,
+            input: std::mem::take(&mut storing.input),
+            object,
+        };
+        if record.bytes() > keeping.max_bytes {
+            tracing::warn!(
+                request_id = %req.id,
+                bytes = record.bytes(),
+                cap = keeping.max_bytes,
+                "the response is larger than the responses store keeps (--responses-max-bytes): answered, not kept"
+            );
+            self.gw.metrics().responses_store_failed();
+            return;
+        }
+        rec.response_id = Some(record.id.clone());
+        self.events
+            .push_back(Event::Responses(StoreAsk::Keep(Box::new(record))));
+        self.awaiting_store = true;
+    }
+
+    /// A call on a kept response, authenticated: what it needs is asked of
+    /// the store.
+    pub(super) fn start_stored_call(&mut self, call: StoredCall) {
+        let req = self.req.as_mut().expect("request in progress");
+        let key = req.key.as_ref().map_or("", |k| k.name.as_str()).to_owned();
+        let ask = match &call {
+            StoredCall::Retrieve(id) | StoredCall::Cancel(id) => StoreAsk::Read {
+                key,
+                chain: None,
+                responses: vec![id.clone()],
+            },
+            StoredCall::InputItems(id, _) => StoreAsk::Read {
+                key,
+                chain: Some(id.clone()),
+                responses: Vec::new(),
+            },
+            StoredCall::Delete(id) => StoreAsk::Delete {
+                key,
+                id: id.clone(),
+            },
+        };
+        req.call = Some(call);
+        self.phase = Phase::Resolving;
+        self.events.push_back(Event::Responses(ask));
+    }
+
+    /// The store answered a call on a kept response.
+    fn answer_call(
+        &mut self,
+        now: Instant,
+        call: StoredCall,
+        reply: Result<StoreReply, StoreError>,
+    ) {
+        let key = self
+            .req
+            .as_ref()
+            .and_then(|r| r.key.as_ref())
+            .map_or(String::new(), |k| k.name.clone());
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "the responses store could not be read");
+                let e = ApiError::overloaded("The responses store cannot be read; retry shortly.");
+                return self.respond_error(now, e, true);
+            }
+        };
+        let found = |list: Vec<StoredResponse>, id: &str| {
+            list.into_iter().find(|r| r.id == id && r.key == key)
+        };
+        let answer = match (call, reply) {
+            (StoredCall::Retrieve(id), StoreReply::Read { responses, .. }) => found(responses, &id)
+                .map(|r| r.object)
+                .ok_or_else(|| not_found(&id)),
+            (StoredCall::Cancel(id), StoreReply::Read { responses, .. }) => {
+                Err(match found(responses, &id) {
+                    Some(_) => ApiError::invalid_value(
+                        "response_id",
+                        "Only responses created with background=true can be cancelled.",
+                    ),
+                    None => not_found(&id),
+                })
+            }
+            (StoredCall::InputItems(id, page), StoreReply::Read { chain, .. }) => {
+                match whole_chain(&id, &chain, &key) {
+                    Ok(()) => {
+                        let (last, before) = chain.split_last().expect("checked whole");
+                        let mut items = stored::context(before);
+                        items.extend(last.input_items());
+                        Ok(page.body(&items))
+                    }
+                    Err(_) if chain.last().is_some_and(|r| r.id == id && r.key == key) => {
+                        // Its conversation is gone in part: what it has.
+                        let last = chain.last().expect("checked");
+                        Ok(page.body(&last.input_items()))
+                    }
+                    Err(_) => Err(not_found(&id)),
+                }
+            }
+            (StoredCall::Delete(id), StoreReply::Deleted(true)) => Ok(stored::deleted_body(&id)),
+            (StoredCall::Delete(id), StoreReply::Deleted(false)) => Err(not_found(&id)),
+            (call, _) => {
+                tracing::error!(?call, "the responses store answered another question");
+                Err(ApiError::overloaded(
+                    "The responses store answered wrongly; retry shortly.",
+                ))
+            }
+        };
+        match answer {
+            Ok(body) => self.respond_json(now, &body),
+            Err(e) => self.respond_error(now, e, true),
+        }
+    }
+
+    /// `200` with a JSON body.
+    fn respond_json(&mut self, now: Instant, body: &[u8]) {
+        let close = self.closing_after_this();
+        let req = self.req.as_ref().expect("request in progress");
+        let mut out = Vec::with_capacity(256 + body.len());
+        write::status_line(&mut out, 200);
+        common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
+        header(&mut out, "Content-Type", "application/json");
+        header_u64(&mut out, "Content-Length", body.len() as u64);
+        write::end_head(&mut out);
+        if req.method != Method::Head {
+            out.extend_from_slice(body);
+        }
+        self.access_log(now, 200, None);
+        self.push_client(now, &out);
+        self.end_response(close);
+    }
+}
+
+/// Whether `chain` is the whole conversation of `id` (oldest first, `id`
+/// last, every response before it there, all `key`'s); the error says
+/// what is missing.
+fn whole_chain(id: &str, chain: &[StoredResponse], key: &str) -> Result<(), ApiError> {
+    let Some(last) = chain.last().filter(|r| r.id == id && r.key == key) else {
+        return Err(previous_not_found(id));
+    };
+    let before = &chain[..chain.len() - 1];
+    let whole = before.len() == last.ancestors.len()
+        && before
+            .iter()
+            .zip(&last.ancestors)
+            .all(|(r, a)| &r.id == a && r.key == key);
+    if whole {
+        return Ok(());
+    }
+    let gone = last
+        .ancestors
+        .iter()
+        .find(|a| !before.iter().any(|r| &r.id == *a))
+        .cloned()
+        .unwrap_or_default();
+    let mut e = previous_not_found(id);
+    let id: String = id.chars().take(128).collect();
+    e.message = format!(
+        "Previous response with id '{id}' cannot be continued: response '{gone}' of its \
+         conversation was deleted or has expired."
+    );
+    Err(e)
+}
+
+/// Bytes as a person reads them.
+fn bytes_shown(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30)),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20)),
+        n => format!("{n} bytes"),
+    }
+}

@@ -1,0 +1,265 @@
+//! The Responses API's store in one file (redb): kept responses by id,
+//! when each expires (and the same ordered by time, for the reaper), and
+//! the bytes each key keeps.
+//!
+//! redb because it does this job better than code we would write: a
+//! stable file format (1.0 and later), ACID transactions whose commit is
+//! on disk when it returns (`Durability::Immediate`, its default), one
+//! writer beside many readers that never block (copy-on-write B-trees),
+//! no unsafe storage tricks, no dependencies, and a crash-safe file with
+//! nothing to recover by hand. Every call here is blocking and runs off
+//! the reactor threads.
+
+use std::path::Path;
+
+use chatgate_core::dialect::responses::stored::StoredResponse;
+use chatgate_core::{StoreAsk, StoreError, StoreReply};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::error::Error;
+
+/// Each kept response's record, by id.
+const RESPONSES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses");
+/// When each expires (Unix seconds), by id: a conversation continued
+/// later moves its responses' expiry forward without rewriting them.
+const EXPIRES: TableDefinition<&str, u64> = TableDefinition::new("expires");
+/// The same, ordered by time: what the reaper walks.
+const BY_EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("by_expiry");
+/// The bytes each key keeps, by key name.
+const KEY_BYTES: TableDefinition<&str, u64> = TableDefinition::new("key_bytes");
+
+/// Most responses forgotten in one transaction of the reaper.
+const REAP_BATCH: usize = 1_000;
+
+/// The store's file.
+pub(crate) struct Embedded {
+    db: Database,
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unreachable(format!("the responses store could not {what}: {e}"))
+}
+
+impl Embedded {
+    /// Opens (or creates) the file at `path`.
+    pub(crate) fn open(path: &str) -> Result<Embedded, Error> {
+        let refused = |e: &dyn std::fmt::Display| {
+            Error::Config(format!(
+                "cannot open the responses store '{path}' (--responses-store): {e}"
+            ))
+        };
+        if let Some(dir) = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(refused(&"its directory does not exist"));
+        }
+        let db = Database::create(path).map_err(|e| refused(&e))?;
+        let tx = db.begin_write().map_err(|e| refused(&e))?;
+        {
+            tx.open_table(RESPONSES).map_err(|e| refused(&e))?;
+            tx.open_table(EXPIRES).map_err(|e| refused(&e))?;
+            tx.open_table(BY_EXPIRY).map_err(|e| refused(&e))?;
+            tx.open_table(KEY_BYTES).map_err(|e| refused(&e))?;
+        }
+        tx.commit().map_err(|e| refused(&e))?;
+        Ok(Embedded { db })
+    }
+
+    /// Carries out `ask` at `unix` (seconds: what has expired is not
+    /// there).
+    pub(crate) fn answer(&self, ask: StoreAsk, unix: u64) -> Result<StoreReply, StoreError> {
+        match ask {
+            StoreAsk::Read {
+                key,
+                chain,
+                responses,
+            } => self.read(&key, chain.as_deref(), &responses, unix),
+            StoreAsk::Keep(record) => self.keep(&record).map(|()| StoreReply::Kept),
+            StoreAsk::Delete { key, id } => self.delete(&key, &id).map(StoreReply::Deleted),
+        }
+    }
+
+    fn read(
+        &self,
+        key: &str,
+        chain: Option<&str>,
+        responses: &[String],
+        unix: u64,
+    ) -> Result<StoreReply, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| failed("be read", e))?;
+        let records = tx.open_table(RESPONSES).map_err(|e| failed("be read", e))?;
+        let expires = tx.open_table(EXPIRES).map_err(|e| failed("be read", e))?;
+        let get = |id: &str| -> Result<Option<StoredResponse>, StoreError> {
+            let live = expires
+                .get(id)
+                .map_err(|e| failed("be read", e))?
+                .is_some_and(|at| at.value() > unix);
+            if !live {
+                return Ok(None);
+            }
+            let Some(bytes) = records.get(id).map_err(|e| failed("be read", e))? else {
+                return Ok(None);
+            };
+            match StoredResponse::decode(bytes.value()) {
+                Ok(r) if r.key == key => Ok(Some(r)),
+                Ok(_) => Ok(None),
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "a kept response is skipped");
+                    Ok(None)
+                }
+            }
+        };
+        let mut found_chain = Vec::new();
+        if let Some(last) = chain.map(get).transpose()?.flatten() {
+            for a in &last.ancestors {
+                found_chain.extend(get(a)?);
+            }
+            found_chain.push(last);
+        }
+        let mut found = Vec::new();
+        for id in responses {
+            found.extend(get(id)?);
+        }
+        let key_bytes = tx
+            .open_table(KEY_BYTES)
+            .map_err(|e| failed("be read", e))?
+            .get(key)
+            .map_err(|e| failed("be read", e))?
+            .map_or(0, |v| v.value());
+        Ok(StoreReply::Read {
+            chain: found_chain,
+            responses: found,
+            key_bytes,
+        })
+    }
+
+    fn keep(&self, r: &StoredResponse) -> Result<(), StoreError> {
+        let write = |e: &dyn std::fmt::Display| failed("be written", e);
+        let tx = self.db.begin_write().map_err(|e| write(&e))?;
+        {
+            let mut records = tx.open_table(RESPONSES).map_err(|e| write(&e))?;
+            let mut expires = tx.open_table(EXPIRES).map_err(|e| write(&e))?;
+            let mut by_expiry = tx.open_table(BY_EXPIRY).map_err(|e| write(&e))?;
+            let mut key_bytes = tx.open_table(KEY_BYTES).map_err(|e| write(&e))?;
+            let replaced = records
+                .insert(r.id.as_str(), r.encode().as_slice())
+                .map_err(|e| write(&e))?
+                .is_some();
+            if replaced {
+                // Ids are new: a record already there is a bug elsewhere,
+                // not a reason to count its bytes twice.
+                tracing::warn!(id = %r.id, "a kept response was replaced");
+            } else {
+                let before = key_bytes
+                    .get(r.key.as_str())
+                    .map_err(|e| write(&e))?
+                    .map_or(0, |v| v.value());
+                key_bytes
+                    .insert(r.key.as_str(), before.saturating_add(r.bytes()))
+                    .map_err(|e| write(&e))?;
+            }
+            // It, and every response its conversation holds, last as long
+            // as it does.
+            for id in r.ancestors.iter().chain(std::iter::once(&r.id)) {
+                let old = expires
+                    .get(id.as_str())
+                    .map_err(|e| write(&e))?
+                    .map(|v| v.value());
+                if id != &r.id && old.is_none_or(|at| at >= r.expires_at) {
+                    continue;
+                }
+                if let Some(at) = old {
+                    by_expiry.remove((at, id.as_str())).map_err(|e| write(&e))?;
+                }
+                expires
+                    .insert(id.as_str(), r.expires_at)
+                    .map_err(|e| write(&e))?;
+                by_expiry
+                    .insert((r.expires_at, id.as_str()), ())
+                    .map_err(|e| write(&e))?;
+            }
+        }
+        tx.commit().map_err(|e| write(&e))
+    }
+
+    fn delete(&self, key: &str, id: &str) -> Result<bool, StoreError> {
+        let write = |e: &dyn std::fmt::Display| failed("be written", e);
+        let tx = self.db.begin_write().map_err(|e| write(&e))?;
+        let deleted = {
+            let records = tx.open_table(RESPONSES).map_err(|e| write(&e))?;
+            let mine = records
+                .get(id)
+                .map_err(|e| write(&e))?
+                .and_then(|b| StoredResponse::decode(b.value()).ok())
+                .is_some_and(|r| r.key == key);
+            drop(records);
+            mine && forget(&tx, id)?
+        };
+        tx.commit().map_err(|e| write(&e))?;
+        Ok(deleted)
+    }
+
+    /// Forgets the responses expired at `unix`; how many.
+    pub(crate) fn reap(&self, unix: u64) -> Result<usize, StoreError> {
+        let write = |e: &dyn std::fmt::Display| failed("be written", e);
+        let mut total = 0;
+        loop {
+            let tx = self.db.begin_write().map_err(|e| write(&e))?;
+            let due: Vec<String> = {
+                let by_expiry = tx.open_table(BY_EXPIRY).map_err(|e| write(&e))?;
+                let range = by_expiry
+                    .range(..=(unix, "\u{10ffff}"))
+                    .map_err(|e| write(&e))?;
+                let mut due = Vec::new();
+                for entry in range.take(REAP_BATCH) {
+                    let (k, _) = entry.map_err(|e| write(&e))?;
+                    due.push(k.value().1.to_owned());
+                }
+                due
+            };
+            for id in &due {
+                forget(&tx, id)?;
+            }
+            tx.commit().map_err(|e| write(&e))?;
+            total += due.len();
+            if due.len() < REAP_BATCH {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// Removes response `id` (its record, its expiry, its bytes from its
+/// key's); whether it was there.
+fn forget(tx: &redb::WriteTransaction, id: &str) -> Result<bool, StoreError> {
+    let write = |e: &dyn std::fmt::Display| failed("be written", e);
+    let mut records = tx.open_table(RESPONSES).map_err(|e| write(&e))?;
+    let mut expires = tx.open_table(EXPIRES).map_err(|e| write(&e))?;
+    let mut by_expiry = tx.open_table(BY_EXPIRY).map_err(|e| write(&e))?;
+    let mut key_bytes = tx.open_table(KEY_BYTES).map_err(|e| write(&e))?;
+    if let Some(at) = expires.remove(id).map_err(|e| write(&e))? {
+        by_expiry.remove((at.value(), id)).map_err(|e| write(&e))?;
+    }
+    let Some(bytes) = records.remove(id).map_err(|e| write(&e))? else {
+        return Ok(false);
+    };
+    // A record that does not decode still leaves; its bytes are then not
+    // known, and its key's count keeps them until the key's next count.
+    if let Ok(r) = StoredResponse::decode(bytes.value()) {
+        let before = key_bytes
+            .get(r.key.as_str())
+            .map_err(|e| write(&e))?
+            .map_or(0, |v| v.value());
+        let after = before.saturating_sub(r.bytes());
+        if after == 0 {
+            key_bytes.remove(r.key.as_str()).map_err(|e| write(&e))?;
+        } else {
+            key_bytes
+                .insert(r.key.as_str(), after)
+                .map_err(|e| write(&e))?;
+        }
+    }
+    Ok(true)
+}
