@@ -29,22 +29,28 @@ command -v npm >/dev/null || die "npm not found: install npm"
 "$python" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' \
     || die "$python must be Python 3.10 or newer with the venv module"
 
-# Python: a venv with the pinned requirements.
-venv="$root/.cache/clients/venv"
-req="$root/clients/python/requirements.txt"
-stamp="$venv/.installed"
-want="$(hash_of "$req") $("$python" -c 'import sys; print(sys.version)' | head -n1) $venv"
-if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    say "python: up to date"
-else
-    say "python: creating $venv"
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-        --no-cache-dir -r "$req"
-    printf '%s\n' "$want" >"$stamp"
-fi
+# A Python venv with pinned requirements: LABEL VENV REQUIREMENTS.
+venv_pinned() {
+    local label="$1" venv="$2" req="$3" stamp want
+    stamp="$venv/.installed"
+    want="$(hash_of "$req") $("$python" -c 'import sys; print(sys.version)' | head -n1) $venv"
+    if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        say "$label: up to date"
+    else
+        say "$label: creating $venv"
+        rm -rf "$venv"
+        mkdir -p "$(dirname "$venv")"
+        "$python" -m venv "$venv"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+            --no-cache-dir -r "$req"
+        printf '%s\n' "$want" >"$stamp"
+    fi
+}
+# The OpenAI and Anthropic SDKs, LangChain, the trace receiver.
+venv_pinned python "$root/.cache/clients/venv" "$root/clients/python/requirements.txt"
+# The OpenAI Agents SDK, in a venv of its own: it pins websockets below
+# the version the first venv's SDKs take.
+venv_pinned agents "$root/.cache/clients/venv-agents" "$root/clients/python/agents-requirements.txt"
 
 # An npm directory, exactly as its package-lock.json records: LABEL DIR.
 npm_locked() {

@@ -25,12 +25,14 @@
 //! | `traces.rs` | what tracing costs, with the collector up, down or stalling |
 //! | `apis.rs` | a client API's stream against the same stream through chat completions: the table the two below print |
 //! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
+//! | `chain.rs` | kept responses: a conversation chained by `previous_response_id` against the same turns sent whole, embedded store and PostgreSQL |
 //! | `messages.rs` | a stream through the Messages API against the same stream through chat completions |
 //! | `tls.rs` | TLS on the listener against nginx terminating TLS: kept-alive requests, full handshakes and resumed ones |
 //! | `affinity.rs` | prompt-cache affinity: how often a conversation's turns reach the endpoint that cached its previous turn, with a conversation key and without |
 
 mod affinity;
 mod apis;
+mod chain;
 mod client;
 mod endpoints;
 mod lean;
@@ -137,7 +139,7 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 9] = [
+    let extra: [(&str, Workload); 10] = [
         ("lean", lean::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
@@ -147,6 +149,7 @@ fn main() {
         ("messages", messages::report),
         ("affinity", affinity::report),
         ("tls", tls::report),
+        ("chain", chain::report),
     ];
     for (name, run) in extra {
         if want(name) {

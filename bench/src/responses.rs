@@ -17,6 +17,9 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         "stream": true,
         "instructions": chat["messages"][0]["content"],
         "input": prompt,
+        // What Codex sends: the translation alone is measured here; what
+        // keeping responses costs is `chain.rs`'s.
+        "store": false,
     });
     let mut chat_marked = chat.clone();
     if let Some(o) = chat_marked.as_object_mut() {

@@ -558,7 +558,7 @@ fn a_row_postgres_refuses_stops_nothing() {
     // their owner: the gateway's ships rows and changes keys, the
     // reporting one reports; neither creates nor alters a table.
     let mut admin_pg = pg.client();
-    for file in ["ledger.sql", "keys.sql", "console.sql"] {
+    for file in ["ledger.sql", "keys.sql", "console.sql", "responses.sql"] {
         let sql = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../host")

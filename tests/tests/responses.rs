@@ -18,6 +18,9 @@ cases!(
     codex_answers_and_runs_its_shell_tool,
     the_python_sdk_continues_kept_responses,
     kept_responses_survive_a_restart,
+    kept_responses_expire_and_their_caps_refuse,
+    the_ai_sdk_runs_a_tool_loop_on_item_references,
+    the_agents_sdk_chains_runs_by_previous_response_id,
 );
 
 fn with_responses(bin: &str, upstream: &str) -> Gw {
@@ -413,4 +416,213 @@ fn traces_budgets_and_a_client_leaving_hold_on_this_api(bin: &str) {
         responses(&broke, r#"{"model":"reasoning-model-k3","input":"hi"}"#).error();
     assert_eq!((status, code.as_str()), (429, "insufficient_quota"));
     assert_eq!(sim.journal().len(), asked, "the provider was not asked");
+}
+
+fn kept_responses_expire_and_their_caps_refuse(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let start = |extra: &[&str]| {
+        let mut args = vec!["--apis".to_owned(), "chat,responses".to_owned()];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Gw::start(
+            bin,
+            &sim.url(),
+            GwOptions {
+                args,
+                ..GwOptions::default()
+            },
+        )
+    };
+    let ask = r#"{"model":"reasoning-model-k3","input":"Keep me"}"#;
+    // Kept for two seconds: then gone, everywhere.
+    let gw = start(&["--responses-ttl", "2s"]);
+    let r = responses(&gw, ask);
+    assert_eq!(r.status, 200);
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let get = |gw: &Gw| request(gw.addr, "GET", &format!("/v1/responses/{id}"), Some(&gw.key), None);
+    assert_eq!(get(&gw).status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    let gone = get(&gw);
+    assert_eq!(gone.status, 404, "{}", String::from_utf8_lossy(&gone.body));
+    let next = responses(
+        &gw,
+        &format!(r#"{{"model":"reasoning-model-k3","input":"x","previous_response_id":"{id}"}}"#),
+    );
+    assert_eq!(next.status, 404);
+    assert_eq!(next.json()["error"]["code"], "previous_response_not_found");
+
+    // A key's cap: the first response is kept, the key is then full, and
+    // `store: true` is refused before the provider is asked; `store:
+    // false` still answers.
+    let gw = start(&["--responses-key-max-bytes", "1000"]);
+    assert_eq!(responses(&gw, ask).status, 200);
+    let asked = sim.journal().len();
+    let full = responses(&gw, ask);
+    assert_eq!(full.status, 400, "{}", String::from_utf8_lossy(&full.body));
+    assert_eq!(full.json()["error"]["param"], "store");
+    assert!(
+        full.json()["error"]["message"].as_str().unwrap().contains("store': false"),
+        "{}",
+        full.json()
+    );
+    assert_eq!(sim.journal().len(), asked, "the provider was not asked");
+    let unkept = responses(&gw, r#"{"model":"reasoning-model-k3","input":"x","store":false}"#);
+    assert_eq!(unkept.status, 200);
+
+    // One response's cap: an input larger than it is refused up front.
+    let gw = start(&["--responses-max-bytes", "200"]);
+    let big = format!(r#"{{"model":"reasoning-model-k3","input":"{}"}}"#, "a".repeat(400));
+    let refused = responses(&gw, &big);
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"]["param"], "input");
+    // Its ledger line says it was refused, and names no kept response.
+    let ledger = gw.ledger_len(1);
+    assert_eq!(ledger[0].status, 400);
+    assert_eq!(ledger[0].response_id, None);
+}
+
+/// Two instances, smol and tokio, keep responses in one PostgreSQL: each
+/// continues the other's conversations, reads and deletes the other's
+/// responses; a third started later has them too.
+#[test]
+fn two_instances_share_kept_responses_in_postgres() {
+    let pg = PgServer::start();
+    let sim = Sim::start(RUNTIMES[0], &[], &[]);
+    let args = vec![
+        "--apis".to_owned(),
+        "chat,responses".into(),
+        "--responses-store".into(),
+        pg.url(),
+    ];
+    let each = ["chatgate-smol", "chatgate-tokio"].map(|bin| (bin, args.clone()));
+    let gws = gateways_sharing_a_key(&sim, "team", 100_000, 100_000_000, &each);
+    let first = responses(&gws[0], r#"{"model":"reasoning-model-k3","input":"Paris"}"#);
+    assert_eq!(first.status, 200, "{}", String::from_utf8_lossy(&first.body));
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+    let second = responses(
+        &gws[1],
+        &format!(r#"{{"model":"reasoning-model-k3","input":"And Rome?","previous_response_id":"{id}","stream":true}}"#),
+    );
+    assert_eq!(second.status, 200, "{}", String::from_utf8_lossy(&second.body));
+    let last = sim.journal().pop().unwrap();
+    let body: serde_json::Value = serde_json::from_str(last["body"].as_str().unwrap()).unwrap();
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    assert_eq!(body["messages"][0]["content"], "Paris");
+    let second_id = second
+        .events()
+        .iter()
+        .find_map(|e| {
+            let v: serde_json::Value = serde_json::from_str(e).ok()?;
+            (v["type"] == "response.completed").then(|| v["response"]["id"].as_str().unwrap().to_owned())
+        })
+        .expect("a completed event");
+    // The first instance reads the second's, through its conversation.
+    let items = request(
+        gws[0].addr,
+        "GET",
+        &format!("/v1/responses/{second_id}/input_items?order=asc"),
+        Some(&gws[0].key),
+        None,
+    );
+    assert_eq!(items.status, 200, "{}", String::from_utf8_lossy(&items.body));
+    let data = items.json()["data"].as_array().unwrap().clone();
+    assert_eq!(data.first().unwrap()["content"][0]["text"], "Paris");
+    assert_eq!(data.last().unwrap()["content"][0]["text"], "And Rome?");
+    // A third instance, started later, has them too; one deleted on one
+    // instance is gone on the others.
+    let third = gateways_sharing_a_key(
+        &sim,
+        "team",
+        100_000,
+        100_000_000,
+        &[("chatgate-smol", args.clone())],
+    );
+    let got = request(
+        third[0].addr,
+        "GET",
+        &format!("/v1/responses/{second_id}"),
+        Some(&third[0].key),
+        None,
+    );
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    let del = request(gws[1].addr, "DELETE", &format!("/v1/responses/{id}"), Some(&gws[1].key), None);
+    assert_eq!(del.status, 200, "{}", String::from_utf8_lossy(&del.body));
+    assert_eq!(del.json()["deleted"], true);
+    let gone = request(gws[0].addr, "GET", &format!("/v1/responses/{id}"), Some(&gws[0].key), None);
+    assert_eq!(gone.status, 404);
+    let kept = request(gws[0].addr, "GET", &format!("/v1/responses/{second_id}"), Some(&gws[0].key), None);
+    assert_eq!(kept.status, 200);
+    // What PostgreSQL holds: one row, its bytes counted for the key.
+    let mut c = pg.client();
+    let rows: i64 = c.query_one("SELECT count(*) FROM chatgate_responses", &[]).unwrap().get(0);
+    assert_eq!(rows, 1);
+    let bytes: i64 = c
+        .query_one("SELECT bytes FROM chatgate_response_bytes WHERE key_name = 'team'", &[])
+        .unwrap()
+        .get(0);
+    let row_bytes: i64 = c.query_one("SELECT bytes FROM chatgate_responses", &[]).unwrap().get(0);
+    assert_eq!(bytes, row_bytes);
+}
+
+/// Runs a client scenario against a gateway keeping responses: it must
+/// pass and print each of `lines`.
+fn kept_scenario(bin: &str, cmd: &mut Command, lines: &[&str]) -> (Sim, Gw) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = keeping(bin, &sim.url());
+    let out = cmd
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", gw.addr))
+        .env("OPENAI_API_KEY", &gw.key)
+        .env("CHATGATE_TEST_SIM_URL", sim.url())
+        .output()
+        .expect("the client runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in lines {
+        assert!(text.contains(line), "{text}");
+    }
+    (sim, gw)
+}
+
+fn the_ai_sdk_runs_a_tool_loop_on_item_references(bin: &str) {
+    let dir = repo().join("clients/node");
+    assert!(
+        dir.join("node_modules/@ai-sdk/openai").exists(),
+        "run clients/install.sh first"
+    );
+    let (_, gw) = kept_scenario(
+        bin,
+        Command::new("node").arg(dir.join("responses-ai-sdk.mjs")),
+        &["tool loop ok", "next turn ok"],
+    );
+    // Three answers, each kept.
+    let ledger = gw.ledger_len(3);
+    assert!(ledger.iter().all(|r| r.status == 200 && r.response_id.is_some()), "{ledger:?}");
+}
+
+fn the_agents_sdk_chains_runs_by_previous_response_id(bin: &str) {
+    let python = repo().join(".cache/clients/venv-agents/bin/python");
+    assert!(python.exists(), "run clients/install.sh first");
+    let (sim, _) = kept_scenario(
+        bin,
+        Command::new(python).arg(repo().join("clients/python/agents.py")),
+        &["chained ok", "conversation ok", "auto ok"],
+    );
+    // The third run sent only "Thanks": the provider got the whole
+    // conversation, the first question and the tool's result in it.
+    let journal = sim.journal();
+    let third = journal
+        .iter()
+        .map(|e| e["body"].as_str().unwrap().to_owned())
+        .find(|b| b.contains("Thanks"))
+        .expect("the third run reached the provider");
+    assert!(third.contains("Paris") && third.contains("sunny 21C"), "{third}");
 }

@@ -263,3 +263,68 @@ fn forget(tx: &redb::WriteTransaction, id: &str) -> Result<bool, StoreError> {
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: u64, key: &str, expires_at: u64, ancestors: &[&StoredResponse]) -> StoredResponse {
+        let id = format!("resp_{n:024x}");
+        StoredResponse {
+            object: format!(r#"{{"id":"{id}","status":"completed","output":[]}}"#).into_bytes(),
+            id,
+            key: key.into(),
+            created_at: 1,
+            expires_at,
+            previous: ancestors.last().map(|a| a.id.clone()),
+            ancestors: ancestors.iter().map(|a| a.id.clone()).collect(),
+            input: b"[]".to_vec(),
+        }
+    }
+
+    fn read(e: &Embedded, key: &str, chain: &str, unix: u64) -> (Vec<String>, u64) {
+        let ask = StoreAsk::Read {
+            key: key.into(),
+            chain: Some(chain.into()),
+            responses: Vec::new(),
+        };
+        match e.answer(ask, unix).unwrap() {
+            StoreReply::Read {
+                chain, key_bytes, ..
+            } => (chain.into_iter().map(|r| r.id).collect(), key_bytes),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_continued_conversation_outlives_its_first_expiry_then_is_reaped() {
+        let path = std::env::temp_dir().join(format!(
+            "chatgate-responses-test-{}.redb",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let e = Embedded::open(path.to_str().unwrap()).unwrap();
+        let first = record(1, "a", 100, &[]);
+        let second = record(2, "a", 200, &[&first]);
+        let bytes = first.bytes() + second.bytes();
+        e.keep(&first).unwrap();
+        e.keep(&second).unwrap();
+        // The second turn moved the first's expiry to its own.
+        assert_eq!(e.reap(150).unwrap(), 0);
+        assert_eq!(read(&e, "a", &second.id, 150), (vec![first.id.clone(), second.id.clone()], bytes));
+        // Another key reads nothing, and deletes nothing.
+        assert_eq!(read(&e, "b", &second.id, 150).0, Vec::<String>::new());
+        assert!(!e.delete("b", &second.id).unwrap());
+        // Past the expiry: not read, then forgotten, the key's bytes too.
+        assert_eq!(read(&e, "a", &second.id, 200).0, Vec::<String>::new());
+        assert_eq!(e.reap(250).unwrap(), 2);
+        assert_eq!(read(&e, "a", &second.id, 10).1, 0);
+        let third = record(3, "a", 300, &[]);
+        e.keep(&third).unwrap();
+        assert!(e.delete("a", &third.id).unwrap());
+        assert!(!e.delete("a", &third.id).unwrap());
+        assert_eq!(read(&e, "a", &third.id, 10), (Vec::new(), 0));
+        drop(e);
+        let _ = std::fs::remove_file(&path);
+    }
+}

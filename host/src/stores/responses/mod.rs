@@ -1,5 +1,6 @@
 //! The Responses API's store: where kept responses live (`embedded.rs`: a
-//! file, the default), carrying out what the core asks
+//! file, the default; or PostgreSQL, shared by a fleet, in
+//! `stores/postgres/responses.rs`), carrying out what the core asks
 //! ([`chatgate_core::StoreAsk`]) off the reactor threads, and the reaper
 //! that forgets expired responses in the background.
 
@@ -20,6 +21,8 @@ const REAP_EVERY: Duration = Duration::from_secs(60);
 pub(crate) enum ResponsesStore {
     /// A file.
     Embedded(embedded::Embedded),
+    /// PostgreSQL.
+    Postgres(crate::stores::postgres::responses::PgResponses),
 }
 
 impl ResponsesStore {
@@ -29,9 +32,9 @@ impl ResponsesStore {
             ResponsesStoreAt::File(path) => Ok(Arc::new(ResponsesStore::Embedded(
                 embedded::Embedded::open(path)?,
             ))),
-            ResponsesStoreAt::Postgres(_) => Err(Error::Config(
-                "--responses-store postgres:// is not available yet: use a file, or off".into(),
-            )),
+            ResponsesStoreAt::Postgres(url) => Ok(Arc::new(ResponsesStore::Postgres(
+                crate::stores::postgres::responses::PgResponses::open(url)?,
+            ))),
         }
     }
 
@@ -45,6 +48,7 @@ impl ResponsesStore {
         let unix = gateway.wall().unix_secs(now());
         rt.unblock(move || match &*self {
             ResponsesStore::Embedded(e) => e.answer(ask, unix),
+            ResponsesStore::Postgres(p) => p.answer(ask, unix),
         })
         .await
     }
@@ -59,6 +63,7 @@ impl ResponsesStore {
             let reaped = rt
                 .unblock(move || match &*store {
                     ResponsesStore::Embedded(e) => e.reap(unix),
+                    ResponsesStore::Postgres(p) => p.reap(unix),
                 })
                 .await;
             match reaped {
