@@ -39,7 +39,10 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         ("PostgreSQL", pg.url()),
     ];
     for (store, at) in &stores {
-        for (name, bin) in [("chatgate-smol", &s.tools.smol), ("chatgate-tokio", &s.tools.tokio)] {
+        for (name, bin) in [
+            ("chatgate-smol", &s.tools.smol),
+            ("chatgate-tokio", &s.tools.tokio),
+        ] {
             let _ = std::fs::remove_file(&file);
             let mut gw = crate::gateway_with(
                 bin,

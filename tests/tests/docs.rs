@@ -87,7 +87,7 @@ fn operations_guide_matches_the_binaries() {
     }
     assert!(named.len() > 15, "{named:?}");
     // PostgreSQL's tables are named so too: the schemas say which.
-    let tables: Vec<String> = ["ledger.sql", "keys.sql", "console.sql"]
+    let tables: Vec<String> = ["ledger.sql", "keys.sql", "console.sql", "responses.sql"]
         .iter()
         .flat_map(|f| {
             let sql = std::fs::read_to_string(

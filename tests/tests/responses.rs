@@ -438,7 +438,15 @@ fn kept_responses_expire_and_their_caps_refuse(bin: &str) {
     let r = responses(&gw, ask);
     assert_eq!(r.status, 200);
     let id = r.json()["id"].as_str().unwrap().to_owned();
-    let get = |gw: &Gw| request(gw.addr, "GET", &format!("/v1/responses/{id}"), Some(&gw.key), None);
+    let get = |gw: &Gw| {
+        request(
+            gw.addr,
+            "GET",
+            &format!("/v1/responses/{id}"),
+            Some(&gw.key),
+            None,
+        )
+    };
     assert_eq!(get(&gw).status, 200);
     std::thread::sleep(std::time::Duration::from_millis(2_500));
     let gone = get(&gw);
@@ -460,17 +468,26 @@ fn kept_responses_expire_and_their_caps_refuse(bin: &str) {
     assert_eq!(full.status, 400, "{}", String::from_utf8_lossy(&full.body));
     assert_eq!(full.json()["error"]["param"], "store");
     assert!(
-        full.json()["error"]["message"].as_str().unwrap().contains("store': false"),
+        full.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("store': false"),
         "{}",
         full.json()
     );
     assert_eq!(sim.journal().len(), asked, "the provider was not asked");
-    let unkept = responses(&gw, r#"{"model":"reasoning-model-k3","input":"x","store":false}"#);
+    let unkept = responses(
+        &gw,
+        r#"{"model":"reasoning-model-k3","input":"x","store":false}"#,
+    );
     assert_eq!(unkept.status, 200);
 
     // One response's cap: an input larger than it is refused up front.
     let gw = start(&["--responses-max-bytes", "200"]);
-    let big = format!(r#"{{"model":"reasoning-model-k3","input":"{}"}}"#, "a".repeat(400));
+    let big = format!(
+        r#"{{"model":"reasoning-model-k3","input":"{}"}}"#,
+        "a".repeat(400)
+    );
     let refused = responses(&gw, &big);
     assert_eq!(refused.status, 400);
     assert_eq!(refused.json()["error"]["param"], "input");
@@ -496,13 +513,25 @@ fn two_instances_share_kept_responses_in_postgres() {
     let each = ["chatgate-smol", "chatgate-tokio"].map(|bin| (bin, args.clone()));
     let gws = gateways_sharing_a_key(&sim, "team", 100_000, 100_000_000, &each);
     let first = responses(&gws[0], r#"{"model":"reasoning-model-k3","input":"Paris"}"#);
-    assert_eq!(first.status, 200, "{}", String::from_utf8_lossy(&first.body));
+    assert_eq!(
+        first.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
     let id = first.json()["id"].as_str().unwrap().to_owned();
     let second = responses(
         &gws[1],
-        &format!(r#"{{"model":"reasoning-model-k3","input":"And Rome?","previous_response_id":"{id}","stream":true}}"#),
+        &format!(
+            r#"{{"model":"reasoning-model-k3","input":"And Rome?","previous_response_id":"{id}","stream":true}}"#
+        ),
     );
-    assert_eq!(second.status, 200, "{}", String::from_utf8_lossy(&second.body));
+    assert_eq!(
+        second.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&second.body)
+    );
     let last = sim.journal().pop().unwrap();
     let body: serde_json::Value = serde_json::from_str(last["body"].as_str().unwrap()).unwrap();
     let roles: Vec<&str> = body["messages"]
@@ -518,7 +547,8 @@ fn two_instances_share_kept_responses_in_postgres() {
         .iter()
         .find_map(|e| {
             let v: serde_json::Value = serde_json::from_str(e).ok()?;
-            (v["type"] == "response.completed").then(|| v["response"]["id"].as_str().unwrap().to_owned())
+            (v["type"] == "response.completed")
+                .then(|| v["response"]["id"].as_str().unwrap().to_owned())
         })
         .expect("a completed event");
     // The first instance reads the second's, through its conversation.
@@ -529,7 +559,12 @@ fn two_instances_share_kept_responses_in_postgres() {
         Some(&gws[0].key),
         None,
     );
-    assert_eq!(items.status, 200, "{}", String::from_utf8_lossy(&items.body));
+    assert_eq!(
+        items.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&items.body)
+    );
     let data = items.json()["data"].as_array().unwrap().clone();
     assert_eq!(data.first().unwrap()["content"][0]["text"], "Paris");
     assert_eq!(data.last().unwrap()["content"][0]["text"], "And Rome?");
@@ -550,22 +585,49 @@ fn two_instances_share_kept_responses_in_postgres() {
         None,
     );
     assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
-    let del = request(gws[1].addr, "DELETE", &format!("/v1/responses/{id}"), Some(&gws[1].key), None);
+    let del = request(
+        gws[1].addr,
+        "DELETE",
+        &format!("/v1/responses/{id}"),
+        Some(&gws[1].key),
+        None,
+    );
     assert_eq!(del.status, 200, "{}", String::from_utf8_lossy(&del.body));
     assert_eq!(del.json()["deleted"], true);
-    let gone = request(gws[0].addr, "GET", &format!("/v1/responses/{id}"), Some(&gws[0].key), None);
+    let gone = request(
+        gws[0].addr,
+        "GET",
+        &format!("/v1/responses/{id}"),
+        Some(&gws[0].key),
+        None,
+    );
     assert_eq!(gone.status, 404);
-    let kept = request(gws[0].addr, "GET", &format!("/v1/responses/{second_id}"), Some(&gws[0].key), None);
+    let kept = request(
+        gws[0].addr,
+        "GET",
+        &format!("/v1/responses/{second_id}"),
+        Some(&gws[0].key),
+        None,
+    );
     assert_eq!(kept.status, 200);
     // What PostgreSQL holds: one row, its bytes counted for the key.
     let mut c = pg.client();
-    let rows: i64 = c.query_one("SELECT count(*) FROM chatgate_responses", &[]).unwrap().get(0);
-    assert_eq!(rows, 1);
-    let bytes: i64 = c
-        .query_one("SELECT bytes FROM chatgate_response_bytes WHERE key_name = 'team'", &[])
+    let rows: i64 = c
+        .query_one("SELECT count(*) FROM chatgate_responses", &[])
         .unwrap()
         .get(0);
-    let row_bytes: i64 = c.query_one("SELECT bytes FROM chatgate_responses", &[]).unwrap().get(0);
+    assert_eq!(rows, 1);
+    let bytes: i64 = c
+        .query_one(
+            "SELECT bytes FROM chatgate_response_bytes WHERE key_name = 'team'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let row_bytes: i64 = c
+        .query_one("SELECT bytes FROM chatgate_responses", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(bytes, row_bytes);
 }
 
@@ -577,7 +639,7 @@ fn kept_scenario(bin: &str, cmd: &mut Command, lines: &[&str]) -> (Sim, Gw) {
     let out = cmd
         .env("OPENAI_BASE_URL", format!("http://{}/v1", gw.addr))
         .env("OPENAI_API_KEY", &gw.key)
-        .env("CHATGATE_TEST_SIM_URL", sim.url())
+        .env("CHATGATE_TEST_SIM_URL", format!("http://{}", sim.addr))
         .output()
         .expect("the client runs");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -605,7 +667,12 @@ fn the_ai_sdk_runs_a_tool_loop_on_item_references(bin: &str) {
     );
     // Three answers, each kept.
     let ledger = gw.ledger_len(3);
-    assert!(ledger.iter().all(|r| r.status == 200 && r.response_id.is_some()), "{ledger:?}");
+    assert!(
+        ledger
+            .iter()
+            .all(|r| r.status == 200 && r.response_id.is_some()),
+        "{ledger:?}"
+    );
 }
 
 fn the_agents_sdk_chains_runs_by_previous_response_id(bin: &str) {
@@ -613,7 +680,7 @@ fn the_agents_sdk_chains_runs_by_previous_response_id(bin: &str) {
     assert!(python.exists(), "run clients/install.sh first");
     let (sim, _) = kept_scenario(
         bin,
-        Command::new(python).arg(repo().join("clients/python/agents.py")),
+        Command::new(python).arg(repo().join("clients/python/agents_sdk.py")),
         &["chained ok", "conversation ok", "auto ok"],
     );
     // The third run sent only "Thanks": the provider got the whole
@@ -624,5 +691,8 @@ fn the_agents_sdk_chains_runs_by_previous_response_id(bin: &str) {
         .map(|e| e["body"].as_str().unwrap().to_owned())
         .find(|b| b.contains("Thanks"))
         .expect("the third run reached the provider");
-    assert!(third.contains("Paris") && third.contains("sunny 21C"), "{third}");
+    assert!(
+        third.contains("Paris") && third.contains("sunny 21C"),
+        "{third}"
+    );
 }

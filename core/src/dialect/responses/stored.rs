@@ -391,7 +391,15 @@ pub fn stored_input(body: &[u8], digits: &str, stored: &Stored<'_>) -> Vec<u8> {
             out.extend_from_slice(named.unwrap_or(item));
             continue;
         }
-        if it.get(b"id").is_some_and(|v| !is_null(v)) {
+        let has_id = it.get(b"id").is_some_and(|v| !is_null(v));
+        // A message's text given as a string is kept as its part, as the
+        // Responses API lists it.
+        let role = it
+            .get(b"role")
+            .and_then(|r| Cursor::whole(r, Cursor::str).ok());
+        let text = matches!(kind.as_deref(), None | Some("message"))
+            && it.get(b"content").is_some_and(|c| c.starts_with(b"\""));
+        if has_id && !text {
             out.extend_from_slice(item);
             continue;
         }
@@ -404,20 +412,38 @@ pub fn stored_input(body: &[u8], digits: &str, stored: &Stored<'_>) -> Vec<u8> {
             Some("reasoning") => "rs",
             Some(_) => "item",
         };
-        out.extend_from_slice(b"{\"id\":\"");
-        out.extend_from_slice(prefix.as_bytes());
-        out.push(b'_');
-        out.extend_from_slice(digits.as_bytes());
-        out.extend_from_slice(format!("_i{i}\"").as_bytes());
-        if kind.is_none() {
-            out.extend_from_slice(b",\"type\":\"message\"");
+        out.push(b'{');
+        if !has_id {
+            out.extend_from_slice(b"\"id\":\"");
+            out.extend_from_slice(prefix.as_bytes());
+            out.push(b'_');
+            out.extend_from_slice(digits.as_bytes());
+            out.extend_from_slice(format!("_i{i}\",").as_bytes());
         }
-        // The members after `{`, whatever they are (`{}` has none).
-        let rest = item[1..].trim_ascii_start();
-        if !rest.starts_with(b"}") {
+        if kind.is_none() {
+            out.extend_from_slice(b"\"type\":\"message\",");
+        }
+        let part: &[u8] = if role.as_deref() == Some(b"assistant".as_slice()) {
+            b"[{\"type\":\"output_text\",\"text\":"
+        } else {
+            b"[{\"type\":\"input_text\",\"text\":"
+        };
+        for (name, raw) in &it.0 {
+            crate::json::write::string(&mut out, &String::from_utf8_lossy(name));
+            out.push(b':');
+            if text && &**name == b"content" {
+                out.extend_from_slice(part);
+                out.extend_from_slice(raw);
+                out.extend_from_slice(b"}]");
+            } else {
+                out.extend_from_slice(raw);
+            }
             out.push(b',');
         }
-        out.extend_from_slice(rest);
+        if out.ends_with(b",") {
+            out.pop();
+        }
+        out.push(b'}');
     }
     out.push(b']');
     out

@@ -37,7 +37,10 @@ pub(crate) struct PgResponses {
 }
 
 fn failed(e: &postgres::Error) -> StoreError {
-    StoreError::Unreachable(format!("the responses store in PostgreSQL: {}", describe(e)))
+    StoreError::Unreachable(format!(
+        "the responses store in PostgreSQL: {}",
+        describe(e)
+    ))
 }
 
 fn as_i64(v: u64) -> i64 {
@@ -123,7 +126,10 @@ impl PgResponses {
             };
             match StoredResponse::decode(record) {
                 Ok(r) if r.key == key && r.id == id => found.push(r),
-                Ok(_) => tracing::warn!(id, "a kept response whose row does not match its record is skipped"),
+                Ok(_) => tracing::warn!(
+                    id,
+                    "a kept response whose row does not match its record is skipped"
+                ),
                 Err(e) => tracing::warn!(id, error = %e, "a kept response is skipped"),
             }
         }
@@ -220,7 +226,11 @@ impl PgResponses {
 }
 
 /// Takes `bytes` off what `key` keeps.
-fn subtract(tx: &mut postgres::Transaction<'_>, key: &str, bytes: i64) -> Result<(), postgres::Error> {
+fn subtract(
+    tx: &mut postgres::Transaction<'_>,
+    key: &str,
+    bytes: i64,
+) -> Result<(), postgres::Error> {
     tx.execute(
         "UPDATE chatgate_response_bytes SET bytes = GREATEST(bytes - $2, 0) WHERE key_name = $1",
         &[&key, &bytes],

@@ -311,7 +311,10 @@ mod tests {
         e.keep(&second).unwrap();
         // The second turn moved the first's expiry to its own.
         assert_eq!(e.reap(150).unwrap(), 0);
-        assert_eq!(read(&e, "a", &second.id, 150), (vec![first.id.clone(), second.id.clone()], bytes));
+        assert_eq!(
+            read(&e, "a", &second.id, 150),
+            (vec![first.id.clone(), second.id.clone()], bytes)
+        );
         // Another key reads nothing, and deletes nothing.
         assert_eq!(read(&e, "b", &second.id, 150).0, Vec::<String>::new());
         assert!(!e.delete("b", &second.id).unwrap());
