@@ -10,9 +10,15 @@ CREATE TABLE IF NOT EXISTS chatgate_responses (
     expires_at bigint NOT NULL,
     bytes      bigint NOT NULL,
     ancestors  text[] NOT NULL,
-    record     bytea NOT NULL
+    record     bytea NOT NULL,
+    -- A background run not finished: until when its instance vouches for
+    -- it (renewed while it runs; 0 once it ended). Past it, any instance
+    -- marks it failed.
+    running_until bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS chatgate_responses_expires_at ON chatgate_responses (expires_at);
+CREATE INDEX IF NOT EXISTS chatgate_responses_running ON chatgate_responses (running_until)
+    WHERE running_until > 0;
 -- The bytes each key keeps (what --responses-key-max-bytes caps).
 CREATE TABLE IF NOT EXISTS chatgate_response_bytes (
     key_name text PRIMARY KEY,

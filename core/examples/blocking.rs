@@ -193,6 +193,7 @@ fn serve(client: TcpStream, gateway: &Arc<Gateway>, ledger: &Mutex<std::fs::File
                 Event::Responses(_) => {
                     conn.handle_responses(clock.now(), Err(StoreError::NotConfigured));
                 }
+                Event::Background(_) | Event::Follow(_) | Event::Cancel(_) => {}
                 Event::CloseClient => {
                     let _ = client_w.shutdown(Shutdown::Both);
                     return;

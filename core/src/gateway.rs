@@ -412,6 +412,12 @@ impl Gateway {
         true
     }
 
+    /// A background run's connection opened: counted as a client's, over
+    /// the limit too (it was admitted as a request already).
+    pub(crate) fn connection_opened_anyway(&self) {
+        self.open.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// A client connection closed.
     pub(crate) fn connection_closed(&self) {
         self.open.fetch_sub(1, Ordering::AcqRel);

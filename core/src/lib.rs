@@ -96,6 +96,11 @@
 //!                     let reply = io.responses_store(ask);
 //!                     conn.handle_responses(io.now(), reply);
 //!                 }
+//!                 // Background runs (the Responses API's `background: true`)
+//!                 // need a runtime that drives several connections.
+//!                 Event::Background(_) => {}
+//!                 Event::Follow(_) => conn.handle_run_events(io.now(), chatgate_core::RunEvents::NotHere),
+//!                 Event::Cancel(_) => conn.handle_cancelled(io.now()),
 //!                 Event::CloseClient => return,
 //!             }
 //!         }
@@ -233,6 +238,6 @@ pub use admin::{
     secure_cookies, sso_finish, sso_unavailable,
 };
 pub use exchange::{
-    Accept, AdmitRequest, Connection, Event, Recall, Refusal, Remember, Settlement,
-    SharedAdmission, StoreAsk, StoreReply, UpstreamFailure,
+    Accept, AdmitRequest, Connection, Event, Follow, Recall, Refusal, Remember, Run, RunEvents,
+    Settlement, SharedAdmission, StoreAsk, StoreReply, UpstreamFailure,
 };

@@ -495,6 +495,20 @@ impl Pair {
                     c.handle_responses(now, reply);
                 }
             }
+            // One connection only: a background run is not driven here
+            // (its place and reservation go with it, unmetered), and no run
+            // is followed or cancelled.
+            Event::Background(_) => {}
+            Event::Follow(_) => {
+                if let Some(c) = self.conn.as_mut() {
+                    c.handle_run_events(now, chatgate_core::RunEvents::NotHere);
+                }
+            }
+            Event::Cancel(_) => {
+                if let Some(c) = self.conn.as_mut() {
+                    c.handle_cancelled(now);
+                }
+            }
             Event::CloseClient => {
                 self.client_closed = true;
                 if let Some(mut up) = self.upstream.take() {

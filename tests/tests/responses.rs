@@ -21,6 +21,9 @@ cases!(
     kept_responses_expire_and_their_caps_refuse,
     the_ai_sdk_runs_a_tool_loop_on_item_references,
     the_agents_sdk_chains_runs_by_previous_response_id,
+    the_python_sdk_polls_resumes_and_cancels_background_runs,
+    a_drain_finishes_a_background_run_and_a_crash_fails_it,
+    the_node_sdk_continues_and_runs_in_the_background,
 );
 
 fn with_responses(bin: &str, upstream: &str) -> Gw {
@@ -694,5 +697,104 @@ fn the_agents_sdk_chains_runs_by_previous_response_id(bin: &str) {
     assert!(
         third.contains("Paris") && third.contains("sunny 21C"),
         "{third}"
+    );
+}
+
+fn the_python_sdk_polls_resumes_and_cancels_background_runs(bin: &str) {
+    let python = repo().join(".cache/clients/venv/bin/python");
+    assert!(python.exists(), "run clients/install.sh first");
+    let (sim, gw) = kept_scenario(
+        bin,
+        Command::new(python).arg(repo().join("clients/python/responses_background.py")),
+        &["poll ok", "resume ok", "cancel ok"],
+    );
+    // Each run metered once, the cancelled one as cancelled; the provider
+    // of the cancelled one was left before it finished.
+    let ledger = gw.ledger_len(4);
+    let runs: Vec<_> = ledger
+        .iter()
+        .filter(|r| r.response_id.is_some() || r.error.as_deref() == Some("cancelled"))
+        .collect();
+    assert!(runs.len() >= 4, "{ledger:?}");
+    let cancelled = ledger
+        .iter()
+        .find(|r| r.error.as_deref() == Some("cancelled"))
+        .unwrap_or_else(|| panic!("no cancelled run: {ledger:?}"));
+    assert!(!cancelled.complete, "{cancelled:?}");
+    let left = sim.journal().iter().any(|e| {
+        e["body"].as_str().unwrap_or("").contains("A long story")
+            && e["outcome"]
+                .as_str()
+                .is_some_and(|o| o.eq_ignore_ascii_case("aborted"))
+    });
+    assert!(left, "{:?}", sim.journal());
+}
+
+fn a_drain_finishes_a_background_run_and_a_crash_fails_it(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let args = vec!["--apis".to_owned(), "chat,responses".to_owned()];
+    let gw = keeping(bin, &sim.url());
+    let start = |gw: &Gw, story: &str| -> String {
+        let r = responses(
+            gw,
+            &format!(
+                r#"{{"model":"reasoning-model-k3","background":true,"input":"{story} [[sim:token_ms=20,reasoning_tokens=20,answer_tokens=60]]"}}"#
+            ),
+        );
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.json()["status"], "queued");
+        r.json()["id"].as_str().unwrap().to_owned()
+    };
+    let get = |gw: &Gw, id: &str| -> serde_json::Value {
+        request(
+            gw.addr,
+            "GET",
+            &format!("/v1/responses/{id}"),
+            Some(&gw.key),
+            None,
+        )
+        .json()
+    };
+    // A drain waits for the run to finish, as for a stream.
+    let finished = start(&gw, "Finish me");
+    let Gw { proc, dir, key, .. } = gw;
+    proc.signal(15);
+    let mut proc = proc;
+    assert!(proc.wait_exit(std::time::Duration::from_secs(30)).is_some());
+    let opts = || GwOptions {
+        args: args.clone(),
+        ..GwOptions::default()
+    };
+    let gw = Gw::start_with_keys(bin, &sim.url(), opts(), dir, key);
+    let after = get(&gw, &finished);
+    assert_eq!(after["status"], "completed", "{after}");
+    // A crash leaves a run unfinished: the next start says it failed.
+    let lost = start(&gw, "Lose me");
+    let Gw { proc, dir, key, .. } = gw;
+    proc.signal(9);
+    let mut proc = proc;
+    assert!(proc.wait_exit(std::time::Duration::from_secs(10)).is_some());
+    let gw = Gw::start_with_keys(bin, &sim.url(), opts(), dir, key);
+    let after = get(&gw, &lost);
+    assert_eq!(after["status"], "failed", "{after}");
+    assert!(
+        after["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("restarted"),
+        "{after}"
+    );
+}
+
+fn the_node_sdk_continues_and_runs_in_the_background(bin: &str) {
+    let dir = repo().join("clients/node");
+    assert!(
+        dir.join("node_modules/openai").exists(),
+        "run clients/install.sh first"
+    );
+    kept_scenario(
+        bin,
+        Command::new("node").arg(dir.join("responses-state.mjs")),
+        &["chain ok", "retrieve ok", "background ok"],
     );
 }

@@ -469,6 +469,9 @@ impl Connection {
                         .count_in_flight(&key.name, true, gw.wall().unix_ms(now));
                 }
                 self.leave_queue(now, true);
+                if self.is_background() {
+                    return self.detach_run(now);
+                }
                 return self.start_upstream(now);
             }
             Err(Refusal::Rate(rejection)) => {

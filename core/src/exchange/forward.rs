@@ -369,6 +369,12 @@ impl Connection {
         if let Some(t) = translated {
             if batch.is_some() {
                 client_body(&mut bytes, &t, chunked);
+                if self.is_run {
+                    // A run's events are kept with its response.
+                    if let Some(s) = self.req.as_mut().and_then(|r| r.storing.as_mut()) {
+                        s.events.extend_from_slice(&t);
+                    }
+                }
             }
             up.translated = t;
         } else if let Some(r) = batch {
@@ -516,8 +522,12 @@ impl Connection {
             dialect.end(last, up.tracker.usage().as_ref(), &mut t);
             client_body(&mut bytes, &t, chunked);
             let object = dialect.take_object();
+            let run = self.is_run;
             if let Some(s) = self.req.as_mut().and_then(|r| r.storing.as_mut()) {
                 s.object = object;
+                if run {
+                    s.events.extend_from_slice(&t);
+                }
             }
         } else if !up.tracker.is_done() {
             // The cut stream's error event, unless the provider's own

@@ -54,6 +54,10 @@ impl Connection {
         }
         rec.duration_ms = (now - req.started).as_millis() as u64;
         rec.ttfb_ms = req.first_byte.map(|t| (t - req.started).as_millis() as u64);
+        if self.cancelled {
+            // A background run its client cancelled.
+            rec.error = Some("cancelled".to_owned());
+        }
         rec
     }
 

@@ -40,12 +40,14 @@
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
 //! | `metering.rs` | the ledger record, metrics and access lines |
 //! | `reasoning.rs` | reasoning through the tool loop: replayed into the request, remembered from the answer |
+//! | `background.rs` | background runs: the admitted request handed to a connection of its own, the queued answer, following a run's events, cancelling it |
 //! | `stored.rs` | the Responses API's state: a request's conversation read, its response kept, the calls on a kept response |
 //! | `spans.rs` | the request's trace: its server span and a client span per attempt |
 //! | `respond.rs` | response heads and error responses |
 //! | `timers.rs` | every deadline, in one table |
 
 mod admission;
+mod background;
 mod failover;
 mod forward;
 mod metering;
@@ -69,6 +71,7 @@ use crate::ledger::LedgerRecord;
 use crate::time::Instant;
 
 pub use admission::{AdmitRequest, Refusal, Settlement, SharedAdmission};
+pub use background::{Follow, Run, RunEvents};
 pub use reasoning::{Recall, Remember};
 use request::Request;
 pub use stored::{StoreAsk, StoreReply};
@@ -76,7 +79,7 @@ use timers::{Timer, TimerTable};
 use upstream::{Leftover, UpState, Upstream};
 
 /// Something the runtime must do, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Event {
     /// Get a connection to this provider endpoint: an idle one from its
     /// pool, unless `fresh`, or a new one. Then call
@@ -137,6 +140,18 @@ pub enum Event {
     /// client has gone meanwhile. A response to keep comes before its
     /// ledger line; its last bytes wait for both.
     Responses(StoreAsk),
+    /// Drive this background run as a connection of its own, its client a
+    /// recorder of its events that followers read; then call
+    /// [`Connection::start_run`] on it. Closing the recorder's end cancels
+    /// it.
+    Background(Box<Run>),
+    /// Hand this connection the events of the run it follows with
+    /// [`Connection::handle_run_events`] as they come, until the run ends
+    /// ([`RunEvents::NotHere`] when it does not run here).
+    Follow(Follow),
+    /// Cancel the run it names if it runs here (closing its recorder), wait
+    /// for it to end, then call [`Connection::handle_cancelled`].
+    Cancel(Follow),
 }
 
 /// Why the provider connection failed (the runtime maps its I/O errors here).
@@ -194,8 +209,10 @@ enum Phase {
     Body,
     /// Waiting for the shared reasoning memory's answer.
     Recalling,
-    /// Waiting for the Responses API's store.
+    /// Waiting for the Responses API's store (or the runtime's runs).
     Resolving,
+    /// Streaming a background run's events to the client.
+    Following,
     /// Waiting for the shared limiter's verdict.
     Admitting,
     /// Waiting in its key's queue for an in-flight slot.
@@ -248,6 +265,14 @@ pub struct Connection {
     /// shared limiter grants after the client left is given back under it,
     /// so the client connection is not closed before the answer.
     admitting: Option<Settlement>,
+    /// A background run made here, started once its queued response is
+    /// kept.
+    runs_to_start: Option<Box<Run>>,
+    /// This connection carries a background run (its client is the run's
+    /// recorder).
+    is_run: bool,
+    /// The run was cancelled (its ledger line says so).
+    cancelled: bool,
 }
 
 impl Drop for Connection {
@@ -275,9 +300,15 @@ impl Connection {
             let why = "Too many connections; retry shortly.";
             return Accept::Refuse(respond::refusal(gw, now, why));
         }
-        let mut timers = TimerTable::default();
-        timers.set(Timer::ClientIdle, now + gw.config().timeouts.client_idle);
-        Accept::Serve(Box::new(Connection {
+        let mut c = Connection::blank(gw);
+        c.timers
+            .set(Timer::ClientIdle, now + gw.config().timeouts.client_idle);
+        Accept::Serve(c)
+    }
+
+    /// A connection's state before its first byte.
+    fn blank(gw: &Arc<Gateway>) -> Box<Connection> {
+        Box::new(Connection {
             gw: Arc::clone(gw),
             phase: Phase::Head,
             close_after: false,
@@ -291,7 +322,7 @@ impl Connection {
             awaiting_ledger: false,
             awaiting_store: false,
             ledger_appended: false,
-            timers,
+            timers: TimerTable::default(),
             head_started: None,
             scanner: HeadScanner::new(),
             req: None,
@@ -300,7 +331,10 @@ impl Connection {
             events: VecDeque::new(),
             auth_cache: None,
             admitting: None,
-        }))
+            runs_to_start: None,
+            is_run: false,
+            cancelled: false,
+        })
     }
 
     // ------------------------------------------------------------------

@@ -27,7 +27,7 @@ use crate::time::Instant;
 use crate::validate::ChatRequest;
 
 /// The key a request authenticated with.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct KeyRef {
     pub(super) name: String,
     pub(super) limits: Limits,
@@ -145,13 +145,33 @@ impl Dialect {
 
 impl Request {
     fn new(id: String, started: Instant, head: &RequestHead) -> Request {
+        let mut r = Request::blank(id, started, head.method, head.path.clone());
+        r.keep_alive = head.keep_alive;
+        r.http10 = head.http10;
+        r.session = head.session;
+        r
+    }
+
+    /// What a background request's client connection still answers with
+    /// once the request went to its run: who asked, how, and its limits'
+    /// headers; nothing metered.
+    pub(super) fn answering(run: &Request) -> Request {
+        let mut r = Request::blank(run.id.clone(), run.started, run.method, run.path.clone());
+        r.keep_alive = run.keep_alive;
+        r.http10 = run.http10;
+        r.key = run.key.clone();
+        r.limit_status = run.limit_status;
+        r
+    }
+
+    fn blank(id: String, started: Instant, method: Method, path: String) -> Request {
         Request {
             id,
             started,
-            method: head.method,
-            path: head.path.clone(),
-            keep_alive: head.keep_alive,
-            http10: head.http10,
+            method,
+            path,
+            keep_alive: true,
+            http10: false,
             key: None,
             body: Vec::new(),
             decoder: None,
@@ -183,7 +203,7 @@ impl Request {
             model_attempts: 0,
             model_started: None,
             affinity: None,
-            session: head.session,
+            session: None,
             replay: None,
             storing: None,
             call: None,
@@ -210,7 +230,11 @@ fn stored_call(
     let (id, _) = crate::routes::stored_response(path)?;
     Some(Ok(match route {
         Route::StoredResponse if method == Method::Delete => StoredCall::Delete(id),
-        Route::StoredResponse => StoredCall::Retrieve(id),
+        Route::StoredResponse => match resume(query) {
+            Ok(Some(after)) => StoredCall::Resume(id, after),
+            Ok(None) => StoredCall::Retrieve(id),
+            Err(e) => return Some(Err(e)),
+        },
         Route::InputItems => match Page::read(query) {
             Ok(page) => StoredCall::InputItems(id, page),
             Err(e) => return Some(Err(e)),
@@ -218,6 +242,28 @@ fn stored_call(
         Route::Cancel => StoredCall::Cancel(id),
         _ => return None,
     }))
+}
+
+/// `?stream=true` (and `starting_after=N`) on `GET /v1/responses/{id}`:
+/// `Some(after)` to stream it again, `None` to read it.
+fn resume(query: &str) -> Result<Option<Option<u64>>, ApiError> {
+    let mut stream = false;
+    let mut after = None;
+    for (name, value) in crate::url::query_pairs(query) {
+        match name.as_str() {
+            "stream" => stream = value == "true",
+            "starting_after" => {
+                after = Some(value.parse().map_err(|_| {
+                    ApiError::invalid_value(
+                        "starting_after",
+                        "'starting_after' must be a sequence number (a whole number).",
+                    )
+                })?);
+            }
+            _ => {}
+        }
+    }
+    Ok(stream.then_some(after))
 }
 
 impl Connection {
@@ -238,7 +284,12 @@ impl Connection {
         if self.close_emitted {
             return;
         }
-        if self.phase == Phase::Upstream {
+        if self.is_run && self.phase == Phase::Upstream {
+            // A run's recorder closed: the run is cancelled.
+            self.cancel_run(now);
+        } else if self.is_run && self.phase == Phase::Resolving {
+            self.cancel_run_before_start(now);
+        } else if self.phase == Phase::Upstream {
             self.client_gone(now);
         } else if matches!(
             self.phase,

@@ -68,18 +68,28 @@ pub enum StoreReply {
 /// for it, and what is kept of it.
 #[derive(Debug, Default)]
 pub(super) struct Storing {
-    wants: Wants,
+    pub(super) wants: Wants,
     /// The conversation it continues, oldest first.
     chain: Vec<StoredResponse>,
     /// The responses its references name.
     referenced: Vec<StoredResponse>,
     /// Its input as kept (after translation).
-    input: Vec<u8>,
+    pub(super) input: Vec<u8>,
     /// The answer's response object, when it is kept.
     pub(super) object: Option<Vec<u8>>,
+    /// A background run's events as written, kept with it.
+    pub(super) events: Vec<u8>,
+    /// A background run's queued response object: what is kept, failed,
+    /// when the run ends without an answer.
+    pub(super) queued: Option<Vec<u8>>,
 }
 
 impl Storing {
+    /// The ids of the conversation it continues, oldest first.
+    pub(super) fn chain_ids(&self) -> Vec<String> {
+        self.chain.iter().map(|r| r.id.clone()).collect()
+    }
+
     /// What the translation takes from the store.
     pub(super) fn stored(&self) -> Stored<'_> {
         let all = || self.chain.iter().chain(&self.referenced);
@@ -129,8 +139,25 @@ pub(super) enum StoredCall {
     Delete(String),
     /// `GET /v1/responses/{id}/input_items`.
     InputItems(String, Page),
-    /// `POST /v1/responses/{id}/cancel`.
+    /// `POST /v1/responses/{id}/cancel`: the run stopped where it runs,
+    /// then the response read.
     Cancel(String),
+    /// `GET /v1/responses/{id}?stream=true`: its events after
+    /// `starting_after`, from where it runs, else from the store.
+    Resume(String, Option<u64>),
+    /// A background request's queued response, being kept: then answered
+    /// (or, `follow`, the run's events streamed).
+    Queued {
+        /// The queued response object.
+        object: Vec<u8>,
+        /// The client asked to stream.
+        follow: bool,
+    },
+    /// Following a run's events: its id, and the last sequence number
+    /// handed to the client.
+    Following(String, Option<u64>),
+    /// A run being kept `in_progress` before its provider is asked.
+    Starting,
 }
 
 impl Connection {
@@ -283,7 +310,17 @@ impl Connection {
         let Some(storing) = req.storing.as_mut() else {
             return;
         };
-        let Some(object) = storing.object.take().filter(|_| storing.wants.store) else {
+        let object = storing.object.take().or_else(|| {
+            // A run that ended without an answer (the provider refused, or
+            // failed before streaming): its queued response, failed.
+            let queued = storing.queued.as_ref()?;
+            let why = format!(
+                "The background response failed before it was answered ({}).",
+                rec.error.as_deref().unwrap_or("no answer")
+            );
+            Some(stored::with_status(queued, "failed", Some(&why)))
+        });
+        let Some(object) = object.filter(|_| storing.wants.store) else {
             return;
         };
         let ancestors = storing.chain.iter().map(|r| r.id.clone()).collect();
@@ -296,6 +333,7 @@ impl Connection {
             ancestors,
             input: std::mem::take(&mut storing.input),
             object,
+            events: std::mem::take(&mut storing.events),
         };
         if record.bytes() > keeping.max_bytes {
             tracing::warn!(
@@ -319,7 +357,31 @@ impl Connection {
         let req = self.req.as_mut().expect("request in progress");
         let key = req.key.as_ref().map_or("", |k| k.name.as_str()).to_owned();
         let ask = match &call {
-            StoredCall::Retrieve(id) | StoredCall::Cancel(id) => StoreAsk::Read {
+            StoredCall::Cancel(id) => {
+                // Stopped where it runs first; then read.
+                let id = id.clone();
+                req.call = Some(call);
+                self.phase = Phase::Resolving;
+                self.events
+                    .push_back(Event::Cancel(super::background::Follow {
+                        id,
+                        key,
+                        after: None,
+                    }));
+                return;
+            }
+            StoredCall::Resume(id, after) => {
+                let follow = super::background::Follow {
+                    id: id.clone(),
+                    key,
+                    after: *after,
+                };
+                req.call = Some(call);
+                self.phase = Phase::Resolving;
+                self.events.push_back(Event::Follow(follow));
+                return;
+            }
+            StoredCall::Retrieve(id) => StoreAsk::Read {
                 key,
                 chain: None,
                 responses: vec![id.clone()],
@@ -333,6 +395,9 @@ impl Connection {
                 key,
                 id: id.clone(),
             },
+            StoredCall::Queued { .. } | StoredCall::Following(..) | StoredCall::Starting => {
+                unreachable!("not a call a client makes")
+            }
         };
         req.call = Some(call);
         self.phase = Phase::Resolving;
@@ -351,6 +416,19 @@ impl Connection {
             .as_ref()
             .and_then(|r| r.key.as_ref())
             .map_or(String::new(), |k| k.name.clone());
+        if call == StoredCall::Starting {
+            if let Err(e) = &reply {
+                tracing::warn!(error = %e, "a background run could not be kept in progress; it runs");
+            }
+            return self.run_started(now);
+        }
+        if let StoredCall::Queued { object, follow } = &call {
+            return match reply {
+                Ok(StoreReply::Kept) => self.queued_kept(now, object, *follow),
+                Ok(other) => self.queued_not_kept(now, &format!("{other:?}")),
+                Err(e) => self.queued_not_kept(now, &e.to_string()),
+            };
+        }
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
@@ -367,13 +445,41 @@ impl Connection {
                 .map(|r| r.object)
                 .ok_or_else(|| not_found(&id)),
             (StoredCall::Cancel(id), StoreReply::Read { responses, .. }) => {
-                Err(match found(responses, &id) {
-                    Some(_) => ApiError::invalid_value(
+                match found(responses, &id) {
+                    // Cancelled here (it ended before the answer), or ended
+                    // before: as it is.
+                    Some(r) if !r.events.is_empty() || background(&r) => {
+                        if stored::is_running(&r.status()) {
+                            Err(running_elsewhere(&id))
+                        } else {
+                            Ok(r.object)
+                        }
+                    }
+                    Some(_) => Err(ApiError::invalid_value(
                         "response_id",
                         "Only responses created with background=true can be cancelled.",
-                    ),
-                    None => not_found(&id),
-                })
+                    )),
+                    None => Err(not_found(&id)),
+                }
+            }
+            (StoredCall::Resume(id, after), StoreReply::Read { responses, .. }) => {
+                match found(responses, &id) {
+                    Some(r) if !r.events.is_empty() && !stored::is_running(&r.status()) => {
+                        // Ended: the store has all of it.
+                        let events = stored::events_after(&r.events, after);
+                        self.follow_head(now, id, after);
+                        return self.handle_run_events(
+                            now,
+                            super::background::RunEvents::Events(events, true),
+                        );
+                    }
+                    Some(r) if background(&r) => Err(running_elsewhere(&id)),
+                    Some(_) => Err(ApiError::invalid_value(
+                        "stream",
+                        "Only responses created with background=true can be streamed again.",
+                    )),
+                    None => Err(not_found(&id)),
+                }
             }
             (StoredCall::InputItems(id, page), StoreReply::Read { chain, .. }) => {
                 match whole_chain(&id, &chain, &key) {
@@ -407,7 +513,7 @@ impl Connection {
     }
 
     /// `200` with a JSON body.
-    fn respond_json(&mut self, now: Instant, body: &[u8]) {
+    pub(super) fn respond_json(&mut self, now: Instant, body: &[u8]) {
         let close = self.closing_after_this();
         let req = self.req.as_ref().expect("request in progress");
         let mut out = Vec::with_capacity(256 + body.len());
@@ -454,6 +560,24 @@ fn whole_chain(id: &str, chain: &[StoredResponse], key: &str) -> Result<(), ApiE
          conversation was deleted or has expired."
     );
     Err(e)
+}
+
+/// Whether a kept response is a background one (its object says so).
+fn background(r: &StoredResponse) -> bool {
+    crate::dialect::responses::stored::item_id(&r.object).is_some()
+        && memchr::memmem::find(&r.object, b"\"background\":true").is_some()
+}
+
+/// A background run that is not running here and has not ended.
+fn running_elsewhere(id: &str) -> ApiError {
+    let id: String = id.chars().take(128).collect();
+    ApiError::invalid_value(
+        "response_id",
+        format!(
+            "Response '{id}' is running on another instance of the gateway: poll it (GET without \
+             stream) until it ends, or send this request to the instance running it."
+        ),
+    )
 }
 
 /// Bytes as a person reads them.

@@ -331,6 +331,7 @@ pub(super) fn run_bound<R: Runtime>(
         tls,
         admin_tls,
         responses,
+        runs: crate::serving::runs::Runs::default(),
     });
     if let (Some(src), Some(raw)) = (&keys_src, raw_keys) {
         crate::reload::keys::watch_postgres(&shared, src, raw);

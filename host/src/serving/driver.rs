@@ -61,6 +61,8 @@ pub(crate) struct Shared<R: Runtime> {
     pub admin_tls: Option<Arc<crate::tls::listener::ListenerTls>>,
     /// The Responses API's store, when it keeps responses.
     pub responses: Option<Arc<crate::stores::responses::ResponsesStore>>,
+    /// The background runs of this process.
+    pub runs: crate::serving::runs::Runs,
 }
 
 /// What woke a connection's task.
@@ -81,6 +83,8 @@ enum StoreAnswer {
     Admission(chatgate_core::SharedAdmission),
     Recall(Result<Vec<Option<Vec<u8>>>, chatgate_core::StoreError>),
     Responses(Result<chatgate_core::StoreReply, chatgate_core::StoreError>),
+    Run(chatgate_core::RunEvents),
+    Cancelled,
 }
 
 /// The shared store's answer a connection waits for: an admission, or the
@@ -132,6 +136,22 @@ pub(crate) async fn serve_connection<R: Runtime>(shared: Arc<Shared<R>>, tcp: R:
     let Task { conn, client, .. } = task;
     drop(conn);
     linger_close(rt, client).await;
+}
+
+/// Serves a background run's connection, its client the recorder on the
+/// other end of `tcp`, until the run ends.
+pub(crate) async fn serve_run<R: Runtime>(
+    shared: &Arc<Shared<R>>,
+    conn: Box<Connection>,
+    tcp: R::Tcp,
+) {
+    shared.rt.set_nodelay(&tcp);
+    let mut task = Task::new(shared, conn, MaybeTls::Plain(tcp));
+    while task.carry_out_events() {
+        task.arm_alarm();
+        let wake = task.wait().await;
+        task.feed(wake);
+    }
 }
 
 /// The client's stream: the TCP connection as it is on a plain listener;
@@ -341,11 +361,34 @@ impl<'s, R: Runtime> Task<'s, R> {
                 }
                 Event::Responses(ask) => {
                     let shared = Arc::clone(shared);
+                    // A write asked while another is pending (a run
+                    // cancelled as it was being kept in progress) goes
+                    // after it, never beside it: the last written wins.
+                    let before = self.admitting.take();
                     self.admitting = Some(Box::pin(async move {
+                        if let Some(before) = before {
+                            before.await;
+                        }
                         StoreAnswer::Responses(match shared.responses.clone() {
                             Some(store) => store.answer(&shared.rt, &shared.gateway, ask).await,
                             None => Err(chatgate_core::StoreError::NotConfigured),
                         })
+                    }));
+                    self.g_admit.reset();
+                }
+                Event::Background(run) => crate::serving::runs::Runs::start(shared, run),
+                Event::Follow(follow) => {
+                    let shared = Arc::clone(shared);
+                    self.admitting = Some(Box::pin(async move {
+                        StoreAnswer::Run(shared.runs.next(&follow).await)
+                    }));
+                    self.g_admit.reset();
+                }
+                Event::Cancel(follow) => {
+                    let shared = Arc::clone(shared);
+                    self.admitting = Some(Box::pin(async move {
+                        shared.runs.cancel(&follow).await;
+                        StoreAnswer::Cancelled
                     }));
                     self.g_admit.reset();
                 }
@@ -542,6 +585,14 @@ impl<'s, R: Runtime> Task<'s, R> {
             Wake::Admitted(StoreAnswer::Responses(reply)) => {
                 self.admitting = None;
                 conn.handle_responses(t, reply);
+            }
+            Wake::Admitted(StoreAnswer::Run(events)) => {
+                self.admitting = None;
+                conn.handle_run_events(t, events);
+            }
+            Wake::Admitted(StoreAnswer::Cancelled) => {
+                self.admitting = None;
+                conn.handle_cancelled(t);
             }
             Wake::Connected(Ok(reused)) => {
                 self.connecting = None;

@@ -585,6 +585,23 @@ impl ResponseStream {
         self.kept_object.take()
     }
 
+    /// A background run cancelled: its response object, `cancelled`, with
+    /// the items so far (closed as they are), and no event: the run's
+    /// stream ends there.
+    pub fn cancelled(&mut self, usage: Option<&Usage>) -> Vec<u8> {
+        let mut events = Vec::new();
+        self.close_all(&mut events);
+        self.ended = true;
+        let mut o = Vec::with_capacity(1024);
+        self.response(&mut o, "cancelled", None, None);
+        if let Some(u) = usage {
+            o.pop();
+            write_usage(&mut o, u);
+            o.push(b'}');
+        }
+        o
+    }
+
     /// The response object: what was asked, and the items so far.
     fn response(
         &self,
@@ -643,6 +660,11 @@ impl ResponseStream {
         });
         match &self.asked.kept {
             Some(kept) => {
+                o.extend_from_slice(if kept.background {
+                    b",\"background\":true"
+                } else {
+                    b",\"background\":false"
+                });
                 o.extend_from_slice(b",\"previous_response_id\":");
                 o.extend_from_slice(kept.previous.as_deref().unwrap_or(b"null"));
                 o.extend_from_slice(if kept.store {
@@ -818,6 +840,15 @@ fn write_usage(o: &mut Vec<u8>, u: &Usage) {
         push_decimal(o, n);
     }
     o.push(b'}');
+}
+
+/// A background run's response object when it is accepted: `queued`, no
+/// output yet.
+pub fn queued(asked: Asked, request_id: &str, created_at: u64, carry: Carry) -> Vec<u8> {
+    let stream = ResponseStream::new(asked, request_id, created_at, carry);
+    let mut out = Vec::with_capacity(512);
+    stream.response(&mut out, "queued", None, None);
+    out
 }
 
 /// A whole chat completion as a Responses response object: the same

@@ -24,7 +24,8 @@
 //! | `include: ["reasoning.encrypted_content"]` | the answer's reasoning items carry the reasoning sealed (`encrypted_content`) |
 //! | `store`, `metadata`, `client_metadata`, `truncation`, `service_tier`, `text.verbosity`, any other | read and left out |
 //! | `previous_response_id`, `item_reference` | with the store on: the conversation it continues comes first, the item it names stands in its place (`stored.rs`); with it off, refused |
-//! | `conversation`, `prompt`, `background: true` | refused |
+//! | `background: true` | with the store on: a streamed run (`exchange/background.rs`); with it off, refused |
+//! | `conversation`, `prompt` | refused |
 
 use std::borrow::Cow;
 
@@ -64,6 +65,9 @@ pub struct Kept {
     pub store: bool,
     /// `previous_response_id`, as written (a JSON string).
     pub previous: Option<Vec<u8>>,
+    /// `background: true`: run in the gateway, whether or not a client
+    /// stays.
+    pub background: bool,
 }
 
 /// A namespace's function, as the provider knows it.
@@ -116,6 +120,7 @@ pub fn translate<'a>(
     if stored.is_some() {
         asked.kept = Some(Kept {
             store: top.store != Some(b"false".as_slice()),
+            background: top.background == Some(b"true".as_slice()),
             previous: top
                 .previous_response_id
                 .filter(|r| !is_null(r))
@@ -179,7 +184,12 @@ pub fn translate<'a>(
     {
         response_format(&mut out, format)?;
     }
-    if let Some(raw) = top.stream.filter(|r| !is_null(r)) {
+    if asked.kept.as_ref().is_some_and(|k| k.background) {
+        // A background run is streamed, whatever its client asked: its
+        // events are what a client re-attaching reads.
+        asked.stream = true;
+        member(&mut out, "stream", b"true");
+    } else if let Some(raw) = top.stream.filter(|r| !is_null(r)) {
         asked.stream = raw == b"true";
         member(&mut out, "stream", raw);
     }
@@ -286,10 +296,18 @@ fn refuse_stored(top: &Top<'_>, kept: bool) -> Result<(), ApiError> {
             ));
         }
     }
-    if top.background == Some(b"true".as_slice()) {
+    let background = top.background == Some(b"true".as_slice());
+    if background && !kept {
         return Err(ApiError::invalid_value(
             "background",
             "Background responses are not supported: this gateway stores no responses.",
+        ));
+    }
+    if background && top.store == Some(b"false".as_slice()) {
+        return Err(ApiError::invalid_value(
+            "background",
+            "Background responses must be stored: send 'store': true (the default) with \
+             'background': true.",
         ));
     }
     Ok(())

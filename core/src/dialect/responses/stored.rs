@@ -41,6 +41,8 @@ pub struct Wants {
     pub references: Vec<String>,
     /// `background: true`.
     pub background: bool,
+    /// `stream: true`: the client reads the run's events as they come.
+    pub stream: bool,
 }
 
 /// What `body` (a Responses request) needs from the store. Only these
@@ -57,6 +59,9 @@ pub fn wants(body: &[u8]) -> Result<Wants, ApiError> {
     }
     if let Some(raw) = top.get(b"background").filter(|r| !is_null(r)) {
         w.background = boolean(raw, "background")?;
+    }
+    if let Some(raw) = top.get(b"stream").filter(|r| !is_null(r)) {
+        w.stream = boolean(raw, "stream")?;
     }
     if let Some(raw) = top.get(b"previous_response_id").filter(|r| !is_null(r)) {
         let id = text(raw, &|| "previous_response_id".into())?;
@@ -128,6 +133,9 @@ pub struct StoredResponse {
     pub input: Vec<u8>,
     /// The response object, as `GET` answers it: a JSON object.
     pub object: Vec<u8>,
+    /// A background run's events, as its stream wrote them (what a client
+    /// re-attaching reads); empty for other responses.
+    pub events: Vec<u8>,
 }
 
 /// Why a stored record could not be read.
@@ -160,6 +168,7 @@ impl StoredResponse {
         }
         put(&mut out, &self.input);
         put(&mut out, &self.object);
+        put(&mut out, &self.events);
         out
     }
 
@@ -190,6 +199,7 @@ impl StoredResponse {
         }
         let input = r.field()?.to_vec();
         let object = r.field()?.to_vec();
+        let events = r.field()?.to_vec();
         if r.at != bytes.len() {
             return Err(DecodeError("bytes after the record"));
         }
@@ -209,21 +219,23 @@ impl StoredResponse {
             ancestors,
             input,
             object,
+            events,
         })
     }
 
     /// The bytes it takes (what the caps count).
     pub fn bytes(&self) -> u64 {
         let ids: usize = self.ancestors.iter().map(|a| a.len() + 4).sum();
-        // The magic, the two times, five lengths and the count.
+        // The magic, the two times, six lengths and the count.
         (4 + 16
-            + 24
+            + 28
             + self.id.len()
             + self.key.len()
             + self.previous.as_ref().map_or(0, String::len)
             + ids
             + self.input.len()
-            + self.object.len()) as u64
+            + self.object.len()
+            + self.events.len()) as u64
     }
 
     /// Its input items, each as written.
@@ -257,6 +269,79 @@ impl StoredResponse {
             .map(|s| String::from_utf8_lossy(&s).into_owned())
             .unwrap_or_default()
     }
+}
+
+/// Whether a response in this status may still change (a background run
+/// not finished).
+pub fn is_running(status: &str) -> bool {
+    matches!(status, "queued" | "in_progress")
+}
+
+/// The events of `stream` (SSE events as a run wrote them) after sequence
+/// number `after` (all of them for `None`).
+pub fn events_after(stream: &[u8], after: Option<u64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for event in split_events(stream) {
+        if after.is_none_or(|a| sequence_number(event).is_some_and(|n| n > a)) {
+            out.extend_from_slice(event);
+        }
+    }
+    out
+}
+
+/// `stream`'s whole SSE events (each with its blank line), in order.
+pub fn split_events(stream: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = stream;
+    while let Some(end) = memchr::memmem::find(rest, b"\n\n") {
+        out.push(&rest[..end + 2]);
+        rest = &rest[end + 2..];
+    }
+    out
+}
+
+/// An event's `sequence_number` (the gateway writes it right after its
+/// `type`).
+pub fn sequence_number(event: &[u8]) -> Option<u64> {
+    const MEMBER: &[u8] = b"\"sequence_number\":";
+    let at = memchr::memmem::find(event, MEMBER)? + MEMBER.len();
+    let digits = event[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    std::str::from_utf8(&event[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// `object` (a response object) with `status`, and `error` as its error's
+/// message when given: what a background run left unfinished by a restart
+/// is kept as.
+pub fn with_status(object: &[u8], status: &str, error: Option<&str>) -> Vec<u8> {
+    let Ok(members) = Object::read(object) else {
+        return object.to_vec();
+    };
+    let mut out = Vec::with_capacity(object.len() + 128);
+    out.push(b'{');
+    for (name, raw) in &members.0 {
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        crate::json::write::string(&mut out, &String::from_utf8_lossy(name));
+        out.push(b':');
+        match (&**name, error) {
+            (b"status", _) => crate::json::write::string(&mut out, status),
+            (b"error", Some(why)) => {
+                out.extend_from_slice(b"{\"code\":\"server_error\",\"message\":");
+                crate::json::write::string(&mut out, why);
+                out.push(b'}');
+            }
+            _ => out.extend_from_slice(raw),
+        }
+    }
+    out.push(b'}');
+    out
 }
 
 /// `u32` length, then the bytes.
@@ -626,6 +711,7 @@ mod tests {
             ancestors: vec!["resp_00000000000a000000000001".into()],
             input: br#"[{"id":"msg_x_i0","type":"message","role":"user","content":"hi"}]"#.to_vec(),
             object: br#"{"id":"resp_00000000000a00000000000b","status":"completed","output":[{"id":"msg_00000000000a00000000000b_0","type":"message","role":"assistant","content":[]}]}"#.to_vec(),
+            events: b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0}\n\n".to_vec(),
         }
     }
 
@@ -730,5 +816,25 @@ mod tests {
             Some("limit")
         );
         assert!(Page::read("order=up").is_err());
+    }
+
+    #[test]
+    fn a_run_replays_after_a_sequence_number_and_a_restart_fails_it() {
+        let stream = b"event: a\ndata: {\"type\":\"a\",\"sequence_number\":0}\n\nevent: b\ndata: {\"type\":\"b\",\"sequence_number\":1}\n\nevent: c\ndata: {\"type\":\"c\",\"sequence_number\":2}\n\n";
+        assert_eq!(split_events(stream).len(), 3);
+        assert_eq!(events_after(stream, None), stream.to_vec());
+        let after = events_after(stream, Some(0));
+        assert!(after.starts_with(b"event: b\n") && after.ends_with(b"\"sequence_number\":2}\n\n"));
+        assert!(events_after(stream, Some(2)).is_empty());
+        let failed = with_status(
+            br#"{"id":"r","status":"queued","error":null,"output":[]}"#,
+            "failed",
+            Some("restarted"),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&failed).unwrap();
+        assert_eq!(v["status"], "failed");
+        assert_eq!(v["error"]["message"], "restarted");
+        assert_eq!(v["output"], serde_json::json!([]));
+        assert!(is_running("queued") && !is_running("completed"));
     }
 }

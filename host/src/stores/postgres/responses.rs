@@ -17,7 +17,7 @@ use crate::error::Error;
 /// columns.
 const SCHEMA: super::Schema = super::Schema {
     sql: include_str!("../../../responses.sql"),
-    probe: "SELECT id, key_name, expires_at, bytes, ancestors, record FROM chatgate_responses LIMIT 0; \
+    probe: "SELECT id, key_name, expires_at, bytes, ancestors, record, running_until FROM chatgate_responses LIMIT 0; \
             SELECT key_name, bytes FROM chatgate_response_bytes LIMIT 0",
     // "cgresp" in ASCII.
     lock: 0x6367_7265_7370,
@@ -30,10 +30,16 @@ const REAP_BATCH: i64 = 1_000;
 /// Connections kept open between calls, at most.
 const IDLE_CONNECTIONS: usize = 8;
 
-/// The store: its URL and the connections not in use.
+/// How long an instance vouches for a run it keeps running (seconds); it
+/// renews well before (each reaper pass).
+const LEASE_SECS: u64 = 60;
+
+/// The store: its URL, the connections not in use, and the runs this
+/// process has not finished (their leases renewed).
 pub(crate) struct PgResponses {
     url: String,
     idle: Mutex<Vec<postgres::Client>>,
+    running: Mutex<std::collections::HashSet<String>>,
 }
 
 fn failed(e: &postgres::Error) -> StoreError {
@@ -60,6 +66,7 @@ impl PgResponses {
         Ok(PgResponses {
             url: url.to_owned(),
             idle: Mutex::new(vec![c]),
+            running: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -93,7 +100,7 @@ impl PgResponses {
                 chain,
                 responses,
             } => self.read(&key, chain.as_deref(), &responses, unix),
-            StoreAsk::Keep(record) => self.keep(&record).map(|()| StoreReply::Kept),
+            StoreAsk::Keep(record) => self.keep(&record, unix).map(|()| StoreReply::Kept),
             StoreAsk::Delete { key, id } => self.delete(&key, &id).map(StoreReply::Deleted),
         }
     }
@@ -150,21 +157,38 @@ impl PgResponses {
         })
     }
 
-    fn keep(&self, r: &StoredResponse) -> Result<(), StoreError> {
+    fn keep(&self, r: &StoredResponse, unix: u64) -> Result<(), StoreError> {
         let bytes = as_i64(r.bytes());
         let expires = as_i64(r.expires_at);
+        let running = chatgate_core::dialect::responses::stored::is_running(&r.status());
+        let lease = if running {
+            as_i64(unix + LEASE_SECS)
+        } else {
+            0
+        };
         self.with(|c| {
             let mut tx = c.transaction()?;
-            let inserted = tx.execute(
-                "INSERT INTO chatgate_responses (id, key_name, expires_at, bytes, ancestors, record) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
-                &[&r.id, &r.key, &expires, &bytes, &r.ancestors, &r.encode()],
+            // A background run's record replaces its queued one: its key
+            // keeps the difference.
+            let old: i64 = tx
+                .query_opt(
+                    "SELECT bytes FROM chatgate_responses WHERE id = $1 AND key_name = $2 FOR UPDATE",
+                    &[&r.id, &r.key],
+                )?
+                .map_or(Ok(0), |row| row.try_get(0))?;
+            let written = tx.execute(
+                "INSERT INTO chatgate_responses (id, key_name, expires_at, bytes, ancestors, record, running_until) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET \
+                   expires_at = excluded.expires_at, bytes = excluded.bytes, record = excluded.record, \
+                   running_until = excluded.running_until \
+                 WHERE chatgate_responses.key_name = excluded.key_name",
+                &[&r.id, &r.key, &expires, &bytes, &r.ancestors, &r.encode(), &lease],
             )?;
-            if inserted == 1 {
+            if written == 1 {
                 tx.execute(
                     "INSERT INTO chatgate_response_bytes (key_name, bytes) VALUES ($1, $2) \
-                     ON CONFLICT (key_name) DO UPDATE SET bytes = chatgate_response_bytes.bytes + $2",
-                    &[&r.key, &bytes],
+                     ON CONFLICT (key_name) DO UPDATE SET bytes = GREATEST(chatgate_response_bytes.bytes + $2, 0)",
+                    &[&r.key, &(bytes - old)],
                 )?;
             }
             // Its conversation lasts as long as it does.
@@ -176,6 +200,65 @@ impl PgResponses {
                 )?;
             }
             tx.commit()
+        })?;
+        let mut mine = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if running {
+            mine.insert(r.id.clone());
+        } else {
+            mine.remove(&r.id);
+        }
+        Ok(())
+    }
+
+    /// Renews the leases of this process's unfinished runs, and marks
+    /// failed the runs whose instance stopped vouching for them (it
+    /// stopped or crashed); how many.
+    pub(crate) fn check_runs(&self, unix: u64) -> Result<usize, StoreError> {
+        let mine: Vec<String> = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        self.with(|c| {
+            if !mine.is_empty() {
+                c.execute(
+                    "UPDATE chatgate_responses SET running_until = $1 WHERE id = ANY($2) AND running_until > 0",
+                    &[&as_i64(unix + LEASE_SECS), &mine],
+                )?;
+            }
+            let mut tx = c.transaction()?;
+            let rows = tx.query(
+                "SELECT id, record FROM chatgate_responses \
+                 WHERE running_until > 0 AND running_until < $1 FOR UPDATE SKIP LOCKED",
+                &[&as_i64(unix)],
+            )?;
+            let mut n = 0;
+            for row in &rows {
+                let id: &str = row.try_get(0)?;
+                let Ok(mut r) = StoredResponse::decode(row.try_get(1)?) else {
+                    continue;
+                };
+                let before = as_i64(r.bytes());
+                r.object = chatgate_core::dialect::responses::stored::with_status(
+                    &r.object,
+                    "failed",
+                    Some(crate::stores::responses::RESTARTED),
+                );
+                let after = as_i64(r.bytes());
+                tx.execute(
+                    "UPDATE chatgate_responses SET record = $2, bytes = $3, running_until = 0 WHERE id = $1",
+                    &[&id, &r.encode(), &after],
+                )?;
+                tx.execute(
+                    "UPDATE chatgate_response_bytes SET bytes = GREATEST(bytes + $2, 0) WHERE key_name = $1",
+                    &[&r.key, &(after - before)],
+                )?;
+                n += 1;
+            }
+            tx.commit()?;
+            Ok(n)
         })
     }
 

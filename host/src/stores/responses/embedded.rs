@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use chatgate_core::dialect::responses::stored::StoredResponse;
+use chatgate_core::dialect::responses::stored::{self, StoredResponse};
 use chatgate_core::{StoreAsk, StoreError, StoreReply};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -27,6 +27,13 @@ const EXPIRES: TableDefinition<&str, u64> = TableDefinition::new("expires");
 const BY_EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("by_expiry");
 /// The bytes each key keeps, by key name.
 const KEY_BYTES: TableDefinition<&str, u64> = TableDefinition::new("key_bytes");
+/// The background runs not finished, by id: failed when the file is next
+/// opened (the process that ran them is gone: the file is locked to one).
+const RUNNING: TableDefinition<&str, ()> = TableDefinition::new("running");
+
+/// What a background run left unfinished by a restart says.
+pub(crate) const RESTARTED: &str = "The gateway restarted before this background response \
+     finished; it was not completed. Send the request again.";
 
 /// Most responses forgotten in one transaction of the reaper.
 const REAP_BATCH: usize = 1_000;
@@ -62,9 +69,58 @@ impl Embedded {
             tx.open_table(EXPIRES).map_err(|e| refused(&e))?;
             tx.open_table(BY_EXPIRY).map_err(|e| refused(&e))?;
             tx.open_table(KEY_BYTES).map_err(|e| refused(&e))?;
+            tx.open_table(RUNNING).map_err(|e| refused(&e))?;
         }
         tx.commit().map_err(|e| refused(&e))?;
-        Ok(Embedded { db })
+        let store = Embedded { db };
+        let failed = store.fail_unfinished().map_err(|e| refused(&e))?;
+        if failed > 0 {
+            tracing::warn!(
+                responses = failed,
+                "background responses left unfinished by the last run were marked failed"
+            );
+        }
+        Ok(store)
+    }
+
+    /// Marks every run left unfinished failed; how many.
+    fn fail_unfinished(&self) -> Result<usize, StoreError> {
+        let write = |e: &dyn std::fmt::Display| failed("be written", e);
+        let ids: Vec<String> = {
+            let tx = self.db.begin_read().map_err(|e| failed("be read", e))?;
+            let running = tx.open_table(RUNNING).map_err(|e| failed("be read", e))?;
+            let mut ids = Vec::new();
+            for entry in running.iter().map_err(|e| failed("be read", e))? {
+                let (k, _) = entry.map_err(|e| failed("be read", e))?;
+                ids.push(k.value().to_owned());
+            }
+            ids
+        };
+        for id in &ids {
+            let found = {
+                let tx = self.db.begin_read().map_err(|e| failed("be read", e))?;
+                let records = tx.open_table(RESPONSES).map_err(|e| failed("be read", e))?;
+                records
+                    .get(id.as_str())
+                    .map_err(|e| failed("be read", e))?
+                    .and_then(|b| StoredResponse::decode(b.value()).ok())
+            };
+            match found {
+                Some(mut r) => {
+                    r.object = stored::with_status(&r.object, "failed", Some(RESTARTED));
+                    self.keep(&r)?;
+                }
+                None => {
+                    let tx = self.db.begin_write().map_err(|e| write(&e))?;
+                    tx.open_table(RUNNING)
+                        .map_err(|e| write(&e))?
+                        .remove(id.as_str())
+                        .map_err(|e| write(&e))?;
+                    tx.commit().map_err(|e| write(&e))?;
+                }
+            }
+        }
+        Ok(ids.len())
     }
 
     /// Carries out `ask` at `unix` (seconds: what has expired is not
@@ -143,22 +199,29 @@ impl Embedded {
             let mut expires = tx.open_table(EXPIRES).map_err(|e| write(&e))?;
             let mut by_expiry = tx.open_table(BY_EXPIRY).map_err(|e| write(&e))?;
             let mut key_bytes = tx.open_table(KEY_BYTES).map_err(|e| write(&e))?;
+            // A background run's record replaces its queued one: its key
+            // keeps the difference.
             let replaced = records
                 .insert(r.id.as_str(), r.encode().as_slice())
                 .map_err(|e| write(&e))?
-                .is_some();
-            if replaced {
-                // Ids are new: a record already there is a bug elsewhere,
-                // not a reason to count its bytes twice.
-                tracing::warn!(id = %r.id, "a kept response was replaced");
+                .and_then(|old| StoredResponse::decode(old.value()).ok())
+                .filter(|old| old.key == r.key)
+                .map_or(0, |old| old.bytes());
+            let before = key_bytes
+                .get(r.key.as_str())
+                .map_err(|e| write(&e))?
+                .map_or(0, |v| v.value());
+            key_bytes
+                .insert(
+                    r.key.as_str(),
+                    before.saturating_sub(replaced).saturating_add(r.bytes()),
+                )
+                .map_err(|e| write(&e))?;
+            let mut running = tx.open_table(RUNNING).map_err(|e| write(&e))?;
+            if stored::is_running(&r.status()) {
+                running.insert(r.id.as_str(), ()).map_err(|e| write(&e))?;
             } else {
-                let before = key_bytes
-                    .get(r.key.as_str())
-                    .map_err(|e| write(&e))?
-                    .map_or(0, |v| v.value());
-                key_bytes
-                    .insert(r.key.as_str(), before.saturating_add(r.bytes()))
-                    .map_err(|e| write(&e))?;
+                running.remove(r.id.as_str()).map_err(|e| write(&e))?;
             }
             // It, and every response its conversation holds, last as long
             // as it does.
@@ -239,6 +302,10 @@ fn forget(tx: &redb::WriteTransaction, id: &str) -> Result<bool, StoreError> {
     let mut expires = tx.open_table(EXPIRES).map_err(|e| write(&e))?;
     let mut by_expiry = tx.open_table(BY_EXPIRY).map_err(|e| write(&e))?;
     let mut key_bytes = tx.open_table(KEY_BYTES).map_err(|e| write(&e))?;
+    tx.open_table(RUNNING)
+        .map_err(|e| write(&e))?
+        .remove(id)
+        .map_err(|e| write(&e))?;
     if let Some(at) = expires.remove(id).map_err(|e| write(&e))? {
         by_expiry.remove((at.value(), id)).map_err(|e| write(&e))?;
     }
@@ -279,6 +346,7 @@ mod tests {
             previous: ancestors.last().map(|a| a.id.clone()),
             ancestors: ancestors.iter().map(|a| a.id.clone()).collect(),
             input: b"[]".to_vec(),
+            events: Vec::new(),
         }
     }
 
@@ -328,6 +396,51 @@ mod tests {
         assert!(!e.delete("a", &third.id).unwrap());
         assert_eq!(read(&e, "a", &third.id, 10), (Vec::new(), 0));
         drop(e);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_run_left_unfinished_is_failed_when_the_file_opens_again() {
+        let path = std::env::temp_dir().join(format!(
+            "chatgate-responses-run-test-{}.redb",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let mut run = record(7, "a", u64::MAX, &[]);
+        run.object = br#"{"id":"x","status":"queued","error":null,"output":[]}"#.to_vec();
+        let done = record(8, "a", u64::MAX, &[]);
+        {
+            let e = Embedded::open(path.to_str().unwrap()).unwrap();
+            e.keep(&run).unwrap();
+            e.keep(&done).unwrap();
+        }
+        let e = Embedded::open(path.to_str().unwrap()).unwrap();
+        let ask = StoreAsk::Read {
+            key: "a".into(),
+            chain: None,
+            responses: vec![run.id.clone(), done.id.clone()],
+        };
+        let StoreReply::Read {
+            responses,
+            key_bytes,
+            ..
+        } = e.answer(ask, 1).unwrap()
+        else {
+            panic!("a read");
+        };
+        assert_eq!(responses[0].status(), "failed");
+        assert!(String::from_utf8_lossy(&responses[0].object).contains("restarted"));
+        assert_eq!(responses[1].status(), "completed");
+        assert_eq!(key_bytes, responses[0].bytes() + responses[1].bytes());
+        // Failed once: opening again changes nothing.
+        drop(e);
+        assert_eq!(
+            Embedded::open(path.to_str().unwrap())
+                .unwrap()
+                .fail_unfinished()
+                .unwrap(),
+            0
+        );
         let _ = std::fs::remove_file(&path);
     }
 }

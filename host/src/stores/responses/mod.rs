@@ -6,6 +6,8 @@
 
 mod embedded;
 
+pub(crate) use embedded::RESTARTED;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,8 +16,9 @@ use chatgate_core::{Gateway, ResponsesStoreAt, StoreAsk, StoreError, StoreReply}
 use crate::error::Error;
 use crate::runtime::{Runtime, now};
 
-/// How often expired responses are looked for.
-const REAP_EVERY: Duration = Duration::from_secs(60);
+/// How often expired responses are looked for, and (PostgreSQL) runs
+/// whose instance stopped vouching for them.
+const REAP_EVERY: Duration = Duration::from_secs(20);
 
 /// Where kept responses live.
 pub(crate) enum ResponsesStore {
@@ -56,20 +59,33 @@ impl ResponsesStore {
     /// Forgets expired responses now and then, for as long as the process
     /// lives.
     pub(crate) async fn reap<R: Runtime>(self: Arc<Self>, rt: R, gateway: Arc<Gateway>) {
+        let mut first = true;
         loop {
-            rt.timer(std::time::Instant::now() + REAP_EVERY).await;
+            if !first {
+                rt.timer(std::time::Instant::now() + REAP_EVERY).await;
+            }
+            first = false;
             let unix = gateway.wall().unix_secs(now());
             let store = Arc::clone(&self);
-            let reaped = rt
+            let checked = rt
                 .unblock(move || match &*store {
-                    ResponsesStore::Embedded(e) => e.reap(unix),
-                    ResponsesStore::Postgres(p) => p.reap(unix),
+                    ResponsesStore::Embedded(e) => e.reap(unix).map(|n| (n, 0)),
+                    ResponsesStore::Postgres(p) => Ok((p.reap(unix)?, p.check_runs(unix)?)),
                 })
                 .await;
-            match reaped {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(responses = n, "expired responses forgotten"),
-                Err(e) => tracing::warn!(error = %e, "expired responses could not be forgotten"),
+            match checked {
+                Ok((reaped, failed)) => {
+                    if reaped > 0 {
+                        tracing::info!(responses = reaped, "expired responses forgotten");
+                    }
+                    if failed > 0 {
+                        tracing::warn!(
+                            responses = failed,
+                            "background responses whose instance stopped were marked failed"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "the responses store could not be tidied"),
             }
         }
     }
