@@ -366,6 +366,18 @@ impl ApiError {
         )
     }
 
+    /// 426 for a WebSocket upgrade on the Responses API: served over HTTP
+    /// only (Codex falls back to it at once).
+    pub fn websocket_not_served() -> Self {
+        Self::new(
+            426,
+            ErrorType::InvalidRequest,
+            "websocket_not_supported",
+            "This gateway serves the Responses API over HTTP, not WebSocket: send the request \
+             as a POST (for Codex, leave supports_websockets out of the provider's table).",
+        )
+    }
+
     /// 405 `method_not_allowed` with `Allow: allow`.
     pub fn method_not_allowed(method: &str, allow: &'static str) -> Self {
         let method: String = method.chars().take(16).collect();

@@ -24,6 +24,7 @@ cases!(
     the_python_sdk_polls_resumes_and_cancels_background_runs,
     a_drain_finishes_a_background_run_and_a_crash_fails_it,
     the_node_sdk_continues_and_runs_in_the_background,
+    codex_asking_for_websockets_falls_back_at_once,
 );
 
 fn with_responses(bin: &str, upstream: &str) -> Gw {
@@ -131,6 +132,14 @@ fn the_python_sdk_continues_kept_responses(bin: &str) {
         .collect();
     assert_eq!(kept.len(), 3, "{ledger:?}");
     assert!(kept.iter().all(|id| id.starts_with("resp_")), "{kept:?}");
+    // Each turn is metered for the whole conversation it sent the
+    // provider: the prompt grows turn by turn.
+    let prompts: Vec<u64> = ledger
+        .iter()
+        .filter(|r| r.response_id.is_some())
+        .map(|r| r.prompt_tokens)
+        .collect();
+    assert!(prompts.windows(2).all(|w| w[0] < w[1]), "{prompts:?}");
 }
 
 fn kept_responses_survive_a_restart(bin: &str) {
@@ -781,7 +790,7 @@ fn a_drain_finishes_a_background_run_and_a_crash_fails_it(bin: &str) {
         after["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("restarted"),
+            .contains("gateway stopped"),
         "{after}"
     );
 }
@@ -797,4 +806,89 @@ fn the_node_sdk_continues_and_runs_in_the_background(bin: &str) {
         Command::new("node").arg(dir.join("responses-state.mjs")),
         &["chain ok", "retrieve ok", "background ok"],
     );
+}
+
+/// Codex told its provider speaks the Responses WebSocket: the upgrade is
+/// answered 426, and Codex goes on over HTTP at once (with a 405 it tried
+/// five times more, seconds each).
+fn codex_asking_for_websockets_falls_back_at_once(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = with_responses(bin, &sim.url());
+    let home = tempfile::tempdir().unwrap();
+    let provider = format!(
+        "model = \"reasoning-model-k3\"\nmodel_provider = \"chatgate\"\n\
+         [model_providers.chatgate]\nname = \"chatgate\"\nbase_url = \"http://{}/v1\"\n\
+         env_key = \"CHATGATE_API_KEY\"\nwire_api = \"responses\"\nsupports_websockets = true\n",
+        gw.addr
+    );
+    let (ok, text) = codex_with(
+        &provider,
+        &gw.key,
+        home.path(),
+        "Say hello [[sim:tools=none]]",
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("You said: Say hello"), "{text}");
+    let log = gw.proc.stderr();
+    let upgrades = log.lines().filter(|l| l.contains("status=426")).count();
+    assert_eq!(upgrades, 1, "{log}");
+    assert!(log.contains("websocket_not_supported"), "{log}");
+}
+
+/// An instance keeping responses in PostgreSQL dies with a background run
+/// going: another instance marks it failed once its lease lapses, never
+/// leaving it in progress.
+#[test]
+fn another_instance_fails_a_run_whose_instance_died() {
+    let pg = PgServer::start();
+    let sim = Sim::start(RUNTIMES[0], &[], &[]);
+    let args = vec![
+        "--apis".to_owned(),
+        "chat,responses".into(),
+        "--responses-store".into(),
+        pg.url(),
+    ];
+    let each = ["chatgate-smol", "chatgate-tokio"].map(|bin| (bin, args.clone()));
+    let mut gws = gateways_sharing_a_key(&sim, "team", 100_000, 100_000_000, &each);
+    let r = responses(
+        &gws[0],
+        r#"{"model":"reasoning-model-k3","background":true,"input":"Long [[sim:token_ms=50,reasoning_tokens=20,answer_tokens=1000]]"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let get = |gw: &Gw| {
+        request(
+            gw.addr,
+            "GET",
+            &format!("/v1/responses/{id}"),
+            Some(&gw.key),
+            None,
+        )
+        .json()
+    };
+    eventually("the run in progress", || {
+        get(&gws[1])["status"] == "in_progress"
+    });
+    gws[0].proc.signal(9);
+    let started = std::time::Instant::now();
+    let failed = loop {
+        let v = get(&gws[1]);
+        if v["status"] != "in_progress" {
+            break v;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{v}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gateway stopped"),
+        "{failed}"
+    );
+    let _ = gws.remove(0);
 }

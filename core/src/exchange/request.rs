@@ -419,6 +419,11 @@ impl Connection {
         }
         self.req = Some(req);
         let has_body = head.framing != Framing::Empty;
+        if head.websocket && served(&head.path, self.gw.config().apis) == Some(Route::Responses) {
+            // Codex's Responses WebSocket: answered so that it falls back to
+            // HTTP at once (docs/decisions.md).
+            return self.respond_error(now, ApiError::websocket_not_served(), true);
+        }
         let route = match route {
             Ok(r) => r,
             Err(e) => return self.respond_error(now, e, has_body),

@@ -72,6 +72,9 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// `Expect: 100-continue` was sent.
     pub expect_continue: bool,
+    /// `Upgrade: websocket` was asked for (never granted: the answer says
+    /// so).
+    pub websocket: bool,
     /// The `Authorization` value. Secret: never logged, never echoed.
     pub authorization: Option<String>,
     /// The `x-api-key` value (how the Anthropic clients send their key).
@@ -103,6 +106,7 @@ impl std::fmt::Debug for RequestHead {
             .field("framing", &self.framing)
             .field("keep_alive", &self.keep_alive)
             .field("expect_continue", &self.expect_continue)
+            .field("websocket", &self.websocket)
             .field(
                 "authorization",
                 &self.authorization.as_ref().map(|_| "<redacted>"),
@@ -184,6 +188,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
     let mut close = false;
     let mut keep_alive_token = false;
     let mut expect_continue = false;
+    let mut websocket = false;
     let mut authorization = None;
     let mut api_key = None;
     let mut content_type = None;
@@ -220,6 +225,8 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
             } else {
                 return Err(HttpError::UnsupportedExpectation);
             }
+        } else if name_is(name, "upgrade") {
+            websocket |= tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"websocket"));
         } else if name_is(name, "authorization") {
             authorization = Some(lossy(h.value));
         } else if name_is(name, "x-api-key") {
@@ -285,6 +292,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
         framing,
         keep_alive,
         expect_continue,
+        websocket,
         authorization,
         api_key,
         content_type,

@@ -20,6 +20,7 @@ pub fn reason(status: u16) -> &'static str {
         409 => "Conflict",
         413 => "Content Too Large",
         417 => "Expectation Failed",
+        426 => "Upgrade Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         499 => "Client Closed Request",

@@ -31,8 +31,8 @@ const REAP_BATCH: i64 = 1_000;
 const IDLE_CONNECTIONS: usize = 8;
 
 /// How long an instance vouches for a run it keeps running (seconds); it
-/// renews well before (each reaper pass).
-const LEASE_SECS: u64 = 60;
+/// renews it three times as often ([`crate::stores::responses`]).
+pub(crate) const LEASE_SECS: u64 = 15;
 
 /// The store: its URL, the connections not in use, and the runs this
 /// process has not finished (their leases renewed).

@@ -31,9 +31,9 @@ const KEY_BYTES: TableDefinition<&str, u64> = TableDefinition::new("key_bytes");
 /// opened (the process that ran them is gone: the file is locked to one).
 const RUNNING: TableDefinition<&str, ()> = TableDefinition::new("running");
 
-/// What a background run left unfinished by a restart says.
-pub(crate) const RESTARTED: &str = "The gateway restarted before this background response \
-     finished; it was not completed. Send the request again.";
+/// What a background run left unfinished by its gateway's end says.
+pub(crate) const RESTARTED: &str = "The gateway stopped before this background response \
+     finished (a crash, or a restart); it was not completed. Send the request again.";
 
 /// Most responses forgotten in one transaction of the reaper.
 const REAP_BATCH: usize = 1_000;
@@ -429,7 +429,7 @@ mod tests {
             panic!("a read");
         };
         assert_eq!(responses[0].status(), "failed");
-        assert!(String::from_utf8_lossy(&responses[0].object).contains("restarted"));
+        assert!(String::from_utf8_lossy(&responses[0].object).contains("gateway stopped"));
         assert_eq!(responses[1].status(), "completed");
         assert_eq!(key_bytes, responses[0].bytes() + responses[1].bytes());
         // Failed once: opening again changes nothing.

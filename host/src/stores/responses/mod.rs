@@ -16,9 +16,12 @@ use chatgate_core::{Gateway, ResponsesStoreAt, StoreAsk, StoreError, StoreReply}
 use crate::error::Error;
 use crate::runtime::{Runtime, now};
 
-/// How often expired responses are looked for, and (PostgreSQL) runs
-/// whose instance stopped vouching for them.
-const REAP_EVERY: Duration = Duration::from_secs(20);
+/// How often expired responses are looked for.
+const REAP_EVERY: Duration = Duration::from_secs(60);
+/// How often (PostgreSQL) this process renews its runs' leases and looks
+/// for runs whose instance stopped renewing theirs: a third of a lease.
+const CHECK_RUNS_EVERY: Duration =
+    Duration::from_secs(crate::stores::postgres::responses::LEASE_SECS / 3);
 
 /// Where kept responses live.
 pub(crate) enum ResponsesStore {
@@ -59,18 +62,22 @@ impl ResponsesStore {
     /// Forgets expired responses now and then, for as long as the process
     /// lives.
     pub(crate) async fn reap<R: Runtime>(self: Arc<Self>, rt: R, gateway: Arc<Gateway>) {
-        let mut first = true;
+        let mut next_reap = std::time::Instant::now();
         loop {
-            if !first {
-                rt.timer(std::time::Instant::now() + REAP_EVERY).await;
-            }
-            first = false;
             let unix = gateway.wall().unix_secs(now());
+            let reap = std::time::Instant::now() >= next_reap;
+            if reap {
+                next_reap = std::time::Instant::now() + REAP_EVERY;
+            }
             let store = Arc::clone(&self);
             let checked = rt
                 .unblock(move || match &*store {
-                    ResponsesStore::Embedded(e) => e.reap(unix).map(|n| (n, 0)),
-                    ResponsesStore::Postgres(p) => Ok((p.reap(unix)?, p.check_runs(unix)?)),
+                    ResponsesStore::Embedded(e) if reap => e.reap(unix).map(|n| (n, 0)),
+                    ResponsesStore::Embedded(_) => Ok((0, 0)),
+                    ResponsesStore::Postgres(p) => {
+                        let reaped = if reap { p.reap(unix)? } else { 0 };
+                        Ok((reaped, p.check_runs(unix)?))
+                    }
                 })
                 .await;
             match checked {
@@ -87,6 +94,11 @@ impl ResponsesStore {
                 }
                 Err(e) => tracing::warn!(error = %e, "the responses store could not be tidied"),
             }
+            let wait = match &*self {
+                ResponsesStore::Embedded(_) => REAP_EVERY,
+                ResponsesStore::Postgres(_) => CHECK_RUNS_EVERY,
+            };
+            rt.timer(std::time::Instant::now() + wait).await;
         }
     }
 }
