@@ -7,8 +7,10 @@
 //! Anthropic SDK run three-step loops (each also refused as the provider
 //! refuses it when the gateway strips reasoning, the default); foreign and
 //! tampered reasoning is neither replayed nor refused; a fleet of two
-//! instances with Redis restores on one what the other served; and the
-//! default stays the specification's, byte for byte.
+//! instances with Redis restores on one what the other served; a
+//! conversation the gateway keeps (`previous_response_id`) gives the
+//! reasoning back from its kept reasoning item; and the default stays the
+//! specification's, byte for byte.
 
 use std::process::Command;
 
@@ -22,6 +24,7 @@ cases!(
     foreign_and_tampered_reasoning_is_neither_replayed_nor_refused,
     a_fleet_restores_on_one_instance_what_another_served,
     strip_is_the_default_byte_for_byte,
+    a_kept_conversation_carries_its_reasoning_back,
 );
 
 /// A simulator that requires reasoning back as Kimi does, and `args`.
@@ -345,4 +348,52 @@ fn strip_is_the_default_byte_for_byte(bin: &str) {
     let journal = sim.journal();
     let received = journal.last().unwrap()["body"].as_str().unwrap().to_owned();
     assert_eq!(received, sent.replace(r#","reasoning_content":"mine""#, ""));
+}
+
+/// A conversation kept by the gateway (the Responses API's
+/// `previous_response_id`) gives the provider its reasoning back from the
+/// kept reasoning item: the strict provider accepts the turn that answers
+/// its tool call, and the replay is counted as the request's own, not the
+/// memory's.
+fn a_kept_conversation_carries_its_reasoning_back(bin: &str) {
+    let sim = strict_sim(bin, &[]);
+    // The memory off: only the kept conversation can give it back.
+    let (gw, admin) = gateway(
+        bin,
+        &sim,
+        "tool_calls",
+        &["--reasoning-memory-entries", "0"],
+    );
+    let tools = r#"[{"type":"function","name":"run","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}}]"#;
+    let post = |body: String| {
+        let r = request(gw.addr, "POST", "/v1/responses", Some(&gw.key), Some(&body));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.json()
+    };
+    let first = post(format!(
+        r#"{{"model":"{MODEL}","input":"go","tools":{tools}}}"#
+    ));
+    let call = first["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap_or_else(|| panic!("{first}"))
+        .clone();
+    let second = post(format!(
+        r#"{{"model":"{MODEL}","tools":{tools},"previous_response_id":{},"input":[{{"type":"function_call_output","call_id":{},"output":"ok"}}]}}"#,
+        first["id"], call["call_id"]
+    ));
+    assert!(
+        second["output"]
+            .to_string()
+            .contains("The tool returned: ok"),
+        "{second}"
+    );
+    assert!(
+        statuses(&sim).iter().all(|s| *s == 200),
+        "{:?}",
+        sim.journal()
+    );
+    assert_eq!(replays(admin, "client"), 1);
 }
