@@ -76,3 +76,16 @@ try:
 except openai.BadRequestError as e:
     assert "background" in e.body["message"], e.body
 print("cancel ok", r.id)
+
+# Deleted while it runs: it stays deleted when the run ends (here: when a
+# cancel stops it, which then finds nothing to answer with).
+r = client.responses.create(model=MODEL, input=f"Gone {SLOWER}", background=True)
+time.sleep(0.3)
+client.responses.delete(r.id)
+for call in [lambda: client.responses.cancel(r.id), lambda: client.responses.retrieve(r.id)]:
+    try:
+        call()
+        sys.exit("a deleted background response came back")
+    except openai.NotFoundError:
+        pass
+print("delete ok")

@@ -790,7 +790,8 @@ fn answer_responses(
                 key_bytes,
             }
         }
-        StoreAsk::Keep(r) => {
+        StoreAsk::Replace(r) if !store.contains_key(&r.id) => StoreReply::Kept,
+        StoreAsk::Keep(r) | StoreAsk::Replace(r) => {
             store.insert(r.id.clone(), *r);
             StoreReply::Kept
         }

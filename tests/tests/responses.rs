@@ -509,13 +509,9 @@ fn kept_responses_expire_and_their_caps_refuse(bin: &str) {
     assert_eq!(ledger[0].response_id, None);
 }
 
-/// Two instances, smol and tokio, keep responses in one PostgreSQL: each
-/// continues the other's conversations, reads and deletes the other's
-/// responses; a third started later has them too.
-#[test]
-fn two_instances_share_kept_responses_in_postgres() {
-    let pg = PgServer::start();
-    let sim = Sim::start(RUNTIMES[0], &[], &[]);
+/// Two instances, smol and tokio, keeping responses in `pg`, sharing the
+/// key `team`; and their arguments.
+fn postgres_fleet(sim: &Sim, pg: &PgServer) -> (Vec<Gw>, Vec<String>) {
     let args = vec![
         "--apis".to_owned(),
         "chat,responses".into(),
@@ -523,7 +519,18 @@ fn two_instances_share_kept_responses_in_postgres() {
         pg.url(),
     ];
     let each = ["chatgate-smol", "chatgate-tokio"].map(|bin| (bin, args.clone()));
-    let gws = gateways_sharing_a_key(&sim, "team", 100_000, 100_000_000, &each);
+    let gws = gateways_sharing_a_key(sim, "team", 100_000, 100_000_000, &each);
+    (gws, args)
+}
+
+/// Two instances, smol and tokio, keep responses in one PostgreSQL: each
+/// continues the other's conversations, reads and deletes the other's
+/// responses; a third started later has them too.
+#[test]
+fn two_instances_share_kept_responses_in_postgres() {
+    let pg = PgServer::start();
+    let sim = Sim::start(RUNTIMES[0], &[], &[]);
+    let (gws, args) = postgres_fleet(&sim, &pg);
     let first = responses(&gws[0], r#"{"model":"reasoning-model-k3","input":"Paris"}"#);
     assert_eq!(
         first.status,
@@ -688,11 +695,9 @@ fn the_ai_sdk_runs_a_tool_loop_on_item_references(bin: &str) {
 }
 
 fn the_agents_sdk_chains_runs_by_previous_response_id(bin: &str) {
-    let python = repo().join(".cache/clients/venv-agents/bin/python");
-    assert!(python.exists(), "run clients/install.sh first");
     let (sim, _) = kept_scenario(
         bin,
-        Command::new(python).arg(repo().join("clients/python/agents_sdk.py")),
+        &mut python("venv-agents", "agents_sdk.py"),
         &["chained ok", "conversation ok", "auto ok"],
     );
     // The third run sent only "Thanks": the provider got the whole
@@ -710,12 +715,10 @@ fn the_agents_sdk_chains_runs_by_previous_response_id(bin: &str) {
 }
 
 fn the_python_sdk_polls_resumes_and_cancels_background_runs(bin: &str) {
-    let python = repo().join(".cache/clients/venv/bin/python");
-    assert!(python.exists(), "run clients/install.sh first");
     let (sim, gw) = kept_scenario(
         bin,
-        Command::new(python).arg(repo().join("clients/python/responses_background.py")),
-        &["poll ok", "resume ok", "cancel ok"],
+        &mut python("venv", "responses_background.py"),
+        &["poll ok", "resume ok", "cancel ok", "delete ok"],
     );
     // Each run metered once, the cancelled one as cancelled; the provider
     // of the cancelled one was left before it finished.
@@ -842,14 +845,7 @@ fn codex_asking_for_websockets_falls_back_at_once(bin: &str) {
 fn another_instance_fails_a_run_whose_instance_died() {
     let pg = PgServer::start();
     let sim = Sim::start(RUNTIMES[0], &[], &[]);
-    let args = vec![
-        "--apis".to_owned(),
-        "chat,responses".into(),
-        "--responses-store".into(),
-        pg.url(),
-    ];
-    let each = ["chatgate-smol", "chatgate-tokio"].map(|bin| (bin, args.clone()));
-    let mut gws = gateways_sharing_a_key(&sim, "team", 100_000, 100_000_000, &each);
+    let (mut gws, _) = postgres_fleet(&sim, &pg);
     let r = responses(
         &gws[0],
         r#"{"model":"reasoning-model-k3","background":true,"input":"Long [[sim:token_ms=50,reasoning_tokens=20,answer_tokens=1000]]"}"#,
@@ -891,4 +887,13 @@ fn another_instance_fails_a_run_whose_instance_died() {
         "{failed}"
     );
     let _ = gws.remove(0);
+}
+
+/// A script of `clients/python/` run by the venv `venv` makes.
+fn python(venv: &str, script: &str) -> Command {
+    let python = repo().join(format!(".cache/clients/{venv}/bin/python"));
+    assert!(python.exists(), "run clients/install.sh first");
+    let mut c = Command::new(python);
+    c.arg(repo().join("clients/python").join(script));
+    c
 }

@@ -134,15 +134,23 @@ impl Connection {
     /// started (its reservation given back, a ledger line saying so), and
     /// the client told.
     pub(super) fn queued_not_kept(&mut self, now: Instant, why: &str) {
-        if let Some(mut run) = self.runs_to_start.take() {
-            run.conn.abandon_run(now);
-        }
-        tracing::warn!(
-            error = why,
-            "a background response could not be kept: it was not started"
-        );
+        self.give_back_run(now, why);
         let e = ApiError::overloaded("The responses store cannot be written; retry shortly.");
         self.respond_error(now, e, false);
+    }
+
+    /// The run made here will not start: it is metered as abandoned (its
+    /// reservation given back), by the runtime carrying out its events as
+    /// for any run.
+    pub(super) fn give_back_run(&mut self, now: Instant, why: &str) {
+        if let Some(mut run) = self.runs_to_start.take() {
+            tracing::warn!(
+                error = why,
+                "a background response could not be kept: it was not started"
+            );
+            run.conn.abandon_run(now);
+            self.events.push_back(Event::Background(run));
+        }
     }
 
     /// Follows a run: its events as they come, in one streamed answer.
@@ -153,7 +161,8 @@ impl Connection {
 
     /// The head of a streamed answer of a run's events.
     pub(super) fn follow_head(&mut self, now: Instant, id: String, after: Option<u64>) {
-        let close = self.closing_after_this();
+        // An HTTP/1.0 stream ends where the connection does.
+        let close = self.closing_after_this() || self.req.as_ref().is_some_and(|r| r.http10);
         let req = self.req.as_mut().expect("request in progress");
         req.call = Some(StoredCall::Following(id, after));
         let mut out = Vec::with_capacity(256);
@@ -183,13 +192,7 @@ impl Connection {
         if let Some((id, after)) = resuming {
             if events == RunEvents::NotHere {
                 // Not running here: the store has it, or nobody.
-                let req = self.req.as_ref().expect("request in progress");
-                let key = req.key.as_ref().map_or(String::new(), |k| k.name.clone());
-                self.events.push_back(Event::Responses(StoreAsk::Read {
-                    key,
-                    chain: None,
-                    responses: vec![id],
-                }));
+                self.read_response(now, id);
                 return self.after(now);
             }
             self.follow_head(now, id, after);
@@ -250,13 +253,7 @@ impl Connection {
             Some(StoredCall::Cancel(id)) if self.phase == Phase::Resolving => id.clone(),
             _ => return self.after(now),
         };
-        let req = self.req.as_ref().expect("request in progress");
-        let key = req.key.as_ref().map_or(String::new(), |k| k.name.clone());
-        self.events.push_back(Event::Responses(StoreAsk::Read {
-            key,
-            chain: None,
-            responses: vec![id],
-        }));
+        self.read_response(now, id);
         self.after(now);
     }
 
@@ -291,7 +288,7 @@ impl Connection {
         req.call = Some(StoredCall::Starting);
         self.phase = Phase::Resolving;
         self.events
-            .push_back(Event::Responses(StoreAsk::Keep(Box::new(record))));
+            .push_back(Event::Responses(StoreAsk::Replace(Box::new(record))));
         self.after(now);
     }
 

@@ -506,6 +506,7 @@ impl Connection {
                 Timer::QueueDeadline if self.phase == Phase::Queued => self.queue_expired(now),
                 Timer::Retry if self.phase == Phase::Upstream => self.retry_now(now),
                 Timer::Ping if self.phase == Phase::Upstream => self.ping(now),
+                Timer::Store if self.phase == Phase::Resolving => self.store_overdue(now),
                 Timer::UsageTail | Timer::StreamTail | Timer::Upstream
                     if self.phase == Phase::Upstream =>
                 {
@@ -568,7 +569,15 @@ impl Connection {
                     self.close();
                     continue;
                 }
-                Phase::Closed if flushed && !self.close_emitted && self.admitting.is_none() => {
+                // A background run waiting for its queued response to be
+                // kept starts (or is given back) whether or not its client
+                // stays: the connection waits for that answer.
+                Phase::Closed
+                    if flushed
+                        && !self.close_emitted
+                        && self.admitting.is_none()
+                        && self.runs_to_start.is_none() =>
+                {
                     self.end_leftover(false, "the client connection closes");
                     self.close_emitted = true;
                     self.events.push_back(Event::CloseClient);

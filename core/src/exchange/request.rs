@@ -456,7 +456,7 @@ impl Connection {
                 self.close_after = true;
             }
             return match call {
-                Ok(call) => self.start_stored_call(call),
+                Ok(call) => self.start_stored_call(now, call),
                 Err(e) => self.respond_error(now, e, has_body),
             };
         }
@@ -577,21 +577,10 @@ impl Connection {
     /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, the
     /// prompt's upper bound as admission counts it.
     pub(super) fn respond_count_tokens(&mut self, now: Instant, input_tokens: u64) {
-        let close = self.closing_after_this();
-        let req = self.req.as_ref().expect("count request");
         let mut body = b"{\"input_tokens\":".to_vec();
         write::push_decimal(&mut body, input_tokens);
         body.push(b'}');
-        let mut out = Vec::with_capacity(256 + body.len());
-        write::status_line(&mut out, 200);
-        common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
-        header(&mut out, "Content-Type", "application/json");
-        header_u64(&mut out, "Content-Length", body.len() as u64);
-        write::end_head(&mut out);
-        out.extend_from_slice(&body);
-        self.access_log(now, 200, None);
-        self.push_client(now, &out);
-        self.end_response(close);
+        self.respond_json(now, &body);
     }
 
     /// `GET /v1/models`: the models the key may call.

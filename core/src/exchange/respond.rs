@@ -225,3 +225,23 @@ pub(super) fn provider_error_message(
         format!("The provider returned HTTP {status}: {detail}")
     }
 }
+
+impl Connection {
+    /// `200` with a JSON body.
+    pub(super) fn respond_json(&mut self, now: Instant, body: &[u8]) {
+        let close = self.closing_after_this();
+        let req = self.req.as_ref().expect("request in progress");
+        let mut out = Vec::with_capacity(256 + body.len());
+        write::status_line(&mut out, 200);
+        common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
+        header(&mut out, "Content-Type", "application/json");
+        header_u64(&mut out, "Content-Length", body.len() as u64);
+        write::end_head(&mut out);
+        if req.method != Method::Head {
+            out.extend_from_slice(body);
+        }
+        self.access_log(now, 200, None);
+        self.push_client(now, &out);
+        self.end_response(close);
+    }
+}

@@ -6,15 +6,17 @@
 //! reads and writes the records ([`Event::Responses`]).
 
 use super::request::Dialect;
-use super::respond::common_headers;
+use super::timers::Timer;
 use super::{Connection, Event, Phase};
+
+/// How long a read or a delete of the Responses API's store may take
+/// before the request gets a `503`.
+const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::dialect::responses::stored::{
     self, Page, Stored, StoredResponse, Wants, item_not_found, not_found, owner_of,
     previous_not_found,
 };
 use crate::error::{ApiError, StoreError};
-use crate::http::Method;
-use crate::http::write::{self, header, header_u64};
 use crate::time::Instant;
 
 /// What the runtime is asked to do with the Responses API's store
@@ -36,6 +38,10 @@ pub enum StoreAsk {
     /// each response its conversation holds (`ancestors`) last as long.
     /// Answer [`StoreReply::Kept`].
     Keep(Box<StoredResponse>),
+    /// Keep this response only if it is still kept (a background run's
+    /// later records: one deleted meanwhile stays deleted). Answer
+    /// [`StoreReply::Kept`] either way.
+    Replace(Box<StoredResponse>),
     /// Forget `key`'s response `id`. Answer [`StoreReply::Deleted`].
     Delete {
         /// The key's name.
@@ -161,6 +167,56 @@ pub(super) enum StoredCall {
 }
 
 impl Connection {
+    /// The name of the key the request authenticated with.
+    pub(super) fn key_name(&self) -> String {
+        self.req
+            .as_ref()
+            .and_then(|r| r.key.as_ref())
+            .map_or(String::new(), |k| k.name.clone())
+    }
+
+    /// Asks the store for the key's response `id`, alone.
+    pub(super) fn read_response(&mut self, now: Instant, id: String) {
+        let key = self.key_name();
+        self.ask_store(
+            now,
+            StoreAsk::Read {
+                key,
+                chain: None,
+                responses: vec![id],
+            },
+        );
+    }
+
+    /// Asks the store a read or a delete for the request, within
+    /// [`STORE_TIMEOUT`].
+    fn ask_store(&mut self, now: Instant, ask: StoreAsk) {
+        self.phase = Phase::Resolving;
+        self.timers.set(Timer::Store, now + STORE_TIMEOUT);
+        self.events.push_back(Event::Responses(ask));
+    }
+
+    /// The store did not answer in time: `503`, the request not sent.
+    pub(super) fn store_overdue(&mut self, now: Instant) {
+        let call = self.req.as_mut().and_then(|r| r.call.take());
+        if matches!(
+            call,
+            Some(StoredCall::Queued { .. } | StoredCall::Starting | StoredCall::Following(..))
+        ) {
+            // Writes of runs are waited for; a follower, as long as the run.
+            if let Some(r) = self.req.as_mut() {
+                r.call = call;
+            }
+            return;
+        }
+        tracing::warn!("the responses store did not answer in time");
+        if let Some(req) = self.req.as_mut() {
+            req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+        }
+        let e = ApiError::overloaded("The responses store did not answer in time; retry shortly.");
+        self.respond_error(now, e, false);
+    }
+
     /// A Responses request with the store on: what it needs read is asked
     /// for ([`Event::Responses`]; true: the request waits for
     /// [`Connection::handle_responses`], or was answered with an error).
@@ -203,17 +259,20 @@ impl Connection {
         if !ask {
             return false;
         }
-        self.phase = Phase::Resolving;
-        self.events.push_back(Event::Responses(StoreAsk::Read {
-            key,
-            chain,
-            responses,
-        }));
+        self.ask_store(
+            now,
+            StoreAsk::Read {
+                key,
+                chain,
+                responses,
+            },
+        );
         true
     }
 
     /// The store answered [`Event::Responses`].
     pub fn handle_responses(&mut self, now: Instant, reply: Result<StoreReply, StoreError>) {
+        self.timers.stop(Timer::Store);
         if self.awaiting_store {
             self.awaiting_store = false;
             if let Err(e) = &reply {
@@ -226,6 +285,17 @@ impl Connection {
             }
             self.release_held(now);
             return;
+        }
+        if self.phase == Phase::Closed && self.runs_to_start.is_some() {
+            // Its client left while the queued response was being kept.
+            match reply {
+                Ok(StoreReply::Kept) => {
+                    let run = self.runs_to_start.take().expect("checked");
+                    self.events.push_back(Event::Background(run));
+                }
+                other => self.give_back_run(now, &format!("{other:?}")),
+            }
+            return self.after(now);
         }
         if self.phase != Phase::Resolving {
             self.after(now);
@@ -335,6 +405,8 @@ impl Connection {
             object,
             events: std::mem::take(&mut storing.events),
         };
+        let mut record = record;
+        let run = storing.queued.is_some();
         if record.bytes() > keeping.max_bytes {
             tracing::warn!(
                 request_id = %req.id,
@@ -343,17 +415,30 @@ impl Connection {
                 "the response is larger than the responses store keeps (--responses-max-bytes): answered, not kept"
             );
             self.gw.metrics().responses_store_failed();
-            return;
+            let Some(queued) = storing.queued.as_ref() else {
+                return;
+            };
+            // A run's record must say it ended: failed, without its output.
+            let why = "The background response was larger than this gateway keeps; it was \
+                       answered to the clients that followed it, and not kept.";
+            record.object = stored::with_status(queued, "failed", Some(why));
+            record.events.clear();
         }
         rec.response_id = Some(record.id.clone());
-        self.events
-            .push_back(Event::Responses(StoreAsk::Keep(Box::new(record))));
+        // A run's later records replace its queued one, and never bring
+        // back one that was deleted meanwhile.
+        let ask = if run {
+            StoreAsk::Replace(Box::new(record))
+        } else {
+            StoreAsk::Keep(Box::new(record))
+        };
+        self.events.push_back(Event::Responses(ask));
         self.awaiting_store = true;
     }
 
     /// A call on a kept response, authenticated: what it needs is asked of
     /// the store.
-    pub(super) fn start_stored_call(&mut self, call: StoredCall) {
+    pub(super) fn start_stored_call(&mut self, now: Instant, call: StoredCall) {
         let req = self.req.as_mut().expect("request in progress");
         let key = req.key.as_ref().map_or("", |k| k.name.as_str()).to_owned();
         let ask = match &call {
@@ -400,8 +485,7 @@ impl Connection {
             }
         };
         req.call = Some(call);
-        self.phase = Phase::Resolving;
-        self.events.push_back(Event::Responses(ask));
+        self.ask_store(now, ask);
     }
 
     /// The store answered a call on a kept response.
@@ -464,9 +548,21 @@ impl Connection {
             }
             (StoredCall::Resume(id, after), StoreReply::Read { responses, .. }) => {
                 match found(responses, &id) {
-                    Some(r) if !r.events.is_empty() && !stored::is_running(&r.status()) => {
-                        // Ended: the store has all of it.
-                        let events = stored::events_after(&r.events, after);
+                    Some(r)
+                        if (!r.events.is_empty() || background(&r))
+                            && !stored::is_running(&r.status()) =>
+                    {
+                        // Ended: the store has all of it (a run that ended
+                        // before any event, its last event alone).
+                        let events = if r.events.is_empty() {
+                            stored::terminal_event(
+                                &r.object,
+                                &r.status(),
+                                after.map_or(0, |a| a + 1),
+                            )
+                        } else {
+                            stored::events_after(&r.events, after)
+                        };
                         self.follow_head(now, id, after);
                         return self.handle_run_events(
                             now,
@@ -510,24 +606,6 @@ impl Connection {
             Ok(body) => self.respond_json(now, &body),
             Err(e) => self.respond_error(now, e, true),
         }
-    }
-
-    /// `200` with a JSON body.
-    pub(super) fn respond_json(&mut self, now: Instant, body: &[u8]) {
-        let close = self.closing_after_this();
-        let req = self.req.as_ref().expect("request in progress");
-        let mut out = Vec::with_capacity(256 + body.len());
-        write::status_line(&mut out, 200);
-        common_headers(&mut out, &req.id, self.gw.wall().unix_secs(now), close);
-        header(&mut out, "Content-Type", "application/json");
-        header_u64(&mut out, "Content-Length", body.len() as u64);
-        write::end_head(&mut out);
-        if req.method != Method::Head {
-            out.extend_from_slice(body);
-        }
-        self.access_log(now, 200, None);
-        self.push_client(now, &out);
-        self.end_response(close);
     }
 }
 

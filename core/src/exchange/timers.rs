@@ -41,10 +41,13 @@ pub(super) enum Timer {
     /// A Messages stream's provider was silent this long: a `ping` event
     /// tells the client the stream is alive.
     Ping,
+    /// The Responses API's store did not answer a read or a delete this
+    /// long: 503.
+    Store,
 }
 
 impl Timer {
-    const ALL: [Timer; 13] = [
+    const ALL: [Timer; 14] = [
         Timer::Leftover,
         Timer::ClientSend,
         Timer::ClientIdle,
@@ -58,6 +61,7 @@ impl Timer {
         Timer::UsageTail,
         Timer::StreamTail,
         Timer::Ping,
+        Timer::Store,
     ];
 }
 

@@ -57,11 +57,14 @@ impl RunLog {
     /// there are none and it runs.
     fn after(&self, after: Option<u64>) -> Option<(Vec<u8>, bool)> {
         let state = lock(&self.state);
+        // In order of their numbers: the first one after `after`, found
+        // without a walk.
+        let from = state
+            .events
+            .partition_point(|(seq, _)| after.is_some_and(|a| *seq <= a));
         let mut out = Vec::new();
-        for (seq, event) in &state.events {
-            if after.is_none_or(|a| *seq > a) {
-                out.extend_from_slice(event);
-            }
+        for (_, event) in &state.events[from..] {
+            out.extend_from_slice(event);
         }
         (!out.is_empty() || state.ended).then_some((out, state.ended))
     }
@@ -88,6 +91,9 @@ impl Runs {
         shared.rt.clone().spawn(async move {
             let id = run.id.clone();
             drive(&shared, run, &log).await;
+            if let Some(store) = &shared.responses {
+                store.run_ended(&id);
+            }
             // Late followers read it here a while, then from the store.
             shared
                 .rt
@@ -142,9 +148,11 @@ async fn drive<R: Runtime>(shared: &Arc<Shared<R>>, run: Box<Run>, log: &Arc<Run
     let (ours, theirs) = match loopback(rt).await {
         Ok(pair) => pair,
         Err(e) => {
-            // Out of descriptors: the run cannot start; it ends as a client
-            // that left would (its reservation back, a ledger line).
-            tracing::error!(id = %run.id, error = %e, "a background run could not start");
+            // Out of descriptors: nothing can drive it. Its connection is
+            // dropped unmetered and its reservation is not given back
+            // before the key's limits refill (the log says so); its kept
+            // response reads `queued` until the next start fails it.
+            tracing::error!(id = %run.id, error = %e, "a background run could not start: its reservation is lost until the limits refill");
             log.end();
             return;
         }

@@ -289,6 +289,26 @@ pub fn events_after(stream: &[u8], after: Option<u64>) -> Vec<u8> {
     out
 }
 
+/// The one event a run that ended before writing any is replayed as: its
+/// response object under the last event its status stands for
+/// (`response.failed` for `failed` and `cancelled`), numbered `sequence`.
+pub fn terminal_event(object: &[u8], status: &str, sequence: u64) -> Vec<u8> {
+    let name = match status {
+        "completed" => "response.completed",
+        "incomplete" => "response.incomplete",
+        _ => "response.failed",
+    };
+    let mut out = Vec::with_capacity(object.len() + 96);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(format!("\",\"sequence_number\":{sequence},\"response\":").as_bytes());
+    out.extend_from_slice(object);
+    out.extend_from_slice(b"}\n\n");
+    out
+}
+
 /// `stream`'s whole SSE events (each with its blank line), in order.
 pub fn split_events(stream: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
@@ -644,10 +664,18 @@ impl Page {
     /// The list object for `items` (the conversation's input items,
     /// oldest first).
     pub fn body(&self, items: &[&[u8]]) -> Vec<u8> {
+        // Each id once (a reference repeats an item of the conversation):
+        // a cursor then names one place.
+        let mut seen = std::collections::HashSet::new();
+        let unique: Vec<&[u8]> = items
+            .iter()
+            .copied()
+            .filter(|it| item_id(it).is_none_or(|id| seen.insert(id.into_owned())))
+            .collect();
         let ordered: Vec<&[u8]> = if self.ascending {
-            items.to_vec()
+            unique
         } else {
-            items.iter().rev().copied().collect()
+            unique.into_iter().rev().collect()
         };
         let position = |id: &Option<String>| {
             id.as_ref().and_then(|id| {
@@ -836,5 +864,17 @@ mod tests {
         assert_eq!(v["error"]["message"], "restarted");
         assert_eq!(v["output"], serde_json::json!([]));
         assert!(is_running("queued") && !is_running("completed"));
+    }
+
+    #[test]
+    fn a_repeated_item_is_listed_once_and_an_empty_run_replays_its_end() {
+        let items: Vec<&[u8]> = vec![br#"{"id":"a"}"#, br#"{"id":"b"}"#, br#"{"id":"a"}"#];
+        let v: serde_json::Value =
+            serde_json::from_slice(&Page::read("order=asc").unwrap().body(&items)).unwrap();
+        assert_eq!(v["data"].as_array().unwrap().len(), 2);
+        let e = terminal_event(br#"{"status":"cancelled"}"#, "cancelled", 4);
+        assert_eq!(sequence_number(&e), Some(4));
+        assert!(e.starts_with(b"event: response.failed\n"));
+        assert_eq!(split_events(&e).len(), 1);
     }
 }

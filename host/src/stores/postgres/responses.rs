@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 
 use chatgate_core::dialect::responses::stored::StoredResponse;
-use chatgate_core::{StoreAsk, StoreError, StoreReply};
+use chatgate_core::{StoreError, StoreReply};
 
 use super::connection::describe;
 use crate::error::Error;
@@ -90,21 +90,9 @@ impl PgResponses {
         }
         Ok(out)
     }
+}
 
-    /// Carries out `ask` at `unix` (seconds: what has expired is not
-    /// there).
-    pub(crate) fn answer(&self, ask: StoreAsk, unix: u64) -> Result<StoreReply, StoreError> {
-        match ask {
-            StoreAsk::Read {
-                key,
-                chain,
-                responses,
-            } => self.read(&key, chain.as_deref(), &responses, unix),
-            StoreAsk::Keep(record) => self.keep(&record, unix).map(|()| StoreReply::Kept),
-            StoreAsk::Delete { key, id } => self.delete(&key, &id).map(StoreReply::Deleted),
-        }
-    }
-
+impl crate::stores::responses::Backend for PgResponses {
     fn read(
         &self,
         key: &str,
@@ -157,7 +145,7 @@ impl PgResponses {
         })
     }
 
-    fn keep(&self, r: &StoredResponse, unix: u64) -> Result<(), StoreError> {
+    fn keep(&self, r: &StoredResponse, unix: u64, replace_only: bool) -> Result<(), StoreError> {
         let bytes = as_i64(r.bytes());
         let expires = as_i64(r.expires_at);
         let running = chatgate_core::dialect::responses::stored::is_running(&r.status());
@@ -170,12 +158,18 @@ impl PgResponses {
             let mut tx = c.transaction()?;
             // A background run's record replaces its queued one: its key
             // keeps the difference.
-            let old: i64 = tx
+            let old: Option<i64> = tx
                 .query_opt(
                     "SELECT bytes FROM chatgate_responses WHERE id = $1 AND key_name = $2 FOR UPDATE",
                     &[&r.id, &r.key],
                 )?
-                .map_or(Ok(0), |row| row.try_get(0))?;
+                .map(|row| row.try_get(0))
+                .transpose()?;
+            if replace_only && old.is_none() {
+                // Deleted meanwhile: stays deleted.
+                return tx.commit();
+            }
+            let old = old.unwrap_or(0);
             let written = tx.execute(
                 "INSERT INTO chatgate_responses (id, key_name, expires_at, bytes, ancestors, record, running_until) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET \
@@ -208,6 +202,32 @@ impl PgResponses {
             mine.remove(&r.id);
         }
         Ok(())
+    }
+
+    fn delete(&self, key: &str, id: &str) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let gone = tx.query_opt(
+                "DELETE FROM chatgate_responses WHERE id = $1 AND key_name = $2 RETURNING bytes",
+                &[&id, &key],
+            )?;
+            if let Some(row) = &gone {
+                let bytes: i64 = row.try_get(0)?;
+                subtract(&mut tx, key, bytes)?;
+            }
+            tx.commit()?;
+            Ok(gone.is_some())
+        })
+    }
+}
+
+impl PgResponses {
+    /// A run of this process ended: its lease is no longer renewed.
+    pub(crate) fn run_ended(&self, id: &str) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
     }
 
     /// Renews the leases of this process's unfinished runs, and marks
@@ -259,22 +279,6 @@ impl PgResponses {
             }
             tx.commit()?;
             Ok(n)
-        })
-    }
-
-    fn delete(&self, key: &str, id: &str) -> Result<bool, StoreError> {
-        self.with(|c| {
-            let mut tx = c.transaction()?;
-            let gone = tx.query_opt(
-                "DELETE FROM chatgate_responses WHERE id = $1 AND key_name = $2 RETURNING bytes",
-                &[&id, &key],
-            )?;
-            if let Some(row) = &gone {
-                let bytes: i64 = row.try_get(0)?;
-                subtract(&mut tx, key, bytes)?;
-            }
-            tx.commit()?;
-            Ok(gone.is_some())
         })
     }
 

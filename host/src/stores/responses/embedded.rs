@@ -13,9 +13,10 @@
 use std::path::Path;
 
 use chatgate_core::dialect::responses::stored::{self, StoredResponse};
-use chatgate_core::{StoreAsk, StoreError, StoreReply};
+use chatgate_core::{StoreError, StoreReply};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::Backend;
 use crate::error::Error;
 
 /// Each kept response's record, by id.
@@ -108,7 +109,7 @@ impl Embedded {
             match found {
                 Some(mut r) => {
                     r.object = stored::with_status(&r.object, "failed", Some(RESTARTED));
-                    self.keep(&r)?;
+                    self.keep(&r, 0, true)?;
                 }
                 None => {
                     let tx = self.db.begin_write().map_err(|e| write(&e))?;
@@ -122,21 +123,9 @@ impl Embedded {
         }
         Ok(ids.len())
     }
+}
 
-    /// Carries out `ask` at `unix` (seconds: what has expired is not
-    /// there).
-    pub(crate) fn answer(&self, ask: StoreAsk, unix: u64) -> Result<StoreReply, StoreError> {
-        match ask {
-            StoreAsk::Read {
-                key,
-                chain,
-                responses,
-            } => self.read(&key, chain.as_deref(), &responses, unix),
-            StoreAsk::Keep(record) => self.keep(&record).map(|()| StoreReply::Kept),
-            StoreAsk::Delete { key, id } => self.delete(&key, &id).map(StoreReply::Deleted),
-        }
-    }
-
+impl super::Backend for Embedded {
     fn read(
         &self,
         key: &str,
@@ -191,7 +180,7 @@ impl Embedded {
         })
     }
 
-    fn keep(&self, r: &StoredResponse) -> Result<(), StoreError> {
+    fn keep(&self, r: &StoredResponse, _unix: u64, replace_only: bool) -> Result<(), StoreError> {
         let write = |e: &dyn std::fmt::Display| failed("be written", e);
         let tx = self.db.begin_write().map_err(|e| write(&e))?;
         {
@@ -199,6 +188,10 @@ impl Embedded {
             let mut expires = tx.open_table(EXPIRES).map_err(|e| write(&e))?;
             let mut by_expiry = tx.open_table(BY_EXPIRY).map_err(|e| write(&e))?;
             let mut key_bytes = tx.open_table(KEY_BYTES).map_err(|e| write(&e))?;
+            if replace_only && records.get(r.id.as_str()).map_err(|e| write(&e))?.is_none() {
+                // Deleted meanwhile: stays deleted.
+                return Ok(());
+            }
             // A background run's record replaces its queued one: its key
             // keeps the difference.
             let replaced = records
@@ -263,7 +256,9 @@ impl Embedded {
         tx.commit().map_err(|e| write(&e))?;
         Ok(deleted)
     }
+}
 
+impl Embedded {
     /// Forgets the responses expired at `unix`; how many.
     pub(crate) fn reap(&self, unix: u64) -> Result<usize, StoreError> {
         let write = |e: &dyn std::fmt::Display| failed("be written", e);
@@ -334,6 +329,7 @@ fn forget(tx: &redb::WriteTransaction, id: &str) -> Result<bool, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chatgate_core::StoreAsk;
 
     fn record(n: u64, key: &str, expires_at: u64, ancestors: &[&StoredResponse]) -> StoredResponse {
         let id = format!("resp_{n:024x}");
@@ -375,8 +371,8 @@ mod tests {
         let first = record(1, "a", 100, &[]);
         let second = record(2, "a", 200, &[&first]);
         let bytes = first.bytes() + second.bytes();
-        e.keep(&first).unwrap();
-        e.keep(&second).unwrap();
+        e.keep(&first, 0, false).unwrap();
+        e.keep(&second, 0, false).unwrap();
         // The second turn moved the first's expiry to its own.
         assert_eq!(e.reap(150).unwrap(), 0);
         assert_eq!(
@@ -391,7 +387,7 @@ mod tests {
         assert_eq!(e.reap(250).unwrap(), 2);
         assert_eq!(read(&e, "a", &second.id, 10).1, 0);
         let third = record(3, "a", 300, &[]);
-        e.keep(&third).unwrap();
+        e.keep(&third, 0, false).unwrap();
         assert!(e.delete("a", &third.id).unwrap());
         assert!(!e.delete("a", &third.id).unwrap());
         assert_eq!(read(&e, "a", &third.id, 10), (Vec::new(), 0));
@@ -411,8 +407,8 @@ mod tests {
         let done = record(8, "a", u64::MAX, &[]);
         {
             let e = Embedded::open(path.to_str().unwrap()).unwrap();
-            e.keep(&run).unwrap();
-            e.keep(&done).unwrap();
+            e.keep(&run, 0, false).unwrap();
+            e.keep(&done, 0, false).unwrap();
         }
         let e = Embedded::open(path.to_str().unwrap()).unwrap();
         let ask = StoreAsk::Read {

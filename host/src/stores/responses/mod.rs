@@ -11,6 +11,7 @@ pub(crate) use embedded::RESTARTED;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chatgate_core::dialect::responses::stored::StoredResponse;
 use chatgate_core::{Gateway, ResponsesStoreAt, StoreAsk, StoreError, StoreReply};
 
 use crate::error::Error;
@@ -22,6 +23,39 @@ const REAP_EVERY: Duration = Duration::from_secs(60);
 /// for runs whose instance stopped renewing theirs: a third of a lease.
 const CHECK_RUNS_EVERY: Duration =
     Duration::from_secs(crate::stores::postgres::responses::LEASE_SECS / 3);
+
+/// What a store of kept responses does, each call blocking; [`Backend::
+/// answer`] carries out what the core asks with them.
+pub(crate) trait Backend {
+    /// `key`'s responses: `chain` with every response before it, and
+    /// `responses` alone, not expired at `unix`; the bytes `key` keeps.
+    fn read(
+        &self,
+        key: &str,
+        chain: Option<&str>,
+        responses: &[String],
+        unix: u64,
+    ) -> Result<StoreReply, StoreError>;
+    /// Keeps `r` (replacing its earlier record), at `unix`; with
+    /// `replace_only`, only if it is still kept.
+    fn keep(&self, r: &StoredResponse, unix: u64, replace_only: bool) -> Result<(), StoreError>;
+    /// Forgets `key`'s response `id`: whether it was there.
+    fn delete(&self, key: &str, id: &str) -> Result<bool, StoreError>;
+
+    /// Carries out `ask` at `unix`.
+    fn answer(&self, ask: StoreAsk, unix: u64) -> Result<StoreReply, StoreError> {
+        match ask {
+            StoreAsk::Read {
+                key,
+                chain,
+                responses,
+            } => self.read(&key, chain.as_deref(), &responses, unix),
+            StoreAsk::Keep(record) => self.keep(&record, unix, false).map(|()| StoreReply::Kept),
+            StoreAsk::Replace(record) => self.keep(&record, unix, true).map(|()| StoreReply::Kept),
+            StoreAsk::Delete { key, id } => self.delete(&key, &id).map(StoreReply::Deleted),
+        }
+    }
+}
 
 /// Where kept responses live.
 pub(crate) enum ResponsesStore {
@@ -59,6 +93,14 @@ impl ResponsesStore {
         .await
     }
 
+    /// A run of this process ended: its lease is no longer renewed, however
+    /// its last record was (or was not) written.
+    pub(crate) fn run_ended(&self, id: &str) {
+        if let ResponsesStore::Postgres(p) = self {
+            p.run_ended(id);
+        }
+    }
+
     /// Forgets expired responses now and then, for as long as the process
     /// lives.
     pub(crate) async fn reap<R: Runtime>(self: Arc<Self>, rt: R, gateway: Arc<Gateway>) {
@@ -75,8 +117,10 @@ impl ResponsesStore {
                     ResponsesStore::Embedded(e) if reap => e.reap(unix).map(|n| (n, 0)),
                     ResponsesStore::Embedded(_) => Ok((0, 0)),
                     ResponsesStore::Postgres(p) => {
+                        // Leases first: a long reap must not let them lapse.
+                        let failed = p.check_runs(unix)?;
                         let reaped = if reap { p.reap(unix)? } else { 0 };
-                        Ok((reaped, p.check_runs(unix)?))
+                        Ok((reaped, failed))
                     }
                 })
                 .await;
