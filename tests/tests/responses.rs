@@ -18,6 +18,7 @@ cases!(
     codex_answers_and_runs_its_shell_tool,
     the_python_sdk_continues_kept_responses,
     kept_responses_survive_a_restart,
+    a_second_instance_on_the_same_file_is_refused,
     kept_responses_expire_and_their_caps_refuse,
     the_ai_sdk_runs_a_tool_loop_on_item_references,
     the_agents_sdk_chains_runs_by_previous_response_id,
@@ -140,6 +141,45 @@ fn the_python_sdk_continues_kept_responses(bin: &str) {
         .map(|r| r.prompt_tokens)
         .collect();
     assert!(prompts.windows(2).all(|w| w[0] < w[1]), "{prompts:?}");
+}
+
+/// The embedded store is one process's: a second `serve` on the same file
+/// stops at start, with one line naming it.
+fn a_second_instance_on_the_same_file_is_refused(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let gw = keeping(bin, &sim.url());
+    let dir = gw.dir.path();
+    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let (code, _, err) = run(
+        bin,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &sim.url(),
+            "--keys",
+            &path("keys.toml"),
+            "--ledger",
+            &path("second-ledger.jsonl"),
+            "--apis",
+            "chat,responses",
+            "--responses-store",
+            &path("chatgate-responses.redb"),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot open the responses store") && err.contains("chatgate-responses.redb"),
+        "{err}"
+    );
+    // The first one serves on.
+    let r = responses(
+        &gw,
+        r#"{"model":"reasoning-model-k3","input":"still here"}"#,
+    );
+    assert_eq!(r.status, 200);
 }
 
 fn kept_responses_survive_a_restart(bin: &str) {
