@@ -225,12 +225,7 @@ fn kept_responses_survive_a_restart(bin: &str) {
 }
 
 fn the_node_sdk_creates_streams_and_calls_a_tool(bin: &str) {
-    let dir = repo().join("clients/node");
-    assert!(
-        dir.join("node_modules/openai").exists(),
-        "run clients/install.sh first"
-    );
-    sdk_scenario(bin, Command::new("node").arg(dir.join("responses.mjs")));
+    sdk_scenario(bin, &mut node("openai", "responses.mjs"));
 }
 
 /// Runs an SDK's scenario against a gateway serving the Responses API;
@@ -714,14 +709,9 @@ fn kept_scenario(bin: &str, cmd: &mut Command, lines: &[&str]) -> (Sim, Gw) {
 }
 
 fn the_ai_sdk_runs_a_tool_loop_on_item_references(bin: &str) {
-    let dir = repo().join("clients/node");
-    assert!(
-        dir.join("node_modules/@ai-sdk/openai").exists(),
-        "run clients/install.sh first"
-    );
     let (_, gw) = kept_scenario(
         bin,
-        Command::new("node").arg(dir.join("responses-ai-sdk.mjs")),
+        &mut node("@ai-sdk/openai", "responses-ai-sdk.mjs"),
         &["tool loop ok", "next turn ok"],
     );
     // Three answers, each kept.
@@ -839,14 +829,9 @@ fn a_drain_finishes_a_background_run_and_a_crash_fails_it(bin: &str) {
 }
 
 fn the_node_sdk_continues_and_runs_in_the_background(bin: &str) {
-    let dir = repo().join("clients/node");
-    assert!(
-        dir.join("node_modules/openai").exists(),
-        "run clients/install.sh first"
-    );
     kept_scenario(
         bin,
-        Command::new("node").arg(dir.join("responses-state.mjs")),
+        &mut node("openai", "responses-state.mjs"),
         &["chain ok", "retrieve ok", "background ok"],
     );
 }
@@ -935,5 +920,17 @@ fn python(venv: &str, script: &str) -> Command {
     assert!(python.exists(), "run clients/install.sh first");
     let mut c = Command::new(python);
     c.arg(repo().join("clients/python").join(script));
+    c
+}
+
+/// A script of `clients/node/` run by node, with the package it needs.
+fn node(package: &str, script: &str) -> Command {
+    let dir = repo().join("clients/node");
+    assert!(
+        dir.join("node_modules").join(package).exists(),
+        "run clients/install.sh first"
+    );
+    let mut c = Command::new("node");
+    c.arg(dir.join(script));
     c
 }

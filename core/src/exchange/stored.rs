@@ -167,6 +167,15 @@ pub(super) enum StoredCall {
 }
 
 impl Connection {
+    /// Refuses the request before the provider is asked: its model and
+    /// stream read for its ledger line, then the error.
+    fn refuse_request(&mut self, now: Instant, e: ApiError) {
+        if let Some(req) = self.req.as_mut() {
+            req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+        }
+        self.respond_error(now, e, false);
+    }
+
     /// The name of the key the request authenticated with.
     pub(super) fn key_name(&self) -> String {
         self.req
@@ -210,11 +219,8 @@ impl Connection {
             return;
         }
         tracing::warn!("the responses store did not answer in time");
-        if let Some(req) = self.req.as_mut() {
-            req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
-        }
         let e = ApiError::overloaded("The responses store did not answer in time; retry shortly.");
-        self.respond_error(now, e, false);
+        self.refuse_request(now, e);
     }
 
     /// A Responses request with the store on: what it needs read is asked
@@ -232,8 +238,7 @@ impl Connection {
         let wants = match stored::wants(&req.body) {
             Ok(w) => w,
             Err(e) => {
-                req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
-                self.respond_error(now, e, false);
+                self.refuse_request(now, e);
                 return true;
             }
         };
@@ -243,8 +248,8 @@ impl Connection {
                 Some(owner) if !responses.contains(&owner) => responses.push(owner),
                 Some(_) => {}
                 None => {
-                    req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
-                    self.respond_error(now, item_not_found(id), false);
+                    let e = item_not_found(id);
+                    self.refuse_request(now, e);
                     return true;
                 }
             }
@@ -328,9 +333,8 @@ impl Connection {
                     Ok(_) => "it answered something else".into(),
                 };
                 tracing::warn!(error = %why, "the responses store could not be read");
-                req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
                 let e = ApiError::overloaded("The responses store cannot be read; retry shortly.");
-                return self.respond_error(now, e, false);
+                return self.refuse_request(now, e);
             }
         };
         let mine = |r: &StoredResponse| r.key == key;
@@ -362,8 +366,7 @@ impl Connection {
             })
         });
         if let Some(e) = refused {
-            req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
-            return self.respond_error(now, e, false);
+            return self.refuse_request(now, e);
         }
         self.translate_chat(now);
     }
@@ -532,7 +535,7 @@ impl Connection {
                 match found(responses, &id) {
                     // Cancelled here (it ended before the answer), or ended
                     // before: as it is.
-                    Some(r) if !r.events.is_empty() || background(&r) => {
+                    Some(r) if !r.events.is_empty() || r.is_background() => {
                         if stored::is_running(&r.status()) {
                             Err(running_elsewhere(&id))
                         } else {
@@ -549,7 +552,7 @@ impl Connection {
             (StoredCall::Resume(id, after), StoreReply::Read { responses, .. }) => {
                 match found(responses, &id) {
                     Some(r)
-                        if (!r.events.is_empty() || background(&r))
+                        if (!r.events.is_empty() || r.is_background())
                             && !stored::is_running(&r.status()) =>
                     {
                         // Ended: the store has all of it (a run that ended
@@ -569,7 +572,7 @@ impl Connection {
                             super::background::RunEvents::Events(events, true),
                         );
                     }
-                    Some(r) if background(&r) => Err(running_elsewhere(&id)),
+                    Some(r) if r.is_background() => Err(running_elsewhere(&id)),
                     Some(_) => Err(ApiError::invalid_value(
                         "stream",
                         "Only responses created with background=true can be streamed again.",
@@ -638,12 +641,6 @@ fn whole_chain(id: &str, chain: &[StoredResponse], key: &str) -> Result<(), ApiE
          conversation was deleted or has expired."
     );
     Err(e)
-}
-
-/// Whether a kept response is a background one (its object says so).
-fn background(r: &StoredResponse) -> bool {
-    crate::dialect::responses::stored::item_id(&r.object).is_some()
-        && memchr::memmem::find(&r.object, b"\"background\":true").is_some()
 }
 
 /// A background run that is not running here and has not ended.

@@ -260,6 +260,14 @@ impl StoredResponse {
             .find(|it| item_id(it).as_deref() == Some(id))
     }
 
+    /// Whether it is a background run's (its object says so).
+    pub fn is_background(&self) -> bool {
+        Object::read(&self.object)
+            .ok()
+            .and_then(|o| o.get(b"background"))
+            .is_some_and(|b| b == b"true")
+    }
+
     /// Its status, as its object says.
     pub fn status(&self) -> String {
         Object::read(&self.object)
