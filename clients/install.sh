@@ -8,6 +8,8 @@
 #     clients/codex/package-lock.json (tests/tests/responses.rs);
 #   - Claude Code into clients/claude/node_modules, the same way
 #     (tests/tests/messages.rs);
+#   - Gemini CLI into clients/gemini/node_modules, the same way
+#     (tests/tests/gemini.rs);
 #   - node-oidc-provider into clients/oidc/node_modules, the same way
 #     (tests/tests/sso.rs: a real OpenID provider to sign in against).
 # Needs python3 (3.10 or newer, with venv) and node (20 or newer) with npm,
@@ -65,10 +67,12 @@ npm_locked() {
         printf '%s\n' "$want" >"$stamp"
     fi
 }
-# The Node SDKs; Codex CLI and Claude Code (native binaries in npm packages).
+# The Node SDKs; Codex CLI and Claude Code (native binaries in npm packages);
+# Gemini CLI (one bundled script).
 npm_locked node "$root/clients/node"
 npm_locked codex "$root/clients/codex"
 npm_locked claude "$root/clients/claude"
+npm_locked gemini "$root/clients/gemini"
 # A real OpenID provider for the single sign-on tests (tests/tests/sso.rs).
 npm_locked oidc-provider "$root/clients/oidc"
 say "done"
