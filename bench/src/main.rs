@@ -27,6 +27,7 @@
 //! | `responses.rs` | a stream through the Responses API against the same stream through chat completions |
 //! | `chain.rs` | kept responses: a conversation chained by `previous_response_id` against the same turns sent whole, embedded store and PostgreSQL |
 //! | `messages.rs` | a stream through the Messages API against the same stream through chat completions |
+//! | `gemini.rs` | a stream through the Gemini API against the same stream through chat completions |
 //! | `tls.rs` | TLS on the listener against nginx terminating TLS: kept-alive requests, full handshakes and resumed ones |
 //! | `affinity.rs` | prompt-cache affinity: how often a conversation's turns reach the endpoint that cached its previous turn, with a conversation key and without |
 
@@ -35,6 +36,7 @@ mod apis;
 mod chain;
 mod client;
 mod endpoints;
+mod gemini;
 mod lean;
 mod messages;
 mod procs;
@@ -139,7 +141,7 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 10] = [
+    let extra: [(&str, Workload); 11] = [
         ("lean", lean::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
@@ -147,6 +149,7 @@ fn main() {
         ("traces", traces::report),
         ("responses", responses::report),
         ("messages", messages::report),
+        ("gemini", gemini::report),
         ("affinity", affinity::report),
         ("tls", tls::report),
         ("chain", chain::report),
@@ -185,6 +188,7 @@ fn needs_wrk(only: Option<&str>) -> bool {
                     | "traces"
                     | "responses"
                     | "messages"
+                    | "gemini"
                     | "tls"
             )
         })
@@ -727,7 +731,7 @@ fn parse_args() -> Opts {
             "--only" => opts.only = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,redis_ha,traces,responses,messages,affinity,tls]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,redis_ha,traces,responses,messages,gemini,affinity,tls,chain]"
                 );
                 std::process::exit(0);
             }

@@ -4,13 +4,16 @@ use crate::error::ApiError;
 use crate::http::Method;
 
 /// The client-facing APIs beside chat completions, which is always
-/// served (the specification's API): `--apis chat,responses,messages`.
+/// served (the specification's API): `--apis chat,responses,messages,gemini`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Apis {
     /// The OpenAI Responses API, `POST /v1/responses`.
     pub responses: bool,
     /// The Anthropic Messages API, `POST /v1/messages`.
     pub messages: bool,
+    /// Google's Gemini API, `POST /v1beta/models/{model}:generateContent`
+    /// and the rest of what Gemini CLI calls.
+    pub gemini: bool,
     /// The Responses API keeps responses (`--responses-store` not `off`):
     /// `GET` and `DELETE /v1/responses/{id}`, its `input_items` and
     /// `cancel`.
@@ -18,9 +21,11 @@ pub struct Apis {
 }
 
 impl Apis {
-    /// Parses `--apis`: a comma-separated list of `chat`, `responses` and
-    /// `messages` (chat is served whether listed or not); any other name
-    /// is refused.
+    /// Every value `--apis` takes.
+    pub const NAMES: &'static str = "chat, responses, messages, gemini";
+
+    /// Parses `--apis`: a comma-separated list of [`Apis::NAMES`] (chat is
+    /// served whether listed or not); any other name is refused.
     pub fn parse(list: &str) -> Result<Apis, String> {
         let mut apis = Apis::default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -28,7 +33,13 @@ impl Apis {
                 "chat" => {}
                 "responses" => apis.responses = true,
                 "messages" => apis.messages = true,
-                other => return Err(format!("'{other}' is not an API this gateway serves")),
+                "gemini" => apis.gemini = true,
+                other => {
+                    return Err(format!(
+                        "'{other}' is not an API this gateway serves (it serves {})",
+                        Apis::NAMES
+                    ));
+                }
             }
         }
         Ok(apis)
@@ -45,6 +56,9 @@ pub(crate) const RESPONSES_PATH: &str = "/v1/responses";
 pub(crate) const MESSAGES_PATH: &str = "/v1/messages";
 /// The Messages API's token count (with `--apis messages`).
 pub(crate) const COUNT_TOKENS_PATH: &str = "/v1/messages/count_tokens";
+
+/// The Gemini API's model list (with `--apis gemini`).
+pub(crate) const GEMINI_MODELS_PATH: &str = "/v1beta/models";
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,12 +80,42 @@ pub(crate) enum Route {
     InputItems,
     /// `POST /v1/responses/{id}/cancel`.
     Cancel,
+    /// `POST /v1beta/models/{model}:generateContent` (or
+    /// `:streamGenerateContent`): metered, translated onto the chat
+    /// exchange.
+    Gemini,
+    /// `POST /v1beta/models/{model}:countTokens`: the prompt's token
+    /// estimate, not metered.
+    GeminiCount,
+    /// `GET /v1beta/models`: the key's models in the Gemini API's shape.
+    GeminiModels,
+    /// `GET /v1beta/models/{model}`: one of them.
+    GeminiModel,
+}
+
+/// What a Gemini API path names: `models/{model}` and the method after
+/// its last `:` (`None` for a model's own path). The model is percent
+/// decoded and may hold `/` (`models/tunedModels/x` is not served; a
+/// provider's `org/model` name is).
+pub(crate) fn gemini_path(path: &str) -> Option<(String, Option<&str>)> {
+    let rest = path
+        .strip_prefix("/v1beta/models/")
+        .or_else(|| path.strip_prefix("/v1/models/").filter(|r| r.contains(':')))?;
+    let (model, method) = match rest.rsplit_once(':') {
+        Some((m, method)) => (m, Some(method)),
+        None => (rest, None),
+    };
+    let model = crate::url::percent_decode(model).filter(|m| !m.is_empty())?;
+    Some((model, method))
 }
 
 impl Route {
     /// Whether requests on it are metered (a chat exchange).
     pub(crate) fn is_chat(self) -> bool {
-        matches!(self, Route::Chat | Route::Responses | Route::Messages)
+        matches!(
+            self,
+            Route::Chat | Route::Responses | Route::Messages | Route::Gemini
+        )
     }
 }
 
@@ -81,7 +125,9 @@ impl Route {
 pub(crate) fn route(method: Method, path: &str, apis: Apis) -> Result<Route, ApiError> {
     let route = served(path, apis).ok_or_else(|| ApiError::unknown_url(method.as_str(), path))?;
     let (allowed, allow) = match route {
-        Route::Models => (matches!(method, Method::Get | Method::Head), "GET, HEAD"),
+        Route::Models | Route::GeminiModels | Route::GeminiModel => {
+            (matches!(method, Method::Get | Method::Head), "GET, HEAD")
+        }
         Route::StoredResponse => (
             matches!(method, Method::Get | Method::Delete),
             "GET, DELETE",
@@ -104,6 +150,13 @@ pub(crate) fn served(path: &str, apis: Apis) -> Option<Route> {
         RESPONSES_PATH if apis.responses => Route::Responses,
         MESSAGES_PATH if apis.messages => Route::Messages,
         COUNT_TOKENS_PATH if apis.messages => Route::CountTokens,
+        GEMINI_MODELS_PATH if apis.gemini => Route::GeminiModels,
+        _ if apis.gemini && gemini_path(path).is_some() => match gemini_path(path)?.1 {
+            Some("generateContent" | "streamGenerateContent") => Route::Gemini,
+            Some("countTokens") => Route::GeminiCount,
+            Some(_) => return None,
+            None => Route::GeminiModel,
+        },
         _ if apis.stored => match stored_response(path)? {
             (_, None) => Route::StoredResponse,
             (_, Some("input_items")) => Route::InputItems,
@@ -138,8 +191,7 @@ mod tests {
     fn the_responses_path_is_unknown_unless_turned_on() {
         let on = Apis {
             responses: true,
-            messages: false,
-            stored: false,
+            ..Apis::default()
         };
         assert_eq!(
             route_chat(Method::Post, RESPONSES_PATH).unwrap_err().status,
@@ -158,9 +210,8 @@ mod tests {
     #[test]
     fn the_messages_path_is_unknown_unless_turned_on() {
         let on = Apis {
-            responses: false,
             messages: true,
-            stored: false,
+            ..Apis::default()
         };
         assert_eq!(
             route_chat(Method::Post, MESSAGES_PATH).unwrap_err().status,
@@ -200,6 +251,43 @@ mod tests {
             route_chat(Method::Post, "/v1/embeddings")
                 .unwrap_err()
                 .status,
+            404
+        );
+    }
+
+    #[test]
+    fn the_gemini_paths_are_unknown_unless_turned_on() {
+        let on = Apis {
+            gemini: true,
+            ..Apis::default()
+        };
+        let stream = "/v1beta/models/gemini-2.5-pro:streamGenerateContent";
+        assert_eq!(route_chat(Method::Post, stream).unwrap_err().status, 404);
+        assert_eq!(route(Method::Post, stream, on), Ok(Route::Gemini));
+        let slashed = "/v1beta/models/org/some%20model:generateContent";
+        assert_eq!(route(Method::Post, slashed, on), Ok(Route::Gemini));
+        assert_eq!(
+            gemini_path(slashed),
+            Some(("org/some model".to_owned(), Some("generateContent")))
+        );
+        let count = "/v1/models/m:countTokens";
+        assert_eq!(route(Method::Post, count, on), Ok(Route::GeminiCount));
+        assert_eq!(
+            route(Method::Get, GEMINI_MODELS_PATH, on),
+            Ok(Route::GeminiModels)
+        );
+        assert_eq!(
+            route(Method::Get, "/v1beta/models/m", on),
+            Ok(Route::GeminiModel)
+        );
+        let e = route(Method::Get, stream, on).unwrap_err();
+        assert_eq!((e.status, e.allow), (405, Some("POST")));
+        let unknown = "/v1beta/models/m:embedContent";
+        assert_eq!(route(Method::Post, unknown, on).unwrap_err().status, 404);
+        // The OpenAI model list stays the OpenAI one.
+        assert_eq!(route(Method::Get, MODELS_PATH, on), Ok(Route::Models));
+        assert_eq!(
+            route(Method::Get, "/v1/models/m", on).unwrap_err().status,
             404
         );
     }

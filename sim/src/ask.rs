@@ -105,10 +105,12 @@ fn text_of(content: &Value) -> String {
 }
 
 /// What the user said in `content`: its text without the context an agent
-/// adds in parts of their own (Claude Code's `<system-reminder>` parts).
+/// adds in parts of their own (Claude Code's `<system-reminder>` parts,
+/// Gemini CLI's `<session_context>` part).
 fn said(content: &Value) -> String {
     text_where(content, |t| {
-        !t.trim_start().starts_with("<system-reminder>")
+        let t = t.trim_start();
+        !t.starts_with("<system-reminder>") && !t.starts_with("<session_context>")
     })
 }
 

@@ -1,5 +1,5 @@
-//! The coding agents the tests drive, run offline: Claude Code and Codex
-//! CLI, from `clients/` (installed by `clients/install.sh`), each with a
+//! The coding agents the tests drive, run offline: Claude Code, Codex CLI
+//! and Gemini CLI, from `clients/` (installed by `clients/install.sh`), each with a
 //! throwaway home, their vendors' traffic switched off and the proxy
 //! variables at a port that refuses, so nothing leaves the machine.
 
@@ -134,4 +134,77 @@ pub fn codex_with(provider: &str, key: &str, home: &Path, prompt: &str) -> (bool
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// Gemini CLI's headless mode (`-p`, JSON output, tools run without
+/// asking) against `gw` with the model `reasoning-model-k3`, in a work
+/// directory under `home`, its settings (API-key sign-in, no usage
+/// statistics, telemetry or updates, one attempt a request) in
+/// `home/.gemini`; `env` adds or overrides variables. Whether it
+/// succeeded, its JSON result, and all it printed.
+pub fn gemini_cli(
+    home: &Path,
+    env: &[(&str, String)],
+    prompt: &str,
+) -> (bool, serde_json::Value, String) {
+    let bin = repo().join("clients/gemini/node_modules/.bin/gemini");
+    assert!(bin.exists(), "run clients/install.sh first");
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    std::fs::write(
+        home.join(".gemini/settings.json"),
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},
+            "privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},
+            "general":{"enableAutoUpdate":false,"enableAutoUpdateNotification":false,"maxAttempts":1},
+            "model":{"disableLoopDetection":true,"skipNextSpeakerCheck":true}}"#,
+    )
+    .unwrap();
+    let work = home.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "-p",
+        prompt,
+        "-m",
+        "reasoning-model-k3",
+        "--approval-mode",
+        "yolo",
+        "--output-format",
+        "json",
+    ])
+    .current_dir(&work)
+    .env_clear()
+    .env("PATH", std::env::var("PATH").unwrap_or_default())
+    .env("HOME", home)
+    .env("TMPDIR", home)
+    .env("XDG_CONFIG_HOME", home.join(".config"))
+    .env("XDG_DATA_HOME", home.join(".local/share"))
+    .env("XDG_CACHE_HOME", home.join(".cache"))
+    .env("TERM", "dumb")
+    .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+    .env("GEMINI_CLI_NO_RELAUNCH", "true")
+    .env("HTTPS_PROXY", REFUSED)
+    .env("HTTP_PROXY", REFUSED)
+    .env("https_proxy", REFUSED)
+    .env("http_proxy", REFUSED)
+    .env("ALL_PROXY", REFUSED)
+    .env("all_proxy", REFUSED)
+    .env("NO_PROXY", "127.0.0.1,localhost")
+    .env("no_proxy", "127.0.0.1,localhost")
+    .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("gemini runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (out.status.success(), json, text)
+}
+
+/// The environment that points Gemini CLI at `gw` with its key.
+pub fn gemini_env(gw: &Gw) -> Vec<(&'static str, String)> {
+    vec![
+        ("GOOGLE_GEMINI_BASE_URL", format!("http://{}", gw.addr)),
+        ("GEMINI_API_KEY", gw.key.clone()),
+    ]
 }

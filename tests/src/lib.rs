@@ -10,7 +10,7 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `agents.rs` | the coding agents, run offline: [`claude`] (Claude Code) and [`codex`] (Codex CLI) |
+//! | `agents.rs` | the coding agents, run offline: [`claude`] (Claude Code), [`codex`] (Codex CLI) and [`gemini_cli`] (Gemini CLI) |
 //! | `process.rs` | the binaries and their processes: [`RUNTIMES`] and [`cases!`], [`bin_path`], [`child_command`], [`Proc`] (killed on drop), [`run`] to completion |
 //! | `wait.rs` | [`PATIENCE`], how long to wait for anything quick, and [`eventually`] |
 //! | `gateway.rs` | a running gateway ([`Gw`], [`GwOptions`]): keys minted with [`mint`], its ledger, its admin [`metric`]s, [`gateways_sharing_a_key`]; [`start_demo`] |
@@ -40,7 +40,7 @@ mod sim;
 mod tls;
 mod wait;
 
-pub use agents::{claude, claude_env, codex, codex_with, repo};
+pub use agents::{claude, claude_env, codex, codex_with, gemini_cli, gemini_env, repo};
 pub use browser::{Browser, ENTER, ESCAPE, TAB, click, dialog_open, fill, text_of};
 pub use chat::{MODEL, body, stream_body};
 pub use gateway::{

@@ -154,7 +154,7 @@ impl ServeConfig {
                     "apis",
                     &v,
                     src,
-                    "a comma-separated list of chat, responses, messages",
+                    &format!("a comma-separated list of {}", Apis::NAMES),
                 )
             })?,
             None => Apis::default(),

@@ -202,7 +202,7 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "apis",
         "LIST",
         Some("chat"),
-        "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI and the OpenAI SDKs), messages (POST /v1/messages, for Claude Code and the Anthropic SDKs)",
+        "Client APIs to serve, comma-separated: chat (always on), responses (POST /v1/responses, for Codex CLI and the OpenAI SDKs), messages (POST /v1/messages, for Claude Code and the Anthropic SDKs), gemini (POST /v1beta/models/{model}:generateContent and :streamGenerateContent, for Gemini CLI and the Google Gen AI SDKs)",
     ),
     s(
         "responses_store",

@@ -4,7 +4,9 @@
 //! | module | job |
 //! |---|---|
 //! | `responses/` | the OpenAI Responses API (`POST /v1/responses`): its request as a chat request (`request.rs`), a chat answer as its events or its response object (`events.rs`) |
+//! | `gemini/` | Google's Gemini API (`generateContent`, `streamGenerateContent`, `countTokens`): its request as a chat request (`request.rs`), a chat answer as its response stream or object (`events.rs`), the gateway's errors in its shape (`errors.rs`), its model list (`models.rs`) |
 //! | `messages/` | the Anthropic Messages API (`POST /v1/messages`): its request as a chat request (`request.rs`), a chat answer as its events or its message object (`events.rs`), the gateway's errors in its shape (`errors.rs`) |
+//! | `seam.rs` | the one trait a client API implements to be translated onto the exchange ([`Dialect`]): its credential, request translation, field names, answer, stream, keep-alive, error shape and token count |
 //! | `raw.rs` | what every request translator reads with: a body's members as written, typed accessors naming the client's field |
 //! | `chat.rs` | the chat messages a request translator builds, and their writer |
 //! | `chunk.rs` | the one reading of a chat chunk the answer translators share (and the chat path's reading of an answer's reasoning, for the memory) |
@@ -12,8 +14,11 @@
 //! | `text.rs` | what an answer's translation copies from the provider, made readable JSON |
 //! | `tests.rs` | what the translators' tests share: chat chunks, random chat streams and what a chat client reassembles from them |
 
+pub mod gemini;
 pub mod messages;
 pub mod responses;
+
+mod seam;
 
 mod budget;
 mod chat;
@@ -28,6 +33,7 @@ mod tests;
 
 pub use budget::{Budget, MAX_ITEMS, MAX_KEPT, OverBudget};
 pub(crate) use chunk::{AnswerRecorder, record_chunk};
+pub use seam::{Dialect, Opening, Translating};
 
 use std::sync::Arc;
 

@@ -14,9 +14,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::request::{Dialect, KeyRef};
+use super::request::KeyRef;
 use super::timers::Timer;
 use super::{Connection, Event, Phase};
+use crate::dialect::Translating;
 use crate::error::{ApiError, StoreError};
 use crate::gateway::Gateway;
 use crate::ledger::LedgerRecord;
@@ -251,39 +252,21 @@ impl Connection {
             // Another API's request, as the one chat request it stands for;
             // the reasoning its client carried back is read only when a
             // model replays it.
-            use crate::dialect::{messages, responses};
             let replay = config
                 .reasoning
                 .any_replays(catalog)
                 .then(|| &**gw.reasoning_seal());
             let body = &req.body;
-            let storing = req.storing.as_deref_mut();
-            let translated = match dialect {
-                Dialect::Responses(asked, _) => {
-                    let stored = storing.as_deref().map(|s| s.stored());
-                    let chat = responses::request::translate(body, replay, stored.as_ref());
-                    drop(stored);
-                    chat.map(|(chat, a)| {
-                        *asked = a;
-                        if let Some(s) = storing {
-                            s.note_input(body, &req.id);
-                        }
-                        chat
-                    })
-                }
-                Dialect::Messages(asked, _) => {
-                    let count = req.count_tokens;
-                    let read = if count {
-                        messages::request::translate_count(body)
-                    } else {
-                        messages::request::translate(body, replay)
-                    };
-                    read.map(|(chat, a)| {
-                        *asked = a;
-                        chat
-                    })
-                }
+            let stored = req.storing.as_deref().map(|s| s.stored());
+            let cx = Translating {
+                replay,
+                stored: stored.as_ref(),
             };
+            let translated = dialect.translate(body, cx);
+            drop(stored);
+            if let (Ok(_), Some(s)) = (&translated, req.storing.as_deref_mut()) {
+                s.note_input(body, &req.id);
+            }
             let too_large = match (req.storing.as_deref(), config.responses_kept) {
                 (Some(s), Some(k)) => s.too_large(k.max_bytes),
                 _ => None,
@@ -307,12 +290,9 @@ impl Connection {
             Err(mut e) => {
                 req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
                 // Named as the client wrote it.
-                let name = match req.dialect.as_deref() {
-                    Some(Dialect::Responses(..)) => crate::dialect::responses::request::param_name,
-                    Some(Dialect::Messages(..)) => crate::dialect::messages::request::param_name,
-                    None => |p: &str| p.to_owned(),
-                };
-                e.param = e.param.map(|p| name(&p));
+                if let Some(d) = req.dialect.as_deref() {
+                    e.param = e.param.map(|p| d.param_name(&p));
+                }
                 return self.respond_error(now, e, false);
             }
         };

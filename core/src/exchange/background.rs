@@ -15,14 +15,14 @@
 
 use std::sync::Arc;
 
-use super::request::{Dialect, Request};
+use super::request::Request;
 use super::respond::common_headers;
 use super::stored::{StoreAsk, StoredCall};
 use super::timers::Timer;
 use super::{Connection, Event, Phase};
-use crate::dialect::Carry;
 use crate::dialect::responses::events;
 use crate::dialect::responses::stored::{self, StoredResponse};
+use crate::dialect::{Carry, Opening};
 use crate::error::ApiError;
 use crate::http::write::{self, header};
 use crate::time::Instant;
@@ -81,10 +81,10 @@ impl Connection {
         let mut req = self.req.take().expect("request in progress");
         let unix = gw.wall().unix_secs(now);
         let carry = Carry::new(Arc::clone(gw.reasoning_seal()));
-        let Some(Dialect::Responses(asked, _)) = req.dialect.as_deref() else {
+        let Some(responses) = req.dialect.as_deref_mut().and_then(|d| d.responses()) else {
             unreachable!("a background request is a Responses request");
         };
-        let queued = events::queued(asked.clone(), &req.id, unix, carry);
+        let queued = events::queued(responses.asked.clone(), &req.id, unix, carry);
         let storing = req.storing.as_mut().expect("a background request is kept");
         let follow = storing.wants.stream;
         storing.queued = Some(queued.clone());
@@ -330,17 +330,15 @@ impl Connection {
             .req
             .as_ref()
             .map_or(0, |r| self.gw.wall().unix_secs(r.started));
-        let object = self
-            .req
-            .as_mut()
-            .and_then(|req| match req.dialect.as_deref_mut() {
-                Some(Dialect::Responses(_, Some(stream))) => Some(stream.cancelled(usage.as_ref())),
-                Some(Dialect::Responses(asked, None)) => {
-                    let mut s = events::ResponseStream::new(asked.clone(), &req.id, unix, carry);
-                    Some(s.cancelled(None))
-                }
-                _ => None,
-            });
+        let object = self.req.as_mut().and_then(|req| {
+            let opening = Opening {
+                request_id: &req.id,
+                unix,
+                carry: &carry,
+            };
+            let responses = req.dialect.as_deref_mut()?.responses()?;
+            Some(responses.cancelled(&opening, usage.as_ref()))
+        });
         if let Some(s) = self.req.as_mut().and_then(|r| r.storing.as_mut()) {
             s.object = object;
         }

@@ -4,14 +4,11 @@
 use std::time::Duration;
 
 use super::Connection;
-use super::request::Dialect;
 use super::respond::{client_body, common_headers, limit_headers, provider_error_message};
 use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
-use crate::dialect::messages::events::MessageStream;
-use crate::dialect::responses::events::ResponseStream;
-use crate::dialect::{Carry, End, OverBudget, Translator, record_chunk};
-use crate::dialect::{messages, responses};
+use crate::dialect::responses::Responses;
+use crate::dialect::{Carry, Dialect, End, Opening, OverBudget, Translator, record_chunk};
 use crate::endpoints::Outcome;
 use crate::error::{ApiError, UpstreamFault};
 use crate::http::BodyDecoder;
@@ -20,16 +17,13 @@ use crate::http::write::{self, header, header_u64};
 use crate::reasoning::AnswerReasoning;
 use crate::stream::{DONE_EVENT, EventKind, StreamTracker};
 use crate::time::Instant;
-use crate::usage::{Usage, parse_completion};
+use crate::usage::parse_completion;
 use std::sync::Arc;
 
 /// A Messages stream whose provider sends nothing for this long gets a
 /// `ping` event, as the Anthropic API sends them: the client's idle watch
 /// sees the stream is alive while a reasoning model thinks in silence.
 pub(super) const PING_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The Messages API's keep-alive event.
-const PING_EVENT: &[u8] = b"event: ping\ndata: {\"type\":\"ping\"}\n\n";
 
 /// Stop reading the provider while this much is waiting for the client.
 pub(super) const CLIENT_BACKLOG_HIGH: usize = 1 << 20;
@@ -135,11 +129,16 @@ impl Connection {
             t.note_response(&up.body);
         }
         // Another API's answer: the completion in its shape.
-        let carry = || Carry::new(Arc::clone(self.gw.reasoning_seal()));
+        let carry = Carry::new(Arc::clone(self.gw.reasoning_seal()));
+        let opening = Opening {
+            request_id: &req.id,
+            unix,
+            carry: &carry,
+        };
         let translated = req
             .dialect
             .as_deref()
-            .map(|d| d.body(&req.id, unix, carry(), &up.body, summary.usage.as_ref()));
+            .map(|d| d.body(&opening, &up.body, summary.usage.as_ref()));
         if let (Some(t), Some(s)) = (&translated, req.storing.as_mut()) {
             s.object = Some(t.clone());
         }
@@ -298,7 +297,8 @@ impl Connection {
                     unix,
                     carry: carry.as_ref().expect("made for a translation"),
                 };
-                let event = dialect.event(&opening, kind, data.as_deref(), &up.tracker, out);
+                let event =
+                    translate_event(dialect, &opening, kind, data.as_deref(), &up.tracker, out);
                 if event.is_err() {
                     // More than a translation keeps: the stream is over,
                     // as any invalid provider stream.
@@ -394,7 +394,7 @@ impl Connection {
         let n = up.framer.complete_prefix();
         up.body.drain(..n);
         up.framer.consume(n);
-        if end.is_none() && sent && self.is_messages() {
+        if end.is_none() && sent && self.ping_event().is_some() {
             self.timers.set(Timer::Ping, now + PING_INTERVAL);
         }
         match end {
@@ -403,22 +403,22 @@ impl Connection {
         }
     }
 
-    /// Whether the request is on the Messages API.
-    fn is_messages(&self) -> bool {
-        let dialect = self.req.as_ref().and_then(|r| r.dialect.as_deref());
-        matches!(dialect, Some(Dialect::Messages(..)))
+    /// The event the request's API writes when its provider is silent
+    /// (the Messages API's `ping`).
+    fn ping_event(&self) -> Option<&'static [u8]> {
+        self.req.as_ref()?.dialect.as_deref()?.ping()
     }
 
-    /// The provider of a committed Messages stream was silent for
-    /// [`PING_INTERVAL`]: a `ping` event, and the next in as long.
+    /// The provider of a committed stream whose API pings was silent for
+    /// [`PING_INTERVAL`]: a ping, and the next in as long.
     pub(super) fn ping(&mut self, now: Instant) {
         let req = self.req.as_ref().expect("request in progress");
-        if !req.committed || !self.is_messages() {
+        let Some(ping) = self.ping_event().filter(|_| req.committed) else {
             return;
-        }
+        };
         let chunked = !req.http10;
         let mut bytes = self.take_client_out();
-        client_body(&mut bytes, PING_EVENT, chunked);
+        client_body(&mut bytes, ping, chunked);
         self.put_client_out(now, bytes);
         self.timers.set(Timer::Ping, now + PING_INTERVAL);
     }
@@ -439,8 +439,8 @@ impl Connection {
         if req.chat.as_ref().is_some_and(|c| c.stream) {
             self.gw.metrics().stream_open(1);
         }
-        let ct = match req.dialect {
-            Some(_) => "text/event-stream",
+        let ct = match req.dialect.as_deref() {
+            Some(d) => d.stream_content_type(),
             None => up
                 .head
                 .as_ref()
@@ -519,9 +519,11 @@ impl Connection {
                 End::Failed(up.tracker.error().unwrap_or(what))
             };
             let mut t = Vec::new();
-            dialect.end(last, up.tracker.usage().as_ref(), &mut t);
+            if let Some(s) = dialect.started() {
+                s.end(last, up.tracker.usage().as_ref(), &mut t);
+            }
             client_body(&mut bytes, &t, chunked);
-            let object = dialect.take_object();
+            let object = dialect.responses().and_then(Responses::take_object);
             let run = self.is_run;
             if let Some(s) = self.req.as_mut().and_then(|r| r.storing.as_mut()) {
                 s.object = object;
@@ -543,7 +545,7 @@ impl Connection {
         }
         if up.tracker.is_complete() {
             let answer = match self.req.as_mut().and_then(|r| r.dialect.as_deref_mut()) {
-                Some(d) => d.take_reasoning(),
+                Some(d) => d.started().and_then(Translator::take_reasoning),
                 None => up.answer.take().map(|a| a.into_log()),
             };
             self.remember_answer(now, answer);
@@ -565,116 +567,41 @@ impl Connection {
     }
 }
 
-/// What a stream's translator starts with: the request's id, the time, and
-/// what it carries of the reasoning.
-struct Opening<'a> {
-    request_id: &'a str,
-    unix: u64,
-    carry: &'a Carry,
-}
-
-impl Dialect {
-    /// A whole chat completion as this API's answer body.
-    fn body(
-        &self,
-        request_id: &str,
-        unix: u64,
-        carry: Carry,
-        completion: &[u8],
-        usage: Option<&Usage>,
-    ) -> Vec<u8> {
-        match self {
-            Dialect::Responses(asked, _) => {
-                responses::events::body(asked.clone(), request_id, unix, carry, completion, usage)
-            }
-            Dialect::Messages(asked, _) => {
-                messages::events::body(asked.clone(), request_id, carry, completion, usage)
-            }
+/// One chat event as the events of the request's API it stands for: a
+/// chunk's deltas; `[DONE]` (or a provider's error event) as the last
+/// event; a comment as the API's keep-alive, so the client's connection
+/// stays alive. The stream's translator starts with its first event, as
+/// `opening` says. `Err` when the answer holds more than a translation
+/// keeps.
+fn translate_event(
+    dialect: &mut dyn Dialect,
+    opening: &Opening<'_>,
+    kind: EventKind,
+    data: Option<&[u8]>,
+    tracker: &StreamTracker,
+    out: &mut Vec<u8>,
+) -> Result<(), OverBudget> {
+    let end = match kind {
+        EventKind::Data => None,
+        EventKind::Done if tracker.is_complete() => Some(End::Finished(tracker.finish_reason())),
+        EventKind::Done => Some(End::Failed(
+            "the provider ended the stream without a finish_reason",
+        )),
+        EventKind::Error => Some(End::Failed(
+            tracker.error().unwrap_or("the provider reported an error"),
+        )),
+        EventKind::NoData => {
+            out.extend_from_slice(dialect.keep_alive());
+            return Ok(());
         }
+    };
+    let s = dialect.stream(opening);
+    match (end, data) {
+        (Some(end), _) => s.end(end, tracker.usage().as_ref(), out),
+        (None, Some(data)) => return s.chunk(data, out),
+        (None, None) => {}
     }
-
-    /// One chat event as the events of this API it stands for: a chunk's
-    /// deltas; `[DONE]` (or a provider's error event) as the last event; a
-    /// comment as the API's keep-alive, so the client's connection stays
-    /// alive. The stream's translator starts with its first event, as
-    /// `opening` says. `Err` when the answer holds more than a translation
-    /// keeps.
-    fn event(
-        &mut self,
-        opening: &Opening<'_>,
-        kind: EventKind,
-        data: Option<&[u8]>,
-        tracker: &StreamTracker,
-        out: &mut Vec<u8>,
-    ) -> Result<(), OverBudget> {
-        let end = match kind {
-            EventKind::Data => None,
-            EventKind::Done if tracker.is_complete() => {
-                Some(End::Finished(tracker.finish_reason()))
-            }
-            EventKind::Done => Some(End::Failed(
-                "the provider ended the stream without a finish_reason",
-            )),
-            EventKind::Error => Some(End::Failed(
-                tracker.error().unwrap_or("the provider reported an error"),
-            )),
-            EventKind::NoData => {
-                out.extend_from_slice(match self {
-                    Dialect::Responses(..) => b": keep-alive\n\n".as_slice(),
-                    Dialect::Messages(..) => PING_EVENT,
-                });
-                return Ok(());
-            }
-        };
-        let s = self.stream(opening);
-        match (end, data) {
-            (Some(end), _) => s.end(end, tracker.usage().as_ref(), out),
-            (None, Some(data)) => return s.chunk(data, out),
-            (None, None) => {}
-        }
-        Ok(())
-    }
-
-    /// The stream's translator, started with its first event.
-    fn stream(&mut self, o: &Opening<'_>) -> &mut dyn Translator {
-        match self {
-            Dialect::Responses(asked, stream) => stream.get_or_insert_with(|| {
-                ResponseStream::new(asked.clone(), o.request_id, o.unix, o.carry.clone())
-            }),
-            Dialect::Messages(asked, stream) => stream.get_or_insert_with(|| {
-                MessageStream::new(asked.clone(), o.request_id, o.carry.clone())
-            }),
-        }
-    }
-
-    /// The answer's reasoning and calls, from a translator that kept them.
-    /// The last event's response object, when the response is kept.
-    fn take_object(&mut self) -> Option<Vec<u8>> {
-        match self {
-            Dialect::Responses(_, Some(s)) => s.take_object(),
-            _ => None,
-        }
-    }
-
-    fn take_reasoning(&mut self) -> Option<AnswerReasoning> {
-        let started: Option<&mut dyn Translator> = match self {
-            Dialect::Responses(_, s) => s.as_mut().map(|s| s as _),
-            Dialect::Messages(_, s) => s.as_mut().map(|s| s as _),
-        };
-        started.and_then(Translator::take_reasoning)
-    }
-
-    /// The stream's last event, when it started and the provider's
-    /// `[DONE]` did not bring it.
-    fn end(&mut self, end: End<'_>, usage: Option<&Usage>, out: &mut Vec<u8>) {
-        let started: Option<&mut dyn Translator> = match self {
-            Dialect::Responses(_, s) => s.as_mut().map(|s| s as _),
-            Dialect::Messages(_, s) => s.as_mut().map(|s| s as _),
-        };
-        if let Some(s) = started {
-            s.end(end, usage, out);
-        }
-    }
+    Ok(())
 }
 
 /// The event `--stream-error-event` puts before the `[DONE]` of a stream

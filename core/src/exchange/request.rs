@@ -1,6 +1,7 @@
 //! Client HTTP: request heads and bodies, routing, authentication, the
 //! model list, and the client's own inputs (bytes, EOF, bytes written).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::admission::QuotaHold;
@@ -9,10 +10,10 @@ use super::stored::StoredCall;
 use super::timers::Timer;
 use super::{Connection, Phase};
 use crate::auth::{AuthFailure, KeyEntry, KeyTable};
-use crate::dialect::messages::events::MessageStream;
-use crate::dialect::messages::request::Asked as MessagesAsked;
-use crate::dialect::responses::events::ResponseStream;
-use crate::dialect::responses::request::Asked;
+use crate::dialect::Dialect;
+use crate::dialect::gemini::Gemini;
+use crate::dialect::messages::Messages;
+use crate::dialect::responses::Responses;
 use crate::dialect::responses::stored::Page;
 use crate::endpoints::EndpointSet;
 use crate::error::ApiError;
@@ -91,7 +92,7 @@ pub(super) struct Request {
     /// Its trace, when tracing is on (chat requests).
     pub(super) trace: Option<Box<super::spans::RequestTrace>>,
     /// The client's API when it is not chat completions.
-    pub(super) dialect: Option<Box<Dialect>>,
+    pub(super) dialect: Option<Box<dyn Dialect>>,
     /// `POST /v1/messages/count_tokens`: the prompt is counted, nothing
     /// is asked of the provider, nothing metered.
     pub(super) count_tokens: bool,
@@ -119,28 +120,6 @@ pub(super) struct Request {
     pub(super) storing: Option<Box<super::stored::Storing>>,
     /// A call on a kept response, waiting for the store.
     pub(super) call: Option<super::stored::StoredCall>,
-}
-
-/// A client API translated onto the chat exchange: what its answer's
-/// translation needs.
-#[derive(Debug)]
-pub(super) enum Dialect {
-    /// `POST /v1/responses`: what the request asked (once translated),
-    /// then the answer's event stream.
-    Responses(Asked, Option<ResponseStream>),
-    /// `POST /v1/messages`: the same, for the Messages API.
-    Messages(MessagesAsked, Option<MessageStream>),
-}
-
-impl Dialect {
-    /// The API's name, as the ledger's `api` and the span's `chatgate.api`
-    /// say it.
-    pub(super) fn api(&self) -> &'static str {
-        match self {
-            Dialect::Responses(..) => "responses",
-            Dialect::Messages(..) => "messages",
-        }
-    }
 }
 
 impl Request {
@@ -217,6 +196,35 @@ impl Request {
             && self.method == Method::Post
             && !self.count_tokens
     }
+}
+
+/// The dialect a request on `route` speaks (`None`: chat completions, or
+/// no API at all).
+fn dialect(route: Route, head: &RequestHead) -> Option<Box<dyn Dialect>> {
+    match route {
+        Route::Gemini | Route::GeminiCount | Route::GeminiModels | Route::GeminiModel => {
+            let gemini = Gemini::open(&head.path, &head.query).unwrap_or_default();
+            Some(Box::new(gemini))
+        }
+        Route::Responses => Some(Box::new(Responses::default())),
+        Route::Messages => Some(Box::new(Messages::default())),
+        Route::CountTokens => Some(Box::new(Messages {
+            count: true,
+            ..Messages::default()
+        })),
+        _ => None,
+    }
+}
+
+/// Whether the request is on the Responses API.
+fn req_is_responses(req: Option<&mut Request>) -> bool {
+    req.and_then(|r| r.dialect.as_deref_mut())
+        .is_some_and(|d| d.responses().is_some())
+}
+
+/// The credential a request's dialect read from the head its own way.
+fn req_dialect_credential(req: Option<&Request>, head: &RequestHead) -> Option<String> {
+    req?.dialect.as_deref()?.credential(head)
 }
 
 /// The call on a kept response a route names (`None` for other routes),
@@ -408,18 +416,10 @@ impl Connection {
         }
         // The API the path is on (when it is served), for the answer's
         // shape: a wrong method on it is answered in that API's shape too.
-        match served(&head.path, self.gw.config().apis) {
-            Some(Route::Responses) => {
-                req.dialect = Some(Box::new(Dialect::Responses(Asked::default(), None)));
-            }
-            Some(Route::Messages | Route::CountTokens) => {
-                req.dialect = Some(Box::new(Dialect::Messages(MessagesAsked::default(), None)));
-            }
-            _ => {}
-        }
+        req.dialect = served(&head.path, self.gw.config().apis).and_then(|r| dialect(r, &head));
         self.req = Some(req);
         let has_body = head.framing != Framing::Empty;
-        if head.websocket && served(&head.path, self.gw.config().apis) == Some(Route::Responses) {
+        if head.websocket && req_is_responses(self.req.as_deref_mut()) {
             // Codex's Responses WebSocket: answered so that it falls back to
             // HTTP at once (docs/decisions.md).
             return self.respond_error(now, ApiError::websocket_not_served(), true);
@@ -428,22 +428,18 @@ impl Connection {
             Ok(r) => r,
             Err(e) => return self.respond_error(now, e, has_body),
         };
-        // The Anthropic clients send their key as `x-api-key` (or as a
-        // bearer token): on their API, it stands for `Authorization`.
-        let bearer;
-        let authorization = match (&head.authorization, &head.api_key) {
-            (None, Some(k)) if matches!(route, Route::Messages | Route::CountTokens) => {
-                bearer = format!("Bearer {k}");
-                Some(bearer.as_str())
-            }
-            (a, _) => a.as_deref(),
-        };
+        // A key sent in the API's own way stands for `Authorization`.
+        let own = req_dialect_credential(self.req.as_deref(), &head);
+        let authorization = own.as_deref().or(head.authorization.as_deref());
         let key = match self.authenticate(now, authorization) {
             Ok(key) => key,
             Err(e) => return self.respond_error(now, e, has_body),
         };
         let req = self.req.as_mut().expect("request just created");
-        if route == Route::Models {
+        if matches!(
+            route,
+            Route::Models | Route::GeminiModels | Route::GeminiModel
+        ) {
             let status = self.gw.limiter().status(&key.name, key.limits, now);
             req.limit_status = Some(status);
             req.key = Some(key);
@@ -460,7 +456,7 @@ impl Connection {
                 Err(e) => self.respond_error(now, e, has_body),
             };
         }
-        req.count_tokens = route == Route::CountTokens;
+        req.count_tokens = matches!(route, Route::CountTokens | Route::GeminiCount);
         let limits = self.http_limits();
         if let Framing::Length(n) = head.framing
             && n > limits.max_body
@@ -478,7 +474,7 @@ impl Connection {
         if head.expect_continue && has_body {
             // A token count takes no request from the key's limits.
             let refused = match route {
-                Route::CountTokens => None,
+                Route::CountTokens | Route::GeminiCount => None,
                 _ => self.refuse_before_upload(now),
             };
             if let Some(e) = refused {
@@ -574,24 +570,49 @@ impl Connection {
         true
     }
 
-    /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, the
-    /// prompt's upper bound as admission counts it.
+    /// A token count (`POST /v1/messages/count_tokens`: `{"input_tokens":
+    /// N}`), the prompt's upper bound as admission counts it, in the
+    /// dialect's shape.
     pub(super) fn respond_count_tokens(&mut self, now: Instant, input_tokens: u64) {
-        let mut body = b"{\"input_tokens\":".to_vec();
-        write::push_decimal(&mut body, input_tokens);
-        body.push(b'}');
+        let req = self.req.as_ref().expect("count request");
+        let dialect = req.dialect.as_deref().expect("a count is a dialect's");
+        let body = dialect.count_body(input_tokens);
         self.respond_json(now, &body);
     }
 
-    /// `GET /v1/models`: the models the key may call.
+    /// `GET /v1/models` (or the Gemini API's `GET /v1beta/models` and
+    /// `/v1beta/models/{model}`): the models the key may call.
     fn respond_models(&mut self, now: Instant, has_body: bool) {
         let gw = Arc::clone(&self.gw);
         let close = has_body || self.closing_after_this();
         let req = self.req.as_ref().expect("models request");
         let routes = gw.endpoints();
-        let list = routes
-            .catalog()
-            .list_body(req.key.as_ref().and_then(KeyRef::models));
+        let allowed = req.key.as_ref().and_then(KeyRef::models);
+        let catalog = routes.catalog();
+        let list = match served(&req.path, gw.config().apis) {
+            Some(Route::GeminiModels) => Cow::Owned(Gemini::list_body(
+                catalog
+                    .models()
+                    .iter()
+                    .filter(|m| m.allowed_by(allowed))
+                    .map(|m| m.id.as_str()),
+            )),
+            Some(Route::GeminiModel) => {
+                let asked = crate::routes::gemini_path(&req.path).map(|(m, _)| m);
+                let asked = asked.unwrap_or_default();
+                match catalog.seen_by(allowed).find(&asked) {
+                    Some(_) => Cow::Owned(Gemini::model_body(&asked)),
+                    None => {
+                        return self.respond_error(
+                            now,
+                            ApiError::model_not_found(&asked),
+                            has_body,
+                        );
+                    }
+                }
+            }
+            _ => catalog.list_body(allowed),
+        };
         let mut out = Vec::with_capacity(512 + list.len());
         write::status_line(&mut out, 200);
         common_headers(&mut out, &req.id, gw.wall().unix_secs(now), close);

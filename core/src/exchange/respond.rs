@@ -3,8 +3,7 @@
 //! and the wording of HTTP and provider errors.
 
 use super::Connection;
-use super::request::Dialect;
-use crate::dialect::messages;
+use crate::dialect::Dialect;
 use crate::error::{ApiError, ErrorType, UpstreamFault};
 use crate::gateway::Gateway;
 use crate::http::Method;
@@ -31,10 +30,7 @@ impl Connection {
             })
         });
         let head_only = self.req.as_ref().is_some_and(|r| r.method == Method::Head);
-        let shape = match self.req.as_ref().and_then(|r| r.dialect.as_deref()) {
-            Some(Dialect::Messages(..)) => Shape::Messages,
-            _ => Shape::OpenAi,
-        };
+        let shape = self.req.as_ref().and_then(|r| r.dialect.as_deref());
         let response = ErrorResponse {
             err: &err,
             request_id: &id,
@@ -86,7 +82,7 @@ fn closing_error(gw: &Gateway, now: Instant, err: &ApiError) -> Vec<u8> {
         close: true,
         unix_secs: gw.wall().unix_secs(now),
         head_only: false,
-        shape: Shape::OpenAi,
+        shape: None,
     }
     .write(&mut out);
     out
@@ -125,14 +121,6 @@ pub(super) fn limit_headers(out: &mut Vec<u8>, s: &LimitStatus) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The shape of an error body: the OpenAI shape the specification
-/// gives every API but the Messages API, or the Anthropic shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    OpenAi,
-    Messages,
-}
-
 /// A complete error response, to write.
 struct ErrorResponse<'a> {
     err: &'a ApiError,
@@ -142,7 +130,9 @@ struct ErrorResponse<'a> {
     unix_secs: u64,
     /// A HEAD request: no body.
     head_only: bool,
-    shape: Shape,
+    /// The API whose shape the body takes (`None`: the OpenAI shape the
+    /// specification gives chat completions).
+    shape: Option<&'a dyn Dialect>,
 }
 
 impl ErrorResponse<'_> {
@@ -150,11 +140,8 @@ impl ErrorResponse<'_> {
     fn write(&self, out: &mut Vec<u8>) -> u16 {
         let err = self.err;
         let (status, body) = match self.shape {
-            Shape::OpenAi => (err.status, err.body()),
-            Shape::Messages => (
-                messages::errors::status_and_type(err).0,
-                messages::errors::body(err, self.request_id),
-            ),
+            None => (err.status, err.body()),
+            Some(d) => d.error(err, self.request_id),
         };
         write::status_line(out, status);
         common_headers(out, self.request_id, self.unix_secs, self.close);

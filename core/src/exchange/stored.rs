@@ -5,7 +5,6 @@
 //! and items are read is `dialect::responses::stored`; the runtime only
 //! reads and writes the records ([`Event::Responses`]).
 
-use super::request::Dialect;
 use super::timers::Timer;
 use super::{Connection, Event, Phase};
 
@@ -232,7 +231,12 @@ impl Connection {
             return false;
         }
         let req = self.req.as_mut().expect("request in progress");
-        if !matches!(req.dialect.as_deref(), Some(Dialect::Responses(..))) {
+        if req
+            .dialect
+            .as_deref_mut()
+            .and_then(|d| d.responses())
+            .is_none()
+        {
             return false;
         }
         let wants = match stored::wants(&req.body) {

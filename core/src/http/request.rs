@@ -80,6 +80,9 @@ pub struct RequestHead {
     /// The `x-api-key` value (how the Anthropic clients send their key).
     /// Secret: never logged, never echoed.
     pub api_key: Option<String>,
+    /// The `x-goog-api-key` value (how the Google clients send their key).
+    /// Secret: never logged, never echoed.
+    pub goog_api_key: Option<String>,
     /// The `Content-Type` value.
     pub content_type: Option<String>,
     /// The `traceparent` value, when the field was sent exactly once (two
@@ -112,6 +115,10 @@ impl std::fmt::Debug for RequestHead {
                 &self.authorization.as_ref().map(|_| "<redacted>"),
             )
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "goog_api_key",
+                &self.goog_api_key.as_ref().map(|_| "<redacted>"),
+            )
             .field("content_type", &self.content_type)
             .field(
                 "traceparent",
@@ -191,6 +198,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
     let mut websocket = false;
     let mut authorization = None;
     let mut api_key = None;
+    let mut goog_api_key = None;
     let mut content_type = None;
     let mut traceparents = 0;
     let mut traceparent = None;
@@ -231,6 +239,8 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
             authorization = Some(lossy(h.value));
         } else if name_is(name, "x-api-key") {
             api_key = Some(lossy(h.value));
+        } else if name_is(name, "x-goog-api-key") {
+            goog_api_key = Some(lossy(h.value));
         } else if name_is(name, "content-type") {
             content_type = Some(lossy(h.value));
         } else if name_is(name, "traceparent") {
@@ -295,6 +305,7 @@ pub fn parse_request_head(head: &[u8], limits: &HttpLimits) -> Result<RequestHea
         websocket,
         authorization,
         api_key,
+        goog_api_key,
         content_type,
         traceparent,
         tracestate,

@@ -70,6 +70,7 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
     config.apis = chatgate_core::Apis {
         responses: true,
         messages: true,
+        gemini: true,
         stored: true,
     };
     // Responses are kept beside the demo's ledger, for as long as OpenAI
@@ -115,6 +116,9 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
          ANTHROPIC_MODEL=reasoning-model-k3 ANTHROPIC_SMALL_FAST_MODEL=reasoning-model-k3 \\\n  \
          ANTHROPIC_DEFAULT_HAIKU_MODEL=reasoning-model-k3 \\\n  \
          claude -p \"Why is the sky blue?\"\n\n\
+         Or Gemini CLI (the Gemini API):\n  \
+         GOOGLE_GEMINI_BASE_URL=http://{addr} GEMINI_API_KEY={key} \\\n  \
+         gemini -m reasoning-model-k3 -p \"Why is the sky blue?\"\n\n\
          Console:  http://{admin_addr}/\nAdmin token: {admin_token}\n\nCtrl-C stops it.\n"
     );
     let summary = format!(
