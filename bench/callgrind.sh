@@ -35,10 +35,12 @@
 #   --warmup W        requests in the shorter run           [default: 200]
 #   --conns C         client connections at once            [default: 8, as wrk -c8]
 #   --only LIST       binaries: smol,tokio                  [default: both]
-#   --workloads LIST  nonstream,stream,responses,messages,toolloop
+#   --workloads LIST  nonstream,stream,responses,messages,gemini,toolloop
 #                                                           [default: nonstream,stream]
 #                     (responses: the stream workload through POST /v1/responses;
 #                     messages: through POST /v1/messages, the key as x-api-key;
+#                     gemini: through :streamGenerateContent?alt=sse, the key
+#                     as x-goog-api-key;
 #                     toolloop: a tool loop's second turn, streamed: the
 #                     assistant's call sent back without its reasoning and
 #                     the tool's result; each run first serves the first
@@ -218,6 +220,22 @@ print(json.dumps({
 }), end="")
 PY
 
+# The same stream through the Gemini API (`--apis gemini`), as Gemini CLI
+# asks: the system prompt as `systemInstruction`, the thoughts asked for,
+# the key as x-goog-api-key.
+python3 - "$STREAM" >"$work/gemini.json" <<'PY'
+import json, sys
+chat = json.loads(sys.argv[1])
+sim = ",".join(f"{k}={v}" for k, v in chat.get("x_sim", {}).items())
+print(json.dumps({
+    "systemInstruction": {"role": "user", "parts": [{"text": chat["messages"][0]["content"]}]},
+    "contents": [{"role": "user", "parts": [{
+        "text": chat["messages"][1]["content"] + (f" [[sim:{sim}]]" if sim else ""),
+    }]}],
+    "generationConfig": {"thinkingConfig": {"includeThoughts": True}},
+}), end="")
+PY
+
 # A tool loop's first turn (the simulator calls a tool), streamed; its
 # second turn is written once the simulator runs (the call's id is its).
 python3 - "$STREAM" "$work" <<'PY'
@@ -235,12 +253,17 @@ cat >"$work/driver.py" <<'PY'
 import os, socket, sys, threading
 
 addr, body_file, count, conns, workload = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-stream = workload in ("stream", "responses", "messages", "toolloop")
-path = {"responses": "/v1/responses", "messages": "/v1/messages"}.get(workload, "/v1/chat/completions")
+stream = workload in ("stream", "responses", "messages", "gemini", "toolloop")
+path = {
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+    "gemini": "/v1beta/models/reasoning-model-k3:streamGenerateContent?alt=sse",
+}.get(workload, "/v1/chat/completions")
 host, port = addr.rsplit(":", 1)
 body = open(body_file, "rb").read()
 key = open(os.environ["KEY_FILE"]).read().strip()
-auth = f"x-api-key: {key}" if workload == "messages" else f"Authorization: Bearer {key}"
+auth = {"messages": f"x-api-key: {key}", "gemini": f"x-goog-api-key: {key}"}.get(
+    workload, f"Authorization: Bearer {key}")
 def framed(body):
     return (
         f"POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
@@ -296,6 +319,8 @@ def one(f):
         raise RuntimeError("stream without response.completed")
     if workload == "messages" and b"event: message_stop" not in content:
         raise RuntimeError("stream without message_stop")
+    if workload == "gemini" and b'"finishReason":"STOP"' not in content:
+        raise RuntimeError("stream without finishReason")
     if not stream and b'"usage"' not in content:
         raise RuntimeError("answer without usage")
 
@@ -396,7 +421,7 @@ measure() {
         valgrind --tool=callgrind --fair-sched="$fair_sched" --callgrind-out-file="$out" --log-file="$work/valgrind.$tag.log" \
         "$bin_dir/chatgate-$bin" serve --listen 127.0.0.1:0 "${upstream_args[@]}" \
         --keys "$keys" --ledger "$ledger" ${extra_args[@]+"${extra_args[@]}"} \
-        $(case "$workload" in responses | messages) echo --apis "$workload" ;; esac) \
+        $(case "$workload" in responses | messages | gemini) echo --apis "$workload" ;; esac) \
         >"$work/gateway.$tag.stdout" 2>"$work/gateway.$tag.stderr" </dev/null &
     local pid=$!
     pids+=("$pid")
@@ -436,7 +461,7 @@ IFS=, read -r -a wls <<<"$workloads"
 for bin in "${bins[@]}"; do
     case "$bin" in smol | tokio) ;; *) echo "callgrind.sh: --only takes smol,tokio" >&2; exit 2 ;; esac
     for wl in "${wls[@]}"; do
-        case "$wl" in nonstream | stream | responses | messages | toolloop) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream,responses,messages,toolloop" >&2; exit 2 ;; esac
+        case "$wl" in nonstream | stream | responses | messages | gemini | toolloop) ;; *) echo "callgrind.sh: --workloads takes nonstream,stream,responses,messages,gemini,toolloop" >&2; exit 2 ;; esac
         echo "==> chatgate-$bin, $wl: $warmup and $((warmup + requests)) requests, $conns connections"
         t0=$SECONDS
         measure "$bin" "$wl" "$warmup"
@@ -459,7 +484,7 @@ echo "|---|---|---|---|---|---|"
 for r in "${results[@]}"; do
     read -r bin wl a b <<<"$r"
     awk -v bin="$bin" -v wl="$wl" -v a="$a" -v b="$b" -v n="$requests" -v w="$warmup" 'BEGIN {
-        name = (wl == "stream") ? "streamed (100 events)" : (wl == "responses") ? "streamed through /v1/responses" : (wl == "messages") ? "streamed through /v1/messages" : (wl == "toolloop") ? "tool loop, second turn (streamed)" : "non-streamed"
+        name = (wl == "stream") ? "streamed (100 events)" : (wl == "responses") ? "streamed through /v1/responses" : (wl == "messages") ? "streamed through /v1/messages" : (wl == "gemini") ? "streamed through the Gemini API" : (wl == "toolloop") ? "tool loop, second turn (streamed)" : "non-streamed"
         printf "| chatgate-%s | %s | %d | %d | **%.1fk** | %.1fk |\n", bin, name, a, b, (b - a) / n / 1000, b / (w + n) / 1000
     }'
 done

@@ -93,20 +93,40 @@ pub(crate) enum Route {
     GeminiModel,
 }
 
-/// What a Gemini API path names: `models/{model}` and the method after
-/// its last `:` (`None` for a model's own path). The model is percent
-/// decoded and may hold `/` (`models/tunedModels/x` is not served; a
-/// provider's `org/model` name is).
+/// The Gemini API's methods on a model, after its last `:`.
+const GEMINI_METHODS: [&str; 3] = ["generateContent", "streamGenerateContent", "countTokens"];
+
+/// What a Gemini API path names: `models/{model}` and its method (`None`
+/// for a model's own path, whose model may hold a `:`, as `qwen3:8b`
+/// does). The model is percent decoded and may hold `/` (a provider's
+/// `org/model` name). Under `/v1/` only the methods are served: `GET
+/// /v1/models/{id}` is the OpenAI API's.
 pub(crate) fn gemini_path(path: &str) -> Option<(String, Option<&str>)> {
-    let rest = path
-        .strip_prefix("/v1beta/models/")
-        .or_else(|| path.strip_prefix("/v1/models/").filter(|r| r.contains(':')))?;
-    let (model, method) = match rest.rsplit_once(':') {
-        Some((m, method)) => (m, Some(method)),
-        None => (rest, None),
+    let (rest, v1) = match path.strip_prefix("/v1beta/models/") {
+        Some(rest) => (rest, false),
+        None => (path.strip_prefix("/v1/models/")?, true),
     };
+    let (model, method) = match rest.rsplit_once(':') {
+        Some((m, method)) if GEMINI_METHODS.contains(&method) => (m, Some(method)),
+        // Another method of Google's (`embedContent`): not served.
+        Some((_, method)) if method_like(method) => return None,
+        // A tag of the model's name (`qwen3:8b`, `m:latest`).
+        _ => (rest, None),
+    };
+    if v1 && method.is_none() {
+        return None;
+    }
     let model = crate::url::percent_decode(model).filter(|m| !m.is_empty())?;
     Some((model, method))
+}
+
+/// Whether `s` reads as a method name of Google's API: letters only, in
+/// lower camel case (`embedContent`), which a model's tag (`8b`, `latest`,
+/// `q4_K_M`) is not.
+fn method_like(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.bytes().all(|b| b.is_ascii_alphabetic())
+        && s.bytes().any(|b| b.is_ascii_uppercase())
 }
 
 impl Route {
@@ -284,6 +304,19 @@ mod tests {
         assert_eq!((e.status, e.allow), (405, Some("POST")));
         let unknown = "/v1beta/models/m:embedContent";
         assert_eq!(route(Method::Post, unknown, on).unwrap_err().status, 404);
+        // A model whose name holds a `:`.
+        assert_eq!(
+            gemini_path("/v1beta/models/qwen3:8b"),
+            Some(("qwen3:8b".to_owned(), None))
+        );
+        assert_eq!(
+            route(Method::Get, "/v1beta/models/qwen3:8b", on),
+            Ok(Route::GeminiModel)
+        );
+        assert_eq!(
+            route(Method::Post, "/v1beta/models/qwen3:8b:generateContent", on),
+            Ok(Route::Gemini)
+        );
         // The OpenAI model list stays the OpenAI one.
         assert_eq!(route(Method::Get, MODELS_PATH, on), Ok(Route::Models));
         assert_eq!(

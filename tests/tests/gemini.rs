@@ -17,6 +17,7 @@ cases!(
     the_python_sdk_generates_streams_calls_and_counts,
     gemini_cli_answers_and_runs_its_shell_tool,
     gemini_cli_runs_with_the_environment_demo_prints,
+    a_key_sees_and_calls_its_models_only_and_spans_name_the_api,
 );
 
 const MODEL: &str = "reasoning-model-k3";
@@ -109,6 +110,27 @@ fn the_paths_are_unknown_without_apis(bin: &str) {
     assert_eq!(usage["promptTokenCount"], rec.prompt_tokens, "{v}");
     let total = rec.prompt_tokens + rec.completion_tokens;
     assert_eq!(usage["totalTokenCount"], total, "{v}");
+    // `--apis` names every value it takes, in its help and its refusal.
+    let (code, help, _) = run(bin, &["serve", "--help"], &[]);
+    assert_eq!(code, 0);
+    assert!(help.contains("gemini (POST /v1beta/models/"), "{help}");
+    let url = sim.url();
+    let keys = gw.dir.path().join("keys.toml");
+    let keys = keys.to_str().unwrap();
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &url,
+        "--keys",
+        keys,
+        "--apis",
+        "chat,bard",
+    ];
+    let (code, _, err) = run(bin, &args, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("chat, responses, messages, gemini"), "{err}");
     // `x-goog-api-key` stands for the key on this API only.
     let mut c = Conn::open(gw.addr);
     c.send(
@@ -154,6 +176,10 @@ fn keys_counts_models_and_errors_in_googles_shape(bin: &str) {
     assert_eq!(google_error(&r), (400, "INVALID_ARGUMENT".into()));
     let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(message.contains("stopSequences"), "{message}");
+    // Refused before it was translated, it is metered under the model its
+    // path named.
+    let refused = gw.ledger().into_iter().find(|r| r.status == 400).unwrap();
+    assert_eq!(refused.model, MODEL, "{refused:?}");
     // Three answers and the refusal of a bad field are metered; the count,
     // the key failures and the unknown paths are not.
     let r = gemini(&gw, "countTokens", "", HI);
@@ -408,4 +434,87 @@ fn gemini_cli_runs_with_the_environment_demo_prints(bin: &str) {
         answer.starts_with("You said: Why is the sky blue?"),
         "{text}"
     );
+}
+
+/// A key limited to one model of two: the Gemini model list shows it
+/// alone, the other is `NOT_FOUND` by path and by list, an alias (a
+/// Google model name) reaches its model; a request sent with `?key=`
+/// has a server span naming the API and the path, never the query, and a
+/// provider failing once is asked again.
+fn a_key_sees_and_calls_its_models_only_and_spans_name_the_api(bin: &str) {
+    let receiver = OtlpReceiver::start();
+    let sim = Sim::start(bin, &[], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chatgate.toml");
+    std::fs::write(
+        &config,
+        "[[model]]\nid = \"small\"\naliases = [\"gemini-2.5-flash-lite\"]\n\n\
+         [[model]]\nid = \"big\"\n",
+    )
+    .unwrap();
+    let args = vec![
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+        "--otlp-endpoint".into(),
+        receiver.url(),
+    ];
+    let gw = with_gemini(bin, &sim.url(), args);
+    let keys = gw.dir.path().join("keys.toml");
+    let keys = keys.to_str().unwrap();
+    let (code, _, err) = run(
+        bin,
+        &["keys", "set", "test", "--keys", keys, "--models", "small"],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let listed = || {
+        let r = request(gw.addr, "GET", "/v1beta/models", Some(&gw.key), None);
+        let models = r.json()["models"].as_array().cloned().unwrap_or_default();
+        models
+            .iter()
+            .map(|m| m["name"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    eventually("the key's model list applied", || {
+        listed() == ["models/small"]
+    });
+    let call = |model: &str| {
+        let path = format!("/v1beta/models/{model}:generateContent?key={}", gw.key);
+        request(gw.addr, "POST", &path, None, Some(HI))
+    };
+    assert_eq!(google_error(&call("big")), (404, "NOT_FOUND".into()));
+    let r = request(gw.addr, "GET", "/v1beta/models/big", Some(&gw.key), None);
+    assert_eq!(google_error(&r), (404, "NOT_FOUND".into()));
+    sim.set_fault(r#"{"fault":"reject","status":503,"times":1}"#);
+    let r = call("gemini-2.5-flash-lite");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let rec = gw.ledger_len(2).pop().unwrap();
+    assert_eq!((rec.model.as_str(), rec.attempts), ("small", 2), "{rec:?}");
+    let mut spans = Vec::new();
+    eventually("the request's server span", || {
+        spans = receiver.spans();
+        spans.iter().any(|s| {
+            s["kind"] == "server"
+                && s["attributes"]["chatgate.request_id"] == rec.request_id.as_str()
+        })
+    });
+    let server = spans
+        .iter()
+        .find(|s| {
+            s["kind"] == "server"
+                && s["attributes"]["chatgate.request_id"] == rec.request_id.as_str()
+        })
+        .unwrap();
+    let a = &server["attributes"];
+    assert_eq!(a["chatgate.api"], "gemini");
+    assert_eq!(
+        a["url.path"],
+        "/v1beta/models/gemini-2.5-flash-lite:generateContent"
+    );
+    assert!(
+        !serde_json::to_string(&spans).unwrap().contains(&gw.key),
+        "{spans:?}"
+    );
+    let log = std::fs::read_to_string(gw.dir.path().join("gateway.stderr")).unwrap();
+    assert!(!log.contains(&gw.key), "the key is logged: {log}");
 }

@@ -58,6 +58,13 @@ pub trait Dialect: fmt::Debug + Send {
     /// client's field.
     fn translate(&mut self, body: &[u8], cx: Translating<'_>) -> Result<Vec<u8>, ApiError>;
 
+    /// The model and the streaming choice, when the API says them outside
+    /// the body (the Gemini API, in its path): what the ledger names for a
+    /// body refused before it was translated.
+    fn asked_in_path(&self) -> Option<(String, bool)> {
+        None
+    }
+
     /// The client's name of a chat parameter the chat validator refused.
     fn param_name(&self, chat: &str) -> String;
 

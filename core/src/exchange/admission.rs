@@ -278,7 +278,12 @@ impl Connection {
             match translated {
                 Ok(chat) => req.body = chat,
                 Err(e) => {
-                    req.peeked = Some(crate::validate::peek_model_and_stream(&req.body));
+                    // What the ledger names: the model and streaming the
+                    // request asked for, where its API says them.
+                    let said = req.dialect.as_deref().and_then(|d| d.asked_in_path());
+                    let peeked =
+                        said.unwrap_or_else(|| crate::validate::peek_model_and_stream(&req.body));
+                    req.peeked = Some(peeked);
                     return self.respond_error(now, e, false);
                 }
             }

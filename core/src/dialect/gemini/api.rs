@@ -85,6 +85,10 @@ impl Dialect for Gemini {
         Ok(chat)
     }
 
+    fn asked_in_path(&self) -> Option<(String, bool)> {
+        Some((self.model.clone(), self.stream))
+    }
+
     fn param_name(&self, chat: &str) -> String {
         request::param_name(chat)
     }

@@ -68,6 +68,11 @@ pub struct GeminiStream {
     finish: Option<&'static str>,
     /// Objects written so far (the JSON array's `[` goes before the first).
     objects: usize,
+    /// What ends every object (`,"modelVersion":…,"responseId":…}`),
+    /// written once the model is known, and whether it names the
+    /// provider's model (else the asked one).
+    tail: Vec<u8>,
+    tail_names_model: bool,
     ended: bool,
     /// The shape of the last chunk that carried one text delta and nothing
     /// else, and whether that delta was reasoning.
@@ -93,6 +98,8 @@ impl GeminiStream {
             signed: false,
             finish: None,
             objects: 0,
+            tail: Vec::new(),
+            tail_names_model: false,
             ended: false,
             shape: None,
             shortcut: true,
@@ -250,12 +257,14 @@ impl GeminiStream {
     /// The `functionCall` parts of the calls not written yet; the first of
     /// the answer carries the reasoning's signature.
     fn call_parts(&mut self, o: &mut Vec<u8>, sep: &mut Separator) {
+        let start = o.len();
         for i in self.written_calls..self.calls.len() {
             sep.next(o);
             let signature = self.signature();
             let c = &self.calls[i];
             call_part(o, &c.id, &c.name, &c.arguments, &self.id, i, signature);
         }
+        escape_line_separators(o, start);
         self.written_calls = self.calls.len();
     }
 
@@ -316,15 +325,22 @@ impl GeminiStream {
         if let Some(u) = usage {
             write_usage(o, u);
         }
-        o.extend_from_slice(b",\"modelVersion\":");
-        o.extend_from_slice(match (&self.model[..], &self.asked.model[..]) {
-            ([], []) => b"\"\"",
-            ([], asked) => asked,
-            (model, _) => model,
-        });
-        o.extend_from_slice(b",\"responseId\":");
-        crate::json::write::string(o, &self.id);
-        o.push(b'}');
+        if self.tail.is_empty() || !self.tail_names_model && !self.model.is_empty() {
+            self.tail.clear();
+            self.tail.extend_from_slice(b",\"modelVersion\":");
+            self.tail
+                .extend_from_slice(match (&self.model[..], &self.asked.model[..]) {
+                    ([], []) => b"\"\"",
+                    ([], asked) => asked,
+                    (model, _) => model,
+                });
+            self.tail.extend_from_slice(b",\"responseId\":");
+            crate::json::write::string(&mut self.tail, &self.id);
+            self.tail.push(b'}');
+            escape_line_separators(&mut self.tail, 0);
+            self.tail_names_model = !self.model.is_empty();
+        }
+        o.extend_from_slice(&self.tail);
     }
 
     /// The stream's last output: a response with the calls not written
@@ -367,6 +383,42 @@ impl GeminiStream {
     }
 }
 
+/// U+2028 and U+2029 written from `from` on, escaped (`\u2028`): the
+/// stream reader Gemini CLI bundles finds an event with a regular
+/// expression whose `.` stops at those two, so a raw one in a delta would
+/// stall it. In JSON they occur only inside strings, where the escape
+/// means the same. Called on what is copied from the provider (texts,
+/// calls, its model's name), never on the whole event.
+fn escape_line_separators(out: &mut Vec<u8>, from: usize) {
+    // A one-byte search (a memmem finder costs more to set up than an
+    // event costs to scan); other characters led by E2 (dashes, quotes)
+    // only cost a look at the two bytes after.
+    let is_separator = |b: &[u8]| matches!(b, [0xE2, 0x80, 0xA8 | 0xA9, ..]);
+    let mut at = from;
+    let first = loop {
+        match memchr::memchr(0xE2, &out[at..]) {
+            None => return,
+            Some(i) if is_separator(&out[at + i..]) => break at + i,
+            Some(i) => at += i + 1,
+        }
+    };
+    let tail = out.split_off(first);
+    let mut i = 0;
+    while i < tail.len() {
+        if is_separator(&tail[i..]) {
+            out.extend_from_slice(if tail[i + 2] == 0xA8 {
+                b"\\u2028"
+            } else {
+                b"\\u2029"
+            });
+            i += 3;
+        } else {
+            out.push(tail[i]);
+            i += 1;
+        }
+    }
+}
+
 /// Gemini's `finishReason` for a chat `finish_reason`.
 fn finish_reason(finish: &[u8]) -> &'static str {
     match finish {
@@ -398,6 +450,7 @@ fn text_part(o: &mut Vec<u8>, text: &[u8], thought: bool) {
 /// A text part of JSON strings as written, joined as one.
 fn joined_part(o: &mut Vec<u8>, texts: &[&[u8]], thought: bool) {
     o.extend_from_slice(b"{\"text\":");
+    let start = o.len();
     match texts {
         [one] => o.extend_from_slice(one),
         _ => {
@@ -407,6 +460,17 @@ fn joined_part(o: &mut Vec<u8>, texts: &[&[u8]], thought: bool) {
             }
             o.push(b'"');
         }
+    }
+    // A delta is a few bytes: a plain look, where a search's set-up would
+    // be most of the cost.
+    let text = &o[start..];
+    let lead = if text.len() < 64 {
+        text.contains(&0xE2)
+    } else {
+        memchr::memchr(0xE2, text).is_some()
+    };
+    if lead {
+        escape_line_separators(o, start);
     }
     if thought {
         o.extend_from_slice(b",\"thought\":true");

@@ -32,7 +32,7 @@
 //! | `generationConfig.stopSequences` (at most 4) | `stop` |
 //! | `generationConfig.candidateCount` | 1 only (more refused) |
 //! | `generationConfig.responseMimeType: "application/json"` (with `responseSchema` or `responseJsonSchema`) | `response_format` `json_object` (`json_schema` named `output`, the Schema's types lower-cased) |
-//! | `generationConfig.thinkingConfig.thinkingLevel`; else `thinkingBudget` | `reasoning_effort` (`MINIMAL` and `LOW` as `low`; a budget of 0 to 4095 as `low`, under 16384 `medium`, else `high`; `-1`, dynamic, as none) |
+//! | `generationConfig.thinkingConfig.thinkingLevel`; else `thinkingBudget` | `reasoning_effort` (`MINIMAL` and `LOW` as `low`; a budget of 1 to 4095 as `low`, under 16384 `medium`, else `high`; `-1`, dynamic, and 0, no thinking, as none) |
 //! | `generationConfig.thinkingConfig.includeThoughts` | the answer shows reasoning as `thought` parts |
 //! | `safetySettings`, `cachedContent`, `labels`, `generationConfig.responseModalities`, `speechConfig`, `mediaResolution`, `responseLogprobs`, any other | read and left out (not applied) |
 //!
@@ -334,9 +334,10 @@ fn thinking(raw: &[u8], asked: &mut Asked) -> Result<Option<&'static str>, ApiEr
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| ApiError::invalid_type(format!("{AT}.thinkingBudget"), "an integer"))?;
     Ok(match budget {
-        // Dynamic: the model decides.
-        ..0 => None,
-        0..4096 => Some("low"),
+        // Dynamic (the model decides), or none: Gemini CLI's utility calls
+        // ask for no thinking with 0, which chat has no word for.
+        ..=0 => None,
+        1..4096 => Some("low"),
         4096..16384 => Some("medium"),
         _ => Some("high"),
     })
@@ -426,6 +427,13 @@ fn tool_choice(
         "ANY" => {
             if !allowed.is_empty() {
                 tools.retain(|(name, _)| allowed.contains(name));
+                if tools.is_empty() {
+                    // A call forced among functions that are not there.
+                    return Err(ApiError::invalid_value(
+                        format!("{AT}.allowedFunctionNames"),
+                        "None of 'allowedFunctionNames' is a declared function.",
+                    ));
+                }
             }
             match allowed.as_slice() {
                 [one] if !tools.is_empty() => {

@@ -11,7 +11,7 @@ use crate::json::{Cursor, Keys, Stop};
 pub(super) fn lower_types(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
     let mut c = Cursor::new(raw);
-    match value(&mut c, raw, &mut out) {
+    match value(&mut c, raw, &mut out, false) {
         Ok(()) => out,
         // The body was read whole before: this does not happen, and the
         // schema is then sent as it is.
@@ -21,8 +21,10 @@ pub(super) fn lower_types(raw: &[u8]) -> Vec<u8> {
 
 /// The value at the cursor, copied, each `type` member's string (or
 /// array of strings) lower-cased; values that are data (`enum`, `default`,
-/// `example`, `const`) copied as they are.
-fn value(c: &mut Cursor<'_>, raw: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> {
+/// `example`, `const`) copied as they are. With `named`, the value is an
+/// object of schemas by name (`properties`, `$defs`): every member is a
+/// schema, whatever its name (a property may be called `default`).
+fn value(c: &mut Cursor<'_>, raw: &[u8], out: &mut Vec<u8>, named: bool) -> Result<(), Stop> {
     match c.peek() {
         Some(b'{') => {
             out.push(b'{');
@@ -37,6 +39,9 @@ fn value(c: &mut Cursor<'_>, raw: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> 
                 let name = c.name(key);
                 c.peek();
                 let start = c.at();
+                if named {
+                    return value(c, raw, out, false);
+                }
                 match &*name {
                     // A type, not a property named `type` (a schema).
                     b"type" if matches!(c.peek(), Some(b'"' | b'[')) => {
@@ -47,7 +52,10 @@ fn value(c: &mut Cursor<'_>, raw: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> 
                         c.skip()?;
                         out.extend_from_slice(&raw[start..c.at()]);
                     }
-                    _ => value(c, raw, out)?,
+                    b"properties" | b"$defs" | b"definitions" | b"patternProperties" => {
+                        value(c, raw, out, true)?
+                    }
+                    _ => value(c, raw, out, false)?,
                 }
                 Ok(())
             })?;
@@ -60,7 +68,7 @@ fn value(c: &mut Cursor<'_>, raw: &[u8], out: &mut Vec<u8>) -> Result<(), Stop> 
                 if !std::mem::take(&mut first) {
                     out.push(b',');
                 }
-                value(c, raw, out)
+                value(c, raw, out, false)
             })?;
             out.push(b']');
         }
@@ -96,5 +104,17 @@ mod tests {
             }, "required": ["type"], "propertyOrdering": ["type", "items"]})
         );
         assert_eq!(lower_types(b" { } "), b"{}");
+        // Properties named like data keywords are schemas all the same.
+        let named = json!({"type": "OBJECT", "properties": {
+            "default": {"type": "STRING"}, "enum": {"type": "ARRAY", "items": {"type": "STRING"}}
+        }});
+        let out: Value =
+            serde_json::from_slice(&lower_types(named.to_string().as_bytes())).unwrap();
+        assert_eq!(
+            out,
+            json!({"type": "object", "properties": {
+                "default": {"type": "string"}, "enum": {"type": "array", "items": {"type": "string"}}
+            }})
+        );
     }
 }

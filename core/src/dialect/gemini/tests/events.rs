@@ -581,3 +581,37 @@ fn the_shortcut_is_taken_for_a_chunk_shaped_like_the_last() {
         assert_eq!(r.thoughts, if thoughts { "ABCD" } else { "" });
     }
 }
+
+#[test]
+fn line_separators_in_text_are_escaped_for_the_clis_reader() {
+    // Both the long way (the first chunk) and by the shortcut (the second,
+    // shaped like it).
+    let chunks = vec![
+        chunk(json!({"content": "a\u{2014}\u{2028}b"}), None),
+        chunk(json!({"content": " c\u{2029}d"}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "f",
+                "arguments": "{\"s\":\"x\u{2028}y\"}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+    ];
+    let out = run(
+        asked(true, true, false),
+        &chunks,
+        End::Finished(Some("tool_calls")),
+        None,
+    );
+    assert!(
+        !out.windows(3)
+            .any(|w| w == b"\xE2\x80\xA8" || w == b"\xE2\x80\xA9"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let text = String::from_utf8(out.clone()).unwrap();
+    assert!(
+        text.contains("a\u{2014}\\u2028b") && text.contains("c\\u2029d"),
+        "{text}"
+    );
+    assert_eq!(reassemble(&out, true).text, "a\u{2014}\u{2028}b c\u{2029}d");
+}

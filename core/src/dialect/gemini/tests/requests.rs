@@ -289,6 +289,22 @@ fn schemas_tools_and_tool_choice_translate() {
         (json!("required"), vec!["a".into(), "c".into()])
     );
     assert_eq!(with(json!({})).0, Value::Null);
+    // A call forced among functions that are not declared: refused, not
+    // sent as plain text.
+    let (param, _) = refused(minimal(json!({"tools": decls, "toolConfig":
+        {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["zz"]}}})));
+    assert_eq!(
+        param,
+        "toolConfig.functionCallingConfig.allowedFunctionNames"
+    );
+    // The Python SDK's name for a declaration's JSON Schema.
+    let snake = json!([{"functionDeclarations": [{"name": "w",
+        "parameters_json_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]}]);
+    let v = chat(&minimal(json!({"tools": snake})));
+    assert_eq!(
+        v["tools"][0]["function"]["parameters"]["properties"]["city"]["type"],
+        "string"
+    );
 }
 
 #[test]
@@ -333,7 +349,8 @@ fn generation_config_maps() {
             .is_none()
     );
     let effort = |t: Value| config(json!({"thinkingConfig": t}))["reasoning_effort"].clone();
-    assert_eq!(effort(json!({"thinkingBudget": 0})), "low");
+    assert_eq!(effort(json!({"thinkingBudget": 0})), Value::Null);
+    assert_eq!(effort(json!({"thinkingBudget": 1})), "low");
     assert_eq!(effort(json!({"thinkingBudget": 4095})), "low");
     assert_eq!(effort(json!({"thinkingBudget": 4096})), "medium");
     assert_eq!(effort(json!({"thinkingBudget": 24576})), "high");
