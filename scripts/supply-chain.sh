@@ -18,6 +18,9 @@ if [[ "$("$tools/bin/cargo-deny" --version 2>/dev/null || true)" != "cargo-deny 
     cargo install cargo-deny --locked --version "$version" --root "$tools" --quiet
 fi
 export PATH="$tools/bin:$PATH"
+# Every platform's crates (a build downloads only this one's): cargo deny
+# reads the whole graph's metadata, offline below.
+cargo fetch --locked --quiet
 
 if timeout 120 cargo deny fetch db >/dev/null 2>&1; then
     cargo deny --locked check
