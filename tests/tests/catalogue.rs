@@ -21,6 +21,7 @@ cases!(
     the_responses_and_messages_apis_route_the_same_way,
     the_readmes_two_provider_catalogue_works_as_written,
     a_budget_reserves_for_the_dearest_model_that_may_answer,
+    a_timed_out_attempt_goes_to_the_fallback_not_to_the_same_endpoint,
 );
 
 /// The endpoints: `a` and `b` serve `small`, `c` serves `big` (which it
@@ -821,4 +822,57 @@ fn a_budget_reserves_for_the_dearest_model_that_may_answer(bin: &str) {
     set(&["--models", "small"]);
     wait_listed(&f, &thrifty, &["small"]);
     assert_eq!(ask().status, 200);
+}
+
+/// An attempt that times out (no response head within the attempt
+/// timeout) is not waited for again on the same endpoint when the model
+/// has a fallback: each of the model's endpoints is tried once, then the
+/// fallback answers. A 503 keeps the same-endpoint retry.
+fn a_timed_out_attempt_goes_to_the_fallback_not_to_the_same_endpoint(bin: &str) {
+    let f = Fleet::start(
+        bin,
+        &["a", "b", "c"],
+        CATALOGUE,
+        &["--upstream-attempt-timeout", "1s"],
+    );
+    let key = f.gw.key.clone();
+    for s in &f.sims[..2] {
+        s.set_fault(r#"{"fault":"stall_headers"}"#);
+    }
+    let r = f.chat(&key, "small", r#""stream":true"#);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
+    let rec = f.gw.ledger_len(1)[0].clone();
+    assert_eq!(
+        (
+            rec.served_model.as_deref(),
+            rec.endpoint.as_deref(),
+            rec.attempts
+        ),
+        (Some("big"), Some("c"), 3),
+        "{rec:?}"
+    );
+    assert_eq!(f.received(), [1, 1, 1], "a and b each asked once");
+    // Without a fallback to go to (the key may not call big), the model's
+    // endpoints are tried again as before.
+    let keys = f.gw.dir.path().join("keys.toml");
+    let (code, _, err) = run(
+        bin,
+        &[
+            "keys",
+            "set",
+            "test",
+            "--keys",
+            keys.to_str().unwrap(),
+            "--models",
+            "small",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    wait_listed(&f, &key, &["small"]);
+    let r = f.chat(&key, "small", r#""stream":true"#);
+    assert_eq!(r.status, 504, "{}", String::from_utf8_lossy(&r.body));
+    let rec = f.gw.ledger_len(2)[1].clone();
+    assert!(rec.attempts > 2, "{rec:?}");
 }

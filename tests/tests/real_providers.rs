@@ -213,6 +213,20 @@ fn comments_before_the_first_event_are_failed_over_not_committed(bin: &str) {
         assert!(rec.complete, "{rec:?}");
         assert_eq!(rec.endpoint.as_deref(), Some("healthy"), "{rec:?}");
     }
+    // A provider that pings while the request queues, then answers: its
+    // comments reach the client with its first event, in order, as sent.
+    let pinging = Sim::start(bin, &[], &[]);
+    let gw = Gw::start(bin, &pinging.url(), GwOptions::default());
+    let r = gw.chat(&stream_body(r#""x_sim":{"fault":"pings","count":2}"#));
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(
+        body.starts_with(
+            ": ping - 2026-11-25 00:00:00.000000\n\n: ping - 2026-11-25 00:00:01.000000\n\ndata: "
+        ),
+        "{body}"
+    );
+    assert!(gw.ledger_len(1)[0].complete);
 }
 
 /// 4. A provider's 400 is a 502 that the SDKs are told not to retry, with

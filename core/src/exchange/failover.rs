@@ -144,10 +144,38 @@ impl Connection {
             .provider
             .as_deref()
             .is_some_and(|p| p.is_context_overflow());
+        // A timed-out attempt is not waited for again on the same endpoint
+        // when a fallback may answer: its other endpoints, then the
+        // fallback (a slow provider is likely slow again; the wait is the
+        // client's).
+        let retry = match retry {
+            Retry::Anywhere
+                if err.fault == Some(UpstreamFault::Timeout) && self.next_fallback().is_some() =>
+            {
+                Retry::Elsewhere
+            }
+            r => r,
+        };
         match retry {
             // A context overflow: a model with a larger context may take it.
             Retry::No => overflow && self.fall_back(now, err),
             _ => self.try_again(now, err, retry) || self.fall_back(now, err),
+        }
+    }
+
+    /// The fallback the request goes to next if the model answering cannot
+    /// (the next of the asked model's fallbacks its key may call).
+    fn next_fallback(&self) -> Option<usize> {
+        let req = self.req.as_ref()?;
+        let routes = req.routes.as_ref()?;
+        let catalog = routes.catalog();
+        let key_models = req.key.as_ref().and_then(KeyRef::models);
+        let asked = catalog.index(&req.chat.as_ref()?.model)?;
+        let mut later = fallbacks(catalog, asked, key_models);
+        if req.model == asked {
+            later.next()
+        } else {
+            later.skip_while(|&m| m != req.model).nth(1)
         }
     }
 
@@ -207,6 +235,9 @@ impl Connection {
             return false;
         }
         let gw = Arc::clone(&self.gw);
+        let Some(next) = self.next_fallback() else {
+            return false;
+        };
         let Some(req) = self.req.as_mut() else {
             return false;
         };
@@ -214,23 +245,6 @@ impl Connection {
             return false;
         };
         let catalog = routes.catalog();
-        let key_models = req.key.as_ref().and_then(KeyRef::models);
-        let asked = catalog.index(&req.chat.as_ref().expect("validated").model);
-        let Some(asked) = asked else {
-            return false;
-        };
-        // The fallbacks after the one answering now.
-        let next = {
-            let mut later = fallbacks(catalog, asked, key_models);
-            if req.model == asked {
-                later.next()
-            } else {
-                later.skip_while(|&m| m != req.model).nth(1)
-            }
-        };
-        let Some(next) = next else {
-            return false;
-        };
         let from = &catalog.models()[req.model].id;
         let to = &catalog.models()[next].id;
         tracing::info!(

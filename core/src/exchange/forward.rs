@@ -25,6 +25,11 @@ use std::sync::Arc;
 /// sees the stream is alive while a reasoning model thinks in silence.
 pub(super) const PING_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The most of a chat stream's comments before its first event held to
+/// go out with it (a provider's keep-alives: a few dozen bytes every few
+/// seconds); later ones are read and dropped.
+const MAX_HELD_COMMENTS: usize = 16 << 10;
+
 /// Stop reading the provider while this much is waiting for the client.
 pub(super) const CLIENT_BACKLOG_HIGH: usize = 1 << 20;
 
@@ -266,7 +271,12 @@ impl Connection {
                 // waits in its queue) is not the first event: it does not
                 // commit the response, so a provider that dies after only
                 // comments is still failed over or answered with a JSON
-                // error. It is read and dropped.
+                // error. A chat stream's are held (up to a bound) and go
+                // out with the first event, as the provider sent them;
+                // another API's stream has keep-alives of its own.
+                if translated.is_none() && up.comments.len() + r.len() <= MAX_HELD_COMMENTS {
+                    up.comments.extend_from_slice(&up.body[r]);
+                }
                 continue;
             }
             if !committed && batch.is_none() && kind == EventKind::Done {
@@ -378,6 +388,10 @@ impl Connection {
             }
             up.translated = t;
         } else if let Some(r) = batch {
+            if !up.comments.is_empty() {
+                client_body(&mut bytes, &up.comments, chunked);
+                up.comments = Vec::new();
+            }
             match done_at.filter(|_| self.gw.config().stream_error_event) {
                 Some(at) => {
                     client_body(&mut bytes, &up.body[r.start..at], chunked);

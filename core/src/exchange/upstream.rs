@@ -68,6 +68,10 @@ pub(super) struct Upstream {
     /// A chat answer's reasoning and calls, read for the memory when its
     /// model replays reasoning (a translator keeps its own).
     pub(super) answer: Option<Box<crate::dialect::AnswerRecorder>>,
+    /// A chat stream's comments before its first event (a provider's
+    /// keep-alives while it queues the request), held to go out with that
+    /// event: the client's stream is the provider's bytes.
+    pub(super) comments: Vec<u8>,
 }
 
 impl Upstream {
@@ -89,6 +93,7 @@ impl Upstream {
             framer: SseFramer::new(max_sse),
             tracker: StreamTracker::new(),
             translated: Vec::new(),
+            comments: Vec::new(),
             trailing_garbage: false,
             done_forwarded: false,
             attempt,
