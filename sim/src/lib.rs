@@ -43,9 +43,11 @@
 //! | `script.rs` | the deterministic answer: reasoning, words, a tool call |
 //! | `plan.rs` | the response planned for a request: status, framing, pieces, timing |
 //! | `fault.rs` | the misbehaviours it can imitate |
+//! | `continuation.rs` | continuing a final assistant message (`--continuation`: `prefix`, `continue_final_message`, `final_assistant`, `refuse`, `none`), as DeepSeek, vLLM and llama.cpp do or refuse |
 //! | `server.rs` | the server state machine, the runtime fault, journal and totals, and the prompt cache: each `SimServer` remembers the fingerprints of the latest 65,536 message prefixes it answered (a prefix is the first 1, 2, … messages: role, text, image URLs, tool calls), and a request's `cached_tokens` (and `cache_read_input_tokens`) are the prompt tokens of its longest remembered prefix, the base 3 included and `template_tokens` never |
 
 mod ask;
+mod continuation;
 mod fault;
 mod plan;
 mod script;
@@ -53,6 +55,7 @@ mod server;
 
 use std::time::Duration;
 
+pub use continuation::Continuation;
 pub use fault::Fault;
 pub use server::{ExchangeEnd, JournalEntry, SimAction, SimConnection, SimServer};
 
@@ -87,6 +90,8 @@ pub struct SimOptions {
     pub require_reasoning_replay: Option<ReplayCheck>,
     /// The name the simulator gives its reasoning (and reads it back by).
     pub reasoning_field: ReasoningName,
+    /// Which final assistant messages it continues (`continuation.rs`).
+    pub continuation: Continuation,
 }
 
 /// Whose check of replayed reasoning the simulator imitates: its status,
@@ -160,6 +165,7 @@ impl Default for SimOptions {
             tools_on_request: false,
             require_reasoning_replay: None,
             reasoning_field: ReasoningName::ReasoningContent,
+            continuation: Continuation::None,
         }
     }
 }

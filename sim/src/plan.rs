@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::ask::{Ask, parse_ask};
+use crate::continuation::{self, Continued};
 use crate::script::{Script, script};
 use crate::{Fault, ReasoningName, ReplayCheck, SimOptions};
 
@@ -142,10 +143,35 @@ pub(crate) fn plan_chat(
     seen: impl FnOnce(&[u64]) -> usize,
     produced: impl Fn(&str) -> Option<String>,
 ) -> Plan {
+    // A final assistant message to continue: the answer is to the
+    // conversation before it, from where it ends.
+    let continued = continuation::read(body, opts.continuation, opts.reasoning_field);
+    let (body, part) = match continued {
+        Continued::No => (body.to_vec(), None),
+        Continued::Refused(status, msg) => {
+            return plan_error(
+                status,
+                msg,
+                None,
+                "invalid_request_error",
+                "invalid_request",
+            );
+        }
+        Continued::Yes {
+            body,
+            reasoning,
+            content,
+            tokens,
+        } => (body, Some((reasoning, content, tokens))),
+    };
+    let body = body.as_slice();
     let mut ask = match parse_ask(body) {
         Ok(a) => a,
         Err(msg) => return plan_error(400, &msg, None, "invalid_request_error", "invalid_request"),
     };
+    if let Some((_, _, tokens)) = &part {
+        ask.prompt_tokens += tokens;
+    }
     if let Some(check) = opts.require_reasoning_replay
         && let Some(refusal) = replay_refusal(&ask, check, opts.reasoning_field, produced)
     {
@@ -186,9 +212,13 @@ pub(crate) fn plan_chat(
         0 => 0,
         k => ask.prefix_tokens[k - 1],
     };
+    let mut script = script(&ask, opts);
+    if let Some((reasoning, content, _)) = &part {
+        continuation::rest(&mut script, reasoning, content);
+    }
     let answer = Answer {
         ask: &ask,
-        script: script(&ask, opts),
+        script,
         id: format!("chatcmpl-{:016x}{:08x}", ask.seed, seq),
         created,
         cached,
@@ -935,5 +965,56 @@ mod tests {
             let body = String::from_utf8(events_of(&plan)[0].clone()).unwrap();
             assert!(body.contains(member), "{body}");
         }
+    }
+
+    #[test]
+    fn a_final_assistant_message_is_continued_with_the_rest_of_the_answer() {
+        let opts = SimOptions {
+            continuation: crate::Continuation::FinalAssistant,
+            ..SimOptions::default()
+        };
+        let (_, whole, reasoning, content) =
+            track(&chat_plan(ASK.as_bytes(), &opts, 0, 1, no_cache));
+        let with_part = |part: Value| {
+            let mut v: Value = serde_json::from_str(ASK).unwrap();
+            v["messages"].as_array_mut().unwrap().push(part);
+            v.to_string().into_bytes()
+        };
+        let whole_tokens = whole.usage().unwrap().completion_tokens;
+        // Cut inside the answer (mid-word): the rest of the text, no
+        // reasoning again.
+        let cut = content.len() / 2;
+        let part = serde_json::json!({"role": "assistant", "reasoning_content": reasoning, "content": &content[..cut]});
+        let plan = chat_plan(&with_part(part), &opts, 0, 1, no_cache);
+        let (kinds, t, r, c) = track(&plan);
+        assert_eq!(kinds.last(), Some(&EventKind::Done));
+        assert_eq!((r.as_str(), t.finish_reason()), ("", Some("stop")));
+        assert_eq!(format!("{}{c}", &content[..cut]), content);
+        let rest = t.usage().unwrap();
+        assert!(rest.completion_tokens < whole_tokens, "{rest:?}");
+        assert_eq!(rest.reasoning_tokens, 0);
+        // Cut inside the reasoning: the rest of it, then the whole answer.
+        let rcut = reasoning.len() / 3;
+        let part =
+            serde_json::json!({"role": "assistant", "reasoning_content": &reasoning[..rcut]});
+        let (_, t, r, c) = track(&chat_plan(&with_part(part), &opts, 0, 1, no_cache));
+        assert_eq!(format!("{}{r}", &reasoning[..rcut]), reasoning);
+        assert_eq!(c, content);
+        assert_eq!(t.finish_reason(), Some("stop"));
+        // A server that refuses prefill: llama.cpp's 400.
+        let refusing = SimOptions {
+            continuation: crate::Continuation::Refuse,
+            ..SimOptions::default()
+        };
+        let part = serde_json::json!({"role": "assistant", "content": &content[..cut]});
+        let plan = chat_plan(&with_part(part), &refusing, 0, 1, no_cache);
+        assert_eq!(plan.status, 400);
+        // Without a mode, the same request is answered as before: the
+        // part is a message like another.
+        let part = serde_json::json!({"role": "assistant", "content": &content[..cut]});
+        let plan = chat_plan(&with_part(part), &SimOptions::default(), 0, 1, no_cache);
+        assert_eq!(plan.status, 200);
+        let (_, _, _, c) = track(&plan);
+        assert_ne!(format!("{}{c}", &content[..cut]), content);
     }
 }

@@ -19,6 +19,7 @@ cases!(
     one_endpoint_is_retried_through_a_transient_failure,
     a_recovered_endpoint_is_readmitted_by_a_probe_without_traffic,
     a_chat_template_does_not_break_the_budget,
+    the_simulator_continues_a_final_assistant_message_as_configured,
 );
 
 /// A gateway in front of `upstream` whose key `test` has a budget of
@@ -417,4 +418,51 @@ fn a_chat_template_does_not_break_the_budget(bin: &str) {
     // The endpoint learned the template.
     let r = request(admin, "GET", "/upstreams", None, None);
     assert_eq!(r.json()["upstreams"][0]["prompt_extra_tokens"], 120);
+}
+
+/// The simulator's `--continuation` modes, through its binary: llama.cpp's
+/// server continues a final assistant message with the rest of the answer
+/// (the part and the rest are the whole answer, its reasoning not said
+/// again); a server that refuses prefill answers llama.cpp's 400.
+fn the_simulator_continues_a_final_assistant_message_as_configured(bin: &str) {
+    let ask = |sim: &Sim, part: Option<&str>| {
+        let mut body: Value = serde_json::from_str(
+            r#"{"model":"m","messages":[{"role":"user","content":"Why is the sky blue?"}]}"#,
+        )
+        .unwrap();
+        if let Some(part) = part {
+            let messages = body["messages"].as_array_mut().unwrap();
+            messages.push(serde_json::json!({"role": "assistant", "content": part}));
+        }
+        request(
+            sim.addr,
+            "POST",
+            "/v1/chat/completions",
+            None,
+            Some(&body.to_string()),
+        )
+    };
+    let continuing = Sim::start(bin, &["--continuation", "final_assistant"], &[]);
+    let whole = ask(&continuing, None).json();
+    let content = whole["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let part = &content[..content.len() / 2];
+    let rest = ask(&continuing, Some(part)).json();
+    let message = &rest["choices"][0]["message"];
+    assert_eq!(
+        format!("{part}{}", message["content"].as_str().unwrap()),
+        content
+    );
+    let reasoning = message["reasoning_content"].as_str().unwrap_or("");
+    assert_eq!(reasoning, "", "its reasoning is not said again: {rest}");
+    let refusing = Sim::start(bin, &["--continuation", "refuse"], &[]);
+    let r = ask(&refusing, Some(part));
+    assert_eq!(r.status, 400);
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("Assistant response prefill is incompatible"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
 }

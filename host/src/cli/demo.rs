@@ -205,6 +205,10 @@ pub(super) fn sim<R: Runtime>(rt: R, m: &ArgMatches) -> ExitCode {
             .get_one::<String>("reasoning-field")
             .and_then(|s| chatgate_sim::ReasoningName::parse(s))
             .unwrap_or_default(),
+        continuation: m
+            .get_one::<String>("continuation")
+            .and_then(|s| chatgate_sim::Continuation::parse(s))
+            .unwrap_or_default(),
     };
     raise_fd_limit();
     let listen = m.get_one::<String>("listen").expect("required");

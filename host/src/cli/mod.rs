@@ -165,6 +165,7 @@ fn command(bin: &'static str) -> Command {
         .arg(Arg::new("strict-request-id").long("strict-request-id").action(ArgAction::SetTrue).help("Refuse a request whose X-Request-Id is not a UUID with a 400 and no body (as llama-cpp-python's server does)"))
         .arg(Arg::new("require-reasoning-replay").long("require-reasoning-replay").value_name("PROVIDER").value_parser(["kimi", "deepseek"]).help("Refuse a request whose assistant tool-call message lacks its reasoning, with this provider's status, body and wording (and one whose reasoning for calls the simulator made is not what it produced)"))
         .arg(Arg::new("reasoning-field").long("reasoning-field").value_name("NAME").value_parser(["reasoning_content", "reasoning", "reasoning_details"]).help("The name the simulator gives its reasoning: reasoning_content (DeepSeek, Kimi) [default], reasoning (vLLM; also read back by that name) or reasoning_details (OpenRouter's blocks)"))
+        .arg(Arg::new("continuation").long("continuation").value_name("MODE").value_parser(chatgate_sim::Continuation::NAMES).help("Which final assistant messages the simulator continues with the rest of its answer: none [default], prefix (one with \"prefix\": true, as DeepSeek and Mistral), continue_final_message (with add_generation_prompt false, as vLLM), final_assistant (any, as llama.cpp's server), or refuse (a 400, as a server that refuses prefill)"))
         .arg(u64_arg("fault-status", "Status of the reject fault [default: 500]"));
     Command::new(bin)
         .version(env!("CARGO_PKG_VERSION"))
