@@ -201,6 +201,7 @@ pub struct Metrics {
     key_reload_errors: AtomicU64,
     shared_limits_unavailable: AtomicU64,
     responses_not_kept: AtomicU64,
+    first_event_keepalives: AtomicU64,
     ledger_shipped: AtomicU64,
     ledger_ship_errors: AtomicU64,
     ledger_reshipped: AtomicU64,
@@ -399,6 +400,12 @@ impl Metrics {
     /// Failed ledger appends so far.
     pub fn ledger_errors(&self) -> u64 {
         self.ledger_errors.load(Ordering::Relaxed)
+    }
+
+    /// A stream was committed by the first-event keep-alive, before its
+    /// provider's first event.
+    pub fn first_event_keepalive(&self) {
+        self.first_event_keepalives.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A response the Responses API should have kept was answered but not
@@ -634,6 +641,12 @@ impl Metrics {
                 COUNTER,
                 "Responses answered with store on but not kept: the store failed, or the response was larger than --responses-max-bytes.",
                 get(&self.responses_not_kept),
+            ),
+            (
+                "chatgate_first_event_keepalives_total",
+                COUNTER,
+                "Streams committed by --first-event-keepalive before their provider's first event (a failure before it then ends the stream instead of going to another attempt's answer or a JSON error).",
+                get(&self.first_event_keepalives),
             ),
         ]
     }

@@ -20,6 +20,7 @@ cases!(
     a_recovered_endpoint_is_readmitted_by_a_probe_without_traffic,
     a_chat_template_does_not_break_the_budget,
     the_simulator_continues_a_final_assistant_message_as_configured,
+    a_silent_provider_is_kept_alive_before_its_first_event,
 );
 
 /// A gateway in front of `upstream` whose key `test` has a budget of
@@ -464,5 +465,122 @@ fn the_simulator_continues_a_final_assistant_message_as_configured(bin: &str) {
         String::from_utf8_lossy(&r.body).contains("Assistant response prefill is incompatible"),
         "{}",
         String::from_utf8_lossy(&r.body)
+    );
+}
+
+/// `--first-event-keepalive 1s` in front of providers that think for
+/// 2.5 s before their first event: the client has the head and a
+/// keep-alive before it (chat: a comment; Messages: a `ping` before
+/// `message_start`), then the whole answer. A provider that never answers,
+/// with another endpoint: the other's answer follows the keep-alives in
+/// the same stream. With nothing left to try: an error event and `[DONE]`,
+/// metered as a failed 200.
+fn a_silent_provider_is_kept_alive_before_its_first_event(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let opts = |extra: &[&str]| GwOptions {
+        args: ["--first-event-keepalive", "1s", "--apis", "messages"]
+            .iter()
+            .chain(extra)
+            .map(|a| (*a).to_owned())
+            .collect(),
+        ..GwOptions::default()
+    };
+    let gw = Gw::start(bin, &sim.url(), opts(&[]));
+    let mut c = Conn::open(gw.addr);
+    let slow = stream_body(r#""x_sim":{"ttft_ms":2500}"#);
+    c.send(&raw_request(
+        "POST",
+        "/v1/chat/completions",
+        Some(&gw.key),
+        Some(&slow),
+    ));
+    c.read_until(": keep-alive");
+    let early = String::from_utf8_lossy(c.pending()).into_owned();
+    assert!(early.starts_with("HTTP/1.1 200"), "{early}");
+    assert!(
+        !early.contains("data:"),
+        "the keep-alive came before the first event: {early}"
+    );
+    let r = c.response();
+    let events = r.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains(r#""finish_reason":"stop""#))
+    );
+    let rec = &gw.ledger_len(1)[0];
+    assert!(rec.complete && rec.status == 200, "{rec:?}");
+    // The Messages API: a ping before message_start.
+    let messages = r#"{"model":"reasoning-model-k3","max_tokens":400,"stream":true,"messages":[{"role":"user","content":"hi [[sim:ttft_ms=2500]]"}]}"#;
+    let mut c = Conn::open(gw.addr);
+    c.send(&raw_request(
+        "POST",
+        "/v1/messages",
+        Some(&gw.key),
+        Some(messages),
+    ));
+    let r = c.response();
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    let ping = body.find("event: ping").expect("a ping");
+    let start = body.find("event: message_start").expect("message_start");
+    assert!(
+        ping < start && body.contains("event: message_stop"),
+        "{body}"
+    );
+
+    // One endpoint that never answers, another that does.
+    let silent = Sim::start(bin, &[], &[]);
+    silent.set_fault(r#"{"fault":"stall_headers"}"#);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pool.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[upstream]]\nname = \"silent\"\nurl = \"{}\"\nweight = 1000\n\n[[upstream]]\nname = \"healthy\"\nurl = \"{}\"\n",
+            silent.url(),
+            sim.url()
+        ),
+    )
+    .unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let pool = Gw::start(
+        bin,
+        "",
+        opts(&["--config", &config, "--upstream-attempt-timeout", "2s"]),
+    );
+    let r = pool.chat(&stream_body(""));
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(body.starts_with(": keep-alive\n\n"), "{body}");
+    assert!(body.contains(r#""finish_reason":"stop""#), "{body}");
+    let rec = &pool.ledger_len(1)[0];
+    assert_eq!(
+        (rec.attempts, rec.endpoint.as_deref()),
+        (2, Some("healthy"))
+    );
+    assert!(rec.complete, "{rec:?}");
+
+    // Nowhere else to go: the stream ends with an error event.
+    let alone = Gw::start(
+        bin,
+        &silent.url(),
+        opts(&["--upstream-first-byte-timeout", "2s"]),
+    );
+    let r = alone.chat(&stream_body(""));
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    let error = &events[events.len() - 2];
+    assert!(error.contains(r#""code":"upstream_timeout""#), "{events:?}");
+    let rec = &alone.ledger_len(1)[0];
+    assert_eq!(
+        (rec.status, rec.complete, rec.error.as_deref()),
+        (200, false, Some("upstream_timeout")),
+        "{rec:?}"
     );
 }

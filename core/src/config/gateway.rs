@@ -33,6 +33,9 @@ pub struct Timeouts {
     /// head; the first event of a stream), when shorter than
     /// `upstream_first_byte`: then the next endpoint is tried.
     pub upstream_attempt: Option<Duration>,
+    /// A stream without its provider's first event this long is committed
+    /// and kept alive with keep-alives until it comes (`None`: off).
+    pub first_event_keepalive: Option<Duration>,
     /// Longest pause in the provider's response body or stream.
     pub upstream_idle: Duration,
     /// After `finish_reason`, how long the provider may take to end the stream.
@@ -51,6 +54,7 @@ impl Default for Timeouts {
             upstream_connect: Duration::from_secs(10),
             upstream_first_byte: Duration::from_secs(600),
             upstream_attempt: None,
+            first_event_keepalive: None,
             upstream_idle: Duration::from_secs(300),
             stream_tail: Duration::from_secs(30),
             drain: Duration::from_secs(30),

@@ -531,6 +531,11 @@ fn timeouts(r: &Resolver) -> Result<Timeouts, ConfigError> {
             Some(_) => Some(r.duration("upstream_attempt_timeout")?),
             None => None,
         },
+        first_event_keepalive: match r.get("first_event_keepalive") {
+            Some((v, _)) if v == "off" => None,
+            Some(_) => Some(r.duration("first_event_keepalive")?),
+            None => None,
+        },
         upstream_idle: r.duration("upstream_idle_timeout")?,
         stream_tail: r.duration("stream_tail_timeout")?,
         drain: r.duration("drain_timeout")?,

@@ -433,6 +433,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "One attempt's wait for the provider's first byte for the client (response head; first event of a stream) before the next endpoint is tried (default: the first-byte timeout)",
     ),
     s(
+        "first_event_keepalive",
+        "DURATION",
+        Some("off"),
+        "After this long without a stream's first event from the provider, send the 200 and keep the stream alive (SSE comments; the Messages API's ping) every 15 s until it comes: for load balancers that cut silent connections. A failure before the first event then ends the stream with an error event instead of a JSON error",
+    ),
+    s(
         "upstream_idle_timeout",
         "DURATION",
         Some("300s"),

@@ -64,6 +64,7 @@ impl Connection {
             self.next_request(&endpoint);
         }
         self.connect_upstream(now, false, Some(attempt));
+        self.arm_first_event_keepalive(now);
         true
     }
 

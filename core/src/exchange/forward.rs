@@ -239,6 +239,10 @@ impl Connection {
             .req
             .as_ref()
             .map_or((false, false), |r| (r.committed, r.trace.is_some()));
+        // Whether the client has a provider event: before it, a failure is
+        // still answered as one (another attempt, or an error), even when
+        // the first-event keep-alive sent the head already.
+        let answering = self.req.as_ref().is_some_and(|r| r.has_answer());
         let unix = self.gw.wall().unix_secs(now);
         // Where a `[DONE]` that ends an incomplete stream starts: the cut
         // stream's error event (when asked for) goes before it.
@@ -266,7 +270,7 @@ impl Connection {
             {
                 t.note_response(&up.body[r.clone()]);
             }
-            if !committed && batch.is_none() && kind == EventKind::NoData {
+            if !answering && batch.is_none() && kind == EventKind::NoData {
                 // A comment (a provider's keep-alive while the request
                 // waits in its queue) is not the first event: it does not
                 // commit the response, so a provider that dies after only
@@ -279,14 +283,14 @@ impl Connection {
                 }
                 continue;
             }
-            if !committed && batch.is_none() && kind == EventKind::Done {
+            if !answering && batch.is_none() && kind == EventKind::Done {
                 // `[DONE]` with no event before it (comments at most): no
                 // answer, so a JSON error and another attempt, never an
                 // empty 200.
                 end = Some(StreamEnd::Ended);
                 break;
             }
-            if !committed && batch.is_none() && kind == EventKind::Error {
+            if !answering && batch.is_none() && kind == EventKind::Error {
                 // An error before anything was sent: a normal JSON error.
                 let msg = format!(
                     "The provider reported an error before streaming: {}",
@@ -349,7 +353,7 @@ impl Connection {
                 break;
             }
         }
-        if end.is_some() && batch.is_none() && !committed {
+        if end.is_some() && batch.is_none() && !answering {
             // Nothing was sent yet, so however the stream ended this is
             // still a normal JSON error (specification, errors, rule 1).
             let e = match end {
@@ -370,8 +374,11 @@ impl Connection {
             Some(_) => std::mem::take(&mut self.held),
             None => self.take_client_out(),
         };
-        if !committed && batch.is_some() {
-            self.stream_head(now, &mut bytes);
+        if !answering && batch.is_some() {
+            self.first_event(now);
+            if !committed {
+                self.stream_head(now, &mut bytes);
+            }
         }
         let up = self.up.as_mut().expect("upstream in progress");
         let chunked = !self.req.as_ref().expect("request").http10;
@@ -437,29 +444,38 @@ impl Connection {
         self.timers.set(Timer::Ping, now + PING_INTERVAL);
     }
 
-    /// The client's response head for a stream: written once, with the first
-    /// event.
-    fn stream_head(&mut self, now: Instant, out: &mut Vec<u8>) {
-        let close = self.closing_after_this();
-        let unix = self.gw.wall().unix_secs(now);
+    /// The provider's first event reached the client: the attempt
+    /// answered.
+    fn first_event(&mut self, now: Instant) {
         let up = self.up.as_mut().expect("upstream in progress");
         if let Some(attempt) = up.attempt.take() {
             attempt.first_byte(now);
             attempt.finish(Outcome::Answered, now);
         }
+        self.timers.stop(Timer::FirstEvent);
+        let req = self.req.as_mut().expect("request in progress");
+        req.first_byte = Some(now);
+        req.awaiting_first_event = false;
+    }
+
+    /// The client's response head for a stream: written once, with the first
+    /// event (or before it, by the first-event keep-alive).
+    pub(super) fn stream_head(&mut self, now: Instant, out: &mut Vec<u8>) {
+        let close = self.closing_after_this();
+        let unix = self.gw.wall().unix_secs(now);
+        let provider_type = self
+            .up
+            .as_ref()
+            .and_then(|u| u.head.as_ref())
+            .and_then(|h| h.content_type.clone());
         let req = self.req.as_mut().expect("request in progress");
         req.committed = true;
-        req.first_byte = Some(now);
         if req.chat.as_ref().is_some_and(|c| c.stream) {
             self.gw.metrics().stream_open(1);
         }
         let ct = match req.dialect.as_deref() {
             Some(d) => d.stream_content_type(),
-            None => up
-                .head
-                .as_ref()
-                .and_then(|h| h.content_type.as_deref())
-                .unwrap_or("text/event-stream"),
+            None => provider_type.as_deref().unwrap_or("text/event-stream"),
         };
         write::status_line(out, 200);
         common_headers(out, &req.id, unix, close || req.http10);
@@ -481,7 +497,7 @@ impl Connection {
             return self.forward_events(now, Some(end));
         }
         let req = self.req.as_ref().expect("request in progress");
-        if !req.committed {
+        if !req.has_answer() {
             let (fault, why) = match end {
                 StreamEnd::Failed(f, w) => (f, w),
                 _ => (UpstreamFault::TailTimeout, "the provider stopped"),

@@ -38,6 +38,7 @@
 //! | `failover.rs` | attempts: the endpoint each goes to, the request as it is sent it, and whether a failed one is tried elsewhere |
 //! | `upstream.rs` | the provider connection: connecting, its response head, failures, timeouts, the leftover after `[DONE]` |
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
+//! | `keepalive.rs` | the first-event keep-alive: a silent stream committed early and kept alive until its first event, and how it fails after |
 //! | `metering.rs` | the ledger record, metrics and access lines |
 //! | `reasoning.rs` | reasoning through the tool loop: replayed into the request, remembered from the answer |
 //! | `background.rs` | background runs: the admitted request handed to a connection of its own, the queued answer, following a run's events, cancelling it |
@@ -50,6 +51,7 @@ mod admission;
 mod background;
 mod failover;
 mod forward;
+mod keepalive;
 mod metering;
 mod reasoning;
 mod request;
@@ -506,6 +508,9 @@ impl Connection {
                 Timer::QueueDeadline if self.phase == Phase::Queued => self.queue_expired(now),
                 Timer::Retry if self.phase == Phase::Upstream => self.retry_now(now),
                 Timer::Ping if self.phase == Phase::Upstream => self.ping(now),
+                Timer::FirstEvent if self.phase == Phase::Upstream => {
+                    self.first_event_keepalive(now);
+                }
                 Timer::Store if self.phase == Phase::Resolving => self.store_overdue(now),
                 Timer::UsageTail | Timer::StreamTail | Timer::Upstream
                     if self.phase == Phase::Upstream =>

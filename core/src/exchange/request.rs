@@ -83,6 +83,9 @@ pub(super) struct Request {
     /// The current attempt's `X-Request-Id` for the provider.
     pub(super) provider_id: String,
     pub(super) committed: bool,
+    /// Committed by the first-event keep-alive, before the provider's
+    /// first event: the client has the head and keep-alives only.
+    pub(super) awaiting_first_event: bool,
     pub(super) first_byte: Option<Instant>,
     pub(super) upstream_status: Option<u16>,
     /// When the provider was first asked (for the overhead metric).
@@ -170,6 +173,7 @@ impl Request {
             retries: 0,
             provider_id: String::new(),
             committed: false,
+            awaiting_first_event: false,
             first_byte: None,
             up_started: None,
             shared: false,
@@ -187,6 +191,13 @@ impl Request {
             storing: None,
             call: None,
         }
+    }
+
+    /// Whether the client has part of the provider's answer (a stream's
+    /// first event or more): from then on a failure ends the stream; before
+    /// it, another attempt may still answer.
+    pub(super) fn has_answer(&self) -> bool {
+        self.committed && !self.awaiting_first_event
     }
 
     /// Metered: an authenticated chat completion request (in any API).

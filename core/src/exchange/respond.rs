@@ -16,6 +16,11 @@ impl Connection {
     /// Answers the current request (or a request that never parsed) with an
     /// error; `close` when the connection cannot carry another request.
     pub(super) fn respond_error(&mut self, now: Instant, err: ApiError, close: bool) {
+        if self.req.as_ref().is_some_and(|r| r.awaiting_first_event) {
+            // The head went out already (the first-event keep-alive): the
+            // stream ends with the error.
+            return self.fail_committed(now, err);
+        }
         let close = close || self.closing_after_this();
         let unix = self.gw.wall().unix_secs(now);
         let mut out = Vec::with_capacity(512);

@@ -44,10 +44,13 @@ pub(super) enum Timer {
     /// The Responses API's store did not answer a read or a delete this
     /// long: 503.
     Store,
+    /// A stream's provider has sent no event this long: the response is
+    /// committed and a keep-alive written (`--first-event-keepalive`).
+    FirstEvent,
 }
 
 impl Timer {
-    const ALL: [Timer; 14] = [
+    const ALL: [Timer; 15] = [
         Timer::Leftover,
         Timer::ClientSend,
         Timer::ClientIdle,
@@ -62,6 +65,7 @@ impl Timer {
         Timer::StreamTail,
         Timer::Ping,
         Timer::Store,
+        Timer::FirstEvent,
     ];
 }
 

@@ -352,9 +352,9 @@ impl Connection {
     /// first-byte deadline.
     fn arm_upstream_idle(&mut self, now: Instant) {
         let idle = now + self.gw.config().timeouts.upstream_idle;
-        let committed = self.req.as_ref().is_some_and(|r| r.committed);
+        let answering = self.req.as_ref().is_some_and(|r| r.has_answer());
         let due = match self.up.as_ref() {
-            Some(u) if u.state == UpState::Streaming && !committed => {
+            Some(u) if u.state == UpState::Streaming && !answering => {
                 u.first_byte_by.map_or(idle, |by| by.min(idle))
             }
             _ => idle,
@@ -434,7 +434,7 @@ impl Connection {
                 self.upstream_error_response(now, e);
             }
             UpState::Streaming => {
-                if self.req.as_ref().is_some_and(|r| r.committed) {
+                if self.req.as_ref().is_some_and(|r| r.has_answer()) {
                     self.finish_stream(
                         now,
                         StreamEnd::Failed(UpstreamFault::Stalled, "the provider's stream stalled"),
@@ -460,8 +460,8 @@ impl Connection {
             return self.respond_error(now, e, true);
         }
         let Some(up) = self.up.as_ref() else { return };
-        let committed = self.req.as_ref().is_some_and(|r| r.committed);
-        if up.state == UpState::Streaming && committed {
+        let answering = self.req.as_ref().is_some_and(|r| r.has_answer());
+        if up.state == UpState::Streaming && answering {
             self.end_stream(now, StreamEnd::Shutdown, Vec::new());
         } else {
             self.close_upstream();
