@@ -160,7 +160,11 @@ pub(crate) fn rest(script: &mut Script, reasoning: &str, content: &str) {
         .completion_tokens
         .saturating_sub((script.reasoning.len() + script.answer.len()) as u64);
     if !content.is_empty() {
-        script.reasoning.clear();
+        // Only a part that is the start of the answer had its reasoning
+        // whole; any other is answered as if it were empty.
+        if script.answer.concat().starts_with(content) {
+            script.reasoning.clear();
+        }
         script.answer = after(&script.answer, content);
     } else if !reasoning.is_empty() {
         script.reasoning = after(&script.reasoning, reasoning);

@@ -19,6 +19,7 @@ use std::time::Duration;
 use super::Connection;
 use super::respond::client_body;
 use super::timers::Timer;
+use crate::dialect::responses::Responses;
 use crate::dialect::{Carry, End, Opening};
 use crate::error::{ApiError, UpstreamFault};
 use crate::http::write;
@@ -26,6 +27,17 @@ use crate::time::Instant;
 
 /// Between keep-alives, once the first went out.
 pub(super) const KEEPALIVE_EVERY: Duration = Duration::from_secs(15);
+
+/// Whether `req` is kept alive before its first event: a stream, on an
+/// API whose clients can skip a keep-alive (not the Gemini API's: an
+/// early head would carry nothing).
+fn keeps_alive(req: &super::request::Request) -> bool {
+    req.chat.as_ref().is_some_and(|c| c.stream)
+        && req
+            .dialect
+            .as_deref()
+            .is_none_or(|d| !d.keep_alive().is_empty())
+}
 
 /// The chat stream's keep-alive: an SSE comment, as providers send.
 const CHAT_KEEPALIVE: &[u8] = b": keep-alive\n\n";
@@ -37,28 +49,27 @@ impl Connection {
         let Some(after) = self.gw.config().timeouts.first_event_keepalive else {
             return;
         };
-        let Some(req) = self.req.as_ref() else { return };
-        let streamed = req.chat.as_ref().is_some_and(|c| c.stream);
-        if !streamed || req.committed || self.timers.is_set(Timer::FirstEvent) {
+        if self.is_run || self.timers.is_set(Timer::FirstEvent) {
+            // A background run's client is the gateway's own recorder, with
+            // no balancer in front of it.
             return;
         }
-        // An API whose clients cannot skip a keep-alive (the Gemini API's)
-        // gains nothing from an early head.
-        if req
-            .dialect
+        if self
+            .req
             .as_deref()
-            .is_some_and(|d| d.keep_alive().is_empty())
+            .is_some_and(|r| !r.committed && keeps_alive(r))
         {
-            return;
+            self.timers.set(Timer::FirstEvent, now + after);
         }
-        self.timers.set(Timer::FirstEvent, now + after);
     }
 
     /// The provider has sent no event for the keep-alive's delay: the
     /// response is committed (once) and a keep-alive written.
     pub(super) fn first_event_keepalive(&mut self, now: Instant) {
-        let Some(req) = self.req.as_ref() else { return };
-        if req.has_answer() {
+        let Some(req) = self.req.as_deref() else {
+            return;
+        };
+        if req.has_answer() || !keeps_alive(req) {
             return;
         }
         let (chunked, committed) = (!req.http10, req.committed);
@@ -101,6 +112,11 @@ impl Connection {
                 d.stream(&opening)
                     .end(End::Failed(&err.message), None, &mut t);
                 client_body(&mut bytes, &t, chunked);
+                // A kept response is kept failed, as one that broke later.
+                let object = d.responses().and_then(Responses::take_object);
+                if let Some(s) = req.storing.as_mut() {
+                    s.object = object;
+                }
             }
             None => {
                 let mut e = err.clone();

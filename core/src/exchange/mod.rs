@@ -541,6 +541,8 @@ impl Connection {
         self.phase = Phase::Respond;
         self.timers.stop(Timer::ClientHead);
         self.timers.stop(Timer::ClientBody);
+        // The request's own: never the next request's on this connection.
+        self.timers.stop(Timer::FirstEvent);
     }
 
     /// Whether this response is the connection's last.

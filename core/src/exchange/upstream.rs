@@ -478,7 +478,10 @@ impl Connection {
         if self.waiting_to_retry() {
             // Between attempts: nothing to abort.
             self.timers.stop(Timer::Retry);
-            let mut rec = self.record(now, STATUS_CLIENT_CLOSED);
+            // A head the first-event keep-alive sent is a 200 the client had.
+            let committed = self.req.as_ref().is_some_and(|r| r.committed);
+            let status = if committed { 200 } else { STATUS_CLIENT_CLOSED };
+            let mut rec = self.record(now, status);
             rec.client_disconnected = true;
             return self.emit_ledger(now, rec, Vec::new());
         }

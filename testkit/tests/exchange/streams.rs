@@ -8,7 +8,9 @@ use chatgate_sim::SimOptions;
 use chatgate_testkit::{Pair, ProviderScript, UpstreamReads, sse_data};
 use serde_json::Value;
 
-use crate::common::{chunks, error_of, one, responses, retrying, send, stream_body, upstream_sse};
+use crate::common::{
+    body, chunks, error_of, one, responses, retrying, send, stream_body, upstream_sse,
+};
 
 #[test]
 fn provider_without_done_gets_one_appended() {
@@ -179,7 +181,8 @@ fn a_stream_that_ends_without_any_event_is_a_502() {
 }
 
 /// Comments before the first event (llama.cpp's `: ping` while a request
-/// is queued) do not commit the response.
+/// is queued) do not commit the response; they go out with the first
+/// event.
 #[test]
 fn comments_before_the_first_event_do_not_commit_the_response() {
     // The provider dies after only comments: a JSON 502, not an empty 200.
@@ -211,8 +214,9 @@ fn comments_before_the_first_event_do_not_commit_the_response() {
     let r = one(&pair);
     assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(pair.ledger[0].error.as_deref(), Some("upstream_invalid"));
-    // Comments then the answer: the client gets the answer; the comments
-    // that came before it are dropped.
+    // Comments then the answer: the client gets the comments with the
+    // answer's first event, in order, as the provider sent them (the
+    // specification's stream forwarded unchanged).
     let mut pair = Pair::with_defaults();
     send(
         &mut pair,
@@ -220,7 +224,13 @@ fn comments_before_the_first_event_do_not_commit_the_response() {
     );
     let r = one(&pair);
     assert_eq!(r.status, 200);
-    assert!(!String::from_utf8_lossy(&r.body).contains(": ping"));
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(
+        body.starts_with(
+            ": ping - 2026-11-25 00:00:00.000000\n\n: ping - 2026-11-25 00:00:01.000000\n\ndata: "
+        ),
+        "{body}"
+    );
     assert!(pair.ledger[0].complete);
 }
 
@@ -278,4 +288,33 @@ fn a_cut_stream_gets_an_error_event_only_when_asked() {
     assert_eq!(data.len(), 3, "{data:?}");
     assert!(data[1].contains("upstream_incomplete"), "{data:?}");
     assert_eq!(data[2], "[DONE]");
+}
+
+/// The first-event keep-alive belongs to its request: a stream refused at
+/// once leaves nothing armed that would commit the next request on the
+/// same connection (a request that is not even streamed).
+#[test]
+fn a_first_event_keepalive_does_not_outlive_its_request() {
+    let mut pair = Pair::new(
+        |c| c.timeouts.first_event_keepalive = Some(Duration::from_secs(5)),
+        SimOptions::default(),
+        Limits::default(),
+    );
+    send(
+        &mut pair,
+        &stream_body(r#""x_sim":{"fault":"reject","status":400}"#),
+    );
+    assert_eq!(one(&pair).status, 502, "the provider's refusal");
+    // The next request's answer takes longer than the first one's
+    // keep-alive delay.
+    send(&mut pair, &body(r#""x_sim":{"ttft_ms":8000}"#));
+    pair.advance(Duration::from_secs(10));
+    let r = responses(&pair);
+    assert_eq!(r.len(), 2, "{:?}", String::from_utf8_lossy(&pair.received));
+    let answer = &r[1];
+    assert_eq!(answer.status, 200);
+    let ct = answer.headers.iter().find(|(n, _)| n == "content-type");
+    assert_eq!(ct.map(|(_, v)| v.as_str()), Some("application/json"));
+    let v: Value = serde_json::from_slice(&answer.body).expect("one JSON answer");
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
 }
