@@ -184,7 +184,12 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(10));
         }
         let pid = server.child.id();
-        let info = server.plain_client().cmd(&[b"INFO", b"server"]);
+        // Another test's server, stopping, may reset the connection: not
+        // this one either.
+        let info = server
+            .try_client_plain()?
+            .try_cmd(&[b"INFO", b"server"])
+            .ok()?;
         if let chatgate_core::RedisReply::Bulk(Some(text)) = info {
             let text = String::from_utf8_lossy(&text);
             let serving = text
@@ -251,6 +256,11 @@ impl RedisServer {
     /// A client on it (over TLS when it speaks TLS), not authenticated.
     pub fn plain_client(&self) -> RedisClient {
         RedisClient::try_connect_with(self.addr, self.tls.as_deref()).expect("connect to redis")
+    }
+
+    /// A client on it without its password, if it is up.
+    fn try_client_plain(&self) -> Option<RedisClient> {
+        RedisClient::try_connect_with(self.addr, self.tls.as_deref())
     }
 
     /// A client on it, if it is up.
@@ -670,20 +680,28 @@ impl RedisClient {
 
     /// Sends one command and reads its reply.
     pub fn cmd(&mut self, args: &[&[u8]]) -> chatgate_core::RedisReply {
+        self.try_cmd(args).expect("talk to redis")
+    }
+
+    /// The same, with the connection's failure as an error (what answered
+    /// may not be the server asked for).
+    pub fn try_cmd(&mut self, args: &[&[u8]]) -> std::io::Result<chatgate_core::RedisReply> {
         use chatgate_core::{RedisReplyLimits, encode_redis_command, parse_redis_reply};
         let mut out = Vec::new();
         encode_redis_command(&mut out, args);
-        self.stream.write_all(&out).expect("send to redis");
+        self.stream.write_all(&out)?;
         let mut b = [0u8; 4096];
         loop {
-            if let Some((r, used)) =
-                parse_redis_reply(&self.buf, &RedisReplyLimits::default()).expect("RESP")
-            {
+            let reply = parse_redis_reply(&self.buf, &RedisReplyLimits::default())
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
+            if let Some((r, used)) = reply {
                 self.buf.drain(..used);
-                return r;
+                return Ok(r);
             }
-            let n = self.stream.read(&mut b).expect("read from redis");
-            assert!(n > 0, "redis closed the connection");
+            let n = self.stream.read(&mut b)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
             self.buf.extend_from_slice(&b[..n]);
         }
     }
