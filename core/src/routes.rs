@@ -171,18 +171,30 @@ pub(crate) fn served(path: &str, apis: Apis) -> Option<Route> {
         MESSAGES_PATH if apis.messages => Route::Messages,
         COUNT_TOKENS_PATH if apis.messages => Route::CountTokens,
         GEMINI_MODELS_PATH if apis.gemini => Route::GeminiModels,
-        _ if apis.gemini && gemini_path(path).is_some() => match gemini_path(path)?.1 {
-            Some("generateContent" | "streamGenerateContent") => Route::Gemini,
-            Some("countTokens") => Route::GeminiCount,
-            Some(_) => return None,
-            None => Route::GeminiModel,
-        },
-        _ if apis.stored => match stored_response(path)? {
-            (_, None) => Route::StoredResponse,
-            (_, Some("input_items")) => Route::InputItems,
-            (_, Some("cancel")) => Route::Cancel,
-            _ => return None,
-        },
+        _ => return other(path, apis),
+    })
+}
+
+/// What a path beyond the fixed ones names: a Gemini model or one of its
+/// methods, or a kept response (the path parsed once).
+fn other(path: &str, apis: Apis) -> Option<Route> {
+    if apis.gemini
+        && let Some((_, method)) = gemini_path(path)
+    {
+        return match method {
+            Some("generateContent" | "streamGenerateContent") => Some(Route::Gemini),
+            Some("countTokens") => Some(Route::GeminiCount),
+            Some(_) => None,
+            None => Some(Route::GeminiModel),
+        };
+    }
+    if !apis.stored {
+        return None;
+    }
+    Some(match stored_response(path)? {
+        (_, None) => Route::StoredResponse,
+        (_, Some("input_items")) => Route::InputItems,
+        (_, Some("cancel")) => Route::Cancel,
         _ => return None,
     })
 }

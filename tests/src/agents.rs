@@ -36,32 +36,59 @@ pub fn claude(
         "json",
         "--allowedTools",
         "Bash",
-    ])
-    .current_dir(&work)
-    .env_clear()
-    .env("PATH", std::env::var("PATH").unwrap_or_default())
-    .env("HOME", home)
-    .env("TMPDIR", home)
-    .env("XDG_CONFIG_HOME", home.join(".config"))
-    .env("XDG_DATA_HOME", home.join(".local/share"))
-    .env("XDG_CACHE_HOME", home.join(".cache"))
-    .env("TERM", "dumb")
-    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    .env("DISABLE_TELEMETRY", "1")
-    .env("DISABLE_AUTOUPDATER", "1")
-    .env("DISABLE_ERROR_REPORTING", "1")
-    .env("CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL", "1")
-    .env("HTTPS_PROXY", REFUSED)
-    .env("HTTP_PROXY", REFUSED)
-    .env("https_proxy", REFUSED)
-    .env("http_proxy", REFUSED)
-    .env("NO_PROXY", "127.0.0.1,localhost")
-    .env("no_proxy", "127.0.0.1,localhost")
-    .stdin(Stdio::null());
+    ]);
+    let own = [
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+        ("CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL", "1"),
+    ];
+    run_offline(cmd, home, &work, &own, env)
+}
+
+/// Runs an agent's headless command in `work`, offline: nothing of the
+/// caller's environment but `PATH`, a throwaway home (`HOME`, `TMPDIR`,
+/// the XDG directories) under `home`, the proxy variables at a port that
+/// refuses, then the agent's `own` switches; `env` adds or overrides
+/// variables. Whether it succeeded, its
+/// standard output read as JSON, and all it printed.
+fn run_offline(
+    mut cmd: Command,
+    home: &Path,
+    work: &Path,
+    own: &[(&str, &str)],
+    env: &[(&str, String)],
+) -> (bool, serde_json::Value, String) {
+    cmd.current_dir(work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("TMPDIR", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("TERM", "dumb")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .stdin(Stdio::null());
+    for proxy in [
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "all_proxy",
+    ] {
+        cmd.env(proxy, REFUSED);
+    }
+    for (k, v) in own {
+        cmd.env(k, v);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("claude runs");
+    let out = cmd.output().expect("the agent runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let text = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
@@ -170,35 +197,12 @@ pub fn gemini_cli(
         "yolo",
         "--output-format",
         "json",
-    ])
-    .current_dir(&work)
-    .env_clear()
-    .env("PATH", std::env::var("PATH").unwrap_or_default())
-    .env("HOME", home)
-    .env("TMPDIR", home)
-    .env("XDG_CONFIG_HOME", home.join(".config"))
-    .env("XDG_DATA_HOME", home.join(".local/share"))
-    .env("XDG_CACHE_HOME", home.join(".cache"))
-    .env("TERM", "dumb")
-    .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
-    .env("GEMINI_CLI_NO_RELAUNCH", "true")
-    .env("HTTPS_PROXY", REFUSED)
-    .env("HTTP_PROXY", REFUSED)
-    .env("https_proxy", REFUSED)
-    .env("http_proxy", REFUSED)
-    .env("ALL_PROXY", REFUSED)
-    .env("all_proxy", REFUSED)
-    .env("NO_PROXY", "127.0.0.1,localhost")
-    .env("no_proxy", "127.0.0.1,localhost")
-    .stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("gemini runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let text = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
-    (out.status.success(), json, text)
+    ]);
+    let own = [
+        ("GEMINI_CLI_TRUST_WORKSPACE", "true"),
+        ("GEMINI_CLI_NO_RELAUNCH", "true"),
+    ];
+    run_offline(cmd, home, &work, &own, env)
 }
 
 /// The environment that points Gemini CLI at `gw` with its key.
