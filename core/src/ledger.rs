@@ -21,6 +21,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -97,6 +101,11 @@ pub struct LedgerRecord {
     /// true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub usage_missing: bool,
+    /// The stream was cut mid-answer and finished by this many more
+    /// requests (`--stream-resume`; each an attempt): the token counts
+    /// and cost are all of theirs together. Written only when not zero.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub continued: u32,
     /// What the key's budget was charged when that differs from
     /// `cost_nano_usd` (usage missing: the request's worst case). Written
     /// only when not zero; spend is `max(cost_nano_usd, charged_nano_usd)`.
@@ -151,6 +160,7 @@ impl LedgerRecord {
             served_model: None,
             response_id: None,
             usage_missing: false,
+            continued: 0,
             charged_nano_usd: 0,
             budget_overshoot_nano_usd: 0,
             error: None,
@@ -290,6 +300,10 @@ impl LedgerRecord {
         }
         if self.usage_missing {
             o.extend_from_slice(b",\"usage_missing\":true");
+        }
+        if self.continued > 0 {
+            o.extend_from_slice(b",\"continued\":");
+            push_decimal(&mut o, u64::from(self.continued));
         }
         if self.charged_nano_usd > 0 {
             o.extend_from_slice(b",\"charged_nano_usd\":");

@@ -202,6 +202,9 @@ pub struct Metrics {
     shared_limits_unavailable: AtomicU64,
     responses_not_kept: AtomicU64,
     first_event_keepalives: AtomicU64,
+    /// Continuations of cut streams, by how they ended
+    /// ([`ResumeOutcome::ALL`]).
+    stream_resumes: [AtomicU64; ResumeOutcome::ALL.len()],
     ledger_shipped: AtomicU64,
     ledger_ship_errors: AtomicU64,
     ledger_reshipped: AtomicU64,
@@ -408,6 +411,11 @@ impl Metrics {
         self.first_event_keepalives.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A cut stream's continuation ended so.
+    pub fn stream_resume(&self, outcome: ResumeOutcome) {
+        self.stream_resumes[outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A response the Responses API should have kept was answered but not
     /// kept (the store failed, or it was larger than the store keeps).
     pub fn responses_store_failed(&self) {
@@ -514,6 +522,20 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "chatgate_upstream_errors_total{{kind=\"{kind}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        header(
+            &mut out,
+            "chatgate_stream_resumes_total",
+            COUNTER,
+            "Streams cut mid-answer that --stream-resume sent to be finished, by how that ended: continued (a continuation finished the answer), restarted (the answer asked again repeated what the client had and finished it), diverged (it did not: the stream ended cut), failed (no continuation finished it), abandoned (the client left meanwhile).",
+        );
+        for (o, n) in ResumeOutcome::ALL.iter().zip(&self.stream_resumes) {
+            let _ = writeln!(
+                out,
+                "chatgate_stream_resumes_total{{outcome=\"{}\"}} {}",
+                o.as_str(),
                 n.load(Ordering::Relaxed)
             );
         }
@@ -857,6 +879,43 @@ fn per_key<'m>(map: &'m mut BTreeMap<String, PerKey>, key: &str) -> &'m mut PerK
 pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// How a cut stream's continuation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeOutcome {
+    /// A continuation finished the answer.
+    Continued,
+    /// The answer asked again repeated what the client had, and finished it.
+    Restarted,
+    /// The answer asked again said something else: the stream ended cut.
+    Diverged,
+    /// No continuation finished it: the stream ended cut.
+    Failed,
+    /// The client left during the continuation.
+    Abandoned,
+}
+
+impl ResumeOutcome {
+    /// Every outcome, in the order of their series.
+    pub const ALL: [ResumeOutcome; 5] = [
+        ResumeOutcome::Continued,
+        ResumeOutcome::Restarted,
+        ResumeOutcome::Diverged,
+        ResumeOutcome::Failed,
+        ResumeOutcome::Abandoned,
+    ];
+
+    /// Its label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeOutcome::Continued => "continued",
+            ResumeOutcome::Restarted => "restarted",
+            ResumeOutcome::Diverged => "diverged",
+            ResumeOutcome::Failed => "failed",
+            ResumeOutcome::Abandoned => "abandoned",
+        }
+    }
 }
 
 /// An unlabelled figure: name, type, help, value.

@@ -24,6 +24,28 @@ pub struct Usage {
     pub cache_created_input_tokens: u64,
 }
 
+impl Usage {
+    /// Both reports' counts together: an answer two requests made (a
+    /// stream continued after a cut) costs both.
+    pub fn plus(&self, other: &Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_add(other.completion_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_add(other.reasoning_tokens),
+            cached_tokens: self.cached_tokens.saturating_add(other.cached_tokens),
+            cache_read_input_tokens: self
+                .cache_read_input_tokens
+                .saturating_add(other.cache_read_input_tokens),
+            cache_created_input_tokens: self
+                .cache_created_input_tokens
+                .saturating_add(other.cache_created_input_tokens),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Usage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]

@@ -20,6 +20,12 @@ pub enum Fault {
     },
     /// End the stream without `[DONE]`.
     OmitDone,
+    /// After `after` events, `[DONE]`: an answer ended without its
+    /// `finish_reason`.
+    EndEarly {
+        /// Events first.
+        after: u32,
+    },
     /// Send nothing at all.
     StallHeaders,
     /// Stop sending after `after` events, keeping the connection open.
@@ -101,6 +107,7 @@ impl Fault {
             }
             "reset" => Fault::Reset { after },
             "omit_done" => Fault::OmitDone,
+            "end_early" => Fault::EndEarly { after },
             "stall_headers" => Fault::StallHeaders,
             "stall" => Fault::Stall { after },
             "garbage" => Fault::Garbage,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::ConfigError;
 use super::tables::Table;
 use crate::catalog::Model;
+use crate::dialect::splice::Continuation;
 use crate::reasoning::ReasoningField;
 use crate::url::{Url, UrlError, host_for_url};
 
@@ -42,6 +43,9 @@ pub struct EndpointConfig {
     /// The member its provider reads an assistant message's reasoning
     /// from (`None`: the gateway's `reasoning_field`).
     pub reasoning_field: Option<ReasoningField>,
+    /// How it continues a final assistant message: whether a stream cut
+    /// mid-answer may be finished there (`--stream-resume`).
+    pub continuation: Continuation,
 }
 
 impl EndpointConfig {
@@ -56,6 +60,7 @@ impl EndpointConfig {
             ca,
             provider: None,
             reasoning_field: None,
+            continuation: Continuation::None,
         }
     }
 
@@ -78,8 +83,9 @@ impl EndpointConfig {
 }
 
 /// The fields an `[[upstream]]` table may have.
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 10] = [
     "name",
+    "continuation",
     "reasoning_field",
     "url",
     "api_key_env",
@@ -207,6 +213,15 @@ fn parse_endpoint(
         models,
         ca: string("ca")?,
         provider: string("provider")?,
+        continuation: match string("continuation")? {
+            None => Continuation::None,
+            Some(v) => Continuation::parse(&v).ok_or_else(|| {
+                bad(
+                    "continuation",
+                    format!("'{v}' is not one of {}", Continuation::NAMES),
+                )
+            })?,
+        },
         reasoning_field: match string("reasoning_field")? {
             None => None,
             Some(v) => Some(ReasoningField::parse(&v).ok_or_else(|| {

@@ -119,6 +119,11 @@ pub struct GatewayConfig {
     /// `--stream-error-event`: a stream cut without `finish_reason` gets a
     /// `data: {"error": …}` event before its `[DONE]`.
     pub stream_error_event: bool,
+    /// `--stream-resume`: a stream cut mid-answer is finished on an
+    /// endpoint that continues (`continuation` on `[[upstream]]`).
+    pub stream_resume: bool,
+    /// `--stream-resume-attempts`: most continuations of one request.
+    pub stream_resume_attempts: u32,
     /// The client-facing APIs served beside chat completions (`--apis`).
     pub apis: Apis,
     /// The Responses API keeps responses (`--responses-store` not `off`,
@@ -224,6 +229,8 @@ impl GatewayConfig {
             upstream_attempts: 0,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             stream_error_event: false,
+            stream_resume: true,
+            stream_resume_attempts: 1,
             apis: Apis::default(),
             responses_kept: None,
             prompt_overhead_tokens: DEFAULT_PROMPT_OVERHEAD,

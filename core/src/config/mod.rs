@@ -148,6 +148,9 @@ impl ServeConfig {
         };
         gateway.probe_interval = r.duration("upstream_probe_interval")?;
         gateway.stream_error_event = boolean(&r, "stream_error_event")?;
+        gateway.stream_resume = boolean(&r, "stream_resume")?;
+        gateway.stream_resume_attempts =
+            u32::try_from(positive(&r, "stream_resume_attempts")?).unwrap_or(u32::MAX);
         gateway.apis = match r.get("apis") {
             Some((v, src)) => Apis::parse(&v).map_err(|_| {
                 bad(

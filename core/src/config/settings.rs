@@ -199,6 +199,18 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "End a stream cut without finish_reason with a data: {\"error\": ...} event before [DONE], so SDKs raise instead of returning a truncated answer",
     ),
     s(
+        "stream_resume",
+        "BOOL",
+        Some("on"),
+        "Finish a stream cut mid-answer (reset, stall, invalid event, end without finish_reason) on an endpoint whose [[upstream]] table sets continuation, spliced into the same client stream; off keeps the cut stream's ending exactly",
+    ),
+    s(
+        "stream_resume_attempts",
+        "N",
+        Some("1"),
+        "Most continuations of one cut stream",
+    ),
+    s(
         "apis",
         "LIST",
         Some("chat"),

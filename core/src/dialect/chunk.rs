@@ -108,6 +108,11 @@ impl Found {
         read.ok().map(|()| found)
     }
 
+    /// Whether its reasoning came as `reasoning_content`.
+    pub(super) fn named_content(&self) -> bool {
+        self.named_content
+    }
+
     /// Forgets what a choice said (another `choices` follows).
     fn clear_choice(&mut self) {
         self.clear_delta();

@@ -6,6 +6,7 @@
 //! | `responses/` | the OpenAI Responses API (`POST /v1/responses`): its request as a chat request (`request.rs`), a chat answer as its events or its response object (`events.rs`) |
 //! | `gemini/` | Google's Gemini API (`generateContent`, `streamGenerateContent`, `countTokens`): its request as a chat request (`request.rs`), a chat answer as its response stream or object (`events.rs`), the gateway's errors in its shape (`errors.rs`), its model list (`models.rs`) |
 //! | `messages/` | the Anthropic Messages API (`POST /v1/messages`): its request as a chat request (`request.rs`), a chat answer as its events or its message object (`events.rs`), the gateway's errors in its shape (`errors.rs`) |
+//! | `splice/` | a chat stream cut mid-answer finished by another request: what the client has, the continuation's request in each server's dialect of prefill, its chunks rewritten into the client's stream |
 //! | `seam.rs` | the one trait a client API implements to be translated onto the exchange ([`Dialect`]): its credential, request translation, field names, answer, stream, keep-alive, error shape and token count |
 //! | `raw.rs` | what every request translator reads with: a body's members as written, typed accessors naming the client's field |
 //! | `chat.rs` | the chat messages a request translator builds, and their writer |
@@ -19,6 +20,7 @@ pub mod messages;
 pub mod responses;
 
 mod seam;
+pub mod splice;
 
 mod budget;
 mod chat;

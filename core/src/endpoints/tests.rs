@@ -15,6 +15,7 @@ fn endpoint(name: &str, weight: u32) -> EndpointConfig {
         ca: None,
         provider: None,
         reasoning_field: None,
+        continuation: Default::default(),
     }
 }
 

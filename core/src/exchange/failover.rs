@@ -59,6 +59,7 @@ impl Connection {
         self.trace_attempt(now);
         let req = self.req.as_mut().expect("request in progress");
         if req.attempts == 1 {
+            self.arm_resume();
             self.first_request(&endpoint);
         } else {
             self.next_request(&endpoint);
@@ -336,7 +337,7 @@ fn retry_pause(retry_after: Option<u64>, retries: u32, id: &str) -> Option<std::
 
 /// Whether a failed attempt's request may be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
+pub(super) enum Retry {
     /// No: the provider refused the request itself, or nobody is waiting.
     No,
     /// Only to an endpoint it has not tried: the failure may be the
@@ -349,7 +350,7 @@ enum Retry {
 
 /// What a failure says about the endpoint, and whether the request may be
 /// sent again.
-fn classify(err: &ApiError, status: Option<u16>) -> (Outcome, Retry) {
+pub(super) fn classify(err: &ApiError, status: Option<u16>) -> (Outcome, Retry) {
     let failed = |kind| (Outcome::Failed(kind), Retry::Anywhere);
     match err.fault {
         Some(UpstreamFault::Rejected) => match status {
@@ -383,7 +384,7 @@ fn classify(err: &ApiError, status: Option<u16>) -> (Outcome, Retry) {
 
 /// The request as `endpoint` is sent it: its fixed prefix, the
 /// per-request headers, the body; and where the body starts.
-fn provider_request(
+pub(super) fn provider_request(
     endpoint: &Endpoint,
     body: &[u8],
     stream: bool,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::Connection;
 use super::respond::{client_body, common_headers, limit_headers, provider_error_message};
+use super::resume::{Resume, Take};
 use super::timers::Timer;
 use super::upstream::{AfterStream, UpState};
 use crate::dialect::responses::Responses;
@@ -213,6 +214,13 @@ impl Connection {
             seal: Arc::clone(self.gw.reasoning_seal()),
             remember: self.remembers(),
         });
+        // A stream that may be finished after a cut: each chunk is noted
+        // (a continuation's rewritten), and an answer's `[DONE]` without
+        // `finish_reason` is held back while a continuation may follow.
+        let resume = self.req.as_ref().and_then(|r| r.resume.as_deref());
+        let resuming = resume.is_some();
+        let splicing = resume.is_some_and(Resume::splicing);
+        let may_resume = resuming && self.may_resume();
         let up = self.up.as_mut().expect("upstream in progress");
         let too_large = || {
             StreamEnd::Failed(
@@ -231,6 +239,8 @@ impl Connection {
             t.reserve(up.body.len() * 2 + 1024);
             t
         });
+        // Or a continuation's chat events, rewritten.
+        let mut spliced = (splicing && translated.is_none()).then(Vec::new);
         // Or a chat answer, read for the memory as it passes.
         let recording = up.answer.is_some();
         // Whether the client has the response head (it goes out after the
@@ -299,8 +309,45 @@ impl Connection {
                 let e = ApiError::upstream(UpstreamFault::ErrorEvent, msg);
                 return self.upstream_error_response(now, e);
             }
+            let mut chunk = None;
+            if resuming
+                && kind == EventKind::Data
+                && let Some(d) = data.as_deref()
+                && let Some(resume) = self.req.as_mut().and_then(|q| q.resume.as_deref_mut())
+            {
+                match resume.take(d) {
+                    Take::Forward => {}
+                    Take::Drop => continue,
+                    Take::Rewritten(c) => chunk = Some(c),
+                    Take::Diverged => {
+                        // Not spliced: the stream ends as it was cut.
+                        end = Some(resume.cut().unwrap_or(StreamEnd::Failed(
+                            UpstreamFault::Invalid,
+                            "the answer asked again differs from what the client has",
+                        )));
+                        break;
+                    }
+                }
+            }
+            // An answer's `[DONE]` without `finish_reason`, held back.
+            let held = may_resume
+                && kind == EventKind::Done
+                && !up.tracker.is_complete()
+                && up.tracker.error().is_none();
+            up.done_held |= held;
             batch = Some(batch.map_or(r.clone(), |b| b.start..r.end));
-            if let Some(out) = translated.as_mut() {
+            let data = chunk.as_deref().or(data.as_deref());
+            if let Some(out) = spliced.as_mut() {
+                match (kind, chunk.as_deref()) {
+                    (EventKind::Data, Some(c)) => {
+                        out.extend_from_slice(b"data: ");
+                        out.extend_from_slice(c);
+                        out.extend_from_slice(b"\n\n");
+                    }
+                    _ if held => {}
+                    _ => out.extend_from_slice(&up.body[r.clone()]),
+                }
+            } else if let Some(out) = translated.as_mut().filter(|_| !held) {
                 let req = self.req.as_mut().expect("request in progress");
                 let dialect = req
                     .dialect
@@ -311,8 +358,11 @@ impl Connection {
                     unix,
                     carry: carry.as_ref().expect("made for a translation"),
                 };
-                let event =
-                    translate_event(dialect, &opening, kind, data.as_deref(), &up.tracker, out);
+                let usage = req
+                    .resume
+                    .as_deref()
+                    .map_or(up.tracker.usage(), |r| r.total(up.tracker.usage()));
+                let event = translate_event(dialect, &opening, kind, data, &up.tracker, usage, out);
                 if event.is_err() {
                     // More than a translation keeps: the stream is over,
                     // as any invalid provider stream.
@@ -324,7 +374,7 @@ impl Connection {
                 }
             } else if recording
                 && let (Some(answer), Some(data), EventKind::Data) =
-                    (up.answer.as_mut(), data.as_deref(), kind)
+                    (up.answer.as_mut(), data, kind)
             {
                 answer.chunk(data);
             }
@@ -379,6 +429,12 @@ impl Connection {
             if !committed {
                 self.stream_head(now, &mut bytes);
             }
+        } else if batch.is_some()
+            && let Some(attempt) = self.up.as_mut().and_then(|u| u.attempt.take())
+        {
+            // A continuation's first event: its attempt answered.
+            attempt.first_byte(now);
+            attempt.finish(Outcome::Answered, now);
         }
         let up = self.up.as_mut().expect("upstream in progress");
         let chunked = !self.req.as_ref().expect("request").http10;
@@ -394,22 +450,34 @@ impl Connection {
                 }
             }
             up.translated = t;
+        } else if let Some(s) = spliced {
+            client_body(&mut bytes, &s, chunked);
         } else if let Some(r) = batch {
             if !up.comments.is_empty() {
                 client_body(&mut bytes, &up.comments, chunked);
                 up.comments = Vec::new();
             }
-            match done_at.filter(|_| self.gw.config().stream_error_event) {
-                Some(at) => {
-                    client_body(&mut bytes, &up.body[r.start..at], chunked);
-                    let cut = cut_stream_event(
-                        None,
-                        "the provider ended the stream without a finish_reason",
-                    );
-                    client_body(&mut bytes, &cut, chunked);
-                    client_body(&mut bytes, &up.body[at..r.end], chunked);
+            if up.done_held {
+                // Held back: the stream's end writes it if no continuation
+                // finishes the answer.
+                client_body(
+                    &mut bytes,
+                    &up.body[r.start..done_at.unwrap_or(r.end)],
+                    chunked,
+                );
+            } else {
+                match done_at.filter(|_| self.gw.config().stream_error_event) {
+                    Some(at) => {
+                        client_body(&mut bytes, &up.body[r.start..at], chunked);
+                        let cut = cut_stream_event(
+                            None,
+                            "the provider ended the stream without a finish_reason",
+                        );
+                        client_body(&mut bytes, &cut, chunked);
+                        client_body(&mut bytes, &up.body[at..r.end], chunked);
+                    }
+                    None => client_body(&mut bytes, &up.body[r], chunked),
                 }
-                None => client_body(&mut bytes, &up.body[r], chunked),
             }
         }
         let n = up.framer.complete_prefix();
@@ -511,6 +579,9 @@ impl Connection {
     /// Ends a committed (or just committing) stream: `[DONE]` if the provider
     /// did not send it, the last chunk, the ledger line first.
     pub(super) fn end_stream(&mut self, now: Instant, end: StreamEnd, mut bytes: Vec<u8>) {
+        if self.resume_stream(now, &end, &mut bytes) {
+            return;
+        }
         let next = self
             .up
             .as_ref()
@@ -540,6 +611,8 @@ impl Connection {
             StreamEnd::Shutdown => "the gateway was shutting down",
             _ => "the provider ended the stream without a finish_reason",
         };
+        let usage = up.tracker.usage();
+        let total = self.total_usage(usage);
         let dialect = self.req.as_mut().and_then(|r| r.dialect.as_deref_mut());
         if let Some(dialect) = dialect {
             // Its last event, if the provider's `[DONE]` did not bring it.
@@ -550,7 +623,7 @@ impl Connection {
             };
             let mut t = Vec::new();
             if let Some(s) = dialect.started() {
-                s.end(last, up.tracker.usage().as_ref(), &mut t);
+                s.end(last, total.as_ref(), &mut t);
             }
             client_body(&mut bytes, &t, chunked);
             let object = dialect.responses().and_then(Responses::take_object);
@@ -561,7 +634,7 @@ impl Connection {
                     s.events.extend_from_slice(&t);
                 }
             }
-        } else if !up.tracker.is_done() {
+        } else if !up.tracker.is_done() || up.done_held {
             // The cut stream's error event, unless the provider's own
             // error event already told the client.
             let cut = !up.tracker.is_complete() && up.tracker.error().is_none();
@@ -590,7 +663,8 @@ impl Connection {
             end,
             StreamEnd::Ended | StreamEnd::AfterUsage | StreamEnd::Tail
         );
-        self.meter(&mut rec, up.tracker.usage(), ended);
+        self.meter(&mut rec, total, ended);
+        self.settle_resumed(&mut rec, usage, false);
         self.emit_ledger(now, rec, bytes);
         let close = self.closing_after_this() || !chunked;
         self.end_response(close);
@@ -609,6 +683,7 @@ fn translate_event(
     kind: EventKind,
     data: Option<&[u8]>,
     tracker: &StreamTracker,
+    usage: Option<crate::usage::Usage>,
     out: &mut Vec<u8>,
 ) -> Result<(), OverBudget> {
     let end = match kind {
@@ -627,7 +702,7 @@ fn translate_event(
     };
     let s = dialect.stream(opening);
     match (end, data) {
-        (Some(end), _) => s.end(end, tracker.usage().as_ref(), out),
+        (Some(end), _) => s.end(end, usage.as_ref(), out),
         (None, Some(data)) => return s.chunk(data, out),
         (None, None) => {}
     }

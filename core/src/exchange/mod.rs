@@ -38,6 +38,7 @@
 //! | `failover.rs` | attempts: the endpoint each goes to, the request as it is sent it, and whether a failed one is tried elsewhere |
 //! | `upstream.rs` | the provider connection: connecting, its response head, failures, timeouts, the leftover after `[DONE]` |
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
+//! | `resume.rs` | a stream cut mid-answer finished by a continuation on an endpoint that continues (`--stream-resume`): when, where, a refused prefix restarted, the attempts metered together |
 //! | `keepalive.rs` | the first-event keep-alive: a silent stream committed early and kept alive until its first event, and how it fails after |
 //! | `metering.rs` | the ledger record, metrics and access lines |
 //! | `reasoning.rs` | reasoning through the tool loop: replayed into the request, remembered from the answer |
@@ -56,6 +57,7 @@ mod metering;
 mod reasoning;
 mod request;
 mod respond;
+mod resume;
 mod spans;
 mod stored;
 mod timers;

@@ -123,6 +123,9 @@ pub(super) struct Request {
     pub(super) storing: Option<Box<super::stored::Storing>>,
     /// A call on a kept response, waiting for the store.
     pub(super) call: Option<super::stored::StoredCall>,
+    /// A stream that may be finished after a cut (`--stream-resume`):
+    /// what its client has, and the continuation in progress.
+    pub(super) resume: Option<Box<super::resume::Resume>>,
 }
 
 impl Request {
@@ -190,6 +193,7 @@ impl Request {
             replay: None,
             storing: None,
             call: None,
+            resume: None,
         }
     }
 

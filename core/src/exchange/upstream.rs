@@ -60,6 +60,10 @@ pub(super) struct Upstream {
     pub(super) trailing_garbage: bool,
     /// `[DONE]` was forwarded: later data is ignored.
     pub(super) done_forwarded: bool,
+    /// The provider's `[DONE]` ended an answer without `finish_reason`
+    /// and was held back, for a continuation to finish the answer: the
+    /// stream's end writes one if none does.
+    pub(super) done_held: bool,
     /// The attempt this connection serves, until its outcome is known.
     pub(super) attempt: Option<Attempt>,
     /// When the client's first byte is due from this attempt (set once
@@ -96,6 +100,7 @@ impl Upstream {
             comments: Vec::new(),
             trailing_garbage: false,
             done_forwarded: false,
+            done_held: false,
             attempt,
             first_byte_by: None,
             answer,
@@ -366,6 +371,9 @@ impl Connection {
     /// closed (or released, when it is whole), and the request goes to
     /// another endpoint or gets `err` (502/504).
     pub(super) fn upstream_error_response(&mut self, now: Instant, err: ApiError) {
+        if self.continuation_failed(now, &err) {
+            return;
+        }
         let reusable = self.up.as_ref().is_some_and(|u| {
             u.state == UpState::ErrorBody
                 && u.decoder.as_ref().is_some_and(BodyDecoder::is_done)
@@ -492,7 +500,10 @@ impl Connection {
         rec.client_disconnected = true;
         rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
         rec.complete = up.tracker.is_complete();
-        self.meter(&mut rec, up.tracker.usage(), false);
+        let usage = up.tracker.usage();
+        let total = self.total_usage(usage);
+        self.meter(&mut rec, total, false);
+        self.settle_resumed(&mut rec, usage, true);
         self.emit_ledger(now, rec, Vec::new());
     }
 

@@ -577,6 +577,10 @@ fn apply_stream_fault(
             return true;
         }
         Some(Fault::OmitDone) => {}
+        Some(Fault::EndEarly { after }) => {
+            pieces.truncate(at(*after, pieces.len()));
+            return true;
+        }
         Some(Fault::ErrorEvent { after }) => {
             pieces.truncate(at(*after, pieces.len()));
             pieces.push(Piece::Event(event(&serde_json::json!({"error": {
