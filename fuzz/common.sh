@@ -5,7 +5,7 @@
 
 FUZZ_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$FUZZ_DIR/.." && pwd)"
-TARGETS=(sse_framer request_head chunked response_head validate exchange completion resp responses_request responses_events messages_request messages_events gemini_request gemini_events stored reasoning)
+TARGETS=(sse_framer request_head chunked response_head validate exchange completion resp responses_request responses_events messages_request messages_events gemini_request gemini_events stored reasoning splice)
 
 if ! command -v rustup >/dev/null 2>&1; then
     echo "rustup is required (with a nightly toolchain: rustup toolchain install nightly)" >&2

@@ -15,6 +15,9 @@
 //! `--stream-resume off`, end as a cut stream always did.
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use chatgate_tests::*;
 use serde_json::{Value, json};
@@ -26,6 +29,8 @@ cases!(
     the_responses_and_messages_streams_continue_as_one_stream,
     a_cut_in_a_tool_call_and_resume_off_end_as_before,
     a_client_that_leaves_during_the_continuation_stops_it,
+    the_sdks_and_coding_agents_read_a_continued_answer_as_whole,
+    no_answer_or_a_slow_first_event_goes_to_the_fallback_once,
 );
 
 /// `small` on `a` falls back to `big` on `c`.
@@ -229,7 +234,12 @@ fn assert_reads_as(got: &Read, reference: &Read) {
 /// it was continued, and the fallback was asked with the part the client
 /// had as a prefix.
 fn each_cut_after_the_first_event_is_finished_by_the_fallback(bin: &str) {
-    let p = Pair::start(bin, "prefix", "prefix", &["--upstream-idle-timeout", "1s"]);
+    let p = Pair::start(
+        bin,
+        "prefix",
+        "prefix",
+        &["--upstream-idle-timeout", "1s", "--stream-error-event"],
+    );
     let reference = uncut(&p);
     let faults = [
         r#"{"fault":"reset","after":9}"#,
@@ -280,6 +290,25 @@ fn each_cut_after_the_first_event_is_finished_by_the_fallback(bin: &str) {
     }
     assert_eq!(p.resumes("continued"), 4);
     assert_eq!(p.resumes("failed"), 0);
+
+    // A continuation cut in its turn, with none left to try: the stream
+    // ends as a cut one, its error event before one `[DONE]`.
+    p.a.set_fault(r#"{"fault":"reset","after":9}"#);
+    p.c.set_fault(r#"{"fault":"end_early","after":3,"times":1}"#);
+    let got = read(&p.chat("small", ""));
+    assert!(got.finishes.is_empty(), "{got:?}");
+    assert_eq!(
+        (got.done, got.errors, got.roles.len()),
+        (1, 1, 1),
+        "{got:?}"
+    );
+    let rec = p.gw.ledger_len(6)[5].clone();
+    assert_eq!(
+        (rec.complete, rec.continued, rec.attempts),
+        (false, 1, 2),
+        "{rec:?}"
+    );
+    assert_eq!(p.resumes("failed"), 1);
 }
 
 /// A cut in the reasoning: a server that reads the part's reasoning
@@ -450,8 +479,9 @@ fn the_responses_and_messages_streams_continue_as_one_stream(bin: &str) {
 }
 
 /// What is not continued ends as a cut stream always did: a cut inside a
-/// tool call's arguments (no server continues them exactly), and every
-/// cut with `--stream-resume off` — the fallback is never asked.
+/// tool call's arguments (no server continues them exactly), a provider
+/// that breaks after the answer's finish (it is whole), and every cut
+/// with `--stream-resume off` — the fallback is never asked.
 fn a_cut_in_a_tool_call_and_resume_off_end_as_before(bin: &str) {
     let p = Pair::start(bin, "prefix", "prefix", &[]);
     let tools = r#","tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]"#;
@@ -463,6 +493,15 @@ fn a_cut_in_a_tool_call_and_resume_off_end_as_before(bin: &str) {
     assert!(p.c.journal().is_empty(), "c was not asked");
     let rec = p.gw.ledger_len(1)[0].clone();
     assert_eq!((rec.complete, rec.continued, rec.attempts), (false, 0, 1));
+
+    // A provider that breaks after the answer's finish: the answer is
+    // whole (role, four reasoning events, twelve of text, the finish).
+    p.a.set_fault(r#"{"fault":"reset","after":18}"#);
+    let got = read(&p.chat("small", ""));
+    assert_eq!(got.finishes, ["stop"], "{got:?}");
+    assert!(p.c.journal().is_empty(), "c was not asked");
+    let rec = p.gw.ledger_len(2)[1].clone();
+    assert_eq!((rec.complete, rec.continued), (true, 0), "{rec:?}");
 
     let off = Pair::start(bin, "prefix", "prefix", &["--stream-resume", "off"]);
     off.a.set_fault(r#"{"fault":"end_early","after":9}"#);
@@ -514,4 +553,197 @@ fn a_client_that_leaves_during_the_continuation_stops_it(bin: &str) {
     let rec = p.gw.ledger_len(1)[0].clone();
     assert!(rec.client_disconnected && rec.continued == 1, "{rec:?}");
     assert_eq!(p.resumes("abandoned"), 1);
+}
+
+/// What `program script` printed, one JSON object a line, run with the
+/// gateway, key, model and prompt of a cut stream in its environment.
+fn client_lines(p: &Pair, program: &Path, script: &Path, prompt: &str) -> Vec<Value> {
+    assert!(
+        program.is_absolute() && program.exists() || !program.is_absolute(),
+        "{} is not installed: run clients/install.sh",
+        program.display()
+    );
+    let mut child = Command::new(program)
+        .arg(script)
+        .current_dir(repo())
+        .env("CHATGATE_BASE_URL", format!("http://{}", p.gw.addr))
+        .env("CHATGATE_API_KEY", &p.gw.key)
+        .env("CHATGATE_MODEL", "small")
+        .env("CHATGATE_PROMPT", prompt)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the client");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{} did not finish",
+            script.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("its output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {stdout}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// The id of the first chunk a simulator sent in its journal entry.
+fn first_id(entry: &Value) -> String {
+    let response = entry["response"].as_str().unwrap();
+    let data = response
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap();
+    let v: Value = serde_json::from_str(data).unwrap();
+    v["id"].as_str().unwrap().to_owned()
+}
+
+/// The official SDKs and the coding agents, across a cut: the OpenAI
+/// Python SDK's stream helper (which would read a second role as
+/// `assistantassistant`), the Node one (which would take a second id as
+/// the answer's), the Anthropic Python SDK's message stream, Codex CLI
+/// (the Responses API) and Claude Code (the Messages API) each read the
+/// whole answer, as if nothing broke.
+fn the_sdks_and_coding_agents_read_a_continued_answer_as_whole(bin: &str) {
+    let p = Pair::start(bin, "prefix", "prefix", &[]);
+    let reference = uncut(&p);
+    p.a.set_fault(r#"{"fault":"reset","after":9}"#);
+    let python = repo().join(".cache/clients/venv/bin/python");
+    let mut lines = client_lines(
+        &p,
+        &python,
+        &repo().join("clients/python/resume.py"),
+        PROMPT,
+    );
+    lines.extend(client_lines(
+        &p,
+        Path::new("node"),
+        &repo().join("clients/node/resume.mjs"),
+        PROMPT,
+    ));
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["role"], "assistant", "{l}");
+        assert_eq!(l["text"].as_str(), Some(reference.text.as_str()), "{l}");
+        assert!(l["finish"] == "stop" || l["finish"] == "end_turn", "{l}");
+    }
+    // The OpenAI SDKs' answer has the id of the stream's first chunk: the
+    // cut attempt's.
+    let cut = p.a.journal();
+    assert_eq!(lines[0]["id"].as_str().unwrap(), first_id(&cut[0]));
+    assert_eq!(lines[2]["id"].as_str().unwrap(), first_id(&cut[2]));
+    let recs = p.gw.ledger_len(4);
+    assert!(
+        recs[1..].iter().all(|r| r.continued == 1 && r.complete),
+        "{recs:?}"
+    );
+
+    let home = tempfile::tempdir().unwrap();
+    let provider = format!(
+        "model = \"small\"\nmodel_provider = \"chatgate\"\n\
+         [model_providers.chatgate]\nname = \"chatgate\"\nbase_url = \"http://{}/v1\"\n\
+         env_key = \"CHATGATE_API_KEY\"\nwire_api = \"responses\"\n",
+        p.gw.addr
+    );
+    let (ok, text) = codex_with(
+        &provider,
+        &p.gw.key,
+        home.path(),
+        "Say hello [[sim:tools=none]]",
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("You said: Say hello"), "{text}");
+
+    let home = tempfile::tempdir().unwrap();
+    let env = vec![
+        ("ANTHROPIC_BASE_URL", format!("http://{}", p.gw.addr)),
+        ("ANTHROPIC_API_KEY", p.gw.key.clone()),
+        ("ANTHROPIC_MODEL", "small".to_owned()),
+        ("ANTHROPIC_SMALL_FAST_MODEL", "small".to_owned()),
+        ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "small".to_owned()),
+    ];
+    let (ok, out, text) = claude(home.path(), &env, "Say hello [[sim:tools=none]]");
+    assert!(ok, "{text}");
+    assert_eq!(out["is_error"], false, "{text}");
+    let result = out["result"].as_str().unwrap_or_default();
+    assert!(result.starts_with("You said: Say hello"), "{text}");
+    // Every answer the agents were given was cut, and continued.
+    let recs = p.gw.ledger();
+    assert!(recs.len() >= 6, "{recs:?}");
+    assert!(
+        recs[4..].iter().all(|r| r.continued == 1 && r.complete),
+        "{recs:?}"
+    );
+}
+
+/// No response at all, and a first event later than the attempt
+/// timeout, on every API: the fallback answers after one attempt timeout
+/// (`a` is asked once, never waited on again), the whole answer.
+fn no_answer_or_a_slow_first_event_goes_to_the_fallback_once(bin: &str) {
+    for (a_args, fault) in [
+        (&[][..], Some(r#"{"fault":"stall_headers"}"#)),
+        (&["--ttft-ms", "4000"][..], None),
+    ] {
+        let p = Pair::start_with(
+            bin,
+            a_args,
+            "prefix",
+            "prefix",
+            &["--upstream-attempt-timeout", "1s"],
+        );
+        if let Some(f) = fault {
+            p.a.set_fault(f);
+        }
+        let reference = uncut(&p);
+        assert_reads_as(&read(&p.chat("small", "")), &reference);
+        let responses = json!({"model": "small", "input": PROMPT, "stream": true}).to_string();
+        let r = request(
+            p.gw.addr,
+            "POST",
+            "/v1/responses",
+            Some(&p.gw.key),
+            Some(&responses),
+        );
+        assert!(
+            r.events()
+                .iter()
+                .any(|e| e.contains("\"response.completed\"")),
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let messages = json!({"model": "small", "max_tokens": 1000, "stream": true,
+            "messages": [{"role": "user", "content": PROMPT}]})
+        .to_string();
+        let r = request(
+            p.gw.addr,
+            "POST",
+            "/v1/messages",
+            Some(&p.gw.key),
+            Some(&messages),
+        );
+        assert!(
+            r.events().iter().any(|e| e.contains("\"message_stop\"")),
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let recs = p.gw.ledger_len(4);
+        for rec in &recs[1..] {
+            assert_eq!(
+                (rec.complete, rec.attempts, rec.served_model.as_deref()),
+                (true, 2, Some("big")),
+                "{rec:?}"
+            );
+        }
+        assert_eq!(p.a.journal().len(), 3, "a asked once a request");
+    }
 }

@@ -241,6 +241,8 @@ impl Connection {
         });
         // Or a continuation's chat events, rewritten.
         let mut spliced = (splicing && translated.is_none()).then(Vec::new);
+        // A data event went to the client in this batch.
+        let mut data_sent = false;
         // Or a chat answer, read for the memory as it passes.
         let recording = up.answer.is_some();
         // Whether the client has the response head (it goes out after the
@@ -329,20 +331,26 @@ impl Connection {
                     }
                 }
             }
-            // An answer's `[DONE]` without `finish_reason`, held back.
-            let held = may_resume
+            // An answer's `[DONE]` without `finish_reason`, held back
+            // (always in a continuation: its stream is written anew, and
+            // its end writes the cut's ending).
+            let held = (may_resume || splicing)
                 && kind == EventKind::Done
                 && !up.tracker.is_complete()
                 && up.tracker.error().is_none();
             up.done_held |= held;
             batch = Some(batch.map_or(r.clone(), |b| b.start..r.end));
             let data = chunk.as_deref().or(data.as_deref());
+            data_sent |= kind == EventKind::Data;
             if let Some(out) = spliced.as_mut() {
                 match (kind, chunk.as_deref()) {
                     (EventKind::Data, Some(c)) => {
                         out.extend_from_slice(b"data: ");
                         out.extend_from_slice(c);
                         out.extend_from_slice(b"\n\n");
+                        if let Some(answer) = up.answer.as_mut() {
+                            answer.chunk(c);
+                        }
                     }
                     _ if held => {}
                     _ => out.extend_from_slice(&up.body[r.clone()]),
@@ -365,7 +373,11 @@ impl Connection {
                 let event = translate_event(dialect, &opening, kind, data, &up.tracker, usage, out);
                 if event.is_err() {
                     // More than a translation keeps: the stream is over,
-                    // as any invalid provider stream.
+                    // as any invalid provider stream (and not continued:
+                    // a continuation would keep more still).
+                    if let Some(r) = req.resume.as_deref_mut() {
+                        r.give_up();
+                    }
                     end = Some(StreamEnd::Failed(
                         UpstreamFault::Invalid,
                         "the provider's answer holds more than a translation keeps",
@@ -429,10 +441,8 @@ impl Connection {
             if !committed {
                 self.stream_head(now, &mut bytes);
             }
-        } else if batch.is_some()
-            && let Some(attempt) = self.up.as_mut().and_then(|u| u.attempt.take())
-        {
-            // A continuation's first event: its attempt answered.
+        } else if data_sent && let Some(attempt) = self.up.as_mut().and_then(|u| u.attempt.take()) {
+            // A continuation's first chunk: its attempt answered.
             attempt.first_byte(now);
             attempt.finish(Outcome::Answered, now);
         }
@@ -483,8 +493,8 @@ impl Connection {
         let n = up.framer.complete_prefix();
         up.body.drain(..n);
         up.framer.consume(n);
-        if end.is_none() && sent && self.ping_event().is_some() {
-            self.timers.set(Timer::Ping, now + PING_INTERVAL);
+        if end.is_none() && sent {
+            self.arm_ping(now);
         }
         match end {
             Some(end) => self.end_stream(now, end, bytes),
@@ -496,6 +506,14 @@ impl Connection {
     /// (the Messages API's `ping`).
     fn ping_event(&self) -> Option<&'static [u8]> {
         self.req.as_ref()?.dialect.as_deref()?.ping()
+    }
+
+    /// The next ping of a stream whose API pings, [`PING_INTERVAL`] from
+    /// `now`.
+    pub(super) fn arm_ping(&mut self, now: Instant) {
+        if self.ping_event().is_some() {
+            self.timers.set(Timer::Ping, now + PING_INTERVAL);
+        }
     }
 
     /// The provider of a committed stream whose API pings was silent for
@@ -613,10 +631,18 @@ impl Connection {
         };
         let usage = up.tracker.usage();
         let total = self.total_usage(usage);
+        // A restart that differed from what the client has ends the
+        // stream as cut, whatever its own events said.
+        let diverged = self
+            .req
+            .as_ref()
+            .and_then(|r| r.resume.as_deref())
+            .is_some_and(Resume::diverged);
+        let complete = up.tracker.is_complete() && !diverged;
         let dialect = self.req.as_mut().and_then(|r| r.dialect.as_deref_mut());
         if let Some(dialect) = dialect {
             // Its last event, if the provider's `[DONE]` did not bring it.
-            let last = if up.tracker.is_complete() {
+            let last = if complete {
                 End::Finished(up.tracker.finish_reason())
             } else {
                 End::Failed(up.tracker.error().unwrap_or(what))
@@ -637,7 +663,7 @@ impl Connection {
         } else if !up.tracker.is_done() || up.done_held {
             // The cut stream's error event, unless the provider's own
             // error event already told the client.
-            let cut = !up.tracker.is_complete() && up.tracker.error().is_none();
+            let cut = !complete && up.tracker.error().is_none();
             if cut && self.gw.config().stream_error_event {
                 client_body(&mut bytes, &cut_stream_event(fault, what), chunked);
             }
@@ -646,7 +672,7 @@ impl Connection {
         if chunked {
             write::last_chunk(&mut bytes);
         }
-        if up.tracker.is_complete() {
+        if complete {
             let answer = match self.req.as_mut().and_then(|r| r.dialect.as_deref_mut()) {
                 Some(d) => d.started().and_then(Translator::take_reasoning),
                 None => up.answer.take().map(|a| a.into_log()),
@@ -654,8 +680,12 @@ impl Connection {
             self.remember_answer(now, answer);
         }
         let mut rec = self.record(now, 200);
-        rec.finish_reason = up.tracker.finish_reason().map(str::to_owned);
-        rec.complete = up.tracker.is_complete();
+        rec.finish_reason = up
+            .tracker
+            .finish_reason()
+            .filter(|_| !diverged)
+            .map(str::to_owned);
+        rec.complete = complete;
         rec.error = fault.map(str::to_owned);
         // An answer the provider ended (not one cut short) tells whether
         // it reports usage.

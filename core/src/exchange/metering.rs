@@ -79,7 +79,10 @@ impl Connection {
     /// the endpoint's prompt allowance.
     pub(super) fn meter(&self, rec: &mut LedgerRecord, usage: Option<Usage>, ended: bool) {
         let req = self.req.as_ref().expect("a record is for a request");
-        let endpoint = req.endpoint.as_ref();
+        // A continued stream's figures are several requests' together:
+        // nothing to learn of one endpoint from them.
+        let continued = req.resume.as_deref().is_some_and(|r| r.continued());
+        let endpoint = req.endpoint.as_ref().filter(|_| !continued);
         let Some(usage) = usage else {
             if !rec.upstream_status.is_some_and(|s| (200..300).contains(&s)) {
                 return;

@@ -97,6 +97,23 @@ impl Resume {
         self.cut.clone()
     }
 
+    /// A continuation was begun.
+    pub(super) fn continued(&self) -> bool {
+        self.begun > 0
+    }
+
+    /// A restart said something else than the client has: the stream
+    /// ends as it was cut, whatever the restart's tracker saw.
+    pub(super) fn diverged(&self) -> bool {
+        self.diverged
+    }
+
+    /// Nothing more will finish the stream (an answer over what a
+    /// translation keeps: a continuation would hit it again).
+    pub(super) fn give_up(&mut self) {
+        self.given_up = true;
+    }
+
     /// A continuation's chunks are being spliced in.
     pub(super) fn splicing(&self) -> bool {
         self.rewriter.is_some()
@@ -161,14 +178,13 @@ impl Connection {
         end: &StreamEnd,
         bytes: &mut Vec<u8>,
     ) -> bool {
-        let cut = match end {
-            StreamEnd::Failed(..) => true,
-            StreamEnd::Ended => self
+        // An answer whose finish arrived (a provider that broke after
+        // it), or that the provider's error event ended, is not cut.
+        let cut = matches!(end, StreamEnd::Failed(..) | StreamEnd::Ended)
+            && self
                 .up
                 .as_ref()
-                .is_some_and(|u| !u.tracker.is_complete() && u.tracker.error().is_none()),
-            _ => false,
-        };
+                .is_some_and(|u| !u.tracker.is_complete() && u.tracker.error().is_none());
         if !cut || !self.may_resume() || !self.req.as_ref().is_some_and(|r| r.has_answer()) {
             return false;
         }
@@ -187,6 +203,13 @@ impl Connection {
             attempt.finish(Outcome::Abandoned, now);
             return self.give_up_resuming();
         }
+        if resume.original.is_none() {
+            resume.original = Some(req.upstream_request[req.body_at..].to_vec());
+        }
+        let Some(body) = self.continuation_request(model, &attempt, plan == Plan::Restart) else {
+            attempt.finish(Outcome::Abandoned, now);
+            return self.give_up_resuming();
+        };
         // What the cut attempt sent goes out; the attempt is over.
         if !bytes.is_empty() {
             let out = std::mem::take(bytes);
@@ -202,9 +225,6 @@ impl Connection {
             resume.earlier_cost += price.cost_nano(u.prompt_tokens, u.completion_tokens);
         }
         resume.cut.get_or_insert_with(|| end.clone());
-        if resume.original.is_none() {
-            resume.original = Some(req.upstream_request[req.body_at..].to_vec());
-        }
         resume.begun += 1;
         tracing::info!(
             request_id = req.id.as_str(),
@@ -213,11 +233,33 @@ impl Connection {
             restart = plan == Plan::Restart,
             "stream cut mid-answer; asking for the rest"
         );
-        self.begin_continuation(now, model, attempt, plan == Plan::Restart);
+        self.begin_continuation(now, model, attempt, plan == Plan::Restart, body);
         if let Some(up) = self.up.as_mut() {
             up.answer = answer;
         }
         true
+    }
+
+    /// The request a continuation (or, `restart`, the answer from its
+    /// start) sends `attempt`'s endpoint for `model`: the conversation as
+    /// the cut attempt was sent it, named as that endpoint names the
+    /// model, with the part the client has. `None` when the body cannot
+    /// carry it (never for a validated body): nothing is continued then.
+    fn continuation_request(
+        &self,
+        model: usize,
+        attempt: &Attempt,
+        restart: bool,
+    ) -> Option<Vec<u8>> {
+        let req = self.req.as_ref()?;
+        let config = attempt.endpoint().config();
+        let name = config.model_name(&req.routes.as_ref()?.catalog().models()[model]);
+        let resume = req.resume.as_deref()?;
+        let original = with_model(resume.original.as_deref()?, name);
+        if restart {
+            return Some(original);
+        }
+        crate::dialect::splice::continuation_body(&original, config.continuation, &resume.part)
     }
 
     /// Nothing will finish the cut stream: it ends as it was cut.
@@ -293,7 +335,14 @@ impl Connection {
     /// Starts a continuation (or, `restart`, the answer from its start) on
     /// `attempt`'s endpoint, for `model`: the conversation as the cut
     /// attempt was sent it, with the part the client has.
-    fn begin_continuation(&mut self, now: Instant, model: usize, attempt: Attempt, restart: bool) {
+    fn begin_continuation(
+        &mut self,
+        now: Instant,
+        model: usize,
+        attempt: Attempt,
+        restart: bool,
+        body: Vec<u8>,
+    ) {
         let endpoint = Arc::clone(attempt.endpoint());
         let req = self.req.as_mut().expect("request in progress");
         if model != req.model {
@@ -316,19 +365,7 @@ impl Connection {
         req.endpoint = Some(Arc::clone(&endpoint));
         self.trace_attempt(now);
         let req = self.req.as_mut().expect("request in progress");
-        let routes = req.routes.as_ref().expect("routed");
-        let name = endpoint
-            .config()
-            .model_name(&routes.catalog().models()[model]);
         let resume = req.resume.as_deref_mut().expect("armed");
-        let original = with_model(resume.original.as_deref().unwrap_or_default(), name);
-        let mode = endpoint.config().continuation;
-        let body = if restart {
-            original
-        } else {
-            crate::dialect::splice::continuation_body(&original, mode, &resume.part)
-                .unwrap_or(original)
-        };
         resume.rewriter = Some(if restart {
             Rewriter::restart(&resume.part)
         } else {
@@ -339,6 +376,9 @@ impl Connection {
         req.upstream_request = out;
         req.body_at = body_at;
         self.connect_upstream(now, false, Some(attempt));
+        // A Messages client hears its pings while the continuation
+        // connects and thinks.
+        self.arm_ping(now);
     }
 
     /// A continuation failed before its first event (`err`): a refusal
@@ -391,11 +431,18 @@ impl Connection {
                 .as_ref()
                 .and_then(|r| r.choose(now, &except, model, None));
             if let Some(attempt) = attempt {
-                self.close_upstream();
-                self.begin_continuation(now, model, attempt, true);
-                return true;
+                match self.continuation_request(model, &attempt, true) {
+                    Some(body) => {
+                        self.close_upstream();
+                        self.begin_continuation(now, model, attempt, true, body);
+                        return true;
+                    }
+                    None => attempt.finish(Outcome::Abandoned, now),
+                }
             }
         }
+        let req = self.req.as_mut().expect("request in progress");
+        let resume = req.resume.as_deref_mut().expect("armed");
         if let Some(e) = &endpoint {
             resume.tried.push(e.id());
         }

@@ -359,7 +359,9 @@ impl Connection {
         let idle = now + self.gw.config().timeouts.upstream_idle;
         let answering = self.req.as_ref().is_some_and(|r| r.has_answer());
         let due = match self.up.as_ref() {
-            Some(u) if u.state == UpState::Streaming && !answering => {
+            // Before the first event for the client: also a
+            // continuation's, whose attempt is open until its first data.
+            Some(u) if u.state == UpState::Streaming && (!answering || u.attempt.is_some()) => {
                 u.first_byte_by.map_or(idle, |by| by.min(idle))
             }
             _ => idle,
@@ -469,7 +471,10 @@ impl Connection {
         }
         let Some(up) = self.up.as_ref() else { return };
         let answering = self.req.as_ref().is_some_and(|r| r.has_answer());
-        if up.state == UpState::Streaming && answering {
+        // A stream the client has (a continuation may still be
+        // connecting for it) ends as a stream.
+        let _ = up;
+        if answering {
             self.end_stream(now, StreamEnd::Shutdown, Vec::new());
         } else {
             self.close_upstream();

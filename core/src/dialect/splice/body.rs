@@ -8,11 +8,7 @@ use crate::json::{Cursor, Keys};
 /// `body` (a chat request as a provider was sent it) asking `mode`'s
 /// endpoint to continue what `part` holds; `None` when `body` is not an
 /// object with a `messages` array (it was validated: never).
-pub(crate) fn continuation_body(
-    body: &[u8],
-    mode: Continuation,
-    part: &Transcript,
-) -> Option<Vec<u8>> {
+pub fn continuation_body(body: &[u8], mode: Continuation, part: &Transcript) -> Option<Vec<u8>> {
     // Where the `messages` array ends, and the object.
     let mut messages_end = None;
     let mut empty = true;

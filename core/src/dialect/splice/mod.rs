@@ -17,8 +17,8 @@ mod rewrite;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use body::continuation_body;
-pub(crate) use rewrite::{Rewriter, Rewritten};
+pub use body::continuation_body;
+pub use rewrite::{Rewriter, Rewritten};
 
 use std::ops::Range;
 
@@ -100,7 +100,7 @@ impl Continuation {
 /// as the chunks' strings wrote them: the insides of several JSON strings
 /// are the inside of one), and how many tool calls it opened.
 #[derive(Debug, Default)]
-pub(crate) struct Transcript {
+pub struct Transcript {
     pub(super) id: Option<Vec<u8>>,
     pub(super) created: Option<Vec<u8>>,
     pub(super) model: Option<Vec<u8>>,
@@ -120,7 +120,7 @@ pub(crate) struct Transcript {
 
 /// What a cut stream can be finished with.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Plan {
+pub enum Plan {
     /// A continuation of the part the client has (the endpoint continues
     /// it).
     Continue,
@@ -134,7 +134,7 @@ pub(crate) enum Plan {
 
 impl Transcript {
     /// Reads one chunk the client was sent (an SSE event's data).
-    pub(crate) fn record(&mut self, data: &[u8]) {
+    pub fn record(&mut self, data: &[u8]) {
         if !self.enveloped {
             self.envelope(data);
         }
@@ -198,7 +198,7 @@ impl Transcript {
 
     /// What the cut stream can be finished with on an endpoint that
     /// continues as `mode`.
-    pub(crate) fn plan(&self, mode: Continuation) -> Plan {
+    pub fn plan(&self, mode: Continuation) -> Plan {
         if !mode.continues() {
             return Plan::No("the endpoint does not continue");
         }
@@ -214,17 +214,17 @@ impl Transcript {
 
     /// Whether the client has a tool call: its arguments may be cut, and
     /// no server continues them exactly.
-    pub(crate) fn has_calls(&self) -> bool {
+    pub fn has_calls(&self) -> bool {
         self.calls > 0
     }
 
     /// The text the client has, as it reads it.
-    pub(super) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         unescape(&self.content)
     }
 
     /// The reasoning the client has, as it reads it.
-    pub(super) fn reasoning_text(&self) -> String {
+    pub fn reasoning_text(&self) -> String {
         unescape(&self.reasoning)
     }
 

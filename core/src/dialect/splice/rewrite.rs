@@ -29,7 +29,7 @@ struct Expected {
 
 /// Rewrites one continuation's chunks.
 #[derive(Debug)]
-pub(crate) struct Rewriter {
+pub struct Rewriter {
     expected: Option<Expected>,
     /// The tool calls the client has: the continuation's are numbered
     /// after them.
@@ -38,7 +38,7 @@ pub(crate) struct Rewriter {
 
 /// One rewritten chunk.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Rewritten {
+pub enum Rewritten {
     /// Nothing for the client (a role chunk, text it has).
     Drop,
     /// This chunk's data.
@@ -49,7 +49,7 @@ pub(crate) enum Rewritten {
 
 impl Rewriter {
     /// For a continuation of what `part` holds.
-    pub(crate) fn continuation(part: &Transcript) -> Rewriter {
+    pub fn continuation(part: &Transcript) -> Rewriter {
         Rewriter {
             // Nothing to repeat; but after text, the reasoning was whole
             // (a model that thinks again before going on is not shown
@@ -64,7 +64,7 @@ impl Rewriter {
     }
 
     /// For the answer restarted from its start, checked against `part`.
-    pub(crate) fn restart(part: &Transcript) -> Rewriter {
+    pub fn restart(part: &Transcript) -> Rewriter {
         let content = part.text();
         Rewriter {
             expected: Some(Expected {
@@ -77,7 +77,7 @@ impl Rewriter {
     }
 
     /// Whether a restart still has text to repeat before it may end.
-    pub(crate) fn owes(&self) -> bool {
+    pub fn owes(&self) -> bool {
         self.expected
             .as_ref()
             .is_some_and(|e| !e.content.is_empty())
@@ -86,7 +86,7 @@ impl Rewriter {
     /// The chunk `data` of the continuation, for the stream `part` began;
     /// `earlier` is what the earlier attempts reported, added to its
     /// usage. A chunk that is not a JSON object goes as it is.
-    pub(crate) fn rewrite(
+    pub fn rewrite(
         &mut self,
         part: &Transcript,
         data: &[u8],
