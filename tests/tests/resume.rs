@@ -31,6 +31,7 @@ cases!(
     a_client_that_leaves_during_the_continuation_stops_it,
     the_sdks_and_coding_agents_read_a_continued_answer_as_whole,
     no_answer_or_a_slow_first_event_goes_to_the_fallback_once,
+    the_trace_shows_the_cut_attempt_and_its_continuation,
 );
 
 /// `small` on `a` falls back to `big` on `c`.
@@ -746,4 +747,55 @@ fn no_answer_or_a_slow_first_event_goes_to_the_fallback_once(bin: &str) {
         }
         assert_eq!(p.a.journal().len(), 3, "a asked once a request");
     }
+}
+
+/// A continued stream's trace: the request's span, with the cut attempt
+/// (its error the cut's) and the continuation (on the fallback's
+/// endpoint, saying how it continued, the provider sent the next id) as
+/// its two client spans.
+fn the_trace_shows_the_cut_attempt_and_its_continuation(bin: &str) {
+    let receiver = OtlpReceiver::start();
+    let p = Pair::start(
+        bin,
+        "prefix",
+        "prefix",
+        &["--otlp-endpoint", &receiver.url()],
+    );
+    p.a.set_fault(r#"{"fault":"reset","after":9}"#);
+    read(&p.chat("small", ""));
+    let rec = p.gw.ledger_len(1)[0].clone();
+    let mut spans = Vec::new();
+    eventually("three spans", || {
+        spans = receiver.spans();
+        spans.len() >= 3
+    });
+    let server = spans
+        .iter()
+        .find(|s| s["kind"] == "server")
+        .expect("the request's span");
+    assert_eq!(server["attributes"]["chatgate.request_id"], rec.request_id);
+    assert_eq!(server["attributes"]["chatgate.attempts"], 2);
+    let kids: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["parent_span_id"] == server["span_id"] && s["kind"] == "client")
+        .collect();
+    assert_eq!(kids.len(), 2, "{spans:#?}");
+    let on = |name: &str| {
+        &kids
+            .iter()
+            .find(|s| s["attributes"]["chatgate.endpoint"] == name)
+            .unwrap_or_else(|| panic!("no span on {name}: {kids:#?}"))["attributes"]
+    };
+    let (cut, continued) = (on("a"), on("c"));
+    assert_eq!(cut["error.type"], "upstream_reset", "{cut:#}");
+    assert_eq!(continued["chatgate.endpoint"], "c");
+    assert_eq!(continued["chatgate.continuation"], "prefix");
+    assert!(continued.get("error.type").is_none(), "{continued:#}");
+    let sent: Vec<String> = [&p.a, &p.c]
+        .iter()
+        .map(|s| s.journal()[0]["request_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(cut["http.request.header.x-request-id"], sent[0]);
+    assert_eq!(continued["http.request.header.x-request-id"], sent[1]);
+    assert_eq!(rec.provider_request_id.as_deref(), Some(sent[1].as_str()));
 }

@@ -215,6 +215,19 @@ impl Connection {
             let out = std::mem::take(bytes);
             self.push_client(now, &out);
         }
+        // The cut attempt's span says how it broke (an end without
+        // `finish_reason` as the cut stream's error event names it).
+        let broke = match end {
+            StreamEnd::Failed(f, w) => ApiError::upstream(*f, *w),
+            _ => {
+                let mut e = ApiError::upstream(UpstreamFault::Reset, "no finish_reason");
+                e.fault = None;
+                e.code = "upstream_incomplete";
+                e
+            }
+        };
+        let status = self.req.as_ref().and_then(|r| r.upstream_status);
+        self.trace_attempt_failed(now, &broke, status);
         let price = self.model_price();
         let mut up = self.close_upstream();
         let answer = up.answer.take();
@@ -364,6 +377,11 @@ impl Connection {
         req.upstream_status = None;
         req.endpoint = Some(Arc::clone(&endpoint));
         self.trace_attempt(now);
+        self.trace_continuation(if restart {
+            "restart"
+        } else {
+            endpoint.config().continuation.as_str()
+        });
         let req = self.req.as_mut().expect("request in progress");
         let resume = req.resume.as_deref_mut().expect("armed");
         resume.rewriter = Some(if restart {

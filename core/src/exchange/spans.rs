@@ -87,6 +87,9 @@ pub(super) struct AttemptTrace {
     pub(super) started: Instant,
     /// When and how it failed (a later attempt followed, or none could).
     pub(super) failed: Option<(Instant, String, Option<u16>)>,
+    /// It continues a stream cut mid-answer: how (the endpoint's
+    /// `continuation`, or `restart`).
+    pub(super) continues: Option<&'static str>,
 }
 
 impl RequestTrace {
@@ -177,7 +180,20 @@ impl Connection {
             model,
             started: now,
             failed: None,
+            continues: None,
         });
+    }
+
+    /// The attempt just started continues a cut stream, `how`.
+    pub(super) fn trace_continuation(&mut self, how: &'static str) {
+        if let Some(a) = self
+            .req
+            .as_mut()
+            .and_then(|r| r.trace.as_mut())
+            .and_then(|t| t.attempts.last_mut())
+        {
+            a.continues = Some(how);
+        }
     }
 
     /// The current attempt failed with `err` (the provider's status, if it
@@ -454,6 +470,9 @@ fn attempt_attributes(
     ];
     if !a.model.is_empty() {
         attrs.push(("gen_ai.request.model", Value::Str(a.model.clone())));
+    }
+    if let Some(how) = a.continues {
+        attrs.push(("chatgate.continuation", Value::Str(how.to_owned())));
     }
     // The id the provider was sent (its logs name the request so).
     attrs.push((
