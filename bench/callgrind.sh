@@ -50,6 +50,10 @@
 #   --fair-sched Y|N  valgrind's --fair-sched                [default: yes]
 #   --endpoints N     a pool of N [[upstream]] endpoints, all the one
 #                     simulator (the pool's own cost)        [default: 1, --upstream]
+#   --continuation M  every endpoint of the pool says it continues a cut
+#                     stream as M (`continuation` on [[upstream]]; a pool
+#                     file even with one endpoint): what recording each
+#                     stream for --stream-resume costs  [default: none]
 #   --serve-args "A"  more `serve` flags, split on spaces (e.g.
 #                     "--default-budget-usd 1000000 --default-max-in-flight 64":
 #                     what a budget and a cap cost)  [default: none]
@@ -86,6 +90,7 @@ workloads="nonstream,stream"
 build=1
 fair_sched=yes
 endpoints=1
+continuation=""
 serve_args=""
 out_dir=""
 nice_level="${NICE:-10}"
@@ -100,6 +105,7 @@ while [ $# -gt 0 ]; do
         --workloads) workloads="$2"; shift 2 ;;
         --fair-sched) fair_sched="$2"; shift 2 ;;
         --endpoints) endpoints="$2"; shift 2 ;;
+        --continuation) continuation="$2"; shift 2 ;;
         --serve-args) serve_args="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
         --out-dir) out_dir="$2"; shift 2 ;;
@@ -392,9 +398,10 @@ second = dict(first, messages=first["messages"] + [
     {"role": "tool", "tool_call_id": call["id"], "content": "Paris, since 987."}])
 open(f"{work}/toolloop.json", "w").write(json.dumps(second))
 PY
-if [ "$endpoints" -gt 1 ]; then
+if [ "$endpoints" -gt 1 ] || [ -n "$continuation" ]; then
     for i in $(seq 1 "$endpoints"); do
         printf '[[upstream]]\nname = "e%s"\nurl = "%s"\n' "$i" "$upstream"
+        [ -z "$continuation" ] || printf 'continuation = "%s"\n' "$continuation"
     done >"$work/pool.toml"
     upstream_args=(--config "$work/pool.toml")
 else
@@ -475,7 +482,7 @@ done
 
 echo
 echo "user-space instructions per request (callgrind Ir, chatgate $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-echo "endpoints: $endpoints"
+echo "endpoints: $endpoints${continuation:+ (continuation = $continuation)}"
 echo "serve args: ${serve_args:-none}"
 echo "warm-up W=$warmup, measured N=$requests, $conns connections, --fair-sched=$fair_sched; per request = (Ir(W+N) - Ir(W)) / N"
 echo

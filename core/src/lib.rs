@@ -193,6 +193,7 @@ pub use auth::{
     is_valid_name, key_hash_hex, key_sha256, mint_key, parse_keys_file, render_keys_file,
 };
 pub use catalog::{Catalog, Model, Price, format_usd};
+pub use dialect::splice::Continuation;
 pub use keyops::{AuditRecord, FieldChange, KeyChanges, KeyOp, OpError, apply_key_op, check_keys};
 pub use ledger::LedgerRecord;
 pub use limits::{

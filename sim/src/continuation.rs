@@ -17,7 +17,9 @@
 //! text (the reasoning was whole); a part with reasoning only continues the
 //! reasoning, then answers. A part that is not the start of the
 //! simulator's own answer is answered as if it were empty (a model that
-//! starts over). A message with tool calls is not continued.
+//! starts over). A message with tool calls is not continued. The fault a
+//! continued request's question names (`[[sim:fault=…]]`) is not applied
+//! again: it struck the answer being continued.
 
 use serde_json::Value;
 

@@ -32,6 +32,7 @@ cases!(
     the_sdks_and_coding_agents_read_a_continued_answer_as_whole,
     no_answer_or_a_slow_first_event_goes_to_the_fallback_once,
     the_trace_shows_the_cut_attempt_and_its_continuation,
+    the_demo_finishes_a_stream_it_cuts,
 );
 
 /// `small` on `a` falls back to `big` on `c`.
@@ -798,4 +799,34 @@ fn the_trace_shows_the_cut_attempt_and_its_continuation(bin: &str) {
     assert_eq!(cut["http.request.header.x-request-id"], sent[0]);
     assert_eq!(continued["http.request.header.x-request-id"], sent[1]);
     assert_eq!(rec.provider_request_id.as_deref(), Some(sent[1].as_str()));
+}
+
+/// `demo`'s simulator continues (`prefix`): a stream cut by the marker in
+/// its question arrives whole, in one stream, as the same question
+/// answered uncut.
+fn the_demo_finishes_a_stream_it_cuts(bin: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_demo, addr, _, key) = start_demo(bin, dir.path());
+    let ask = |q: &str| {
+        let body = json!({"model": "reasoning-model-k3", "stream": true,
+                          "messages": [{"role": "user", "content": q}]});
+        read(&request(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(&key),
+            Some(&body.to_string()),
+        ))
+    };
+    let got = ask("Why is the sky blue? [[sim:fault=reset,after=20]]");
+    assert_eq!(got.roles, ["assistant"], "{got:?}");
+    assert_eq!(
+        (got.finishes.as_slice(), got.done, got.errors),
+        (&["stop".to_owned()][..], 1, 0)
+    );
+    assert!(got.ids.iter().all(|i| *i == got.ids[0]), "{:?}", got.ids);
+    assert!(
+        got.text.starts_with("You said: Why is the sky blue?"),
+        "{got:?}"
+    );
 }

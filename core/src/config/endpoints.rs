@@ -311,6 +311,34 @@ mod tests {
     }
 
     #[test]
+    fn an_endpoint_says_how_it_continues() {
+        let p = endpoints(
+            r#"
+            [[upstream]]
+            name = "vllm"
+            url = "http://vllm:8000/v1"
+            continuation = "continue_final_message"
+            [[upstream]]
+            name = "openai"
+            url = "https://api.openai.com/v1"
+            "#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(p[0].continuation, Continuation::ContinueFinalMessage);
+        assert_eq!(p[1].continuation, Continuation::None, "the default");
+        let e = endpoints(
+            "[[upstream]]\nname = \"x\"\nurl = \"http://x/v1\"\ncontinuation = \"yes\"",
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("[[upstream]] #1") && e.contains("continuation") && e.contains("'yes'"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn endpoints_from_tables() {
         let p = endpoints(
             r#"

@@ -475,7 +475,19 @@ fn endpoint_configs(
                 .get(UPSTREAM_KEY_ENV)
                 .filter(|k| !k.is_empty())
                 .map(Secret::new);
-            return Ok(vec![EndpointConfig::single(target, ca)]);
+            let mut endpoint = EndpointConfig::single(target, ca);
+            if let Some((v, src)) = r.get("upstream_continuation") {
+                endpoint.continuation = crate::dialect::splice::Continuation::parse(&v)
+                    .ok_or_else(|| {
+                        bad(
+                            "upstream_continuation",
+                            &v,
+                            src,
+                            crate::dialect::splice::Continuation::NAMES,
+                        )
+                    })?;
+            }
+            return Ok(vec![endpoint]);
         }
     };
     let mut endpoints = parse_endpoints(&tables, &r.env)?;
@@ -1004,6 +1016,61 @@ mod tests {
         assert!(!summary.contains("sk-provider-xyz"));
         assert!(summary.contains("provider_key=set"));
         assert!(!format!("{c:?}").contains("sk-provider-xyz"));
+    }
+
+    #[test]
+    fn stream_resumption_settings() {
+        let base = [("upstream", "http://h/v1"), ("keys", "k")];
+        let c = ServeConfig::resolve(sources(&base, &[], None)).unwrap();
+        assert!(c.gateway.stream_resume);
+        assert_eq!(c.gateway.stream_resume_attempts, 1);
+        assert_eq!(
+            c.gateway.endpoints[0].continuation,
+            crate::dialect::splice::Continuation::None
+        );
+        let c = ServeConfig::resolve(sources(
+            &[
+                ("upstream", "http://h/v1"),
+                ("keys", "k"),
+                ("upstream_continuation", "continue_final_message"),
+                ("stream_resume", "off"),
+                ("stream_resume_attempts", "2"),
+            ],
+            &[],
+            None,
+        ))
+        .unwrap();
+        assert_eq!(
+            c.gateway.endpoints[0].continuation,
+            crate::dialect::splice::Continuation::ContinueFinalMessage
+        );
+        assert!(!c.gateway.stream_resume);
+        assert_eq!(c.gateway.stream_resume_attempts, 2);
+        let e = ServeConfig::resolve(sources(
+            &[
+                ("upstream", "http://h/v1"),
+                ("keys", "k"),
+                ("upstream_continuation", "prefill"),
+            ],
+            &[],
+            None,
+        ))
+        .unwrap_err();
+        assert!(
+            e.0.contains("upstream-continuation") && e.0.contains("final_assistant"),
+            "{e}"
+        );
+        let e = ServeConfig::resolve(sources(
+            &[
+                ("upstream", "http://h/v1"),
+                ("keys", "k"),
+                ("stream_resume_attempts", "0"),
+            ],
+            &[],
+            None,
+        ))
+        .unwrap_err();
+        assert!(e.0.contains("stream-resume-attempts"), "{e}");
     }
 
     #[test]

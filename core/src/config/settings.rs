@@ -289,6 +289,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Extra CA certificate(s) to trust for an https upstream and a rediss:// Redis (PEM file)",
     ),
     s(
+        "upstream_continuation",
+        "MODE",
+        Some("none"),
+        "How the --upstream endpoint continues a final assistant message, for --stream-resume: none, prefix (DeepSeek's beta base, Mistral), partial (Kimi), continue_final_message (vLLM, SGLang), final_assistant (llama.cpp, Ollama); [[upstream]] tables set their own continuation",
+    ),
+    s(
         "keys",
         "FILE|URL",
         None,

@@ -65,6 +65,11 @@ pub(super) fn start_demo<R: Runtime>(rt: R, m: &ArgMatches) -> Result<ExitCode, 
         .map(|b| format!("{b:02x}"))
         .collect();
     let mut config = GatewayConfig::new(upstream.clone());
+    // The simulator continues a final assistant message with `prefix`: a
+    // stream it cuts (`[[sim:fault=reset,after=20]]`) is finished.
+    for e in &mut config.endpoints {
+        e.continuation = chatgate_core::Continuation::Prefix;
+    }
     config.console_token = Some(chatgate_core::Secret::new(admin_token.clone()));
     // Every client API, so a coding agent can be pointed at it as it is.
     config.apis = chatgate_core::Apis {
@@ -158,6 +163,7 @@ pub(super) fn start_demo_sim<R: Runtime>(rt: &R) -> Result<std::net::SocketAddr,
             ttft: Duration::from_millis(300),
             token_interval: Duration::from_millis(20),
             tools_on_request: true,
+            continuation: chatgate_sim::Continuation::Prefix,
             ..SimOptions::default()
         },
         wall,

@@ -177,7 +177,15 @@ pub(crate) fn plan_chat(
     {
         return refusal;
     }
-    let fault = match chosen_fault(&ask, opts) {
+    // A continued answer is a new request: the fault its question names
+    // struck the answer it continues (a runtime fault still applies).
+    let fault = match chosen_fault(&ask, opts).map(|f| {
+        if part.is_some() {
+            opts.fault.clone()
+        } else {
+            f
+        }
+    }) {
         Ok(f) => f,
         Err(msg) => {
             return plan_error(

@@ -391,3 +391,32 @@ fn a_final_assistant_message_is_continued_with_the_rest_of_the_answer() {
     let (_, _, _, c) = track(&plan);
     assert_ne!(format!("{}{c}", &content[..cut]), content);
 }
+
+#[test]
+fn the_fault_a_question_names_does_not_strike_its_continuation() {
+    let opts = SimOptions {
+        continuation: crate::Continuation::Prefix,
+        ..SimOptions::default()
+    };
+    let ask = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"Why? [[sim:fault=reset,after=3]]"}]}"#;
+    let plan = chat_plan(ask.as_bytes(), &opts, 0, 1, no_cache);
+    let (kinds, _, _, _) = track(&plan);
+    assert_ne!(
+        kinds.last(),
+        Some(&EventKind::Done),
+        "the first answer is cut"
+    );
+    let mut v: Value = serde_json::from_str(ask).unwrap();
+    v["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"role": "assistant", "content": "", "prefix": true}));
+    let plan = chat_plan(v.to_string().as_bytes(), &opts, 0, 1, no_cache);
+    let (kinds, t, _, _) = track(&plan);
+    assert_eq!(
+        kinds.last(),
+        Some(&EventKind::Done),
+        "its continuation is whole"
+    );
+    assert_eq!(t.finish_reason(), Some("stop"));
+}
