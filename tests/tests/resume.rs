@@ -26,7 +26,7 @@ cases!(
     each_cut_after_the_first_event_is_finished_by_the_fallback,
     a_cut_in_the_reasoning_is_continued_or_the_answer_restarted,
     a_fallback_that_refuses_the_prefix_is_asked_again_and_spliced_only_if_it_repeats,
-    the_responses_and_messages_streams_continue_as_one_stream,
+    the_responses_messages_and_gemini_streams_continue_as_one_stream,
     a_cut_in_a_tool_call_and_resume_off_end_as_before,
     a_client_that_leaves_during_the_continuation_stops_it,
     the_sdks_and_coding_agents_read_a_continued_answer_as_whole,
@@ -88,7 +88,7 @@ impl Pair {
             "--admin-listen".to_owned(),
             "127.0.0.1:0".to_owned(),
             "--apis".to_owned(),
-            "chat,responses,messages".to_owned(),
+            "chat,responses,messages,gemini".to_owned(),
         ];
         all.extend(args.iter().map(|s| (*s).to_owned()));
         let mut gw = Gw::start(
@@ -399,81 +399,97 @@ fn a_fallback_that_refuses_the_prefix_is_asked_again_and_spliced_only_if_it_repe
     assert_eq!(p.resumes("diverged"), 1);
 }
 
-/// The Responses and Messages streams of a cut answer continue as one:
-/// one `response.completed` (one `message_stop`) whose text is the uncut
-/// answer's.
-fn the_responses_and_messages_streams_continue_as_one_stream(bin: &str) {
-    let p = Pair::start(bin, "prefix", "prefix", &[]);
+/// The Responses, Messages and Gemini streams of an answer cut each way
+/// continue as one: one `response.completed` (one `message_stop`, one
+/// `finishReason`) whose text is the uncut answer's.
+fn the_responses_messages_and_gemini_streams_continue_as_one_stream(bin: &str) {
+    let p = Pair::start(bin, "prefix", "prefix", &["--upstream-idle-timeout", "1s"]);
     let reference = uncut(&p);
-    p.a.set_fault(r#"{"fault":"reset","after":9}"#);
-    let body = json!({"model": "small", "input": PROMPT, "stream": true});
-    let r = request(
-        p.gw.addr,
-        "POST",
-        "/v1/responses",
-        Some(&p.gw.key),
-        Some(&body.to_string()),
-    );
-    assert_eq!(r.status, 200);
-    let events: Vec<Value> = r
-        .events()
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
-    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
-    assert_eq!(
-        kinds.iter().filter(|k| **k == "response.created").count(),
-        1
-    );
-    assert_eq!(
-        kinds.iter().filter(|k| **k == "response.completed").count(),
-        1,
-        "{kinds:?}"
-    );
-    assert!(!kinds.contains(&"response.failed"), "{kinds:?}");
-    let text: String = events
-        .iter()
-        .filter(|e| e["type"] == "response.output_text.delta")
-        .map(|e| e["delta"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(text, reference.text);
+    let post = |path: &str, body: Value| {
+        let r = request(
+            p.gw.addr,
+            "POST",
+            path,
+            Some(&p.gw.key),
+            Some(&body.to_string()),
+        );
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.events()
+            .iter()
+            .map(|e| serde_json::from_str::<Value>(e).unwrap())
+            .collect::<Vec<Value>>()
+    };
+    let count = |events: &[Value], kind: &str| events.iter().filter(|e| e["type"] == kind).count();
+    let faults = [
+        r#"{"fault":"reset","after":9}"#,
+        r#"{"fault":"stall","after":9}"#,
+        r#"{"fault":"bad_chunk","after":9}"#,
+        r#"{"fault":"end_early","after":9}"#,
+    ];
+    for fault in faults {
+        p.a.set_fault(fault);
+        let events = post(
+            "/v1/responses",
+            json!({"model": "small", "input": PROMPT, "stream": true}),
+        );
+        assert_eq!(count(&events, "response.created"), 1, "{fault}");
+        assert_eq!(
+            count(&events, "response.completed"),
+            1,
+            "{fault}: {events:?}"
+        );
+        assert_eq!(count(&events, "response.failed"), 0, "{fault}");
+        let text: String = events
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .map(|e| e["delta"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(text, reference.text, "{fault}");
 
-    p.a.set_fault(r#"{"fault":"reset","after":9}"#);
-    let body = json!({"model": "small", "max_tokens": 1000, "stream": true,
-                      "messages": [{"role": "user", "content": PROMPT}]});
-    let r = request(
-        p.gw.addr,
-        "POST",
-        "/v1/messages",
-        Some(&p.gw.key),
-        Some(&body.to_string()),
-    );
-    assert_eq!(r.status, 200);
-    let events: Vec<Value> = r
-        .events()
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
-    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
-    assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1);
-    assert_eq!(
-        kinds.iter().filter(|k| **k == "message_stop").count(),
-        1,
-        "{kinds:?}"
-    );
-    assert!(!kinds.contains(&"error"), "{kinds:?}");
-    let text: String = events
-        .iter()
-        .filter(|e| e["type"] == "content_block_delta" && e["delta"]["type"] == "text_delta")
-        .map(|e| e["delta"]["text"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(text, reference.text);
-    let stop = events
-        .iter()
-        .find(|e| e["type"] == "message_delta")
-        .unwrap();
-    assert_eq!(stop["delta"]["stop_reason"], "end_turn");
-    let recs = p.gw.ledger_len(3);
+        let events = post(
+            "/v1/messages",
+            json!({"model": "small", "max_tokens": 1000, "stream": true,
+                   "messages": [{"role": "user", "content": PROMPT}]}),
+        );
+        assert_eq!(count(&events, "message_start"), 1, "{fault}");
+        assert_eq!(count(&events, "message_stop"), 1, "{fault}: {events:?}");
+        assert_eq!(count(&events, "error"), 0, "{fault}");
+        let text: String = events
+            .iter()
+            .filter(|e| e["type"] == "content_block_delta" && e["delta"]["type"] == "text_delta")
+            .map(|e| e["delta"]["text"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(text, reference.text, "{fault}");
+        let stop = events
+            .iter()
+            .find(|e| e["type"] == "message_delta")
+            .unwrap();
+        assert_eq!(stop["delta"]["stop_reason"], "end_turn", "{fault}");
+
+        let events = post(
+            "/v1beta/models/small:streamGenerateContent?alt=sse",
+            json!({"contents": [{"role": "user", "parts": [{"text": PROMPT}]}]}),
+        );
+        let text: String = events
+            .iter()
+            .flat_map(|e| {
+                e["candidates"][0]["content"]["parts"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|part| part["thought"] != true)
+            .filter_map(|part| part["text"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(text, reference.text, "{fault}");
+        let finishes: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| e["candidates"][0].get("finishReason"))
+            .collect();
+        assert_eq!(finishes, [&json!("STOP")], "{fault}: {events:?}");
+        assert!(events.iter().all(|e| e.get("error").is_none()), "{fault}");
+    }
+    let recs = p.gw.ledger_len(13);
     assert!(
         recs[1..].iter().all(|r| r.continued == 1 && r.complete),
         "{recs:?}"
