@@ -38,6 +38,7 @@
 //! | `failover.rs` | attempts: the endpoint each goes to, the request as it is sent it, and whether a failed one is tried elsewhere |
 //! | `upstream.rs` | the provider connection: connecting, its response head, failures, timeouts, the leftover after `[DONE]` |
 //! | `forward.rs` | the provider's answer to the client: a whole body, or events as they come |
+//! | `ending.rs` | how a provider's stream ends for the client: a cut stream's last event and `[DONE]`, the ledger line first, unless a continuation finishes it |
 //! | `resume.rs` | a stream cut mid-answer finished by a continuation on an endpoint that continues (`--stream-resume`): when, where, a refused prefix restarted, the attempts metered together |
 //! | `keepalive.rs` | the first-event keep-alive: a silent stream committed early and kept alive until its first event, and how it fails after |
 //! | `metering.rs` | the ledger record, metrics and access lines |
@@ -50,6 +51,7 @@
 
 mod admission;
 mod background;
+mod ending;
 mod failover;
 mod forward;
 mod keepalive;

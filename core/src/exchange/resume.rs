@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use super::Connection;
 use super::admission::fallbacks;
+use super::ending::StreamEnd;
 use super::failover::{classify, provider_request};
-use super::forward::StreamEnd;
 use super::request::KeyRef;
 use crate::catalog::Price;
 use crate::dialect::splice::{Plan, Rewriter, Rewritten, Transcript};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::forward::StreamEnd;
+use super::ending::StreamEnd;
 use super::timers::Timer;
 use super::{Connection, Event, Phase, UpstreamFailure};
 use crate::endpoints::Attempt;
