@@ -185,7 +185,13 @@ impl Connection {
                 .up
                 .as_ref()
                 .is_some_and(|u| !u.tracker.is_complete() && u.tracker.error().is_none());
-        if !cut || !self.may_resume() || !self.req.as_ref().is_some_and(|r| r.has_answer()) {
+        if !cut {
+            return false;
+        }
+        // A continuation that broke before it gave the client anything:
+        // its endpoint hears how, and is not asked again.
+        self.fail_open_attempt(now, end);
+        if !self.may_resume() || !self.req.as_ref().is_some_and(|r| r.has_answer()) {
             return false;
         }
         if !self.one_choice() {
@@ -215,19 +221,9 @@ impl Connection {
             let out = std::mem::take(bytes);
             self.push_client(now, &out);
         }
-        // The cut attempt's span says how it broke (an end without
-        // `finish_reason` as the cut stream's error event names it).
-        let broke = match end {
-            StreamEnd::Failed(f, w) => ApiError::upstream(*f, *w),
-            _ => {
-                let mut e = ApiError::upstream(UpstreamFault::Reset, "no finish_reason");
-                e.fault = None;
-                e.code = "upstream_incomplete";
-                e
-            }
-        };
+        // The cut attempt's span says how it broke.
         let status = self.req.as_ref().and_then(|r| r.upstream_status);
-        self.trace_attempt_failed(now, &broke, status);
+        self.trace_attempt_failed(now, &broke(end), status);
         let price = self.model_price();
         let mut up = self.close_upstream();
         let answer = up.answer.take();
@@ -246,11 +242,23 @@ impl Connection {
             restart = plan == Plan::Restart,
             "stream cut mid-answer; asking for the rest"
         );
-        self.begin_continuation(now, model, attempt, plan == Plan::Restart, body);
-        if let Some(up) = self.up.as_mut() {
-            up.answer = answer;
-        }
+        self.begin_continuation(now, model, attempt, plan == Plan::Restart, body, answer);
         true
+    }
+
+    /// The attempt answering now, still open (a continuation that sent
+    /// nothing the client got), ended `end`: finished as that failure, its
+    /// endpoint not asked for a continuation again.
+    fn fail_open_attempt(&mut self, now: Instant, end: &StreamEnd) {
+        let Some(attempt) = self.up.as_mut().and_then(|u| u.attempt.take()) else {
+            return;
+        };
+        let status = self.req.as_ref().and_then(|r| r.upstream_status);
+        attempt.finish(classify(&broke(end), status).0, now);
+        let req = self.req.as_mut().expect("request in progress");
+        if let (Some(r), Some(e)) = (req.resume.as_deref_mut(), req.endpoint.as_ref()) {
+            r.tried.push(e.id());
+        }
     }
 
     /// The request a continuation (or, `restart`, the answer from its
@@ -355,6 +363,7 @@ impl Connection {
         attempt: Attempt,
         restart: bool,
         body: Vec<u8>,
+        answer: Option<Box<crate::dialect::AnswerRecorder>>,
     ) {
         let endpoint = Arc::clone(attempt.endpoint());
         let req = self.req.as_mut().expect("request in progress");
@@ -371,8 +380,11 @@ impl Connection {
         req.attempts += 1;
         req.model_attempts += 1;
         // The continuation's first event is due within the first-byte
-        // timeout, counted from the cut.
-        req.model_started = Some(now);
+        // timeout, counted from the cut (a restart after a refusal keeps
+        // the continuation's).
+        if !restart || req.model_started.is_none() {
+            req.model_started = Some(now);
+        }
         req.provider_id = crate::gateway::provider_request_id(&req.id, req.attempts);
         req.upstream_status = None;
         req.endpoint = Some(Arc::clone(&endpoint));
@@ -398,6 +410,10 @@ impl Connection {
         req.upstream_request = out;
         req.body_at = body_at;
         self.connect_upstream(now, false, Some(attempt));
+        // The memory's record of the answer goes on with it.
+        if let (Some(up), Some(answer)) = (self.up.as_mut(), answer) {
+            up.answer = Some(answer);
+        }
         // A Messages client hears its pings while the continuation
         // connects and thinks.
         self.arm_ping(now);
@@ -455,8 +471,8 @@ impl Connection {
             if let Some(attempt) = attempt {
                 match self.continuation_request(model, &attempt, true) {
                     Some(body) => {
-                        self.close_upstream();
-                        self.begin_continuation(now, model, attempt, true, body);
+                        let answer = self.close_upstream().answer.take();
+                        self.begin_continuation(now, model, attempt, true, body, answer);
                         return true;
                     }
                     None => attempt.finish(Outcome::Abandoned, now),
@@ -518,5 +534,19 @@ impl Connection {
             ResumeOutcome::Continued
         };
         self.gw.metrics().stream_resume(outcome);
+    }
+}
+
+/// How a cut broke, as an error (an end without `finish_reason` as the
+/// cut stream's error event names it).
+fn broke(end: &StreamEnd) -> ApiError {
+    match end {
+        StreamEnd::Failed(f, w) => ApiError::upstream(*f, *w),
+        _ => {
+            let mut e = ApiError::upstream(UpstreamFault::Reset, "no finish_reason");
+            e.fault = None;
+            e.code = "upstream_incomplete";
+            e
+        }
     }
 }

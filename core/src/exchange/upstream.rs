@@ -255,7 +255,12 @@ impl Connection {
         // A chat answer's reasoning is read for the memory only when its
         // model replays reasoning (a translator keeps its own).
         let chat = self.req.as_ref().is_some_and(|r| r.dialect.is_none());
-        let answer = (chat && self.remembers()).then(Box::default);
+        // A connection tried again for the same attempt keeps what its
+        // record holds (a continuation's holds the client's part).
+        let answer = match self.up.as_mut().and_then(|u| u.answer.take()) {
+            Some(answer) => Some(answer),
+            None => (chat && self.remembers()).then(Box::default),
+        };
         let config = self.gw.config();
         self.up = Some(Box::new(Upstream::new(
             config.max_sse_event,

@@ -40,8 +40,9 @@ pub enum Continuation {
     /// A last assistant message with `"partial": true` (Moonshot's Kimi).
     Partial,
     /// The last assistant message, with `"continue_final_message": true`
-    /// and `"add_generation_prompt": false` (vLLM, SGLang, newer
-    /// llama.cpp servers).
+    /// and `"add_generation_prompt": false` (vLLM, SGLang; llama.cpp's
+    /// server takes it too but sends the part back first: give it
+    /// `FinalAssistant`, whose echo is taken off).
     ContinueFinalMessage,
     /// Any last assistant message, as it is (llama.cpp's server by
     /// default, Ollama, lmdeploy).
