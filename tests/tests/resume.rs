@@ -127,13 +127,12 @@ impl Pair {
         let mut body = body.to_string();
         body.pop();
         body.push_str(&format!("{extra}}}"));
-        request(
-            self.gw.addr,
-            "POST",
-            "/v1/chat/completions",
-            Some(&self.gw.key),
-            Some(&body),
-        )
+        self.post("/v1/chat/completions", &body)
+    }
+
+    /// `body` posted to `path` with the test key.
+    fn post(&self, path: &str, body: &str) -> Response {
+        request(self.gw.addr, "POST", path, Some(&self.gw.key), Some(body))
     }
 
     fn resumes(&self, outcome: &str) -> u64 {
@@ -423,13 +422,7 @@ fn the_responses_messages_and_gemini_streams_continue_as_one_stream(bin: &str) {
     let p = Pair::start(bin, "prefix", "prefix", &["--upstream-idle-timeout", "1s"]);
     let reference = uncut(&p);
     let post = |path: &str, body: Value| {
-        let r = request(
-            p.gw.addr,
-            "POST",
-            path,
-            Some(&p.gw.key),
-            Some(&body.to_string()),
-        );
+        let r = p.post(path, &body.to_string());
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
         r.events()
             .iter()
@@ -742,13 +735,7 @@ fn no_answer_or_a_slow_first_event_goes_to_the_fallback_once(bin: &str) {
         let reference = uncut(&p);
         assert_reads_as(&read(&p.chat("small", "")), &reference);
         let responses = json!({"model": "small", "input": PROMPT, "stream": true}).to_string();
-        let r = request(
-            p.gw.addr,
-            "POST",
-            "/v1/responses",
-            Some(&p.gw.key),
-            Some(&responses),
-        );
+        let r = p.post("/v1/responses", &responses);
         assert!(
             r.events()
                 .iter()
@@ -759,13 +746,7 @@ fn no_answer_or_a_slow_first_event_goes_to_the_fallback_once(bin: &str) {
         let messages = json!({"model": "small", "max_tokens": 1000, "stream": true,
             "messages": [{"role": "user", "content": PROMPT}]})
         .to_string();
-        let r = request(
-            p.gw.addr,
-            "POST",
-            "/v1/messages",
-            Some(&p.gw.key),
-            Some(&messages),
-        );
+        let r = p.post("/v1/messages", &messages);
         assert!(
             r.events().iter().any(|e| e.contains("\"message_stop\"")),
             "{}",

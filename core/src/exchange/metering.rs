@@ -61,8 +61,8 @@ impl Connection {
         rec
     }
 
-    /// The prices of the model that answered.
-    fn price(&self) -> Price {
+    /// The prices of the model that answered (or answers now).
+    pub(super) fn price(&self) -> Price {
         let req = self.req.as_ref().expect("request");
         req.routes
             .as_ref()

@@ -22,7 +22,6 @@ use super::admission::fallbacks;
 use super::ending::StreamEnd;
 use super::failover::{classify, provider_request};
 use super::request::KeyRef;
-use crate::catalog::Price;
 use crate::dialect::splice::{Plan, Rewriter, Rewritten, Transcript};
 use crate::endpoints::{Attempt, Outcome};
 use crate::error::{ApiError, UpstreamFault};
@@ -224,7 +223,7 @@ impl Connection {
         // The cut attempt's span says how it broke.
         let status = self.req.as_ref().and_then(|r| r.upstream_status);
         self.trace_attempt_failed(now, &broke(end), status);
-        let price = self.model_price();
+        let price = self.price();
         let mut up = self.close_upstream();
         let answer = up.answer.take();
         let req = self.req.as_mut().expect("request in progress");
@@ -493,14 +492,6 @@ impl Connection {
         true
     }
 
-    /// The prices of the model answering now.
-    fn model_price(&self) -> Price {
-        let req = self.req.as_ref().expect("request in progress");
-        req.routes
-            .as_ref()
-            .map_or(Price::DEFAULT, |r| r.catalog().models()[req.model].price)
-    }
-
     /// The record of a request whose stream was continued: every
     /// attempt's usage metered together (`usage` is the attempt answering
     /// now, `total` with the earlier ones'), the earlier ones at the prices
@@ -516,8 +507,7 @@ impl Connection {
         rec.continued = resume.begun;
         if resume.earlier.is_some() {
             let now = usage.map_or(0, |u| {
-                self.model_price()
-                    .cost_nano(u.prompt_tokens, u.completion_tokens)
+                self.price().cost_nano(u.prompt_tokens, u.completion_tokens)
             });
             rec.cost_nano_usd = resume.earlier_cost + now;
             rec.cost_usd = rec.cost_nano_usd;
