@@ -17,6 +17,7 @@
 //! |---|---|
 //! | `main.rs` | the options, the setup (simulator, nginx, both gateways), the closed- and open-loop workloads, the report |
 //! | `client.rs` | the load generator's own HTTP/1.1 client (open loop, timed and held streams) |
+//! | `long.rs` | many long streams: thousands open at once, a token at a time, memory per stream and CPU per event against nginx |
 //! | `lean.rs` | the lean comparison: a static upstream, nginx without an access log |
 //! | `endpoints.rs` | three endpoints against one, and the failover delay |
 //! | `procs.rs` | child processes and what the kernel says about them |
@@ -38,6 +39,7 @@ mod client;
 mod endpoints;
 mod gemini;
 mod lean;
+mod long;
 mod messages;
 mod procs;
 mod quota;
@@ -73,6 +75,7 @@ struct Opts {
     bin_dir: PathBuf,
     out: Option<PathBuf>,
     only: Option<String>,
+    long: Option<String>,
 }
 
 struct Contender {
@@ -108,6 +111,7 @@ fn main() {
         body: &nonstream,
         secs: opts.seconds,
         fd_limit,
+        long: opts.long.as_deref(),
     };
 
     if want("nonstream") || want("stream") {
@@ -141,8 +145,9 @@ fn main() {
         report_startup(&mut report, &setup);
     }
 
-    let extra: [(&str, Workload); 11] = [
+    let extra: [(&str, Workload); 12] = [
         ("lean", lean::report),
+        ("long", long::report),
         ("endpoints", endpoints::report),
         ("quota", quota::report),
         ("redis_ha", redis_ha::report),
@@ -627,6 +632,8 @@ struct Setup<'a> {
     body: &'a Path,
     secs: u64,
     fd_limit: u64,
+    /// The many-long-streams rows (`--long`): streams × events a second.
+    long: Option<&'a str>,
 }
 
 /// A workload in a module of its own: appends its tables to the report.
@@ -715,6 +722,7 @@ fn parse_args() -> Opts {
             .unwrap_or_default(),
         out: None,
         only: None,
+        long: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -729,9 +737,10 @@ fn parse_args() -> Opts {
             "--bin-dir" => opts.bin_dir = it.next().map(PathBuf::from).expect("--bin-dir DIR"),
             "--out" => opts.out = it.next().map(PathBuf::from),
             "--only" => opts.only = it.next(),
+            "--long" => opts.long = it.next(),
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--only nonstream,stream,openloop,timed,hold,startup,lean,endpoints,quota,redis_ha,traces,responses,messages,gemini,affinity,tls,chain]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--long 1000x1,8000x1,1000x10] [--only nonstream,stream,openloop,timed,hold,startup,lean,long,endpoints,quota,redis_ha,traces,responses,messages,gemini,affinity,tls,chain]"
                 );
                 std::process::exit(0);
             }
