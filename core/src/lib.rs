@@ -93,7 +93,7 @@
 //!                 }
 //!                 Event::Remember(remember) => io.shared_set(&remember),
 //!                 Event::Responses(ask) => {
-//!                     let reply = io.responses_store(ask);
+//!                     let reply = io.responses_store(*ask);
 //!                     conn.handle_responses(io.now(), reply);
 //!                 }
 //!                 // Background runs (the Responses API's `background: true`)

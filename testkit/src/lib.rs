@@ -451,15 +451,18 @@ impl Pair {
                     }
                 }
             }
-            Event::Admit(AdmitRequest {
-                key,
-                limits,
-                tokens,
-                ..
-            }) => match self.admit_delay {
-                Some(d) => self.pending_admit = Some((now + d, key, limits, tokens)),
-                None => self.answer_admission(&key, limits, tokens),
-            },
+            Event::Admit(ask) => {
+                let AdmitRequest {
+                    key,
+                    limits,
+                    tokens,
+                    ..
+                } = *ask;
+                match self.admit_delay {
+                    Some(d) => self.pending_admit = Some((now + d, key, limits, tokens)),
+                    None => self.answer_admission(&key, limits, tokens),
+                }
+            }
             Event::Settle(s) => {
                 self.shared
                     .settle(&s.key, s.limits, s.reserved, s.used, now);
@@ -486,7 +489,7 @@ impl Pair {
             }
             Event::Responses(ask) => {
                 let reply = match self.responses.as_mut() {
-                    Some(store) => Ok(answer_responses(store, ask)),
+                    Some(store) => Ok(answer_responses(store, *ask)),
                     None => Err(chatgate_core::StoreError::Unreachable(
                         "connection refused".to_owned(),
                     )),

@@ -157,7 +157,7 @@ impl Connection {
             // close.
             if let (SharedAdmission::Admitted(a), Some(mut give_back)) = (&verdict, asked) {
                 give_back.reserved = a.reserved_tokens;
-                self.events.push_back(Event::Settle(give_back));
+                self.events.push_back(Event::Settle(Box::new(give_back)));
             }
             self.after(now);
             return;
@@ -408,7 +408,7 @@ impl Connection {
             unix_ms,
         });
         self.phase = Phase::Admitting;
-        self.events.push_back(Event::Admit(ask));
+        self.events.push_back(Event::Admit(Box::new(ask)));
     }
 
     /// This process's verdict: the key's budget and in-flight cap, then its
@@ -575,7 +575,7 @@ impl Connection {
                 // Refused by the shared limiter: nothing to settle.
                 return;
             }
-            self.events.push_back(Event::Settle(Settlement {
+            self.events.push_back(Event::Settle(Box::new(Settlement {
                 key: key.name.clone(),
                 limits: key.limits,
                 reserved,
@@ -585,7 +585,7 @@ impl Connection {
                 cost: spent,
                 lease: (hold.held && key.quota != Quota::default()).then(|| req.id.clone()),
                 unix_ms,
-            }));
+            })));
             if hold.held {
                 gw.quota().count_in_flight(&key.name, false, unix_ms);
             }
@@ -610,7 +610,7 @@ impl Connection {
                 // (fail-open): its cost still belongs in the shared spend
                 // the other instances decide on. Only the cost: its tokens
                 // and its slot were this instance's.
-                self.events.push_back(Event::Settle(Settlement {
+                self.events.push_back(Event::Settle(Box::new(Settlement {
                     key: key.name.clone(),
                     limits: key.limits,
                     reserved: 0,
@@ -620,7 +620,7 @@ impl Connection {
                     cost: spent,
                     lease: None,
                     unix_ms,
-                }));
+                })));
             }
         }
         if rec.budget_overshoot_nano_usd > 0 {

@@ -105,7 +105,7 @@ impl Connection {
         self.req = Some(answer);
         self.phase = Phase::Resolving;
         self.events
-            .push_back(Event::Responses(StoreAsk::Keep(Box::new(record))));
+            .push_back(Event::Responses(Box::new(StoreAsk::Keep(Box::new(record)))));
     }
 
     /// The queued response is kept: the run starts, and the client gets
@@ -156,7 +156,7 @@ impl Connection {
     /// Follows a run: its events as they come, in one streamed answer.
     pub(super) fn follow_run(&mut self, now: Instant, follow: Follow) {
         self.follow_head(now, follow.id.clone(), follow.after);
-        self.events.push_back(Event::Follow(follow));
+        self.events.push_back(Event::Follow(Box::new(follow)));
     }
 
     /// The head of a streamed answer of a run's events.
@@ -236,11 +236,11 @@ impl Connection {
             let req = self.req.as_ref().expect("request in progress");
             if let Some(StoredCall::Following(id, after)) = &req.call {
                 let key = req.key.as_ref().map_or(String::new(), |k| k.name.clone());
-                self.events.push_back(Event::Follow(Follow {
+                self.events.push_back(Event::Follow(Box::new(Follow {
                     id: id.clone(),
                     key,
                     after: *after,
-                }));
+                })));
             }
         }
         self.after(now);
@@ -288,7 +288,9 @@ impl Connection {
         req.call = Some(StoredCall::Starting);
         self.phase = Phase::Resolving;
         self.events
-            .push_back(Event::Responses(StoreAsk::Replace(Box::new(record))));
+            .push_back(Event::Responses(Box::new(StoreAsk::Replace(Box::new(
+                record,
+            )))));
         self.after(now);
     }
 

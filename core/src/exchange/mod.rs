@@ -127,12 +127,12 @@ pub enum Event {
     /// without a shared limiter answers [`SharedAdmission::Unavailable`]
     /// ([`crate::StoreError::NotConfigured`]): the configured fallback
     /// applies.
-    Admit(AdmitRequest),
+    Admit(Box<AdmitRequest>),
     /// Tell the shared limiter what a request used of its reservation, then
     /// hand its outcome to [`Settlement::finish`] (nothing goes back to the
     /// connection). A runtime without a shared limiter hands over
     /// `Err(StoreError::NotConfigured)`.
-    Settle(Settlement),
+    Settle(Box<Settlement>),
     /// Read these keys of the shared reasoning memory (Redis, with shared
     /// limits only), then call [`Connection::handle_recall`] with their
     /// values, or with why they could not be read, even if the client has
@@ -140,12 +140,12 @@ pub enum Event {
     Recall(Recall),
     /// Keep this reasoning in the shared reasoning memory (with shared
     /// limits only); nothing goes back to the connection.
-    Remember(Remember),
+    Remember(Box<Remember>),
     /// Read or write the Responses API's store, then call
     /// [`Connection::handle_responses`] with its answer, even if the
     /// client has gone meanwhile. A response to keep comes before its
     /// ledger line; its last bytes wait for both.
-    Responses(StoreAsk),
+    Responses(Box<StoreAsk>),
     /// Drive this background run as a connection of its own, its client a
     /// recorder of its events that followers read; then call
     /// [`Connection::start_run`] on it. Closing the recorder's end cancels
@@ -154,10 +154,10 @@ pub enum Event {
     /// Hand this connection the events of the run it follows with
     /// [`Connection::handle_run_events`] as they come, until the run ends
     /// ([`RunEvents::NotHere`] when it does not run here).
-    Follow(Follow),
+    Follow(Box<Follow>),
     /// Cancel the run it names if it runs here (closing its recorder), wait
     /// for it to end, then call [`Connection::handle_cancelled`].
-    Cancel(Follow),
+    Cancel(Box<Follow>),
 }
 
 /// Why the provider connection failed (the runtime maps its I/O errors here).
@@ -597,5 +597,15 @@ impl Connection {
             }
             break;
         }
+    }
+}
+#[cfg(test)]
+mod size_tests {
+    /// Every connection keeps a queue of events: a large rare variant
+    /// inline would make every open stream pay for it (boxed, a queue of
+    /// four is 96 bytes instead of 512).
+    #[test]
+    fn an_event_is_small() {
+        assert!(std::mem::size_of::<super::Event>() <= 32);
     }
 }

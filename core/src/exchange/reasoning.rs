@@ -243,7 +243,7 @@ impl Connection {
                 .collect();
             let ttl_ms = config.memory.ttl.as_millis() as u64;
             self.events
-                .push_back(Event::Remember(Remember { keys, text, ttl_ms }));
+                .push_back(Event::Remember(Box::new(Remember { keys, text, ttl_ms })));
         }
     }
 }

@@ -8,6 +8,7 @@ use super::admission::QuotaHold;
 use super::respond::{common_headers, http_error, limit_headers};
 use super::stored::StoredCall;
 use super::timers::Timer;
+use super::upstream::UpState;
 use super::{Connection, Phase};
 use crate::auth::{AuthFailure, KeyEntry, KeyTable};
 use crate::dialect::Dialect;
@@ -26,6 +27,12 @@ use crate::quota::Quota;
 use crate::routes::{CHAT_PATH, Route, route, served};
 use crate::time::Instant;
 use crate::validate::ChatRequest;
+
+/// The client output buffer a stream keeps between events: about two
+/// events. A larger one (the head and first events, a burst) is released
+/// once written, so a stream that stays open for minutes holds what its
+/// next event needs, not its largest write.
+const CLIENT_OUT_KEPT: usize = 1024;
 
 /// The key a request authenticated with.
 #[derive(Debug, Clone)]
@@ -332,9 +339,16 @@ impl Connection {
     }
 
     /// `n` bytes of [`Connection::poll_client_transmit`] were written.
+    /// During a stream, a client output buffer larger than
+    /// [`CLIENT_OUT_KEPT`] is released once written.
     pub fn handle_client_written(&mut self, now: Instant, n: usize) {
         self.cout_pos = (self.cout_pos + n).min(self.cout.len());
         if self.cout_pos == self.cout.len() {
+            if self.cout.capacity() > CLIENT_OUT_KEPT && self.streaming() {
+                // A head, or a burst, left it large: between the events of
+                // a long stream it would stay so for minutes.
+                self.cout = Vec::new();
+            }
             self.cout.clear();
             self.cout_pos = 0;
             self.timers.stop(Timer::ClientSend);
@@ -343,6 +357,13 @@ impl Connection {
             self.timers.set(Timer::ClientSend, now + send);
         }
         self.after(now);
+    }
+
+    /// A stream's events are being relayed.
+    fn streaming(&self) -> bool {
+        self.up
+            .as_ref()
+            .is_some_and(|u| u.state == UpState::Streaming)
     }
 
     /// Drops the consumed part of the client input once it is at least as

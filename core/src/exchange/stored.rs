@@ -201,7 +201,7 @@ impl Connection {
     fn ask_store(&mut self, now: Instant, ask: StoreAsk) {
         self.phase = Phase::Resolving;
         self.timers.set(Timer::Store, now + STORE_TIMEOUT);
-        self.events.push_back(Event::Responses(ask));
+        self.events.push_back(Event::Responses(Box::new(ask)));
     }
 
     /// The store did not answer in time: `503`, the request not sent.
@@ -439,7 +439,7 @@ impl Connection {
         } else {
             StoreAsk::Keep(Box::new(record))
         };
-        self.events.push_back(Event::Responses(ask));
+        self.events.push_back(Event::Responses(Box::new(ask)));
         self.awaiting_store = true;
     }
 
@@ -455,11 +455,11 @@ impl Connection {
                 req.call = Some(call);
                 self.phase = Phase::Resolving;
                 self.events
-                    .push_back(Event::Cancel(super::background::Follow {
+                    .push_back(Event::Cancel(Box::new(super::background::Follow {
                         id,
                         key,
                         after: None,
-                    }));
+                    })));
                 return;
             }
             StoredCall::Resume(id, after) => {
@@ -470,7 +470,7 @@ impl Connection {
                 };
                 req.call = Some(call);
                 self.phase = Phase::Resolving;
-                self.events.push_back(Event::Follow(follow));
+                self.events.push_back(Event::Follow(Box::new(follow)));
                 return;
             }
             StoredCall::Retrieve(id) => StoreAsk::Read {

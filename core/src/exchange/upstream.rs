@@ -336,6 +336,12 @@ impl Connection {
         up.framer = SseFramer::new(self.gw.config().max_sse_event);
         up.state = state;
         up.head = Some(head);
+        if state == UpState::Streaming && self.cin_pos == self.cin.len() {
+            // A stream may stay open for minutes: the request's bytes,
+            // all read, need not stay with it.
+            self.cin = Vec::new();
+            self.cin_pos = 0;
+        }
         let idle = now + self.gw.config().timeouts.upstream_idle;
         let due = match up.first_byte_by {
             // Nothing went to the client yet: the first event is due by the
