@@ -4,7 +4,8 @@
 # the simulator direct, nginx as a plain proxy, chatgate-smol and
 # chatgate-tokio, then the lean comparison (a static nginx upstream, nginx
 # with one worker and no access log against chatgate with one worker
-# thread). Prints the tables; with --out FILE also writes them.
+# thread, and Portkey's gateway and LiteLLM's proxy as optional rows).
+# Prints the tables; with --out FILE also writes them.
 #
 #   bench/run.sh                 # full run (about 25 minutes after the build)
 #   bench/run.sh --quick         # short run (about a minute)
@@ -19,6 +20,16 @@ scripts/install-package.sh wrk wrk
 scripts/install-package.sh nginx nginx
 scripts/install-package.sh redis-server redis-server
 scripts/install-package.sh redis-sentinel redis-sentinel
+
+# The peers of the lean comparison (Portkey's gateway, LiteLLM's proxy),
+# pinned; skipped with a notice when they cannot be installed, or when
+# CHATGATE_BENCH_PEERS=off.
+if [ "${CHATGATE_BENCH_PEERS:-}" != off ]; then
+  export CHATGATE_BENCH_PEERS="${CHATGATE_BENCH_PEERS:-$root/.cache/bench-peers}"
+  bench/install-peers.sh "$CHATGATE_BENCH_PEERS"
+else
+  unset CHATGATE_BENCH_PEERS
+fi
 
 echo "==> building release binaries"
 cargo build --release --locked -p chatgate-smol -p chatgate-tokio -p chatgate-bench

@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use crate::procs::{Child, free_port, wait_accepting};
+use crate::procs::{Child, free_port, group_pids, wait_accepting};
 use crate::{Contender, Setup, gateway_with, measured, nginx_args, ratio, write_conf, wrk};
 
 /// The non-streamed answer's length, bytes.
@@ -214,12 +214,20 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         let (smol, smol_addr) = lean_gateway(&tools.smol, "smol");
         let (tokio, tokio_addr) = lean_gateway(&tools.tokio, "tokio");
         let target = |name, addr, pids| Contender { name, addr, pids };
-        let targets = [
-            target("upstream direct", up, vec![]),
-            target("nginx (lean)", nginx_addr, worker),
-            target("chatgate-smol", smol_addr, vec![smol.pid()]),
-            target("chatgate-tokio", tokio_addr, vec![tokio.pid()]),
+        let mut targets = vec![
+            (target("upstream direct", up, vec![]), None),
+            (target("nginx (lean)", nginx_addr, worker), None),
+            (target("chatgate-smol", smol_addr, vec![smol.pid()]), None),
+            (
+                target("chatgate-tokio", tokio_addr, vec![tokio.pid()]),
+                None,
+            ),
         ];
+        let text = std::fs::read_to_string(path).expect("body file");
+        let (peers, notices) = crate::peers::start(dir, up, lua, &text);
+        for p in &peers {
+            targets.push((target(p.name, p.addr, vec![p.group]), Some(p)));
+        }
         for c in [8, 64] {
             let _ = writeln!(
                 report,
@@ -231,8 +239,15 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
             );
             let _ = writeln!(report, "|---|---|---|---|---|---|---|");
             let mut rows = Vec::new();
-            for t in &targets {
+            for (t, peer) in &targets {
+                let lua = peer.map_or(lua, |p| p.lua.as_path());
                 wrk(&tools.wrk, t.addr, lua, path, key, c, 2, 1);
+                // A peer's processes as they are now (workers come and go).
+                let t = &Contender {
+                    name: t.name,
+                    addr: t.addr,
+                    pids: peer.map_or_else(|| t.pids.clone(), |p| group_pids(p.group)),
+                };
                 let (r, per_req) = measured(&tools.wrk, t, lua, path, key, c, secs, 1);
                 rows.push((t.name, r, per_req));
             }
@@ -259,7 +274,11 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
                 );
             }
         }
-        drop((smol, tokio, nginx));
+        for n in &notices {
+            let _ = writeln!(report, "\n{n}");
+        }
+        drop(targets);
+        drop((smol, tokio, nginx, peers));
     }
 }
 

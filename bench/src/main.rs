@@ -18,6 +18,7 @@
 //! | `main.rs` | the options, the setup (simulator, nginx, both gateways), the closed- and open-loop workloads, the report |
 //! | `client.rs` | the load generator's own HTTP/1.1 client (open loop, timed and held streams) |
 //! | `long.rs` | many long streams: thousands open at once, a token at a time, memory per stream and CPU per event against nginx |
+//! | `peers.rs` | Portkey's gateway and LiteLLM's proxy, installed by `bench/install-peers.sh`, as rows of the lean comparison |
 //! | `lean.rs` | the lean comparison: a static upstream, nginx without an access log |
 //! | `endpoints.rs` | three endpoints against one, and the failover delay |
 //! | `procs.rs` | child processes and what the kernel says about them |
@@ -41,6 +42,7 @@ mod gemini;
 mod lean;
 mod long;
 mod messages;
+mod peers;
 mod procs;
 mod quota;
 mod redis_ha;

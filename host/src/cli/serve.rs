@@ -25,6 +25,10 @@ use crate::tls::listener::ListenerTls;
 
 use super::*;
 
+/// Descriptors kept for what is not a connection: listeners, the ledger,
+/// logs, stores.
+const RESERVED_FILES: u64 = 64;
+
 pub(super) fn serve<R: Runtime>(
     runtime: impl FnOnce(Option<usize>) -> Result<R, ExitCode>,
     m: &ArgMatches,
@@ -368,8 +372,23 @@ pub(super) fn run_bound<R: Runtime>(
     if let Some(store) = &shared.responses {
         rt.spawn(Arc::clone(store).reap(rt.clone(), Arc::clone(&shared.gateway)));
     }
-    let files = raise_fd_limit().map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+    let limit = raise_fd_limit();
+    let files = limit.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!("starting: {summary} open_files={files}");
+    // A proxied stream holds two descriptors (the client's and the
+    // provider's): say so when they, not max_connections, set how many
+    // streams this instance holds (by more than a tenth), rather than let
+    // accept fail later.
+    let max = shared.gateway.config().max_connections as u64;
+    let holds = |files: u64| files.saturating_sub(RESERVED_FILES) / 2;
+    if let Some(files) = limit.filter(|&f| holds(f) < max - max / 10) {
+        let streams = holds(files);
+        tracing::warn!(
+            open_files = files,
+            max_connections = max,
+            "the open-files limit holds about {streams} proxied streams, fewer than max_connections: raise it (ulimit -n, LimitNOFILE=) to twice max_connections or more"
+        );
+    }
     // The handlers go in before the address is announced: whoever reads the
     // line may signal at once, and that must drain, not kill.
     let stop = rt.shutdown_signal();
