@@ -1,4 +1,5 @@
-//! chatgate on tokio: the multi-threaded runtime, tokio's sockets (seen
+//! chatgate on tokio: the multi-threaded runtime (the current-thread one
+//! with `--worker-threads 1`), tokio's sockets (seen
 //! through the futures-io compatibility layer, so the shared driver and the
 //! one rustls adapter serve both runtimes), tokio timers and signals.
 //! Everything else is `chatgate-host` driving `chatgate-core`.
@@ -15,9 +16,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
 
-/// The tokio runtime, shared by handle.
+/// The tokio runtime, shared by handle. The runtime itself lives for the
+/// whole process: `block_on` needs it (a handle cannot drive the I/O and
+/// timer drivers of a `current_thread` runtime).
 #[derive(Clone)]
 struct Tokio {
+    runtime: &'static tokio::runtime::Runtime,
     handle: tokio::runtime::Handle,
 }
 
@@ -27,7 +31,7 @@ impl Runtime for Tokio {
     type Timer = Pin<Box<Sleep>>;
 
     fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.handle.block_on(f)
+        self.runtime.block_on(f)
     }
 
     fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
@@ -105,20 +109,30 @@ impl Runtime for Tokio {
 }
 
 fn main() -> ExitCode {
-    // The runtime outlives `main`'s work: kept here, dropped at exit.
-    let mut runtime = None;
     chatgate_host::main(
         |threads: Option<usize>| {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            if let Some(n) = threads {
-                b.worker_threads(n);
-            }
-            let r = b.enable_all().build()?;
-            let rt = Tokio {
-                handle: r.handle().clone(),
+            // One thread: a `current_thread` runtime, whose one thread (the
+            // one that calls `block_on`: the accept loop's) runs every task
+            // and drives the sockets and timers itself. No task is handed to
+            // another thread, no worker is woken across threads, and the
+            // scheduler has no queues to steal from (BENCHMARKS.md, issue
+            // 46). More threads: the work-stealing runtime.
+            let mut b = match threads {
+                Some(1) => tokio::runtime::Builder::new_current_thread(),
+                Some(n) => {
+                    let mut b = tokio::runtime::Builder::new_multi_thread();
+                    b.worker_threads(n);
+                    b
+                }
+                None => tokio::runtime::Builder::new_multi_thread(),
             };
-            runtime = Some(r);
-            Ok(rt)
+            // Kept for the whole process (it is the process's runtime).
+            let runtime: &'static tokio::runtime::Runtime =
+                Box::leak(Box::new(b.enable_all().build()?));
+            Ok(Tokio {
+                runtime,
+                handle: runtime.handle().clone(),
+            })
         },
         "chatgate-tokio",
     )
