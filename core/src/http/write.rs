@@ -71,6 +71,10 @@ pub fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     if data.is_empty() {
         return;
     }
+    // Room for all of it at once (16 hex digits at most, two line ends):
+    // appended piece by piece into an empty buffer, the closing CRLF would
+    // double a buffer the data just filled, copying the data again.
+    out.reserve(data.len() + 20);
     push_hex(out, data.len() as u64);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(data);
