@@ -7,7 +7,7 @@
 # thread, and Portkey's gateway and LiteLLM's proxy as optional rows).
 # Prints the tables; with --out FILE also writes them.
 #
-#   bench/run.sh                 # full run (about 25 minutes after the build)
+#   bench/run.sh                 # full run (about 40 minutes after the build)
 #   bench/run.sh --quick         # short run (about a minute)
 #   bench/run.sh --seconds 20 --only nonstream,stream
 set -euo pipefail

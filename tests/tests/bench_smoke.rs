@@ -1,8 +1,9 @@
 //! The benchmark harness keeps working: a short run of the workloads that
 //! need no load generator but its own (start-up, timed streams, held
-//! streams, open loop) against the debug binaries and a real nginx. The
-//! figures are not checked here (speed lives in benchmarks, not tests);
-//! that the tables come out is.
+//! streams, open loop, many long streams) against the debug binaries and
+//! a real nginx. The figures are not checked here (speed lives in
+//! benchmarks, not tests); that the tables come out is, and that every
+//! long stream was delivered and metered.
 
 use std::process::Command;
 
@@ -16,7 +17,7 @@ fn the_benchmark_harness_runs() {
             "--seconds",
             "1",
             "--only",
-            "startup,timed,hold,openloop",
+            "startup,timed,hold,openloop,long",
             "--bin-dir",
         ])
         .arg(&dir)
@@ -33,6 +34,9 @@ fn the_benchmark_harness_runs() {
         "### Timed streams",
         "slow streams held open",
         "### Open loop",
+        "### Many long streams: 200 open at once",
+        // Every stream delivered, and the ledger one whole line each.
+        "| 200/200 | exact |",
         "| chatgate-smol |",
         "| chatgate-tokio |",
         "| nginx |",
