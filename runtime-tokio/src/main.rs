@@ -9,6 +9,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::process::ExitCode;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chatgate_host::Runtime;
@@ -16,22 +17,34 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
 
-/// The tokio runtime, shared by handle. The runtime itself lives for the
-/// whole process: `block_on` needs it (a handle cannot drive the I/O and
-/// timer drivers of a `current_thread` runtime).
+/// The tokio runtime, shared by handle.
 #[derive(Clone)]
 struct Tokio {
-    runtime: &'static tokio::runtime::Runtime,
     handle: tokio::runtime::Handle,
 }
+
+/// The runtime itself: owned here and dropped when `main` returns, outside
+/// any task (a runtime's drop waits for blocking work in flight), and
+/// reachable from `block_on`, because only `Runtime::block_on` drives a
+/// current-thread runtime's sockets and timers (a handle's does not).
+static RUNTIME: Mutex<Option<tokio::runtime::Runtime>> = Mutex::new(None);
 
 impl Runtime for Tokio {
     type Tcp = Compat<TcpStream>;
     type Listener = TcpListener;
     type Timer = Pin<Box<Sleep>>;
 
+    /// On the main thread only, once at a time: the runtime stays locked
+    /// while it runs.
     fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.runtime.block_on(f)
+        let held = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
+        match held.as_ref() {
+            Some(runtime) => runtime.block_on(f),
+            None => {
+                drop(held);
+                self.handle.block_on(f)
+            }
+        }
     }
 
     fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
@@ -109,7 +122,7 @@ impl Runtime for Tokio {
 }
 
 fn main() -> ExitCode {
-    chatgate_host::main(
+    let code = chatgate_host::main(
         |threads: Option<usize>| {
             // One thread: a `current_thread` runtime, whose one thread (the
             // one that calls `block_on`: the accept loop's) runs every task
@@ -126,16 +139,20 @@ fn main() -> ExitCode {
                 }
                 None => tokio::runtime::Builder::new_multi_thread(),
             };
-            // Kept for the whole process (it is the process's runtime).
-            let runtime: &'static tokio::runtime::Runtime =
-                Box::leak(Box::new(b.enable_all().build()?));
-            Ok(Tokio {
-                runtime,
-                handle: runtime.handle().clone(),
-            })
+            let runtime = b.enable_all().build()?;
+            let handle = runtime.handle().clone();
+            *RUNTIME.lock().unwrap_or_else(PoisonError::into_inner) = Some(runtime);
+            Ok(Tokio { handle })
         },
         "chatgate-tokio",
-    )
+    );
+    drop(
+        RUNTIME
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(),
+    );
+    code
 }
 
 /// mimalloc: per-thread free lists make the dozen or so small allocations

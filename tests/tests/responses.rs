@@ -857,9 +857,13 @@ fn codex_asking_for_websockets_falls_back_at_once(bin: &str) {
     );
     assert!(ok, "{text}");
     assert!(text.contains("You said: Say hello"), "{text}");
+    // Access lines are written in batches (at most 100 ms apart).
+    let upgrades = |log: &str| log.lines().filter(|l| l.contains("status=426")).count();
+    eventually("the upgrade's access line", || {
+        upgrades(&gw.proc.stderr()) > 0
+    });
     let log = gw.proc.stderr();
-    let upgrades = log.lines().filter(|l| l.contains("status=426")).count();
-    assert_eq!(upgrades, 1, "{log}");
+    assert_eq!(upgrades(&log), 1, "{log}");
     assert!(log.contains("websocket_not_supported"), "{log}");
 }
 
