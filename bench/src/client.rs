@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use chatgate_core::SseFramer;
 use chatgate_core::http::BodyDecoder;
-use chatgate_core::http::parse_response_head;
-use chatgate_core::http::{HeadScanner, HttpLimits};
+use chatgate_core::http::{HeadScanner, HttpLimits, ResponseHead, parse_response_head};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -42,22 +41,7 @@ pub(crate) async fn exchange(
     };
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 16 * 1024];
-    let mut scanner = HeadScanner::new();
-    let head = loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(len) = scanner
-            .scan(&buf, limits.max_head)
-            .map_err(std::io::Error::other)?
-        {
-            let head = parse_response_head(&buf[..len], &limits).map_err(std::io::Error::other)?;
-            buf.drain(..len);
-            break head;
-        }
-    };
+    let head = read_head(stream, &mut buf, &mut chunk, &limits).await?;
     let mut decoder = BodyDecoder::new(head.framing, limits);
     let mut body = Vec::new();
     let mut framer = SseFramer::new(usize::MAX);
@@ -89,6 +73,32 @@ pub(crate) async fn exchange(
         events,
         reusable: head.keep_alive && decoder.is_done(),
     })
+}
+
+/// Reads a response head from `stream` (reading through `chunk`), leaving
+/// in `buf` the bytes after it.
+pub(crate) async fn read_head(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    chunk: &mut [u8],
+    limits: &HttpLimits,
+) -> std::io::Result<ResponseHead> {
+    let mut scanner = HeadScanner::new();
+    loop {
+        let n = stream.read(chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(len) = scanner
+            .scan(buf, limits.max_head)
+            .map_err(std::io::Error::other)?
+        {
+            let head = parse_response_head(&buf[..len], limits).map_err(std::io::Error::other)?;
+            buf.drain(..len);
+            return Ok(head);
+        }
+    }
 }
 
 /// Reads one whole `200` answer with a `Content-Length` from `s` (the

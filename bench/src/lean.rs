@@ -117,25 +117,28 @@ pub(crate) fn write_upstream_conf(
     )
 }
 
-/// The reference proxy: one worker, no access log, an upstream keep-alive
-/// pool of 64, unbuffered.
-fn write_proxy_conf(
+/// The reference proxy, `dir/{name}.conf`: one worker for `connections`,
+/// no access log, an upstream keep-alive pool of 64, unbuffered, and room
+/// for a stream that is slow between events.
+pub(crate) fn write_proxy_conf(
     dir: &Path,
+    name: &str,
     port: u16,
     upstream: SocketAddr,
     fd_limit: u64,
+    connections: u64,
 ) -> std::path::PathBuf {
     write_conf(
         dir,
-        &format!("lean-{port}"),
+        name,
         &format!(
-            "worker_processes 1;\nworker_rlimit_nofile {fd_limit};\nevents {{ worker_connections 4096; }}"
+            "worker_processes 1;\nworker_rlimit_nofile {fd_limit};\nevents {{ worker_connections {connections}; }}"
         ),
         &format!(
             "  access_log off;\n  keepalive_requests 100000000;\n  \
              upstream up {{ server {upstream}; keepalive 64; keepalive_requests 100000000; }}\n  \
-             server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://up;\n      proxy_http_version 1.1;\n      \
-             proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n"
+             server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    location / {{\n      proxy_pass http://up;\n      proxy_http_version 1.1;\n      \
+             proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_read_timeout 900s;\n    }}\n  }}\n"
         ),
     )
 }
@@ -183,7 +186,14 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
         let up: SocketAddr = ([127, 0, 0, 1], port).into();
         wait_accepting(up, std::time::Instant::now());
         let proxy_port = free_port();
-        let conf = write_proxy_conf(dir, proxy_port, up, fd_limit);
+        let conf = write_proxy_conf(
+            dir,
+            &format!("lean-{proxy_port}"),
+            proxy_port,
+            up,
+            fd_limit,
+            4096,
+        );
         let nginx = Child::spawn(
             &tools.nginx,
             &nginx_args(dir, &conf),

@@ -28,12 +28,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use chatgate_core::SseFramer;
-use chatgate_core::http::{BodyDecoder, HeadScanner, HttpLimits, parse_response_head};
+use chatgate_core::http::{BodyDecoder, HttpLimits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::procs::{Child, cpu_ticks, free_port, nginx_workers, rss_kib, ticks_per_second};
-use crate::{Setup, gateway_with, nginx_args, ratio, write_conf};
+use crate::{Setup, gateway_with, nginx_args, ratio};
 
 /// One row of the workload: how many streams, how fast, how long the
 /// measured window.
@@ -68,11 +68,8 @@ struct Tally {
     refused: Cell<usize>,
     /// Events read, all streams.
     events: Cell<u64>,
-    /// Streams that ended with `[DONE]` and their framing's end.
-    finished: Cell<usize>,
-    /// Streams that ended any other way.
-    broken: Cell<usize>,
-    /// The events of each finished stream.
+    /// The events of each stream that ended with `[DONE]` and its
+    /// framing's end.
     lengths: std::cell::RefCell<Vec<u64>>,
 }
 
@@ -201,7 +198,9 @@ fn run_target(
     let (_proc, addr, pids) = match target {
         "nginx" => {
             let port = free_port();
-            let conf = write_proxy_conf(s.dir, &name, port, s.sim, s.fd_limit);
+            // The lean comparison's nginx, with room for every stream.
+            let conf =
+                crate::lean::write_proxy_conf(s.dir, &name, port, s.sim, s.fd_limit, s.fd_limit);
             let nginx = Child::spawn(
                 &s.tools.nginx,
                 &nginx_args(s.dir, &conf),
@@ -330,23 +329,7 @@ async fn read_stream(
         };
         let mut buf = Vec::with_capacity(1024);
         let mut chunk = [0u8; 2048];
-        let mut scanner = HeadScanner::new();
-        let head = loop {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(len) = scanner
-                .scan(&buf, limits.max_head)
-                .map_err(std::io::Error::other)?
-            {
-                let head =
-                    parse_response_head(&buf[..len], &limits).map_err(std::io::Error::other)?;
-                buf.drain(..len);
-                break head;
-            }
-        };
+        let head = crate::client::read_head(&mut stream, &mut buf, &mut chunk, &limits).await?;
         if head.status != 200 {
             return Err(std::io::Error::other(format!("status {}", head.status)));
         }
@@ -389,12 +372,8 @@ async fn read_stream(
     if !started {
         tally.refused.set(tally.refused.get() + 1);
     }
-    match outcome {
-        Ok((events, true)) => {
-            tally.finished.set(tally.finished.get() + 1);
-            tally.lengths.borrow_mut().push(events);
-        }
-        _ => tally.broken.set(tally.broken.get() + 1),
+    if let Ok((events, true)) = outcome {
+        tally.lengths.borrow_mut().push(events);
     }
 }
 
@@ -422,28 +401,4 @@ fn check_ledger(path: &Path, lines: usize, completion_tokens: u64) -> Result<(),
             text.lines().count()
         ))
     }
-}
-
-/// nginx as the lean comparison's, in front of the simulator, with room
-/// for every stream.
-fn write_proxy_conf(
-    dir: &Path,
-    name: &str,
-    port: u16,
-    upstream: SocketAddr,
-    fd_limit: u64,
-) -> std::path::PathBuf {
-    write_conf(
-        dir,
-        name,
-        &format!(
-            "worker_processes 1;\nworker_rlimit_nofile {fd_limit};\nevents {{ worker_connections {fd_limit}; }}"
-        ),
-        &format!(
-            "  access_log off;\n  keepalive_requests 100000000;\n  \
-             upstream up {{ server {upstream}; keepalive 64; keepalive_requests 100000000; }}\n  \
-             server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    location / {{\n      proxy_pass http://up;\n      proxy_http_version 1.1;\n      \
-             proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_read_timeout 900s;\n    }}\n  }}\n"
-        ),
-    )
 }

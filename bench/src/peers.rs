@@ -80,11 +80,19 @@ fn portkey(
         &[("NODE_ENV", "production")],
         &dir.join(format!("portkey-{port}.log")),
     );
-    let lua = format!(
-        "{lua}wrk.headers[\"x-portkey-provider\"] = \"openai\"\n\
-         wrk.headers[\"x-portkey-custom-host\"] = \"http://{upstream}/v1\"\n"
-    );
-    ready("Portkey's gateway 1.15.2", child, port, dir, &lua, body)
+    let headers = [
+        ("x-portkey-provider", "openai".to_owned()),
+        ("x-portkey-custom-host", format!("http://{upstream}/v1")),
+    ];
+    ready(
+        "Portkey's gateway 1.15.2",
+        child,
+        port,
+        dir,
+        lua,
+        &headers,
+        body,
+    )
 }
 
 /// LiteLLM's proxy 1.100.0, one worker, the upstream as an `openai/`
@@ -130,25 +138,30 @@ fn litellm(
         ],
         &dir.join(format!("litellm-{port}.log")),
     );
-    ready("LiteLLM's proxy 1.100.0", child, port, dir, lua, body)
+    ready("LiteLLM's proxy 1.100.0", child, port, dir, lua, &[], body)
 }
 
 /// Waits (up to a minute: LiteLLM takes seconds to import) until the peer
-/// answers a chat request with 200.
+/// answers a chat request carrying `headers` with 200; its wrk script is
+/// `lua` with the same headers.
 fn ready(
     name: &'static str,
     child: Child,
     port: u16,
     dir: &Path,
     lua: &str,
+    headers: &[(&str, String)],
     body: &str,
 ) -> Result<Peer, String> {
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let deadline = Instant::now() + Duration::from_secs(60);
     let probe = crate::client::chat_request("sk-bench", body);
-    let headers = extra_headers(lua);
+    let probe_headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     loop {
-        if let Some(status) = post(addr, &probe, &headers) {
+        if let Some(status) = post(addr, &probe, &probe_headers) {
             if status == 200 {
                 break;
             }
@@ -162,6 +175,12 @@ fn ready(
         std::thread::sleep(Duration::from_millis(200));
     }
     let path = dir.join(format!("peer-{port}.lua"));
+    let lua: String = headers
+        .iter()
+        .fold(lua.to_owned(), |mut lua, (name, value)| {
+            lua.push_str(&format!("wrk.headers[\"{name}\"] = \"{value}\"\n"));
+            lua
+        });
     std::fs::write(&path, lua).expect("wrk script");
     Ok(Peer {
         name,
@@ -170,20 +189,6 @@ fn ready(
         lua: path,
         _child: child,
     })
-}
-
-/// The `wrk.headers[...] = ...` lines the peer's script adds, as headers.
-fn extra_headers(lua: &str) -> String {
-    lua.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("wrk.headers[\"x-portkey-")?;
-            let (name, value) = rest.split_once("\"] = \"")?;
-            Some(format!(
-                "x-portkey-{name}: {}\r\n",
-                value.trim_end_matches('"')
-            ))
-        })
-        .collect()
 }
 
 /// One request with the extra headers: the status, or `None` if nothing

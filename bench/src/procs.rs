@@ -125,8 +125,9 @@ pub(crate) fn rss_kib(pids: &[u32]) -> u64 {
         .sum()
 }
 
-/// Every process of the process group `group`.
-pub(crate) fn group_pids(group: u32) -> Vec<u32> {
+/// The processes whose `/proc/PID/stat` field `field` (counted after the
+/// state: 1 is the parent, 2 the process group) is `value`.
+fn pids_where(field: usize, value: u32) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -137,32 +138,23 @@ pub(crate) fn group_pids(group: u32) -> Vec<u32> {
                 .ok()
                 .and_then(|s| {
                     let rest = &s[s.rfind(')')? + 2..];
-                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
+                    rest.split_whitespace().nth(field)?.parse::<u32>().ok()
                 })
-                == Some(group)
+                == Some(value)
         })
         .collect()
+}
+
+/// Every process of the process group `group`.
+pub(crate) fn group_pids(group: u32) -> Vec<u32> {
+    pids_where(2, group)
 }
 
 /// The worker processes of an nginx master, once `expected` of them run.
 pub(crate) fn nginx_workers(master: u32, expected: usize) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let workers: Vec<u32> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|s| {
-                        let rest = &s[s.rfind(')')? + 2..];
-                        rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                    })
-                    == Some(master)
-            })
-            .collect();
+        let workers = pids_where(1, master);
         if workers.len() >= expected || Instant::now() > deadline {
             return workers;
         }
