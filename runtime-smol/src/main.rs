@@ -1,20 +1,25 @@
-//! chatgate on smol: an executor on every core, async-io's reactor, timers
-//! and sockets, async-signal for SIGTERM/SIGINT. Everything else is
-//! `chatgate-host` driving `chatgate-core`.
+//! chatgate on smol: async-executor on every core, turning its own
+//! edge-triggered reactor (`reactor`, on `polling`) when out of tasks;
+//! async-signal for SIGTERM/SIGINT. Everything else is `chatgate-host`
+//! driving `chatgate-core`.
+
+mod net;
+mod reactor;
+mod worker;
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_executor::Executor;
-use async_io::{Async, Timer};
 use chatgate_host::Runtime;
 use futures_lite::{StreamExt, future};
+use net::{Listener, Tcp};
+use reactor::Timer;
 
 /// The smol runtime: one shared executor run by a thread per core.
 #[derive(Clone)]
@@ -32,7 +37,7 @@ impl Smol {
             let ex = Arc::clone(&ex);
             std::thread::Builder::new()
                 .name(format!("chatgate-{i}"))
-                .spawn(move || async_io::block_on(ex.run(future::pending::<()>())))
+                .spawn(move || worker::run(&ex))
                 .map_err(|e| io::Error::other(format!("cannot start executor thread {i}: {e}")))?;
         }
         Ok(Smol { ex })
@@ -40,13 +45,11 @@ impl Smol {
 }
 
 impl Runtime for Smol {
-    // async-io's own handles rather than async-net's wrappers: the driver
-    // needs `poll_readable`.
-    type Tcp = Async<TcpStream>;
-    type Listener = Async<TcpListener>;
+    type Tcp = Tcp;
+    type Listener = Listener;
     type Timer = Timer;
 
-    /// The main thread (the accept loop) waits without driving async-io's
+    /// The main thread (the accept loop) waits without turning the
     /// reactor: only the executor threads do, when they run out of tasks,
     /// so a woken connection task runs on the thread that saw its socket
     /// ready instead of being handed over with a futex and an eventfd
@@ -74,30 +77,23 @@ impl Runtime for Smol {
         timer.set_at(at);
     }
 
-    fn listener(&self, l: TcpListener) -> io::Result<Async<TcpListener>> {
-        Async::new(l)
+    fn listener(&self, l: TcpListener) -> io::Result<Listener> {
+        Listener::new(l)
     }
 
-    async fn accept(&self, l: &Async<TcpListener>) -> io::Result<Async<TcpStream>> {
-        l.accept().await.map(|(s, _)| s)
+    async fn accept(&self, l: &Listener) -> io::Result<Tcp> {
+        l.accept().await
     }
 
-    fn connect(
-        &self,
-        addr: SocketAddr,
-    ) -> impl Future<Output = io::Result<Async<TcpStream>>> + Send {
-        Async::<TcpStream>::connect(addr)
+    fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<Tcp>> + Send {
+        Tcp::connect(addr)
     }
 
-    fn peer_addr(&self, tcp: &Async<TcpStream>) -> Option<SocketAddr> {
+    fn peer_addr(&self, tcp: &Tcp) -> Option<SocketAddr> {
         tcp.get_ref().peer_addr().ok()
     }
 
-    fn poll_readable(&self, tcp: &Async<TcpStream>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        tcp.poll_readable(cx)
-    }
-
-    fn set_nodelay(&self, tcp: &Async<TcpStream>) {
+    fn set_nodelay(&self, tcp: &Tcp) {
         let _ = tcp.get_ref().set_nodelay(true);
     }
 
@@ -105,7 +101,7 @@ impl Runtime for Smol {
         let _ = tcp.get_ref().shutdown(std::net::Shutdown::Write);
     }
 
-    fn set_reset_on_close(&self, tcp: &Async<TcpStream>) {
+    fn set_reset_on_close(&self, tcp: &Tcp) {
         let _ = socket2::SockRef::from(tcp.get_ref()).set_linger(Some(Duration::ZERO));
     }
 

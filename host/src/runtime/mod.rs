@@ -10,7 +10,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::OnceLock;
-use std::task::{Context, Poll};
+use std::task::Context;
 
 use chatgate_core::Instant;
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -44,24 +44,14 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn accept(&self, l: &Self::Listener) -> impl Future<Output = io::Result<Self::Tcp>> + Send;
     /// Connects to `addr`.
     fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<Self::Tcp>> + Send;
-    /// Ready once `tcp` has had a readiness event, for runtimes whose reads
-    /// find out by trying: async-io reads first and registers interest only
-    /// after the read failed with `EAGAIN`. The driver waits here before a
-    /// read it expects to find nothing (the last one drained the socket),
-    /// saving that failed system call. Runtimes that track readiness
-    /// themselves (tokio, edge-triggered) keep the default: ready.
-    fn poll_readable(&self, tcp: &Self::Tcp, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let _ = (tcp, cx);
-        Poll::Ready(Ok(()))
-    }
     /// The address `tcp` is connected to, if it can be read.
     fn peer_addr(&self, tcp: &Self::Tcp) -> Option<SocketAddr>;
     /// Sets `TCP_NODELAY` (every write carries a complete message).
     fn set_nodelay(&self, tcp: &Self::Tcp);
     /// Half-closes `tcp`: sends the FIN that tells the peer no more bytes
     /// come, and keeps the read side open. Explicit because the runtimes'
-    /// `close` differ: tokio's shuts the write side down, async-io's only
-    /// flushes.
+    /// `close` differ: tokio's shuts the write side down, chatgate-smol's
+    /// only flushes.
     fn shutdown_write(&self, tcp: &Self::Tcp);
     /// Makes the next close send a TCP reset (`SO_LINGER` 0); the simulator's
     /// `reset` fault.
@@ -133,7 +123,7 @@ thread_local! {
 }
 
 /// Size of the per-thread read buffer.
-pub(crate) const SCRATCH_LEN: usize = 16 * 1024;
+const SCRATCH_LEN: usize = 16 * 1024;
 
 /// Runs `f` with this thread's read buffer.
 ///

@@ -2,9 +2,10 @@
 //!
 //! The connection loop waits on several sources at once (client and provider
 //! reads and writes, a connect, a timer, the drain signal). Re-polling every
-//! source on every turn is wasteful, and with some reactors costly: async-io
-//! tries the read or write system call each time a socket is polled, even if
-//! nothing happened since it last said "pending". A [`Wakeup`] gives each
+//! source on every turn is wasteful, and with some reactors costly (async-io,
+//! which chatgate-smol once used, tried the read or write system call each
+//! time a socket was polled, even if nothing had happened since it last said
+//! "pending"). A [`Wakeup`] gives each
 //! source its own waker and polls it again only after that waker fired, or
 //! after the caller says the source changed (new bytes to write, a new
 //! connection, a moved deadline).

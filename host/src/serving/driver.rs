@@ -24,7 +24,7 @@ use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, future};
 
 use crate::provider::connector::{Connector, Connectors, OutboundStream};
 use crate::runtime::wakeup::Wakeup;
-use crate::runtime::{Alarm, Runtime, SCRATCH_LEN, now, with_scratch};
+use crate::runtime::{Alarm, Runtime, now, with_scratch};
 use crate::stores::ledger::Ledger;
 use crate::tls::listener::InboundStream;
 use crate::tls::stream::MaybeTls;
@@ -238,10 +238,6 @@ struct Task<'s, R: Runtime> {
     alarm: Alarm<R>,
     drain: event_listener::EventListener,
     drain_seen: bool,
-    /// A read shorter than the buffer emptied the socket: the next read
-    /// waits for readiness first (see `Runtime::poll_readable`).
-    client_emptied: bool,
-    upstream_emptied: bool,
     g_drain: Wakeup,
     g_admit: Wakeup,
     g_connect: Wakeup,
@@ -276,8 +272,6 @@ impl<'s, R: Runtime> Task<'s, R> {
             alarm: Alarm::default(),
             drain,
             drain_seen,
-            client_emptied: false,
-            upstream_emptied: false,
             g_drain: Wakeup::default(),
             g_admit: Wakeup::default(),
             g_connect: Wakeup::default(),
@@ -428,7 +422,6 @@ impl<'s, R: Runtime> Task<'s, R> {
     /// Fresh or pooled, nothing comes on a provider connection before the
     /// request is sent (a pooled one's last answer was read to its end).
     fn ready_upstream(&mut self) {
-        self.upstream_emptied = true;
         self.g_up_read.reset();
         self.g_up_write.reset();
     }
@@ -470,7 +463,6 @@ impl<'s, R: Runtime> Task<'s, R> {
     /// Polls each source whose wakeup lets it through, in a fixed order:
     /// drain, admission, connect, writes, reads, the timer.
     fn poll_wake(&mut self, cx: &mut Context<'_>, want_client: bool, want_up: bool) -> Poll<Wake> {
-        let rt = &self.shared.rt;
         if !self.drain_seen
             && self
                 .g_drain
@@ -519,37 +511,23 @@ impl<'s, R: Runtime> Task<'s, R> {
                 return Poll::Ready(Wake::ClientWritten(r));
             }
         }
-        if want_up && let Some(up) = self.upstream.as_mut() {
-            let emptied = &mut self.upstream_emptied;
-            if let Poll::Ready(r) = with_scratch(|buf| {
-                self.g_up_read.poll(cx, |cx| {
-                    if *emptied {
-                        if let Some(tcp) = up.plain() {
-                            std::task::ready!(rt.poll_readable(tcp, cx))?;
-                        }
-                        *emptied = false;
-                    }
-                    Pin::new(up).poll_read(cx, buf)
-                })
-            }) {
-                return Poll::Ready(Wake::UpRead(r));
-            }
+        if want_up
+            && let Some(up) = self.upstream.as_mut()
+            && let Poll::Ready(r) = with_scratch(|buf| {
+                self.g_up_read
+                    .poll(cx, |cx| Pin::new(up).poll_read(cx, buf))
+            })
+        {
+            return Poll::Ready(Wake::UpRead(r));
         }
-        if want_client {
-            let (client, emptied) = (&mut self.client, &mut self.client_emptied);
-            if let Poll::Ready(r) = with_scratch(|buf| {
-                self.g_client_read.poll(cx, |cx| {
-                    if *emptied {
-                        if let Some(tcp) = client.plain() {
-                            std::task::ready!(rt.poll_readable(tcp, cx))?;
-                        }
-                        *emptied = false;
-                    }
-                    Pin::new(client).poll_read(cx, buf)
-                })
-            }) {
-                return Poll::Ready(Wake::ClientRead(r));
-            }
+        let client = &mut self.client;
+        if want_client
+            && let Poll::Ready(r) = with_scratch(|buf| {
+                self.g_client_read
+                    .poll(cx, |cx| Pin::new(client).poll_read(cx, buf))
+            })
+        {
+            return Poll::Ready(Wake::ClientRead(r));
         }
         let alarm = &mut self.alarm;
         let fired = self.g_timer.poll(cx, |cx| {
@@ -625,7 +603,6 @@ impl<'s, R: Runtime> Task<'s, R> {
             // The bytes are still in this thread's scratch buffer: nothing
             // has yielded since the read.
             Wake::UpRead(Ok(n)) => {
-                self.upstream_emptied = n < SCRATCH_LEN;
                 with_scratch(|buf| conn.handle_upstream_data(t, &buf[..n]));
             }
             Wake::UpRead(Err(e)) => {
@@ -634,7 +611,6 @@ impl<'s, R: Runtime> Task<'s, R> {
             }
             Wake::ClientRead(Ok(0)) | Wake::ClientRead(Err(_)) => conn.handle_client_eof(t),
             Wake::ClientRead(Ok(n)) => {
-                self.client_emptied = n < SCRATCH_LEN;
                 with_scratch(|buf| conn.handle_client_data(t, &buf[..n]));
             }
             Wake::Timeout => conn.handle_timeout(t),

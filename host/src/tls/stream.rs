@@ -29,15 +29,6 @@ pub(crate) enum MaybeTls<T, C> {
 }
 
 impl<T, C> MaybeTls<T, C> {
-    /// The TCP stream of a plain connection. (A TLS stream may hold
-    /// decrypted bytes its socket no longer signals.)
-    pub(crate) fn plain(&self) -> Option<&T> {
-        match self {
-            MaybeTls::Plain(s) => Some(s),
-            MaybeTls::Tls(_) => None,
-        }
-    }
-
     /// The TCP stream under it.
     pub(crate) fn tcp(&self) -> &T {
         match self {

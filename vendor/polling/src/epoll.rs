@@ -350,7 +350,9 @@ fn epoll_flags(interest: &Event, mode: PollMode) -> epoll::EventFlags {
 /// Epoll flags for all possible readability events.
 fn read_flags() -> epoll::EventFlags {
     use epoll::EventFlags as Epoll;
-    Epoll::IN | Epoll::HUP | Epoll::ERR | Epoll::PRI
+    // chatgate's patch (see PATCHES.md): `RDHUP` too, so that an
+    // edge-triggered reader learns of the peer's FIN from the event itself.
+    Epoll::IN | Epoll::RDHUP | Epoll::HUP | Epoll::ERR | Epoll::PRI
 }
 
 /// Epoll flags for all possible writability events.
@@ -448,6 +450,14 @@ impl EventExtra {
     #[inline]
     pub fn is_err(&self) -> Option<bool> {
         Some(self.flags.contains(epoll::EventFlags::ERR))
+    }
+
+    /// chatgate's patch (see PATCHES.md): the peer closed its side, or the
+    /// socket failed: reading will not block again.
+    #[inline]
+    pub fn is_read_closed(&self) -> bool {
+        use epoll::EventFlags as Epoll;
+        self.flags.intersects(Epoll::RDHUP | Epoll::HUP | Epoll::ERR)
     }
 }
 

@@ -316,6 +316,18 @@ impl Event {
         self.extra.is_hup()
     }
 
+    /// chatgate's patch (see PATCHES.md): whether the peer closed its side
+    /// (`EPOLLRDHUP`) or the socket hung up or failed (`EPOLLHUP`,
+    /// `EPOLLERR`), so that reading will never block again. epoll only.
+    #[cfg(all(
+        not(polling_test_poll_backend),
+        any(target_os = "linux", target_os = "android", target_os = "redox")
+    ))]
+    #[inline]
+    pub fn is_read_closed(&self) -> bool {
+        self.extra.is_read_closed()
+    }
+
     /// Tell if this event is the result of a priority notification.
     ///
     /// This indicates that there is urgent data to read. It corresponds to the `EPOLLPRI` and
