@@ -21,18 +21,27 @@ use futures_lite::{StreamExt, future};
 use net::{Listener, Tcp};
 use reactor::Timer;
 
-/// The smol runtime: one shared executor run by a thread per core.
+/// The smol runtime: one shared executor run by a thread per core, or by
+/// the main thread alone.
 #[derive(Clone)]
 struct Smol {
     ex: Arc<Executor<'static>>,
+    /// One thread: the main thread runs the tasks while it runs `block_on`.
+    on_main: bool,
 }
 
 impl Smol {
-    /// The executor run by `threads` threads (`None`: one per core).
+    /// The executor run by `threads` threads (`None`: one per core). With
+    /// one, that is the main thread, the one that runs the accept loop (as
+    /// tokio's current-thread runtime): a new connection's task is not
+    /// handed to another thread, and no thread waits for another.
     fn new(threads: Option<usize>) -> io::Result<Smol> {
         let ex = Arc::new(Executor::new());
         let threads =
             threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if threads == 1 {
+            return Ok(Smol { ex, on_main: true });
+        }
         for i in 0..threads {
             let ex = Arc::clone(&ex);
             std::thread::Builder::new()
@@ -40,7 +49,7 @@ impl Smol {
                 .spawn(move || worker::run(&ex))
                 .map_err(|e| io::Error::other(format!("cannot start executor thread {i}: {e}")))?;
         }
-        Ok(Smol { ex })
+        Ok(Smol { ex, on_main: false })
     }
 }
 
@@ -49,13 +58,18 @@ impl Runtime for Smol {
     type Listener = Listener;
     type Timer = Timer;
 
-    /// The main thread (the accept loop) waits without turning the
-    /// reactor: only the executor threads do, when they run out of tasks,
-    /// so a woken connection task runs on the thread that saw its socket
-    /// ready instead of being handed over with a futex and an eventfd
-    /// write (BENCHMARKS.md, *Issue 32*).
+    /// With executor threads, the main thread (the accept loop) waits
+    /// without turning the reactor: only the executor threads do, when
+    /// they run out of tasks, so a woken connection task runs on the
+    /// thread that saw its socket ready instead of being handed over with a
+    /// futex and an eventfd write (BENCHMARKS.md, *Issue 32*). With one
+    /// thread, the main thread is the executor's and turns the reactor.
     fn block_on<F: Future>(&self, f: F) -> F::Output {
-        future::block_on(f)
+        if self.on_main {
+            worker::block_on(self.ex.run(f))
+        } else {
+            future::block_on(f)
+        }
     }
 
     fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {

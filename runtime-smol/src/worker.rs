@@ -38,6 +38,13 @@ impl Wake for ThreadWaker {
 
 /// Runs `ex`'s tasks on this thread, forever.
 pub(crate) fn run(ex: &Executor<'static>) -> ! {
+    match block_on(ex.run(std::future::pending::<std::convert::Infallible>())) {}
+}
+
+/// Runs `f` to completion on this thread, turning the reactor while it
+/// waits. `f` is an executor's `run` future: this thread then runs its
+/// tasks too.
+pub(crate) fn block_on<T>(f: impl Future<Output = T>) -> T {
     let (parker, unparker) = parking::pair();
     let thread = Arc::new(ThreadWaker {
         unparker,
@@ -45,12 +52,14 @@ pub(crate) fn run(ex: &Executor<'static>) -> ! {
     });
     let waker = Waker::from(Arc::clone(&thread));
     let cx = &mut Context::from_waker(&waker);
-    let mut tasks = pin!(ex.run(std::future::pending::<()>()));
+    let mut f = pin!(f);
     let mut last_turn = Instant::now();
     loop {
         // Runs what is scheduled; pending once there is nothing (the
         // executor then wakes `waker` when a task is scheduled).
-        let _ = tasks.as_mut().poll(cx);
+        if let std::task::Poll::Ready(t) = f.as_mut().poll(cx) {
+            return t;
+        }
         if parker.park_timeout(Duration::ZERO) {
             // More to run. Look at the sockets and timers now and then all
             // the same, so that a thread that is never idle does not leave
