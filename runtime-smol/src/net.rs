@@ -71,8 +71,12 @@ impl AsyncRead for Tcp {
     ) -> Poll<io::Result<usize>> {
         let len = buf.len();
         let stream = &self.stream;
-        self.source
-            .poll_io(READ, cx, || (&*stream).read(buf), |&n| n > 0 && n < len)
+        self.source.poll_io(
+            READ,
+            cx,
+            || (&*stream).read(buf),
+            |&n| n > 0 && n < len.min(MAX_RW),
+        )
     }
 }
 
