@@ -25,6 +25,8 @@ pub struct GwOptions {
     pub tpm: Option<u64>,
     /// More keys to mint into the same keys file: (name, rpm, tpm).
     pub extra_keys: Vec<(String, Option<u64>, Option<u64>)>,
+    /// The listen address [default: `127.0.0.1:0`, a port of its own].
+    pub listen: Option<String>,
 }
 
 /// A running gateway with a minted key.
@@ -79,7 +81,8 @@ impl Gw {
         key: String,
     ) -> Gw {
         let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-        let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
+        let listen = opts.listen.clone().unwrap_or_else(|| "127.0.0.1:0".into());
+        let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), listen];
         // An empty upstream: the pool comes from a config file in `opts`.
         if !upstream.is_empty() {
             args.extend(["--upstream".into(), upstream.into()]);

@@ -17,6 +17,7 @@ cases!(
     startup_errors_say_what_is_wrong,
     ledger_rotation_with_sighup,
     worker_threads_set_how_many_threads_serve,
+    reuse_port_shares_the_port_between_instances,
 );
 
 /// A gateway with an admin listener; returns it and the admin address.
@@ -744,4 +745,87 @@ fn worker_threads_set_how_many_threads_serve(bin: &str) {
         err.contains("--worker-threads") && err.contains("positive number"),
         "{err}"
     );
+}
+
+/// `--reuse-port`: two instances on one port (one per core, or the old and
+/// the new one of a restart) each serve part of the connections, with
+/// their own ledger; the one that stops leaves the port to the other, so
+/// no request is refused. Without it, the second instance is refused the
+/// port in one line.
+fn reuse_port_shares_the_port_between_instances(bin: &str) {
+    let sim = Sim::start(bin, &[], &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let shared = |env: &[(&str, &str)], args: &[&str]| GwOptions {
+        listen: Some(listen.clone()),
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..GwOptions::default()
+    };
+    // The flag on one, the environment on the other; the same keys.
+    let mut a = Gw::start(
+        bin,
+        &sim.url(),
+        shared(&[], &["--reuse-port", "on", "--worker-threads", "1"]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(a.dir.path().join("keys.toml"), dir.path().join("keys.toml")).unwrap();
+    let b = Gw::start_with_keys(
+        bin,
+        &sim.url(),
+        shared(
+            &[("CHATGATE_REUSE_PORT", "true")],
+            &["--worker-threads", "1"],
+        ),
+        dir,
+        a.key.clone(),
+    );
+    assert_eq!((a.addr, b.addr), (b.addr, a.addr), "one port");
+    let started = a
+        .proc
+        .stderr_when("the start-up line", |t| t.contains("starting:"));
+    assert!(started.contains("(shared port)"), "{started}");
+    // Each request on a connection of its own: the kernel spreads them by
+    // the connection's addresses, so both serve some (all 24 on one:
+    // one chance in eight million).
+    for _ in 0..24 {
+        assert_eq!(a.chat(&body("")).status, 200);
+    }
+    let (on_a, on_b) = (a.ledger().len(), b.ledger().len());
+    assert_eq!(on_a + on_b, 24, "every request in one of the ledgers");
+    assert!(on_a > 0 && on_b > 0, "both served: {on_a} and {on_b}");
+    // A stops (SIGTERM: it closes its listener, then drains); B serves every
+    // request after that on the same port.
+    a.proc.signal(15);
+    assert!(a.proc.wait_exit(PATIENCE).is_some_and(|s| s.success()));
+    for _ in 0..8 {
+        assert_eq!(b.chat(&body("")).status, 200);
+    }
+    assert_eq!(b.ledger().len(), on_b + 8);
+    // Without the setting the port is B's alone.
+    let keys = b.dir.path().join("keys.toml");
+    let (code, _, err) = run(
+        bin,
+        &[
+            "serve",
+            "--listen",
+            &listen,
+            "--upstream",
+            &sim.url(),
+            "--keys",
+            keys.to_str().unwrap(),
+            "--ledger",
+            b.dir.path().join("other.jsonl").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains(&format!("cannot listen on {listen}")), "{err}");
 }

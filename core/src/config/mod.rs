@@ -84,6 +84,10 @@ pub struct ServeConfig {
     pub otlp: Option<OtlpExport>,
     /// Threads that serve connections (`None`: one per core).
     pub worker_threads: Option<usize>,
+    /// The public listener shares its port with other processes that set
+    /// it too (`SO_REUSEPORT`): one single-threaded instance per core, and
+    /// restarts with no refused connection.
+    pub reuse_port: bool,
     /// The gateway's configuration.
     pub gateway: GatewayConfig,
 }
@@ -218,6 +222,7 @@ impl ServeConfig {
                 Some(_) => Some(positive(&r, "worker_threads")? as usize),
                 None => None,
             },
+            reuse_port: boolean(&r, "reuse_port")?,
             gateway,
         })
     }
@@ -227,10 +232,15 @@ impl ServeConfig {
         let g = &self.gateway;
         let t = &g.timeouts;
         format!(
-            "listen={}{} admin={}{} console={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
+            "listen={}{}{} admin={}{} console={} shared_limits={} ledger_postgres={} traces={} {} keys={} ({}) default_limits={}rpm/{}tpm ledger={} models={} \
              timeouts: connect={:?} first_byte={:?} idle={:?} client_header={:?} drain={:?} max_connections={} worker_threads={}",
             self.listen,
             if self.tls.is_some() { " (TLS)" } else { "" },
+            if self.reuse_port {
+                " (shared port)"
+            } else {
+                ""
+            },
             self.admin_listen.as_deref().unwrap_or("off"),
             match &self.admin_tls {
                 Some(t) if t.client_ca.is_some() => " (TLS, client certificates)",

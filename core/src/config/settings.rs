@@ -331,6 +331,12 @@ pub const SERVE_SETTINGS: &[Setting] = &[
         "Threads that serve connections [default: one per core]",
     ),
     s(
+        "reuse_port",
+        "BOOL",
+        Some("off"),
+        "Share the listen port with other chatgate processes that set it too (SO_REUSEPORT; the kernel spreads connections over them): one --worker-threads 1 instance per core, or a restart with no refused connection",
+    ),
+    s(
         "default_rpm",
         "N",
         Some("60"),

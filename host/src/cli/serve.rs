@@ -17,7 +17,7 @@ use crate::provider::connector::Connectors;
 use crate::reload::keys::KeysSource;
 use crate::runtime::{Runtime, raise_fd_limit, random_u64, unix_ms_at_start};
 use crate::serving::driver::Shared;
-use crate::serving::listener::{bind, run_gateway};
+use crate::serving::listener::{bind, bind_shared, run_gateway};
 use crate::stores::keys::KeyStore;
 use crate::stores::ledger::Ledger;
 use crate::telemetry::logging::init_logging;
@@ -93,7 +93,7 @@ pub(super) fn start_serving<R: Runtime>(
         cfg.pool_max_idle,
         cfg.pool_idle_timeout,
     )?;
-    let listener = bind(&cfg.listen)?;
+    let listener = bind_shared(&cfg.listen, cfg.reuse_port)?;
     let admin = match cfg.admin_listen.as_deref().map(bind) {
         None => None,
         Some(Ok(l)) => Some(l),

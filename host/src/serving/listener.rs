@@ -15,13 +15,57 @@ use crate::serving::driver::{Shared, serve_connection};
 
 /// Binds a listening socket (non-blocking, ready for any runtime).
 pub(crate) fn bind(addr: &str) -> Result<std::net::TcpListener, Error> {
+    bind_shared(addr, false)
+}
+
+/// [`bind`], and with `reuse_port` the port shared with the other
+/// processes that bind it so (`SO_REUSEPORT`, same user): the kernel
+/// spreads new connections over their listeners by the connection's
+/// addresses, and a process that stops listening leaves the port to the
+/// others (`reuse_port`, docs/decisions.md).
+pub(crate) fn bind_shared(addr: &str, reuse_port: bool) -> Result<std::net::TcpListener, Error> {
     let refused = |source| Error::Net {
         what: format!("cannot listen on {addr}"),
         source,
     };
-    let l = std::net::TcpListener::bind(addr).map_err(refused)?;
+    let l = if reuse_port {
+        shared_port(addr).map_err(refused)?
+    } else {
+        std::net::TcpListener::bind(addr).map_err(refused)?
+    };
     l.set_nonblocking(true).map_err(refused)?;
     Ok(l)
+}
+
+/// Pending connections a shared-port listener holds (the kernel caps it at
+/// `net.core.somaxconn`).
+const SHARED_BACKLOG: i32 = 4096;
+
+/// A listener with `SO_REUSEPORT` (and `SO_REUSEADDR`, as the standard
+/// library sets), on the first of `addr`'s addresses that binds.
+fn shared_port(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        let bound = Socket::new(Domain::for_address(a), Type::STREAM, None).and_then(|s| {
+            s.set_reuse_address(true)?;
+            s.set_reuse_port(true)?;
+            s.bind(&a.into())?;
+            s.listen(SHARED_BACKLOG)?;
+            Ok(s)
+        });
+        match bound {
+            Ok(s) => return Ok(s.into()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    }))
 }
 
 /// Accepts connections until `stop` resolves (the runtime's
