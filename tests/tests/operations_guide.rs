@@ -423,7 +423,8 @@ fn operations_guide_runs_as_written() {
         ports.apply(&subst.apply(&config_text)),
     )
     .unwrap();
-    let unit = subst.apply(&block(&doc, "ini", "[Service]"));
+    // The full unit (the per-core template beside it has no `[Unit]`).
+    let unit = subst.apply(&block(&doc, "ini", "[Unit]"));
     std::fs::write(t("chatgate.service"), &unit).unwrap();
     let exec: Vec<&str> = unit_value(&unit, "ExecStart").split_whitespace().collect();
     assert_eq!(exec[0], bin_path(BIN).to_string_lossy());
