@@ -193,7 +193,8 @@ printf '%s' "$NONSTREAM" >"$work/nonstream.json"
 printf '%s' "$STREAM" >"$work/stream.json"
 # The same stream through the Responses API (`--apis responses`): the same
 # prompt, the simulator's lengths in a marker (the translator does not
-# forward x_sim).
+# forward x_sim), and `store: false`, as the benchmark's own workload sends
+# it: the translation alone, not the responses store's writes.
 python3 - "$STREAM" >"$work/responses.json" <<'PY'
 import json, sys
 chat = json.loads(sys.argv[1])
@@ -203,6 +204,7 @@ print(json.dumps({
     "stream": True,
     "instructions": chat["messages"][0]["content"],
     "input": chat["messages"][1]["content"] + (f" [[sim:{sim}]]" if sim else ""),
+    "store": False,
 }), end="")
 PY
 # The same stream through the Messages API (`--apis messages`): the system
