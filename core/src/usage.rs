@@ -433,14 +433,36 @@ impl std::fmt::Display for NotJson {
 
 impl std::error::Error for NotJson {}
 
+/// Whether the byte after a value (none: the end) is where
+/// [`Cursor::skip_shape`] ends a number or a literal.
+fn ends_a_value(next: Option<&u8>) -> bool {
+    matches!(
+        next,
+        None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+    )
+}
+
+/// Whether a value the strict reader took (so valid JSON, its brackets in
+/// pairs) has too few brackets to nest deeper than [`Cursor::skip_shape`]
+/// goes: shorter than the pairs that would take, or few enough counted
+/// (brackets in strings count too: a text this says no to is skipped by
+/// its shape, which decides exactly).
+fn within_depth(value: &[u8]) -> bool {
+    use crate::json::MAX_DEPTH;
+    value.len() < 2 * (MAX_DEPTH + 1)
+        || value.iter().filter(|&&b| b == b'{' || b == b'[').count() <= MAX_DEPTH
+}
+
 /// Reads usage and finish reason from a non-streamed answer.
 ///
 /// One pass over the body by its shape (the JSON cursor's `skip_shape`): it must
 /// be a JSON object whose strings, nesting and members are well formed
 /// (anything else is the provider answering garbage);
 /// `choices[].finish_reason` and the top-level `usage` are found by their
-/// depth and only their values are parsed. The body itself is forwarded as
-/// it is, so its other values are not checked further than their shape.
+/// depth and only their values are parsed (`usage` where the walk meets
+/// it, by the strict reader, not walked first and read again). The body
+/// itself is forwarded as it is, so its other values are not checked
+/// further than their shape.
 ///
 /// A member named twice counts as the client's JSON reader takes it (the
 /// SDKs' readers, serde_json, Python's and JavaScript's): the last one. So
@@ -475,8 +497,24 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, NotJson> {
             })
         }
         b"usage" => {
-            usage = Some(c.skip_shape()?);
-            Ok(())
+            // Read where it is, in the one pass. What the strict reader
+            // takes, where the shape walk would take the same text (it ends
+            // at the same byte, and is not nested deeper than the walk
+            // goes), is the usage; anything else is skipped by its shape
+            // and is no usage, as when the two were separate passes. The
+            // last `usage` counts.
+            let mark = c.mark();
+            match usage_value(c) {
+                Ok(u) if ends_a_value(body.get(c.at())) && within_depth(&body[mark.0..c.at()]) => {
+                    usage = u;
+                    Ok(())
+                }
+                _ => {
+                    c.rewind(mark);
+                    usage = None;
+                    c.skip_shape().map(drop)
+                }
+            }
         }
         _ => c.skip_shape().map(drop),
     })
@@ -485,7 +523,7 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionSummary, NotJson> {
         return Err(NotJson);
     }
     Ok(CompletionSummary {
-        usage: usage.and_then(|(a, b)| Cursor::whole(&body[a..b], usage_value).ok()?),
+        usage,
         finish_reason: finish.and_then(|(a, b)| Cursor::whole(&body[a..b], string).ok()),
     })
 }
@@ -614,6 +652,62 @@ mod tests {
             let mut probe: reference::Probe<'_> = serde_json::from_str(&text).unwrap();
             proptest::prop_assert_eq!(got.finish_reason, probe.finish_reason());
             proptest::prop_assert_eq!(got.usage, probe.usage());
+        }
+    }
+
+    /// The two passes the in-place read replaced: the usage's extent by
+    /// its shape, then that text read whole by the strict reader.
+    fn two_passes(body: &[u8]) -> Result<Option<Usage>, NotJson> {
+        let mut c = Cursor::new(body);
+        let mut usage = None;
+        c.members_shape(|c, key| {
+            let span = c.skip_shape()?;
+            if *c.name(key) == *b"usage" {
+                usage = Some(span);
+            }
+            Ok(())
+        })
+        .map_err(|Stop| NotJson)?;
+        if c.peek().is_some() {
+            return Err(NotJson);
+        }
+        Ok(usage.and_then(|(a, b)| Cursor::whole(&body[a..b], usage_value).ok()?))
+    }
+
+    proptest! {
+        /// Reading `usage` in place decides as the two passes did, for
+        /// counts, odd values, text that is not JSON, values run on into
+        /// the next bytes (`nullx`), deep nesting and repeated members.
+        #[test]
+        fn usage_in_place_agrees_with_the_two_passes(
+            values in proptest::collection::vec(proptest::sample::select(vec![
+                r#"{"prompt_tokens":3,"completion_tokens":4}"#,
+                r#"{"prompt_tokens":3,"completion_tokens_details":{"reasoning_tokens":2}}"#,
+                r#"{"prompt_tokens":-1}"#, r#"{"prompt_tokens":"3"}"#, r#"{"prompt_tokens":3.0}"#,
+                r#"{"x":"\ud800","total_tokens":5}"#, r#"{"x":[1,{"y":null}],"total_tokens":5}"#,
+                r#"{"prompt_tokens":1,,}"#, r#"{"prompt_tokens":1"#, r#"{"prompt_tokens":1x}"#,
+                "null", "nullx", "12", "12abc", "-", "true", "\"s\"", "[1,2]", "{}", " { } ",
+                "tru", r#"{"a":"\"}"}"#,
+            ]), 1..4),
+            deep in 120usize..140,
+            deep_at in proptest::option::of(0usize..4),
+            tail in proptest::sample::select(vec!["}", " }", r#","z":1}"#, "x}", "]", ""]),
+        ) {
+            let deep_value = format!(
+                r#"{{"total_tokens":1,"d":{}{}}}"#,
+                "[".repeat(deep),
+                "]".repeat(deep)
+            );
+            let mut body = String::from(r#"{"choices":[]"#);
+            for (i, v) in values.iter().enumerate() {
+                let v = if deep_at == Some(i) { deep_value.as_str() } else { v };
+                body.push_str(r#","usage":"#);
+                body.push_str(v);
+            }
+            body.push_str(tail);
+            let old = two_passes(body.as_bytes());
+            let new = parse_completion(body.as_bytes()).map(|s| s.usage);
+            proptest::prop_assert_eq!(new, old, "{}", body);
         }
     }
 

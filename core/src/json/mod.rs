@@ -230,6 +230,18 @@ impl<'a> Cursor<'a> {
         self.i = i;
     }
 
+    /// Where the cursor is and how deep, for [`Cursor::rewind`].
+    pub(crate) fn mark(&self) -> (usize, usize) {
+        (self.i, self.depth)
+    }
+
+    /// Back to a [`Cursor::mark`] of this cursor: a read that stopped is
+    /// taken back (what it noted of errors stays noted).
+    pub(crate) fn rewind(&mut self, (i, depth): (usize, usize)) {
+        self.i = i;
+        self.depth = depth;
+    }
+
     /// The error a read stopped at (for reads that word one).
     pub(crate) fn error(&self) -> Option<SyntaxError> {
         self.error
