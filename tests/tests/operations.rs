@@ -678,22 +678,21 @@ fn threads_become(gw: &Gw, n: usize) {
     assert_eq!(serving_threads(pid), n);
 }
 
+/// Gateway options with these extra arguments and environment.
+fn options(args: &[&str], env: &[(&str, &str)]) -> GwOptions {
+    GwOptions {
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..GwOptions::default()
+    }
+}
+
 fn worker_threads_set_how_many_threads_serve(bin: &str) {
     let sim = Sim::start(bin, &[], &[]);
-    let with = |args: &[&str], env: &[(&str, &str)]| {
-        Gw::start(
-            bin,
-            &sim.url(),
-            GwOptions {
-                args: args.iter().map(|a| (*a).to_owned()).collect(),
-                env: env
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-                ..GwOptions::default()
-            },
-        )
-    };
+    let with = |args: &[&str], env: &[(&str, &str)]| Gw::start(bin, &sim.url(), options(args, env));
     let summary = |gw: &Gw| {
         gw.proc
             .stderr_when("the start-up line", |t| t.contains("starting:"))
@@ -762,12 +761,7 @@ fn reuse_port_shares_the_port_between_instances(bin: &str) {
     let listen = format!("127.0.0.1:{port}");
     let shared = |env: &[(&str, &str)], args: &[&str]| GwOptions {
         listen: Some(listen.clone()),
-        args: args.iter().map(|a| (*a).to_owned()).collect(),
-        env: env
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        ..GwOptions::default()
+        ..options(args, env)
     };
     // The flag on one, the environment on the other; the same keys.
     let mut a = Gw::start(
