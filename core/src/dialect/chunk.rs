@@ -16,7 +16,7 @@ use std::ops::Range;
 use crate::json::{Cursor, Keys};
 use crate::reasoning::AnswerReasoning;
 
-use super::text::string_inside;
+use super::text::string_inside_at;
 
 /// Where a chunk's parts are (ranges of its text, each a JSON value as
 /// written).
@@ -291,7 +291,7 @@ impl<K> Shape<K> {
         let same = data.len() >= b + a
             && data.starts_with(&self.before)
             && data.ends_with(&self.after)
-            && string_inside(&data[b..data.len() - a]);
+            && string_inside_at(data, b, data.len() - a);
         same.then(|| &data[b - 1..data.len() - a + 1])
     }
 }

@@ -24,13 +24,20 @@ pub(crate) fn string_inside(s: &[u8]) -> bool {
         }
         i += 8;
     }
-    // Fewer than eight bytes left (most deltas are a word or two): as one
-    // word, padded with spaces.
+    // Fewer than eight bytes left: the string's last eight (the bytes
+    // before `i` are plain), or, shorter than a word, the string padded
+    // with spaces.
     let rest = &s[i..];
     if rest.len() < 8 {
-        let mut padded = [b' '; 8];
-        padded[..rest.len()].copy_from_slice(rest);
-        if ascii_stops(u64::from_le_bytes(padded)) == 0 {
+        let last = match s.len().checked_sub(8) {
+            Some(at) => word(s, at),
+            None => {
+                let mut padded = [b' '; 8];
+                padded[..rest.len()].copy_from_slice(rest);
+                Some(u64::from_le_bytes(padded))
+            }
+        };
+        if last.is_some_and(|w| ascii_stops(w) == 0) {
             return true;
         }
     }
@@ -56,6 +63,25 @@ pub(crate) fn string_inside(s: &[u8]) -> bool {
         }
     }
     ascii || std::str::from_utf8(s).is_ok()
+}
+
+/// [`string_inside`] of `data[start..end]`. Most deltas are a few plain
+/// ASCII bytes: where `data` has eight bytes from `start`, such a string
+/// is read as one word of `data` itself, the bytes past its end taken as
+/// spaces (no copy).
+#[inline(always)]
+pub(crate) fn string_inside_at(data: &[u8], start: usize, end: usize) -> bool {
+    let len = end - start;
+    if len < 8
+        && let Some(w) = word(data, start)
+    {
+        const SPACES: u64 = u64::from_le_bytes([b' '; 8]);
+        let kept = (1u64 << (8 * len)) - 1;
+        if ascii_stops((w & kept) | (SPACES & !kept)) == 0 {
+            return true;
+        }
+    }
+    string_inside(&data[start..end])
 }
 
 /// `data` as text every JSON reader takes: invalid UTF-8 replaced by U+FFFD
@@ -106,7 +132,7 @@ pub(crate) fn valid_text(data: &[u8]) -> Cow<'_, [u8]> {
 
 #[cfg(test)]
 mod tests {
-    use super::string_inside;
+    use super::{string_inside, string_inside_at};
     use proptest::prelude::*;
 
     /// What [`string_inside`] promises, asked of serde_json: the text
@@ -153,6 +179,17 @@ mod tests {
     }
 
     proptest! {
+        /// Read inside a longer text, as a delta is read in its chunk.
+        #[test]
+        fn at_agrees_with_the_slice(
+            s in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'"'), Just(b'\\'), Just(b'u'), Just(0x1fu8), Just(0xc3u8), Just(0xa9u8)], 0..20),
+            before in 0usize..4,
+            after in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'"'), Just(0u8)], 0..12),
+        ) {
+            let data = [&vec![b'x'; before][..], &s, &after].concat();
+            prop_assert_eq!(string_inside_at(&data, before, before + s.len()), string_inside(&s));
+        }
+
         #[test]
         fn agrees_with_serde_json(s in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'"'), Just(b'\\'), Just(b'u'), Just(b'0'), Just(b'd'), Just(b'8'), Just(b'c'), Just(0x1fu8), Just(0xc3u8), Just(0xa9u8), Just(0xf0u8), Just(0x9fu8)], 0..48)) {
             prop_assert_eq!(string_inside(&s), by_serde(&s));

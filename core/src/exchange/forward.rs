@@ -351,11 +351,11 @@ impl Connection {
                     unix,
                     carry: carry.as_ref().expect("made for a translation"),
                 };
-                let usage = req
-                    .resume
-                    .as_deref()
-                    .map_or(up.tracker.usage(), |r| r.total(up.tracker.usage()));
-                let event = translate_event(dialect, &opening, kind, data, &up.tracker, usage, out);
+                // The usage is the end's alone: not copied for every delta.
+                let resume = req.resume.as_deref();
+                let tracker = &up.tracker;
+                let usage = || resume.map_or(tracker.usage(), |r| r.total(tracker.usage()));
+                let event = translate_event(dialect, &opening, kind, data, tracker, usage, out);
                 if event.is_err() {
                     // More than a translation keeps: the stream is over,
                     // as any invalid provider stream (and not continued:
@@ -574,7 +574,7 @@ fn translate_event(
     kind: EventKind,
     data: Option<&[u8]>,
     tracker: &StreamTracker,
-    usage: Option<crate::usage::Usage>,
+    usage: impl FnOnce() -> Option<crate::usage::Usage>,
     out: &mut Vec<u8>,
 ) -> Result<(), OverBudget> {
     let end = match kind {
@@ -593,7 +593,7 @@ fn translate_event(
     };
     let s = dialect.stream(opening);
     match (end, data) {
-        (Some(end), _) => s.end(end, usage.as_ref(), out),
+        (Some(end), _) => s.end(end, usage().as_ref(), out),
         (None, Some(data)) => return s.chunk(data, out),
         (None, None) => {}
     }

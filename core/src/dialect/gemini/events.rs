@@ -465,7 +465,7 @@ fn joined_part(o: &mut Vec<u8>, texts: &[&[u8]], thought: bool) {
     // be most of the cost.
     let text = &o[start..];
     let lead = if text.len() < 64 {
-        text.contains(&0xE2)
+        !text.is_ascii() && text.contains(&0xE2)
     } else {
         memchr::memchr(0xE2, text).is_some()
     };

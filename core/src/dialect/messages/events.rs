@@ -158,9 +158,9 @@ impl MessageStream {
                     self.keep_reasoning(text)?;
                 }
                 match open.filter(|_| text.len() > 2) {
-                    Some((Block::Text, index)) => delta(out, index, TEXT_DELTA, text),
+                    Some((Block::Text, index)) => text_delta(out, index, text),
                     Some((Block::Thinking, index)) if !self.asked.omit_thinking => {
-                        delta(out, index, THINKING_DELTA, text)
+                        thinking_delta(out, index, text)
                     }
                     _ => {}
                 }
@@ -195,13 +195,13 @@ impl MessageStream {
                 .then(|| self.open_block(Block::Thinking, out));
             kept = self.keep_reasoning(t);
             if let Some(index) = index.filter(|_| kept.is_ok() && !self.asked.omit_thinking) {
-                delta(out, index, THINKING_DELTA, t);
+                thinking_delta(out, index, t);
             }
         });
         kept?;
         if let Some(t) = text(&found.content) {
             let index = self.open_block(Block::Text, out);
-            delta(out, index, TEXT_DELTA, t);
+            text_delta(out, index, t);
         }
         // A chunk of one text delta and nothing else gives its shape, when
         // its block is the one open (or it is reasoning that goes nowhere).
@@ -512,7 +512,10 @@ fn index_member(o: &mut Vec<u8>, index: u64) {
     push_decimal(o, index);
 }
 
-/// A text block's delta up to its string (see [`delta`]).
+/// A `content_block_delta` event up to its block's index.
+const DELTA_START: &[u8] =
+    b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":";
+/// A text block's delta up to its string.
 const TEXT_DELTA: &[u8] = b",\"delta\":{\"type\":\"text_delta\",\"text\":";
 /// A thinking block's delta up to its string.
 const THINKING_DELTA: &[u8] = b",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":";
@@ -522,9 +525,28 @@ const JSON_DELTA: &[u8] = b",\"delta\":{\"type\":\"input_json_delta\",\"partial_
 /// A `content_block_delta` of block `index`: `head` (the delta object up
 /// to its string: [`TEXT_DELTA`], [`THINKING_DELTA`]), then the JSON
 /// string `text`, as written. Most events of a stream are these, so each is
-/// a handful of copies.
+/// a handful of copies; inlined into [`text_delta`] and
+/// [`thinking_delta`], where `head` is a constant, copied inline.
+#[inline(always)]
 fn delta(out: &mut Vec<u8>, index: u64, head: &[u8], text: &[u8]) {
-    delta_of(out, index, head, &[text]);
+    out.reserve(DELTA_START.len() + 20 + head.len() + text.len() + 4);
+    out.extend_from_slice(DELTA_START);
+    push_decimal(out, index);
+    out.extend_from_slice(head);
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"}}\n\n");
+}
+
+/// A text block's `content_block_delta` ([`delta`]).
+#[inline(never)]
+fn text_delta(out: &mut Vec<u8>, index: u64, text: &[u8]) {
+    delta(out, index, TEXT_DELTA, text);
+}
+
+/// A thinking block's `content_block_delta` ([`delta`]).
+#[inline(never)]
+fn thinking_delta(out: &mut Vec<u8>, index: u64, text: &[u8]) {
+    delta(out, index, THINKING_DELTA, text);
 }
 
 /// An `input_json_delta` whose `partial_json` is `inside` (the inside of
@@ -536,11 +558,9 @@ fn json_delta(out: &mut Vec<u8>, index: u64, inside: &[u8]) {
 /// A `content_block_delta` whose delta is `head` and the JSON string
 /// `parts` make.
 fn delta_of(out: &mut Vec<u8>, index: u64, head: &[u8], parts: &[&[u8]]) {
-    const START: &[u8] =
-        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":";
     let len: usize = parts.iter().map(|p| p.len()).sum();
-    out.reserve(START.len() + 20 + head.len() + len + 4);
-    out.extend_from_slice(START);
+    out.reserve(DELTA_START.len() + 20 + head.len() + len + 4);
+    out.extend_from_slice(DELTA_START);
     push_decimal(out, index);
     out.extend_from_slice(head);
     for p in parts {

@@ -323,40 +323,44 @@ impl ResponseStream {
     /// A text delta of item `i`: `text` is a JSON string as written.
     fn text_delta(&mut self, i: usize, text: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
         self.budget.keep(text.len() - 2)?;
-        let reasoning = self.items[i].kind == Kind::Reasoning;
-        if let Some(log) = self.log.as_mut().filter(|_| reasoning) {
+        // Most events of a stream are these: the item looked up once, and
+        // each branch's event written with its own constant start and end
+        // (copied inline, where a length known only here calls memcpy).
+        let item = &mut self.items[i];
+        let reasoning = item.kind == Kind::Reasoning;
+        if reasoning && let Some(log) = self.log.as_mut() {
             self.budget.keep(log.push(text))?;
         }
-        let (start, end): (&[u8], &[u8]) = if reasoning {
-            (
+        let sequence = self.sequence;
+        self.sequence += 1;
+        if reasoning {
+            delta_event(
+                out,
                 event_start!("response.reasoning_summary_text.delta"),
+                sequence,
+                &item.delta_head,
+                text,
                 EVENT_END,
-            )
+            );
         } else {
-            (
+            delta_event(
+                out,
                 event_start!("response.output_text.delta"),
+                sequence,
+                &item.delta_head,
+                text,
                 b",\"logprobs\":[]}\n\n",
-            )
-        };
-        self.delta_event(out, start, i, text, end);
-        self.items[i]
-            .text
-            .extend_from_slice(&text[1..text.len() - 1]);
+            );
+        }
+        item.text.extend_from_slice(&text[1..text.len() - 1]);
         Ok(())
     }
 
-    /// A delta event of item `i`: `start` (its [`event_start!`]), the
-    /// sequence number, the item's [`Item::delta_head`], the JSON string
-    /// `text` as written, then `end`. Inlined: most events are these.
-    #[inline(always)]
-    fn delta_event(&mut self, out: &mut Vec<u8>, start: &[u8], i: usize, text: &[u8], end: &[u8]) {
-        let head = &self.items[i].delta_head;
-        out.reserve(start.len() + 20 + head.len() + text.len() + end.len());
-        out.extend_from_slice(start);
-        self.sequence_number(out);
-        out.extend_from_slice(&self.items[i].delta_head);
-        out.extend_from_slice(text);
-        out.extend_from_slice(end);
+    /// A delta event of item `i` ([`delta_event`]).
+    fn item_delta(&mut self, out: &mut Vec<u8>, start: &[u8], i: usize, text: &[u8], end: &[u8]) {
+        let sequence = self.sequence;
+        self.sequence += 1;
+        delta_event(out, start, sequence, &self.items[i].delta_head, text, end);
     }
 
     /// The next event's `sequence_number` value.
@@ -435,7 +439,7 @@ impl ResponseStream {
                 return Ok(());
             }
             let start = event_start!("response.function_call_arguments.delta");
-            self.delta_event(out, start, i, args, EVENT_END);
+            self.item_delta(out, start, i, args, EVENT_END);
         }
         Ok(())
     }
@@ -879,6 +883,26 @@ pub fn body(
         out.push(b'}');
     }
     out
+}
+
+/// A delta event: `start` (its [`event_start!`]), the `sequence` number,
+/// the item's [`Item::delta_head`], the JSON string `text` as written, then
+/// `end`. Inlined: most events are these.
+#[inline(always)]
+fn delta_event(
+    out: &mut Vec<u8>,
+    start: &[u8],
+    sequence: u64,
+    head: &[u8],
+    text: &[u8],
+    end: &[u8],
+) {
+    out.reserve(start.len() + 20 + head.len() + text.len() + end.len());
+    out.extend_from_slice(start);
+    push_decimal(out, sequence);
+    out.extend_from_slice(head);
+    out.extend_from_slice(text);
+    out.extend_from_slice(end);
 }
 
 impl crate::dialect::Translator for ResponseStream {
