@@ -43,8 +43,16 @@ impl std::fmt::Debug for ReasoningSeal {
 }
 
 /// A thinking block's signature, made as its text passes
-/// ([`ReasoningSeal::signer`]): nothing of the text is kept.
-pub struct Signer(hmac::Context);
+/// ([`ReasoningSeal::signer`]): at most [`PENDING`] bytes of the text are
+/// kept, and given to the MAC together (a delta is a few bytes, and each
+/// update of the MAC costs more than copying them).
+pub struct Signer {
+    mac: hmac::Context,
+    pending: Vec<u8>,
+}
+
+/// The text a [`Signer`] holds before it updates its MAC.
+const PENDING: usize = 1024;
 
 impl std::fmt::Debug for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -55,17 +63,33 @@ impl std::fmt::Debug for Signer {
 impl Signer {
     /// The next piece of the text.
     pub fn update(&mut self, text: &[u8]) {
-        self.0.update(text);
+        if self.pending.len() + text.len() > PENDING {
+            self.mac.update(&self.pending);
+            self.pending.clear();
+            if text.len() > PENDING {
+                self.mac.update(text);
+                return;
+            }
+        }
+        if self.pending.capacity() == 0 {
+            self.pending.reserve_exact(PENDING);
+        }
+        self.pending.extend_from_slice(text);
     }
 
     /// The signature of all the pieces.
-    pub fn finish(self) -> String {
-        let tag = self.0.sign();
-        let mut s = String::with_capacity(SIGNATURE_PREFIX.len() + 43);
-        s.push_str(SIGNATURE_PREFIX);
-        URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut s);
-        s
+    pub fn finish(mut self) -> String {
+        self.mac.update(&self.pending);
+        signature(&self.mac.sign())
     }
+}
+
+/// A signature as a thinking block carries it: the prefix, then the tag.
+fn signature(tag: &hmac::Tag) -> String {
+    let mut s = String::with_capacity(SIGNATURE_PREFIX.len() + 43);
+    s.push_str(SIGNATURE_PREFIX);
+    URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut s);
+    s
 }
 
 /// The length HKDF is asked for: the AEAD key's.
@@ -105,14 +129,15 @@ impl ReasoningSeal {
 
     /// The signature of a thinking block whose text is `text`.
     pub fn sign(&self, text: &[u8]) -> String {
-        let mut s = self.signer();
-        s.update(text);
-        s.finish()
+        signature(&hmac::sign(&self.sign, text))
     }
 
     /// A signature made as a block's text passes, piece by piece.
     pub fn signer(&self) -> Signer {
-        Signer(hmac::Context::with_key(&self.sign))
+        Signer {
+            mac: hmac::Context::with_key(&self.sign),
+            pending: Vec::new(),
+        }
     }
 
     /// Whether `signature` is the one this gateway gives `text`.
@@ -195,6 +220,33 @@ mod tests {
         let last = tampered.len() - 2;
         tampered[last] ^= 1;
         assert!(!a.verify("think é".as_bytes(), &tampered));
+    }
+
+    #[test]
+    fn a_signature_made_piece_by_piece_is_the_whole_texts() {
+        let a = ReasoningSeal::new(b"a secret of at least thirty-two bytes!!");
+        let text: Vec<u8> = (0..5000u32).map(|i| b'a' + (i * 7 % 26) as u8).collect();
+        for sizes in [
+            &[1usize][..],
+            &[7, 300],
+            &[1023, 2],
+            &[1024],
+            &[1025, 3],
+            &[4000, 1],
+        ] {
+            let mut s = a.signer();
+            let mut at = 0;
+            for &n in sizes.iter().cycle() {
+                let end = (at + n).min(text.len());
+                s.update(&text[at..end]);
+                at = end;
+                if at == text.len() {
+                    break;
+                }
+            }
+            assert_eq!(s.finish(), a.sign(&text), "{sizes:?}");
+        }
+        assert_eq!(a.signer().finish(), a.sign(b""));
     }
 
     #[test]

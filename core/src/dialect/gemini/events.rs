@@ -139,12 +139,20 @@ impl GeminiStream {
                 if reasoning {
                     self.keep_reasoning(text)?;
                 }
-                if !reasoning || self.asked.thoughts {
+                if (!reasoning || self.asked.thoughts) && !self.text_response(out, text, reasoning)
+                {
                     self.response(out, |o, _| text_part(o, text, reasoning), None, None);
                 }
             }
             return Ok(());
         }
+        self.read_chunk(data, out)
+    }
+
+    /// [`Self::chunk`] the long way: the chunk walked, and its shape
+    /// learned. Apart, so that the shortcut is a small function of its own.
+    #[inline(never)]
+    fn read_chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
         self.shape = None;
         let data = &*valid_text(data);
         let Some(found) = Found::read(data) else {
@@ -292,6 +300,34 @@ impl GeminiStream {
         if self.asked.sse {
             out.extend_from_slice(b"\r\n\r\n");
         }
+    }
+
+    /// The shortcut's response of one text part, as [`Self::response`]
+    /// writes it with SSE, no finish and no usage, in a few copies of
+    /// constants; `false` (nothing written) where that writer has more to
+    /// do: no SSE, or its tail not made yet.
+    fn text_response(&mut self, out: &mut Vec<u8>, text: &[u8], thought: bool) -> bool {
+        if !self.asked.sse
+            || self.tail.is_empty()
+            || !self.tail_names_model && !self.model.is_empty()
+        {
+            return false;
+        }
+        out.extend_from_slice(
+            b"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":",
+        );
+        let start = out.len();
+        out.extend_from_slice(text);
+        escape_delta_separators(out, start);
+        out.extend_from_slice(if thought {
+            b",\"thought\":true}]},\"index\":0}]"
+        } else {
+            b"}]},\"index\":0}]"
+        });
+        out.extend_from_slice(&self.tail);
+        out.extend_from_slice(b"\r\n\r\n");
+        self.objects += 1;
+        true
     }
 
     /// What goes before the next object: `data: `, or the array's `[` or
@@ -461,8 +497,18 @@ fn joined_part(o: &mut Vec<u8>, texts: &[&[u8]], thought: bool) {
             o.push(b'"');
         }
     }
-    // A delta is a few bytes: a plain look, where a search's set-up would
-    // be most of the cost.
+    escape_delta_separators(o, start);
+    if thought {
+        o.extend_from_slice(b",\"thought\":true");
+    }
+    o.push(b'}');
+}
+
+/// [`escape_line_separators`] from `start`, where a delta's text is: a
+/// delta is a few bytes, so a plain look first, where a search's set-up
+/// would be most of the cost.
+#[inline(always)]
+fn escape_delta_separators(o: &mut Vec<u8>, start: usize) {
     let text = &o[start..];
     let lead = if text.len() < 64 {
         !text.is_ascii() && text.contains(&0xE2)
@@ -472,10 +518,6 @@ fn joined_part(o: &mut Vec<u8>, texts: &[&[u8]], thought: bool) {
     if lead {
         escape_line_separators(o, start);
     }
-    if thought {
-        o.extend_from_slice(b",\"thought\":true");
-    }
-    o.push(b'}');
 }
 
 /// A whole call as a `functionCall` part: `id` (the inside of a JSON

@@ -167,6 +167,13 @@ impl MessageStream {
                 return Ok(());
             }
         }
+        self.read_chunk(data, out)
+    }
+
+    /// [`Self::chunk`] the long way: the chunk walked, and its shape
+    /// learned. Apart, so that the shortcut is a small function of its own.
+    #[inline(never)]
+    fn read_chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
         self.shape = None;
         let data = &*valid_text(data);
         let Some(found) = Found::read(data) else {

@@ -214,6 +214,13 @@ impl ResponseStream {
             }
             return Ok(());
         }
+        self.read_chunk(data, out)
+    }
+
+    /// [`Self::chunk`] the long way: the chunk walked, and its shape
+    /// learned. Apart, so that the shortcut is a small function of its own.
+    #[inline(never)]
+    fn read_chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
         self.shape = None;
         // What is copied from it must be text every client can read.
         let data = &*valid_text(data);
