@@ -26,6 +26,7 @@ mod budget;
 mod chat;
 mod chunk;
 mod raw;
+mod tape;
 mod text;
 
 #[cfg(test)]

@@ -21,6 +21,19 @@ impl<'a> Object<'a> {
     /// a value a provider's parser would refuse), `Err(None)` when `raw`
     /// is valid JSON but no object.
     pub(super) fn read(raw: &'a [u8]) -> Result<Object<'a>, Option<ApiError>> {
+        super::tape::with(raw, |ends| match ends {
+            Some(ends) => Object::read_with(raw, |c| ends.skip(c)),
+            None => Object::read_with(raw, |c| c.skip()),
+        })
+    }
+
+    /// [`Object::read`], each value skipped by `skip` (jumping over the
+    /// values whose ends the body's index knows, or walking them).
+    #[inline(always)]
+    fn read_with(
+        raw: &'a [u8],
+        skip: impl Fn(&mut Cursor<'a>) -> Result<(), Stop>,
+    ) -> Result<Object<'a>, Option<ApiError>> {
         let mut c = Cursor::new(raw);
         if c.peek() != Some(b'{') {
             return match Cursor::whole(raw, Cursor::skip) {
@@ -33,7 +46,7 @@ impl<'a> Object<'a> {
             .members(Keys::Read, |c, key| {
                 let name = c.name(key);
                 let start = c.at();
-                c.skip()?;
+                skip(c)?;
                 if let Some(bad) = c.take_bad_utf8() {
                     return Err(c.fail(crate::json::Code::InvalidUnicodeCodePoint, bad + 1));
                 }
@@ -99,11 +112,23 @@ pub(super) fn array<'a>(raw: &'a [u8], param: &str) -> Result<Vec<&'a [u8]>, Api
     if !raw.starts_with(b"[") {
         return Err(ApiError::invalid_type(param, "an array"));
     }
+    super::tape::with(raw, |ends| match ends {
+        Some(ends) => elements(raw, |c| ends.skip(c)),
+        None => elements(raw, |c| c.skip()),
+    })
+}
+
+/// The elements of the array `raw`, each value skipped by `skip`.
+#[inline(always)]
+fn elements<'a>(
+    raw: &'a [u8],
+    skip: impl Fn(&mut Cursor<'a>) -> Result<(), Stop>,
+) -> Result<Vec<&'a [u8]>, ApiError> {
     let mut c = Cursor::new(raw);
     let mut out = Vec::new();
     c.elements(|c| {
         let start = c.at();
-        c.skip()?;
+        skip(c)?;
         out.push(&raw[start..c.at()]);
         Ok(())
     })

@@ -78,6 +78,17 @@ pub fn translate(
     sse: bool,
     replay: Option<&ReasoningSeal>,
 ) -> Result<(Vec<u8>, Asked), ApiError> {
+    crate::dialect::tape::indexed(body, || translate_body(body, model, stream, sse, replay))
+}
+
+/// [`translate`], the body indexed where it is long.
+fn translate_body(
+    body: &[u8],
+    model: &str,
+    stream: bool,
+    sse: bool,
+    replay: Option<&ReasoningSeal>,
+) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Object::read(body).map_err(|e| e.unwrap_or_else(not_an_object))?;
     let mut asked = asked(model)?;
     asked.stream = stream;
@@ -89,6 +100,11 @@ pub fn translate(
 /// `{generateContentRequest: {…}}` (then a refused field is named inside
 /// it); the chat body carries no `max_tokens` and no `stream`.
 pub fn translate_count(body: &[u8], model: &str) -> Result<(Vec<u8>, Asked), ApiError> {
+    crate::dialect::tape::indexed(body, || translate_count_body(body, model))
+}
+
+/// [`translate_count`], the body indexed where it is long.
+fn translate_count_body(body: &[u8], model: &str) -> Result<(Vec<u8>, Asked), ApiError> {
     const INNER: &str = "generateContentRequest";
     let top = Object::read(body).map_err(|e| e.unwrap_or_else(not_an_object))?;
     let asked = asked(model)?;

@@ -75,6 +75,15 @@ fn translate_with(
     answer: bool,
     replay: Option<&ReasoningSeal>,
 ) -> Result<(Vec<u8>, Asked), ApiError> {
+    crate::dialect::tape::indexed(body, || translate_body(body, answer, replay))
+}
+
+/// [`translate_with`], the body indexed where it is long.
+fn translate_body(
+    body: &[u8],
+    answer: bool,
+    replay: Option<&ReasoningSeal>,
+) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Object::read(body).map_err(|e| e.unwrap_or_else(not_an_object))?;
     if let Some(name) = duplicate(&top) {
         return Err(ApiError::invalid_json(format!("duplicate field `{name}`")));

@@ -107,6 +107,15 @@ pub fn translate<'a>(
     replay: Option<&ReasoningSeal>,
     stored: Option<&Stored<'a>>,
 ) -> Result<(Vec<u8>, Asked), ApiError> {
+    crate::dialect::tape::indexed(body, || translate_body(body, replay, stored))
+}
+
+/// [`translate`], the body indexed where it is long.
+fn translate_body<'a>(
+    body: &'a [u8],
+    replay: Option<&ReasoningSeal>,
+    stored: Option<&Stored<'a>>,
+) -> Result<(Vec<u8>, Asked), ApiError> {
     let top = Top::read(body)?;
     let model = top.model.ok_or_else(|| ApiError::missing("model"))?;
     if !model.starts_with(b"\"") {
