@@ -4,6 +4,7 @@
 //! writer of a member copied as it is.
 
 use std::borrow::Cow;
+use std::fmt::Display;
 
 use crate::error::ApiError;
 use crate::json::{Cursor, Keys, Stop};
@@ -101,16 +102,44 @@ pub(super) fn syntax(raw: &[u8]) -> ApiError {
     }
 }
 
-/// The object at `raw` (already checked), or `invalid_type` naming `param`.
-pub(super) fn object<'a>(raw: &'a [u8], param: &str) -> Result<Object<'a>, ApiError> {
-    Object::read(raw).map_err(|e| e.unwrap_or_else(|| ApiError::invalid_type(param, "an object")))
+/// Where a value is in the client's body, `{base}[{index}]{field}` (a
+/// `field` with its `.`), written only when an error names it: a long
+/// conversation has thousands of values, and none of them refused.
+#[derive(Clone, Copy)]
+pub(super) struct At<'p> {
+    pub(super) base: &'p dyn Display,
+    pub(super) index: usize,
+    pub(super) field: &'p str,
+}
+
+impl Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]{}", self.base, self.index, self.field)
+    }
+}
+
+/// `at(field)` (an item's closure that names its fields), written only
+/// when an error names it.
+pub(super) struct Field<'p>(pub(super) &'p dyn Fn(&str) -> String, pub(super) &'p str);
+
+impl Display for Field<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&(self.0)(self.1))
+    }
+}
+
+/// The object at `raw` (already checked), or `invalid_type` naming `param`
+/// (written then: `format_args!` or an [`At`] costs nothing before).
+pub(super) fn object<'a>(raw: &'a [u8], param: impl Display) -> Result<Object<'a>, ApiError> {
+    Object::read(raw)
+        .map_err(|e| e.unwrap_or_else(|| ApiError::invalid_type(param.to_string(), "an object")))
 }
 
 /// The elements of the array at `raw` (already checked), each as written,
 /// or `invalid_type` naming `param`.
-pub(super) fn array<'a>(raw: &'a [u8], param: &str) -> Result<Vec<&'a [u8]>, ApiError> {
+pub(super) fn array(raw: &[u8], param: impl Display) -> Result<Vec<&[u8]>, ApiError> {
     if !raw.starts_with(b"[") {
-        return Err(ApiError::invalid_type(param, "an array"));
+        return Err(ApiError::invalid_type(param.to_string(), "an array"));
     }
     super::tape::with(raw, |ends| match ends {
         Some(ends) => elements(raw, |c| ends.skip(c)),

@@ -9,9 +9,10 @@
 //! (turn `i`, its `k`-th call), which its response then names.
 
 use std::borrow::Cow;
+use std::fmt::Display;
 
 use crate::dialect::chat::{Call, Message, Part};
-use crate::dialect::raw::{array, is_null, object, string, text};
+use crate::dialect::raw::{At, array, is_null, object, string, text};
 use crate::error::ApiError;
 use crate::json::Cursor;
 use crate::reasoning::ReasoningSeal;
@@ -144,7 +145,7 @@ pub(super) fn system(raw: &[u8]) -> Result<Vec<&[u8]>, ApiError> {
         .enumerate()
     {
         let at = |field: &str| format!("{AT}.parts[{j}].{field}");
-        let p = object(part, &format!("{AT}.parts[{j}]"))?;
+        let p = object(part, format_args!("{AT}.parts[{j}]"))?;
         match p.get(b"text").filter(|r| !is_null(r)) {
             Some(_) if p.get(b"thought") == Some(b"true".as_slice()) => {}
             Some(t) => out.push(string(t, &|| at("text"))?),
@@ -166,7 +167,7 @@ fn turn<'a>(
     i: usize,
     replay: Option<&ReasoningSeal>,
 ) -> Result<(Turn<'a>, Option<ApiError>), ApiError> {
-    let c = object(raw, &format!("contents[{i}]"))?;
+    let c = object(raw, format_args!("contents[{i}]"))?;
     let model = match c.get(b"role").filter(|r| !is_null(r)) {
         None => false,
         Some(r) => match &*text(r, &|| format!("contents[{i}].role"))? {
@@ -192,12 +193,21 @@ fn turn<'a>(
     };
     let mut refused = None;
     let mut calls = 0;
-    for (j, part) in array(parts, &format!("contents[{i}].parts"))?
+    for (j, part) in array(parts, format_args!("contents[{i}].parts"))?
         .into_iter()
         .enumerate()
     {
-        let param = format!("contents[{i}].parts[{j}]");
-        let p = object(part, &param)?;
+        let parts_at = At {
+            base: &"contents",
+            index: i,
+            field: ".parts",
+        };
+        let param = At {
+            base: &parts_at,
+            index: j,
+            field: "",
+        };
+        let p = object(part, param)?;
         let at = |field: &str| format!("{param}.{field}");
         if model
             && turn.reasoning.is_none()
@@ -271,7 +281,7 @@ fn turn<'a>(
         } else {
             if !model {
                 refused.get_or_insert(ApiError::invalid_value(
-                    param.clone(),
+                    param.to_string(),
                     "Unsupported part: expected text, inlineData, functionCall or \
                      functionResponse.",
                 ));
@@ -286,7 +296,7 @@ fn turn<'a>(
 /// A `functionCall` part: the `k`-th call of turn `i`.
 fn function_call<'a>(
     raw: &'a [u8],
-    param: &str,
+    param: &dyn Display,
     i: usize,
     k: usize,
 ) -> Result<Piece<'a>, ApiError> {
@@ -311,7 +321,7 @@ fn function_call<'a>(
 }
 
 /// A `functionResponse` part.
-fn function_response<'a>(raw: &'a [u8], param: &str) -> Result<Piece<'a>, ApiError> {
+fn function_response<'a>(raw: &'a [u8], param: &dyn Display) -> Result<Piece<'a>, ApiError> {
     let at = |field: &str| format!("{param}.{field}");
     let f = object(raw, param)?;
     let name = text(f.required("name", &at)?, &|| at("name"))?.into_owned();
@@ -339,7 +349,7 @@ fn json_text(raw: &[u8]) -> Vec<u8> {
 
 /// An `inlineData` blob: a `data:` URL (a JSON string) when it is an
 /// image, `None` for any other kind.
-fn inline_image(raw: &[u8], param: &str) -> Result<Option<Vec<u8>>, ApiError> {
+fn inline_image(raw: &[u8], param: &dyn Display) -> Result<Option<Vec<u8>>, ApiError> {
     let at = |field: &str| format!("{param}.{field}");
     let d = object(raw, param)?;
     let mime = string(d.required("mimeType", &at)?, &|| at("mimeType"))?;

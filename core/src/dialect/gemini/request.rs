@@ -238,7 +238,7 @@ fn generation(
         }
     }
     if let Some(raw) = g.get(b"stopSequences").filter(|r| !is_null(r)) {
-        let n = array(raw, &at("stopSequences"))?.len();
+        let n = array(raw, at("stopSequences"))?.len();
         if n > MAX_STOP_SEQUENCES {
             return Err(ApiError::invalid_value(
                 at("stopSequences"),
@@ -364,14 +364,14 @@ fn thinking(raw: &[u8], asked: &mut Asked) -> Result<Option<&'static str>, ApiEr
 fn tools(raw: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
     let mut out: Vec<(String, Vec<u8>)> = Vec::new();
     for (i, tool) in array(raw, "tools")?.into_iter().enumerate() {
-        let t = object(tool, &format!("tools[{i}]"))?;
+        let t = object(tool, format_args!("tools[{i}]"))?;
         let Some(decls) = t.get(b"functionDeclarations").filter(|r| !is_null(r)) else {
             continue;
         };
         let param = format!("tools[{i}].functionDeclarations");
         for (k, decl) in array(decls, &param)?.into_iter().enumerate() {
             let at = |field: &str| format!("{param}[{k}].{field}");
-            let d = object(decl, &format!("{param}[{k}]"))?;
+            let d = object(decl, format_args!("{param}[{k}]"))?;
             let name = text(d.required("name", &at)?, &|| at("name"))?.into_owned();
             if out.iter().any(|(n, _)| *n == name) {
                 return Err(ApiError::invalid_value(

@@ -28,9 +28,12 @@
 //! | `cache_control`, `context_management`, `container`, `mcp_servers`, `service_tier`, any other | read and left out (documented as not applied) |
 
 use std::borrow::Cow;
+use std::fmt::Display;
 
 use crate::dialect::chat::{Call, Message, Part, write_messages, write_tools};
-use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
+use crate::dialect::raw::{
+    At, Object, array, is_null, member, not_an_object, object, string, text,
+};
 use crate::error::ApiError;
 use crate::json::Cursor;
 use crate::reasoning::ReasoningSeal;
@@ -102,7 +105,7 @@ fn translate_body(
 
     let mut messages = Vec::new();
     if let Some(raw) = top.get(b"system").filter(|r| !is_null(r)) {
-        let parts = system(raw, "system")?;
+        let parts = system(raw, &"system")?;
         if !parts.is_empty() {
             messages.push(Message::System(parts));
         }
@@ -295,14 +298,14 @@ fn response_format(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ApiError> {
 
 /// `system` (or a `system`-role message's content): a string, or text
 /// blocks, as JSON strings as written.
-fn system<'a>(raw: &'a [u8], param: &str) -> Result<Vec<&'a [u8]>, ApiError> {
+fn system<'a>(raw: &'a [u8], param: &dyn Display) -> Result<Vec<&'a [u8]>, ApiError> {
     if raw.starts_with(b"\"") {
         return Ok(vec![raw]);
     }
     let mut out = Vec::new();
     for (j, block) in array(raw, param)?.into_iter().enumerate() {
         let at = |field: &str| format!("{param}[{j}].{field}");
-        let b = object(block, &format!("{param}[{j}]"))?;
+        let b = object(block, format_args!("{param}[{j}]"))?;
         let kind = b.required("type", &at)?;
         match &*text(kind, &|| at("type"))? {
             "text" => out.push(string(b.required("text", &at)?, &|| at("text"))?),
@@ -327,11 +330,15 @@ fn message<'a>(
     replay: Option<&ReasoningSeal>,
 ) -> Result<Option<Option<ApiError>>, ApiError> {
     let at = |field: &str| format!("messages[{i}].{field}");
-    let m = object(raw, &format!("messages[{i}]"))?;
+    let m = object(raw, format_args!("messages[{i}]"))?;
     let role = m.required("role", &at)?;
     let role = text(role, &|| at("role"))?;
     let content = m.required("content", &at)?;
-    let param = at("content");
+    let param = At {
+        base: &"messages",
+        index: i,
+        field: ".content",
+    };
     match &*role {
         "system" => {
             let parts = system(content, &param)?;
@@ -371,7 +378,7 @@ enum Content<'a> {
 /// user message, with the images tool results returned.
 fn user<'a>(
     content: &'a [u8],
-    param: &str,
+    param: &dyn Display,
     out: &mut Vec<Message<'a>>,
 ) -> Result<Option<ApiError>, ApiError> {
     if content.starts_with(b"\"") {
@@ -383,7 +390,7 @@ fn user<'a>(
     let mut images = Vec::new();
     for (j, block) in array(content, param)?.into_iter().enumerate() {
         let at = |field: &str| format!("{param}[{j}].{field}");
-        let b = object(block, &format!("{param}[{j}]"))?;
+        let b = object(block, format_args!("{param}[{j}]"))?;
         let kind = b.required("type", &at)?;
         match &*text(kind, &|| at("type"))? {
             "tool_result" => {
@@ -397,11 +404,15 @@ fn user<'a>(
                     None => {}
                     Some(c) if c.starts_with(b"\"") => text.push(c),
                     Some(c) => {
-                        let inner = at("content");
-                        for (k, block) in array(c, &inner)?.into_iter().enumerate() {
+                        let inner = At {
+                            base: param,
+                            index: j,
+                            field: ".content",
+                        };
+                        for (k, block) in array(c, inner)?.into_iter().enumerate() {
                             // A tool's output is never refused: the client
                             // cannot change it.
-                            match content_block(block, &format!("{inner}[{k}]"))? {
+                            match content_block(block, &format_args!("{inner}[{k}]"))? {
                                 Content::Part(Part::Text(t)) => text.push(t),
                                 Content::Part(image @ Part::Image(..)) => images.push(image),
                                 Content::Unreadable(_) => text.push(LEFT_OUT),
@@ -415,7 +426,7 @@ fn user<'a>(
                 }
                 out.push(Message::Tool { call_id, text });
             }
-            _ => match content_block(block, &format!("{param}[{j}]"))? {
+            _ => match content_block(block, &format_args!("{param}[{j}]"))? {
                 Content::Part(p) => parts.push(p),
                 Content::Unreadable(e) => {
                     parts.push(Part::Text(LEFT_OUT));
@@ -434,7 +445,7 @@ fn user<'a>(
 
 /// A user content block other than a tool result: a text or image part,
 /// nothing (reasoning, server results), or what the provider cannot read.
-fn content_block<'a>(raw: &'a [u8], param: &str) -> Result<Content<'a>, ApiError> {
+fn content_block<'a>(raw: &'a [u8], param: &dyn Display) -> Result<Content<'a>, ApiError> {
     let at = |field: &str| format!("{param}.{field}");
     let b = object(raw, param)?;
     let kind = b.required("type", &at)?;
@@ -444,7 +455,7 @@ fn content_block<'a>(raw: &'a [u8], param: &str) -> Result<Content<'a>, ApiError
         })?)),
         "image" => image(&b, &at)?,
         "document" => {
-            let source = object(b.required("source", &at)?, &at("source"))?;
+            let source = object(b.required("source", &at)?, at("source"))?;
             let kind = source.required_at("type", &at("source.type"))?;
             if &*text(kind, &|| at("source.type"))? != "text" {
                 return Ok(Content::Unreadable(ApiError::invalid_value(
@@ -480,7 +491,7 @@ fn content_block<'a>(raw: &'a [u8], param: &str) -> Result<Content<'a>, ApiError
 /// An `image` block: a URL source as it is, a base64 source as a `data:`
 /// URL.
 fn image<'a>(b: &Object<'a>, at: &dyn Fn(&str) -> String) -> Result<Content<'a>, ApiError> {
-    let source = object(b.required("source", &at)?, &at("source"))?;
+    let source = object(b.required("source", &at)?, at("source"))?;
     let kind = source.required_at("type", &at("source.type"))?;
     match &*text(kind, &|| at("source.type"))? {
         "url" => {
@@ -518,7 +529,7 @@ fn image<'a>(b: &Object<'a>, at: &dyn Fn(&str) -> String) -> Result<Content<'a>,
 /// message's reasoning, any other thinking left out.
 fn assistant<'a>(
     content: &'a [u8],
-    param: &str,
+    param: &dyn Display,
     out: &mut Vec<Message<'a>>,
     replay: Option<&ReasoningSeal>,
 ) -> Result<(), ApiError> {
@@ -535,7 +546,7 @@ fn assistant<'a>(
     let mut reasoning = Vec::new();
     for (j, block) in array(content, param)?.into_iter().enumerate() {
         let at = |field: &str| format!("{param}[{j}].{field}");
-        let b = object(block, &format!("{param}[{j}]"))?;
+        let b = object(block, format_args!("{param}[{j}]"))?;
         let kind = b.required("type", &at)?;
         match &*text(kind, &|| at("type"))? {
             "text" => text_parts.push(string(b.required("text", &at)?, &|| at("text"))?),
@@ -613,7 +624,7 @@ fn tools(raw: &[u8]) -> Result<Vec<Vec<u8>>, ApiError> {
     let mut names = std::collections::HashSet::new();
     for (i, tool) in array(raw, "tools")?.into_iter().enumerate() {
         let at = |field: &str| format!("tools[{i}].{field}");
-        let t = object(tool, &format!("tools[{i}]"))?;
+        let t = object(tool, format_args!("tools[{i}]"))?;
         if let Some(kind) = t.get(b"type").filter(|r| !is_null(r))
             && &*text(kind, &|| at("type"))? != "custom"
         {

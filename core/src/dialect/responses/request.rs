@@ -31,7 +31,9 @@ use std::borrow::Cow;
 
 use super::stored::{Stored, item_not_found};
 use crate::dialect::chat::{Call, Message, Part, push_call, write_messages, write_tools};
-use crate::dialect::raw::{Object, array, is_null, member, not_an_object, object, string, text};
+use crate::dialect::raw::{
+    Field, Object, array, is_null, member, not_an_object, object, string, text,
+};
 use crate::error::ApiError;
 use crate::json::Cursor;
 use crate::reasoning::ReasoningSeal;
@@ -328,7 +330,7 @@ fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
     let mut names: Vec<String> = Vec::new();
     for (i, tool) in array(raw, "tools")?.into_iter().enumerate() {
         let at = |field: &str| format!("tools[{i}].{field}");
-        let t = object(tool, &format!("tools[{i}]"))?;
+        let t = object(tool, format_args!("tools[{i}]"))?;
         let kind = t.required("type", &at)?;
         let kind = text(kind, &|| at("type"))?;
         match &*kind {
@@ -341,9 +343,9 @@ fn tools(raw: &[u8], asked: &mut Asked) -> Result<Vec<Vec<u8>>, ApiError> {
                 let ns_raw = t.required("name", &at)?;
                 let ns = text(ns_raw, &|| at("name"))?.into_owned();
                 let inner = t.required("tools", &at)?;
-                for (j, f) in array(inner, &at("tools"))?.into_iter().enumerate() {
+                for (j, f) in array(inner, at("tools"))?.into_iter().enumerate() {
                     let inner_at = |field: &str| format!("tools[{i}].tools[{j}].{field}");
-                    let f = object(f, &format!("tools[{i}].tools[{j}]"))?;
+                    let f = object(f, format_args!("tools[{i}].tools[{j}]"))?;
                     match f
                         .get(b"type")
                         .map(|k| text(k, &|| inner_at("type")))
@@ -543,8 +545,8 @@ fn messages<'a>(
     // Images a tool returned, sent after the tool messages as the user's.
     let mut images: Vec<Part<'a>> = Vec::new();
     for (place, item) in items {
-        let at = |field: &str| format!("{}.{field}", place.name());
-        let it = object(item, &place.name())?;
+        let at = |field: &str| format!("{place}.{field}");
+        let it = object(item, place)?;
         let kind = match it.get(b"type") {
             Some(k) => text(k, &|| at("type"))?,
             None if it.get(b"role").is_some() => Cow::Borrowed("message"),
@@ -602,7 +604,7 @@ fn messages<'a>(
                 if output.starts_with(b"\"") {
                     text.push(output);
                 } else {
-                    for part in parts(output, &at("output"))? {
+                    for part in parts(output, &Field(&at, "output"))? {
                         match part {
                             Part::Text(t) => text.push(t),
                             image @ Part::Image(..) => images.push(image),
@@ -667,11 +669,11 @@ enum Place {
     Input(usize),
 }
 
-impl Place {
-    fn name(self) -> String {
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Place::Stored => "previous_response_id".into(),
-            Place::Input(i) => format!("input[{i}]"),
+            Place::Stored => f.write_str("previous_response_id"),
+            Place::Input(i) => write!(f, "input[{i}]"),
         }
     }
 }
@@ -731,7 +733,7 @@ fn message<'a>(
     let parts = if content.starts_with(b"\"") {
         vec![Part::Text(content)]
     } else {
-        parts(content, &at("content"))?
+        parts(content, &Field(at, "content"))?
     };
     let texts = |parts: Vec<Part<'a>>, role: &str| -> Result<Vec<&'a [u8]>, ApiError> {
         parts
@@ -766,11 +768,11 @@ fn message<'a>(
 }
 
 /// A content array's parts; `param` names the array.
-fn parts<'a>(raw: &'a [u8], param: &str) -> Result<Vec<Part<'a>>, ApiError> {
+fn parts<'a>(raw: &'a [u8], param: &dyn std::fmt::Display) -> Result<Vec<Part<'a>>, ApiError> {
     let mut out = Vec::new();
     for (j, part) in array(raw, param)?.into_iter().enumerate() {
         let at = |field: &str| format!("{param}[{j}].{field}");
-        let p = object(part, &format!("{param}[{j}]"))?;
+        let p = object(part, format_args!("{param}[{j}]"))?;
         let kind = p.required("type", &at)?;
         match &*text(kind, &|| at("type"))? {
             "input_text" | "output_text" | "text" => {
