@@ -86,40 +86,60 @@ pub fn last_chunk(out: &mut Vec<u8>) {
     out.extend_from_slice(b"0\r\n\r\n");
 }
 
+/// The two-digit pairs, `00` to `99`.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
 /// Appends `n` in decimal without allocating.
 ///
 /// Two digits per division, from a table (as itoa and the standard
 /// library do): a request writes about twenty numbers, in its ledger line,
-/// access line and headers, most of them many digits long.
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-        2021222324252627282930313233343536373839\
-        4041424344454647484950515253545556575859\
-        6061626364656667686970717273747576777879\
-        8081828384858687888990919293949596979899";
-    // One or two digits (a stream's sequence numbers and indexes, most
-    // counts): no buffer.
+/// access line and headers, most of them many digits long. One or two
+/// digits (a translated stream's sequence numbers and indexes, most
+/// counts) are written where it is called.
+#[inline]
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
     if n < 10 {
         out.push(b'0' + n as u8);
-        return;
-    }
-    if n < 100 {
+    } else if n < 100 {
         let pair = n as usize * 2;
         out.extend_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        push_long_decimal(out, n);
+    }
+}
+
+/// [`push_decimal`] of three digits or more: three or four (a long
+/// stream's sequence numbers) as one copy of their own length.
+#[inline(never)]
+fn push_long_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let pair = |n: u64| {
+        let at = n as usize * 2;
+        [PAIRS[at], PAIRS[at + 1]]
+    };
+    if n < 1000 {
+        let [a, b] = pair(n % 100);
+        out.extend_from_slice(&[b'0' + (n / 100) as u8, a, b]);
+        return;
+    }
+    if n < 10_000 {
+        let ([a, b], [c, d]) = (pair(n / 100), pair(n % 100));
+        out.extend_from_slice(&[a, b, c, d]);
         return;
     }
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     while n >= 100 {
-        let pair = (n % 100) as usize * 2;
-        n /= 100;
         i -= 2;
-        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        digits[i..i + 2].copy_from_slice(&pair(n % 100));
+        n /= 100;
     }
     if n >= 10 {
-        let pair = n as usize * 2;
         i -= 2;
-        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        digits[i..i + 2].copy_from_slice(&pair(n));
     } else {
         i -= 1;
         digits[i] = b'0' + n as u8;
@@ -155,6 +175,7 @@ mod tests {
             let t = 10u64.pow(p);
             values.extend([t - 1, t, t + 1, t / 7 * 9]);
         }
+        values.extend(0..12_345);
         for v in values {
             let mut out = b"x".to_vec();
             push_decimal(&mut out, v);
