@@ -9,6 +9,7 @@
 //! | `splice/` | a chat stream cut mid-answer finished by another request: what the client has, the continuation's request in each server's dialect of prefill, its chunks rewritten into the client's stream |
 //! | `seam.rs` | the one trait a client API implements to be translated onto the exchange ([`Dialect`]): its credential, request translation, field names, answer, stream, keep-alive, error shape and token count |
 //! | `raw.rs` | what every request translator reads with: a body's members as written, typed accessors naming the client's field |
+//! | `tape.rs` | a long body's index, made once a translation starts: where each of its values ends, so that each level's read jumps over the levels below |
 //! | `chat.rs` | the chat messages a request translator builds, and their writer |
 //! | `chunk.rs` | the one reading of a chat chunk the answer translators share (and the chat path's reading of an answer's reasoning, for the memory) |
 //! | `budget.rs` | what one translated answer may make a translator hold, the same for every dialect |
