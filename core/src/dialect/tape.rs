@@ -32,25 +32,19 @@ const LONG_STRING: usize = 64;
 /// Value start to value end, both offsets into the body.
 type Map = HashMap<u32, u32, BuildHasherDefault<Mix>>;
 
-/// The index of one body.
-struct Tape {
-    /// The body's address and length: a text inside it is a part of it.
-    base: usize,
-    len: usize,
-    ends: Map,
-}
-
 thread_local! {
-    /// The indexed body's address and length (a length of 0: none), read
-    /// first: a plain load, where the index itself is behind a borrow.
+    /// The indexed body's address and length (a length of 0: none; a text
+    /// inside it is a part of it), read first: a plain load, where the
+    /// index itself is behind a borrow.
     static RANGE: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-    static TAPE: RefCell<Option<Tape>> = const { RefCell::new(None) };
+    /// The index of that body.
+    static TAPE: RefCell<Option<Map>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` (a translation of `body`) with `body` indexed, when it is long
 /// and valid.
 pub(super) fn indexed<T>(body: &[u8], f: impl FnOnce() -> T) -> T {
-    let Some(tape) = index(body) else {
+    let Some(ends) = index(body) else {
         return f();
     };
     /// Drops the index when the translation ends (or unwinds).
@@ -61,8 +55,8 @@ pub(super) fn indexed<T>(body: &[u8], f: impl FnOnce() -> T) -> T {
             TAPE.with(|t| t.borrow_mut().take());
         }
     }
-    RANGE.set((tape.base, tape.len));
-    TAPE.with(|t| *t.borrow_mut() = Some(tape));
+    RANGE.set((body.as_ptr() as usize, body.len()));
+    TAPE.with(|t| *t.borrow_mut() = Some(ends));
     let _clear = Clear;
     f()
 }
@@ -101,16 +95,16 @@ pub(super) fn with<T>(raw: &[u8], f: impl FnOnce(Option<&Ends<'_>>) -> T) -> T {
     }
     TAPE.with(|t| {
         let t = t.borrow();
-        let ends = t.as_ref().map(|t| Ends {
-            ends: &t.ends,
-            offset: at - t.base,
+        let ends = t.as_ref().map(|ends| Ends {
+            ends,
+            offset: at - base,
         });
         f(ends.as_ref())
     })
 }
 
 /// The index of `body`, if it is long and valid.
-fn index(body: &[u8]) -> Option<Tape> {
+fn index(body: &[u8]) -> Option<Map> {
     if body.len() < INDEXED || u32::try_from(body.len()).is_err() {
         return None;
     }
@@ -121,11 +115,7 @@ fn index(body: &[u8]) -> Option<Tape> {
     if c.hazard().is_some() || c.take_bad_utf8().is_some() {
         return None;
     }
-    Some(Tape {
-        base: body.as_ptr() as usize,
-        len: body.len(),
-        ends,
-    })
+    Some(ends)
 }
 
 /// Walks the value at the cursor, noting where each array, object and

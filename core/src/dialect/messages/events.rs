@@ -536,12 +536,7 @@ const JSON_DELTA: &[u8] = b",\"delta\":{\"type\":\"input_json_delta\",\"partial_
 /// [`thinking_delta`], where `head` is a constant, copied inline.
 #[inline(always)]
 fn delta(out: &mut Vec<u8>, index: u64, head: &[u8], text: &[u8]) {
-    out.reserve(DELTA_START.len() + 20 + head.len() + text.len() + 4);
-    out.extend_from_slice(DELTA_START);
-    push_decimal(out, index);
-    out.extend_from_slice(head);
-    out.extend_from_slice(text);
-    out.extend_from_slice(b"}}\n\n");
+    delta_of(out, index, head, &[text]);
 }
 
 /// A text block's `content_block_delta` ([`delta`]).
@@ -563,7 +558,8 @@ fn json_delta(out: &mut Vec<u8>, index: u64, inside: &[u8]) {
 }
 
 /// A `content_block_delta` whose delta is `head` and the JSON string
-/// `parts` make.
+/// `parts` make (inlined: one part's loop is one copy).
+#[inline(always)]
 fn delta_of(out: &mut Vec<u8>, index: u64, head: &[u8], parts: &[&[u8]]) {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     out.reserve(DELTA_START.len() + 20 + head.len() + len + 4);
