@@ -6,7 +6,7 @@
 //! | file | job |
 //! |---|---|
 //! | `connection.rs` | a connection: the URL read, a store's tables created under an advisory lock when its probe finds them missing (never for what only reads), failures worded |
-//! | `shipper.rs` | the ledger shipper: the thread that ships the local ledger's lines from a checkpoint, exactly once across a failover |
+//! | `shipper/` | the ledger shipper: the thread that ships the local ledger's lines from a checkpoint, exactly once across a failover |
 //! | `rows.rs` | the ledger's rows: one insert of a batch of records |
 //! | `reads.rs` | what is read back from the ledger: `usage --postgres`, the console's figures of every instance, spend rebuilt for the shared limiter |
 //! | `keys.rs` | the keys and the audit trail, and the watcher that keeps every instance's keys in step |
