@@ -30,6 +30,8 @@ pub(super) struct Found {
     pub(super) calls: Option<Range<usize>>,
     pub(super) finish: Option<Range<usize>>,
     pub(super) stop_reason: Option<Range<usize>>,
+    /// Where the delta that counts opens (its `{`).
+    delta_open: Option<usize>,
     /// `reasoning` came as `reasoning_content`, which wins over a
     /// `reasoning` beside it.
     named_content: bool,
@@ -55,6 +57,7 @@ impl Found {
                             b"delta" | b"message" if c.peek() == Some(b'{') => {
                                 // The last one counts.
                                 found.clear_delta();
+                                found.delta_open = Some(c.at());
                                 c.members(Keys::Skipped, |c, key| {
                                     match &*c.name(key) {
                                         // Strings only: a `null` beside a
@@ -126,6 +129,7 @@ impl Found {
         self.details = None;
         self.content = None;
         self.calls = None;
+        self.delta_open = None;
         self.named_content = false;
     }
 
@@ -225,7 +229,7 @@ impl AnswerRecorder {
         };
         record(&found, data, &mut self.log);
         if let Some((reasoning, string)) = found.lone_text(data) {
-            self.shape = Some(Shape::new(data, string, reasoning));
+            self.shape = Some(Shape::new(&found, data, string, reasoning));
         }
     }
 
@@ -267,20 +271,56 @@ impl Found {
 /// the same text around a string every reader takes as it is is the same
 /// kind of delta, read without walking the chunk. The text around it was
 /// made readable when the shape was learned.
+///
+/// Where the string was the last member of its delta, the shape also knows
+/// the text up to the delta's `{` (`head`): a chunk with that text, then a
+/// delta of one text member of its own, then the same text after the
+/// string, is a lone text too, of the kind its member's name says
+/// ([`Shape::other`]) — the stream's turn from reasoning to answer, or from
+/// the first chunk (the role beside the text) to the rest.
 #[derive(Debug)]
 pub(super) struct Shape<K> {
     before: Vec<u8>,
     after: Vec<u8>,
+    /// `before`'s length up to and with the delta's `{`, or 0.
+    head: usize,
     pub(super) kind: K,
 }
 
+/// A chunk read by [`Shape::other`]: a delta of one text member.
+pub(super) struct Other<'a> {
+    /// Whether the member is reasoning (`reasoning_content`, `reasoning`)
+    /// rather than the answer (`content`).
+    pub(super) reasoning: bool,
+    /// The string, quotes included.
+    pub(super) text: &'a [u8],
+    /// Where the string's opening quote ends.
+    before: usize,
+}
+
+/// The names of a delta's one text member [`Shape::other`] knows, as
+/// written by every provider (no space, no escape), each with its string's
+/// opening quote: whether it is reasoning, and the name.
+const TEXT_MEMBERS: [(bool, &[u8]); 3] = [
+    (false, b"\"content\":\""),
+    (true, b"\"reasoning_content\":\""),
+    (true, b"\"reasoning\":\""),
+];
+
 impl<K> Shape<K> {
-    /// The shape of the (readable) chunk `data`, one text delta whose
-    /// string is at `string` ([`Found::lone_text`]).
-    pub(super) fn new(data: &[u8], string: Range<usize>, kind: K) -> Shape<K> {
+    /// The shape of the (readable) chunk `data`, read as `found`, one text
+    /// delta whose string is at `string` ([`Found::lone_text`]).
+    pub(super) fn new(found: &Found, data: &[u8], string: Range<usize>, kind: K) -> Shape<K> {
+        // The head is known when the string closes its delta (the text
+        // after it starts `"}`) and the delta opens at a `{` before it.
+        let head = match found.delta_open {
+            Some(open) if data.get(string.end) == Some(&b'}') && data[open] == b'{' => open + 1,
+            _ => 0,
+        };
         Shape {
             before: data[..string.start + 1].to_vec(),
             after: data[string.end - 1..].to_vec(),
+            head,
             kind,
         }
     }
@@ -293,6 +333,38 @@ impl<K> Shape<K> {
             && data.ends_with(&self.after)
             && string_inside_at(data, b, data.len() - a);
         same.then(|| &data[b - 1..data.len() - a + 1])
+    }
+
+    /// `data` when it has this shape but for its delta, which is one text
+    /// member of its own (see [`Shape`]): what a walk of it would find, a
+    /// lone text of the member's kind.
+    pub(super) fn other<'a>(&self, data: &'a [u8]) -> Option<Other<'a>> {
+        let h = self.head;
+        if h == 0 || !data.starts_with(&self.before[..h]) {
+            return None;
+        }
+        let (reasoning, name) = TEXT_MEMBERS
+            .into_iter()
+            .find(|(_, name)| data[h..].starts_with(name))?;
+        let (b, a) = (h + name.len(), self.after.len());
+        let same = data.len() >= b + a
+            && data.ends_with(&self.after)
+            && string_inside_at(data, b, data.len() - a);
+        same.then(|| Other {
+            reasoning,
+            text: &data[b - 1..data.len() - a + 1],
+            before: b,
+        })
+    }
+
+    /// The shape of `data`, read by [`Shape::other`] as `other`.
+    pub(super) fn turned<J>(&self, data: &[u8], other: &Other<'_>, kind: J) -> Shape<J> {
+        Shape {
+            before: data[..other.before].to_vec(),
+            after: self.after.clone(),
+            head: self.head,
+            kind,
+        }
     }
 }
 
@@ -391,5 +463,127 @@ impl<'a> CallDelta<'a> {
             name,
             arguments,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{Found, Shape};
+
+    /// A member a provider's delta may hold; `S` is replaced by a string.
+    const MEMBERS: [&str; 12] = [
+        r#""role":"assistant""#,
+        r#""content":null"#,
+        r#""reasoning_content":null"#,
+        r#""content":S"#,
+        r#""reasoning_content":S"#,
+        r#""reasoning":S"#,
+        r#""refusal":null"#,
+        r#""refusal":S"#,
+        r#""tool_calls":null"#,
+        r#""tool_calls":[{"index":0,"function":{"arguments":S}}]"#,
+        r#""reasoning_details":[{"type":"reasoning.text","text":S}]"#,
+        r#""content": S"#,
+    ];
+
+    fn delta() -> impl Strategy<Value = String> {
+        // Short texts from few letters, so that two chunks often share
+        // what follows their strings.
+        let text = prop_oneof![Just(String::new()), "[ab]", "[a-z \"\\\\\n\u{e9}]{0,5}"];
+        proptest::collection::vec((0..MEMBERS.len(), text), 0..4).prop_map(|members| {
+            let inside: Vec<String> = members
+                .iter()
+                .map(|(m, t)| MEMBERS[*m].replace('S', &serde_json::to_string(t).unwrap()))
+                .collect();
+            format!("{{{}}}", inside.join(","))
+        })
+    }
+
+    fn chunk(delta: &str, finish: bool) -> Vec<u8> {
+        let finish = if finish { r#""stop""# } else { "null" };
+        format!(
+            r#"{{"id":"c","model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}"#
+        )
+        .into_bytes()
+    }
+
+    proptest! {
+        // Many cases: the deltas that would fool a careless shape (a name
+        // given twice, a member after the text) are a few in thousands.
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// What a chunk is said to be by the shape of an earlier one, the
+        /// walk finds it to be: a lone text of the kind, at that string.
+        #[test]
+        fn another_delta_is_read_as_the_walk_reads_it(
+            learned in delta(),
+            next in delta(),
+            finish in any::<bool>(),
+            turn in proptest::option::of((0..MEMBERS.len(), "[ab]{0,2}")),
+        ) {
+            let first = chunk(&learned, false);
+            let found = Found::read(&first).unwrap();
+            let Some((reasoning, r)) = found.lone_text(&first) else {
+                return Ok(());
+            };
+            let shape = Shape::new(&found, &first, r.clone(), reasoning);
+            let mut data = chunk(&next, finish);
+            // Or the learned chunk with its delta's members up to its text
+            // replaced by one member (what a stream's next chunk most
+            // often is).
+            if let (Some((m, t)), Some(open)) = (turn, found.delta_open) {
+                let member = MEMBERS[m].replace('S', &serde_json::to_string(&t).unwrap());
+                let Some(member) = member.strip_suffix(&serde_json::to_string(&t).unwrap()) else {
+                    return Ok(());
+                };
+                data = [&first[..=open], member.as_bytes(), &first[r.start..]].concat();
+            }
+            let walked = Found::read(&data).unwrap();
+            let lone = walked.lone_text(&data).map(|(k, r)| (k, &data[r]));
+            if let Some(other) = shape.other(&data) {
+                prop_assert_eq!(lone, Some((other.reasoning, other.text)));
+                let turned = shape.turned(&data, &other, ());
+                prop_assert_eq!(turned.delta(&data), Some(other.text));
+            }
+            if let Some(text) = shape.delta(&data) {
+                prop_assert_eq!(lone, Some((reasoning, text)));
+            }
+        }
+    }
+
+    #[test]
+    fn the_turn_to_the_answer_and_past_the_role_is_known() {
+        let read = |delta: &str| {
+            let data = chunk(delta, false);
+            let found = Found::read(&data).unwrap();
+            let (reasoning, r) = found.lone_text(&data).unwrap();
+            Shape::new(&found, &data, r, reasoning)
+        };
+        let role = read(r#"{"role":"assistant","content":null,"reasoning_content":"a"}"#);
+        let next = chunk(r#"{"reasoning_content":"b"}"#, false);
+        assert!(role.delta(&next).is_none());
+        let other = role.other(&next).unwrap();
+        assert!(other.reasoning);
+        assert_eq!(other.text, br#""b""#);
+        let answer = chunk(r#"{"content":"c"}"#, false);
+        let other = read(r#"{"reasoning":"a"}"#).other(&answer).unwrap();
+        assert!(!other.reasoning);
+        assert_eq!(other.text, br#""c""#);
+        // Not where the string was not its delta's last member, nor for a
+        // delta of two members, nor a different envelope.
+        assert!(
+            read(r#"{"content":"a","refusal":null}"#)
+                .other(&answer)
+                .is_none()
+        );
+        let two = chunk(r#"{"content":"c","tool_calls":null}"#, false);
+        assert!(read(r#"{"reasoning":"a"}"#).other(&two).is_none());
+        assert!(
+            read(r#"{"reasoning":"a"}"#)
+                .other(&chunk(r#"{"content":"c"}"#, true))
+                .is_none()
+        );
     }
 }

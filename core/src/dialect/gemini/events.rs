@@ -135,18 +135,50 @@ impl GeminiStream {
             && let Some(text) = shape.delta(data)
         {
             if text.len() > 2 {
-                let reasoning = shape.kind;
-                if reasoning {
-                    self.keep_reasoning(text)?;
-                }
-                if (!reasoning || self.asked.thoughts) && !self.text_response(out, text, reasoning)
-                {
-                    self.response(out, |o, _| text_part(o, text, reasoning), None, None);
-                }
+                self.lone_text(out, text, shape.kind)?;
             }
             return Ok(());
         }
-        self.read_chunk(data, out)
+        if calls_waiting {
+            return self.read_chunk(data, out);
+        }
+        self.other_chunk(data, out)
+    }
+
+    /// The response for a chunk of one text delta, `text` (reasoning or
+    /// not), not empty.
+    #[inline(always)]
+    fn lone_text(
+        &mut self,
+        out: &mut Vec<u8>,
+        text: &[u8],
+        reasoning: bool,
+    ) -> Result<(), OverBudget> {
+        if reasoning {
+            self.keep_reasoning(text)?;
+        }
+        if (!reasoning || self.asked.thoughts) && !self.text_response(out, text, reasoning) {
+            self.response(out, |o, _| text_part(o, text, reasoning), None, None);
+        }
+        Ok(())
+    }
+
+    /// A chunk of the last shape but for its delta, one text member of its
+    /// own ([`Shape::other`]): the turn from reasoning to the answer, or
+    /// from the first chunk to the rest, read as the walk would read it
+    /// without walking it; any other chunk the long way.
+    #[inline(never)]
+    fn other_chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
+        let Some(shape) = self.shape.take() else {
+            return self.read_chunk(data, out);
+        };
+        // An empty text says nothing: the walk, which knows what to keep.
+        let Some(other) = shape.other(data).filter(|o| o.text.len() > 2) else {
+            return self.read_chunk(data, out);
+        };
+        self.lone_text(out, other.text, other.reasoning)?;
+        self.shape = Some(shape.turned(data, &other, other.reasoning));
+        Ok(())
     }
 
     /// [`Self::chunk`] the long way: the chunk walked, and its shape
@@ -182,7 +214,7 @@ impl GeminiStream {
         }
         let content = text(&found.content);
         if let Some((reasoning, r)) = found.lone_text(data).filter(|_| self.shortcut) {
-            self.shape = Some(Shape::new(data, r, reasoning));
+            self.shape = Some(Shape::new(&found, data, r, reasoning));
         }
         let mut calls = Ok(());
         CallDelta::each(data, found.calls.as_ref(), |d| {

@@ -167,7 +167,39 @@ impl MessageStream {
                 return Ok(());
             }
         }
-        self.read_chunk(data, out)
+        self.other_chunk(data, out)
+    }
+
+    /// A chunk of the last shape but for its delta, one text member of its
+    /// own ([`Shape::other`]): the turn from reasoning to the answer, or
+    /// from the first chunk to the rest, read as the walk would read it
+    /// without walking it; any other chunk the long way.
+    #[inline(never)]
+    fn other_chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
+        let Some(shape) = self.shape.take() else {
+            return self.read_chunk(data, out);
+        };
+        // An empty text opens no block: the walk, which knows what to keep.
+        let Some(other) = shape.other(data).filter(|o| o.text.len() > 2) else {
+            return self.read_chunk(data, out);
+        };
+        let kind = if other.reasoning {
+            let index = self
+                .asked
+                .thinking
+                .then(|| self.open_block(Block::Thinking, out));
+            self.keep_reasoning(other.text)?;
+            if let Some(index) = index.filter(|_| !self.asked.omit_thinking) {
+                thinking_delta(out, index, other.text);
+            }
+            self.asked.thinking.then_some(Block::Thinking)
+        } else {
+            let index = self.open_block(Block::Text, out);
+            text_delta(out, index, other.text);
+            Some(Block::Text)
+        };
+        self.shape = Some(shape.turned(data, &other, kind));
+        Ok(())
     }
 
     /// [`Self::chunk`] the long way: the chunk walked, and its shape
@@ -219,7 +251,7 @@ impl MessageStream {
                 (false, _) => Some(Block::Text),
             };
             if kind.is_none() || kind == self.open.map(|(k, _)| k) {
-                self.shape = Some(Shape::new(data, r, kind));
+                self.shape = Some(Shape::new(&found, data, r, kind));
             }
         }
         let mut calls = Ok(());

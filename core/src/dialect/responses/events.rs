@@ -214,7 +214,31 @@ impl ResponseStream {
             }
             return Ok(());
         }
-        self.read_chunk(data, out)
+        self.other_chunk(data, out)
+    }
+
+    /// A chunk of the last shape but for its delta, one text member of its
+    /// own ([`Shape::other`]): the turn from reasoning to the answer, or
+    /// from the first chunk to the rest, read as the walk would read it
+    /// without walking it; any other chunk the long way.
+    #[inline(never)]
+    fn other_chunk(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), OverBudget> {
+        let Some(shape) = self.shape.take() else {
+            return self.read_chunk(data, out);
+        };
+        // An empty text opens no item: the walk, which knows what to keep.
+        let Some(other) = shape.other(data).filter(|o| o.text.len() > 2) else {
+            return self.read_chunk(data, out);
+        };
+        let kind = if other.reasoning {
+            Kind::Reasoning
+        } else {
+            Kind::Message
+        };
+        let i = self.open(kind, out)?;
+        self.text_delta(i, other.text, out)?;
+        self.shape = Some(shape.turned(data, &other, i));
+        Ok(())
     }
 
     /// [`Self::chunk`] the long way: the chunk walked, and its shape
@@ -263,7 +287,7 @@ impl ResponseStream {
                 .iter()
                 .copied()
                 .find(|&i| self.items[i].kind == kind);
-            self.shape = item.map(|item| Shape::new(data, r, item));
+            self.shape = item.map(|item| Shape::new(&found, data, r, item));
         }
         let mut calls = Ok(());
         CallDelta::each(data, found.calls.as_ref(), |d| {

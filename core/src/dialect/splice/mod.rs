@@ -170,7 +170,7 @@ impl Transcript {
             self.calls = self.calls.max(d.index.saturating_add(1));
         });
         if let Some((reasoning, string)) = found.lone_text(data) {
-            self.shape = Some(Shape::new(data, string, reasoning));
+            self.shape = Some(Shape::new(&found, data, string, reasoning));
         }
     }
 
