@@ -664,3 +664,41 @@ fn a_row_postgres_refuses_stops_nothing() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(err.contains("column prompt_tokens"), "{err}");
 }
+
+/// Before any instance has shipped a line there is no table, and the
+/// shared ledger says nothing was spent: `usage --budgets --postgres`
+/// reports 0, the read that a shared limiter's first rebuild makes (which
+/// once fell back to local limits, losing that request's spend in Redis,
+/// when it came before the first shipper had created the table). The
+/// read creates nothing.
+#[test]
+fn a_ledger_nobody_has_shipped_to_has_spent_nothing() {
+    let bin = "chatgate-tokio";
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    mint(bin, dir.path(), "k", None, None);
+    let keys = dir.path().join("keys.toml").to_string_lossy().into_owned();
+    let (code, _, err) = run(
+        bin,
+        &["keys", "set", "k", "--keys", &keys, "--budget-usd", "5"],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let url = pg.url();
+    let args = [
+        "usage",
+        "--budgets",
+        "--keys",
+        &keys,
+        "--postgres",
+        &url,
+        "--format",
+        "json",
+    ];
+    let (code, out, err) = run(bin, &args, &[]);
+    assert_eq!(code, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["budgets"][0]["budget_nano_usd"], 5_000_000_000u64, "{j}");
+    assert_eq!(j["budgets"][0]["spent_nano_usd"], 0, "{j}");
+    assert!(try_rows(&pg).is_none(), "a read created the table");
+}

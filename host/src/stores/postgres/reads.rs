@@ -126,7 +126,7 @@ pub(crate) fn tally_postgres(
     // millisecond as the ledger's `ts`; none: all of them.
     let before = before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
     let mut c = open_plain(url).map_err(|e| unreadable(&e))?;
-    let rows = c
+    let read = c
         .query(
             "SELECT key, \
                COALESCE(SUM(GREATEST(cost_nano_usd, charged_nano_usd)) FILTER (WHERE ts >= to_timestamp($1::bigint)), 0)::bigint, \
@@ -138,8 +138,17 @@ pub(crate) fn tally_postgres(
                AND ($5::text IS NULL OR key = $5::text) \
              GROUP BY key",
             &[&day, &week, &month, &before, &key],
-        )
-        .map_err(|e| unreadable(&e))?;
+        );
+    let rows = match read {
+        Ok(rows) => rows,
+        // No instance has shipped a line yet (the first shipper creates
+        // the table, and may be a moment behind this instance's first
+        // request): nothing was spent.
+        Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) => {
+            return Ok(tally);
+        }
+        Err(e) => return Err(unreadable(&super::connection::describe(&e))),
+    };
     for r in rows {
         let n = |i: usize| count(&r, i);
         tally
