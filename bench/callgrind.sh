@@ -47,6 +47,11 @@
 #                     turn once, so that with --serve-args
 #                     "--reasoning-replay tool_calls" every measured request
 #                     restores the reasoning from the memory)
+#   --tokens R,A      the streamed workloads' reasoning and answer tokens
+#                     (one event each, plus the role, finish and usage
+#                     events): a reasoning model's long answer, where the
+#                     per-event part outweighs the per-request one
+#                                                   [default: 60,37: 100 events]
 #   --fair-sched Y|N  valgrind's --fair-sched                [default: yes]
 #   --endpoints N     a pool of N [[upstream]] endpoints, all the one
 #                     simulator (the pool's own cost)        [default: 1, --upstream]
@@ -91,6 +96,7 @@ build=1
 fair_sched=yes
 endpoints=1
 continuation=""
+tokens=""
 serve_args=""
 out_dir=""
 nice_level="${NICE:-10}"
@@ -103,6 +109,7 @@ while [ $# -gt 0 ]; do
         --conns) conns="$2"; shift 2 ;;
         --only) only="$2"; shift 2 ;;
         --workloads) workloads="$2"; shift 2 ;;
+        --tokens) tokens="$2"; shift 2 ;;
         --fair-sched) fair_sched="$2"; shift 2 ;;
         --endpoints) endpoints="$2"; shift 2 ;;
         --continuation) continuation="$2"; shift 2 ;;
@@ -114,6 +121,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 case "$fair_sched" in yes | no) ;; *) echo "callgrind.sh: --fair-sched takes yes or no" >&2; exit 2 ;; esac
+[ -z "$tokens" ] || [[ "$tokens" =~ ^[0-9]+,[0-9]+$ ]] || { echo "callgrind.sh: --tokens takes R,A (two counts)" >&2; exit 2; }
 for v in "$requests" "$warmup" "$conns" "$endpoints"; do
     [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "callgrind.sh: counts must be positive integers" >&2; exit 2; }
 done
@@ -189,6 +197,17 @@ for name in NONSTREAM STREAM; do
         echo "note: $name not found in bench/src; using this script's copy" >&2
     fi
 done
+if [ -n "$tokens" ]; then
+    STREAM="$(python3 - "$STREAM" "$tokens" <<'PY'
+import json, sys
+chat = json.loads(sys.argv[1])
+r, a = (int(n) for n in sys.argv[2].split(","))
+chat["x_sim"] = dict(chat.get("x_sim", {}), reasoning_tokens=r, answer_tokens=a)
+print(json.dumps(chat, separators=(",", ":")), end="")
+PY
+)"
+fi
+events=$(python3 -c 'import json,sys; s=json.loads(sys.argv[1])["x_sim"]; print(s["reasoning_tokens"]+s["answer_tokens"]+3)' "$STREAM")
 printf '%s' "$NONSTREAM" >"$work/nonstream.json"
 printf '%s' "$STREAM" >"$work/stream.json"
 # The same stream through the Responses API (`--apis responses`): the same
@@ -210,14 +229,14 @@ PY
 # The same stream through the Messages API (`--apis messages`): the system
 # prompt as `system`, the user's prompt with the marker, thinking asked for
 # as Claude Code asks (so the reasoning is written, as chat forwards it),
-# `max_tokens` above the simulator's 97 tokens.
+# `max_tokens` above the simulator's tokens.
 python3 - "$STREAM" >"$work/messages.json" <<'PY'
 import json, sys
 chat = json.loads(sys.argv[1])
 sim = ",".join(f"{k}={v}" for k, v in chat.get("x_sim", {}).items())
 print(json.dumps({
     "model": chat["model"],
-    "max_tokens": 1024,
+    "max_tokens": max(1024, sum(chat.get("x_sim", {}).values()) + 64),
     "stream": True,
     "system": chat["messages"][0]["content"],
     "thinking": {"type": "adaptive"},
@@ -492,8 +511,8 @@ echo "| binary | workload | Ir(W) | Ir(W+N) | per request | naive Ir(W+N)/(W+N) 
 echo "|---|---|---|---|---|---|"
 for r in "${results[@]}"; do
     read -r bin wl a b <<<"$r"
-    awk -v bin="$bin" -v wl="$wl" -v a="$a" -v b="$b" -v n="$requests" -v w="$warmup" 'BEGIN {
-        name = (wl == "stream") ? "streamed (100 events)" : (wl == "responses") ? "streamed through /v1/responses" : (wl == "messages") ? "streamed through /v1/messages" : (wl == "gemini") ? "streamed through the Gemini API" : (wl == "toolloop") ? "tool loop, second turn (streamed)" : "non-streamed"
+    awk -v bin="$bin" -v wl="$wl" -v a="$a" -v b="$b" -v n="$requests" -v w="$warmup" -v ev="$events" 'BEGIN {
+        name = (wl == "stream") ? "streamed (" ev " events)" : (wl == "responses") ? "streamed through /v1/responses" : (wl == "messages") ? "streamed through /v1/messages" : (wl == "gemini") ? "streamed through the Gemini API" : (wl == "toolloop") ? "tool loop, second turn (streamed)" : "non-streamed"
         printf "| chatgate-%s | %s | %d | %d | **%.1fk** | %.1fk |\n", bin, name, a, b, (b - a) / n / 1000, b / (w + n) / 1000
     }'
 done
