@@ -10,6 +10,7 @@
 #   bench/run.sh                 # full run (about 40 minutes after the build)
 #   bench/run.sh --quick         # short run (about a minute)
 #   bench/run.sh --seconds 20 --only nonstream,stream
+#   bench/run.sh --only responses,messages,gemini --api-tokens 1200,800
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

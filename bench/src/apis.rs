@@ -11,9 +11,14 @@ use crate::{STREAM, Setup, gateway_with, wrk_path};
 
 /// The stream workload's chat body, and its user prompt with the
 /// simulator's lengths in a `[[sim:…]]` marker (the translators do not
-/// forward `x_sim`).
-pub(crate) fn stream_prompt() -> (serde_json::Value, String) {
-    let chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
+/// forward `x_sim`); with `--api-tokens R,A`, those lengths instead (a
+/// reasoning model's long answer).
+pub(crate) fn stream_prompt(s: &Setup<'_>) -> (serde_json::Value, String) {
+    let mut chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
+    if let Some((reasoning, answer)) = s.api_tokens {
+        chat["x_sim"]["reasoning_tokens"] = reasoning.into();
+        chat["x_sim"]["answer_tokens"] = answer.into();
+    }
     let sim: Vec<String> = chat["x_sim"]
         .as_object()
         .map(|o| o.iter().map(|(k, v)| format!("{k}={v}")).collect())
@@ -48,9 +53,11 @@ pub(crate) fn against_chat(report: &mut String, s: &Setup<'_>, api: &Api<'_>, ch
         secs,
         ..
     } = *s;
+    // A delta an event, and the role, finish and usage events.
+    let events = s.api_tokens.map_or(100, |(r, a)| r + a + 3);
     let _ = writeln!(
         report,
-        "\n### The {}: streamed (100 events), 8 connections, {secs} s each (two rounds, interleaved)\n",
+        "\n### The {}: streamed ({events} events), 8 connections, {secs} s each (two rounds, interleaved)\n",
         api.title
     );
     let _ = writeln!(

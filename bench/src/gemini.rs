@@ -15,7 +15,7 @@ use crate::{Setup, write_body};
 /// Appends the table to `report`.
 pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let dir = s.dir;
-    let (chat, content) = stream_prompt();
+    let (chat, content) = stream_prompt(s);
     let gemini = serde_json::json!({
         "systemInstruction": {"role": "user", "parts": [{"text": chat["messages"][0]["content"]}]},
         "contents": [{"role": "user", "parts": [{"text": content}]}],

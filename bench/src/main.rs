@@ -78,6 +78,7 @@ struct Opts {
     out: Option<PathBuf>,
     only: Option<String>,
     long: Option<String>,
+    api_tokens: Option<(u64, u64)>,
 }
 
 struct Contender {
@@ -114,6 +115,7 @@ fn main() {
         secs: opts.seconds,
         fd_limit,
         long: opts.long.as_deref(),
+        api_tokens: opts.api_tokens,
     };
 
     if want("nonstream") || want("stream") {
@@ -636,6 +638,9 @@ struct Setup<'a> {
     fd_limit: u64,
     /// The many-long-streams rows (`--long`): streams × events a second.
     long: Option<&'a str>,
+    /// The translated APIs' stream (`--api-tokens R,A`): reasoning and
+    /// answer tokens, in place of the stream workload's 60 and 37.
+    api_tokens: Option<(u64, u64)>,
 }
 
 /// A workload in a module of its own: appends its tables to the report.
@@ -725,6 +730,7 @@ fn parse_args() -> Opts {
         out: None,
         only: None,
         long: None,
+        api_tokens: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -740,9 +746,16 @@ fn parse_args() -> Opts {
             "--out" => opts.out = it.next().map(PathBuf::from),
             "--only" => opts.only = it.next(),
             "--long" => opts.long = it.next(),
+            "--api-tokens" => {
+                let v = it.next().unwrap_or_default();
+                let parsed = v
+                    .split_once(',')
+                    .and_then(|(r, a)| Some((r.parse().ok()?, a.parse().ok()?)));
+                opts.api_tokens = Some(parsed.expect("--api-tokens R,A (two counts)"));
+            }
             "--help" | "-h" => {
                 println!(
-                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--long 1000x1,8000x1,1000x10] [--only nonstream,stream,openloop,timed,hold,startup,lean,long,endpoints,quota,redis_ha,traces,responses,messages,gemini,affinity,tls,chain]"
+                    "chatgate-bench [--quick] [--seconds N] [--bin-dir DIR] [--out FILE] [--long 1000x1,8000x1,1000x10] [--api-tokens 60,37] [--only nonstream,stream,openloop,timed,hold,startup,lean,long,endpoints,quota,redis_ha,traces,responses,messages,gemini,affinity,tls,chain]"
                 );
                 std::process::exit(0);
             }

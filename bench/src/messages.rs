@@ -12,18 +12,20 @@ use crate::apis::{Api, against_chat, stream_prompt};
 use crate::{Setup, write_body};
 
 /// `max_tokens` of both requests (the Messages API requires it): more
-/// than the simulator's 97 tokens, so nothing is cut.
-const MAX_TOKENS: u64 = 1024;
+/// than the simulator's tokens, so nothing is cut.
+fn max_tokens(s: &Setup<'_>) -> u64 {
+    s.api_tokens.map_or(0, |(r, a)| r + a + 64).max(1024)
+}
 
 /// Appends the table to `report`.
 pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let dir = s.dir;
-    let (chat, content) = stream_prompt();
+    let (chat, content) = stream_prompt(s);
     // As Claude Code asks: a system prompt, thinking (so the reasoning is
     // written, as chat forwards it).
     let messages = serde_json::json!({
         "model": chat["model"],
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": max_tokens(s),
         "stream": true,
         "system": chat["messages"][0]["content"],
         "thinking": {"type": "adaptive"},
@@ -32,7 +34,7 @@ pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     // The chat request the translator sends for it.
     let chat_marked = serde_json::json!({
         "model": chat["model"],
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": max_tokens(s),
         "stream": true,
         "messages": [
             {"role": "system", "content": chat["messages"][0]["content"]},

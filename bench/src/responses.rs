@@ -11,7 +11,7 @@ use crate::{Setup, write_body};
 /// Appends the table to `report`.
 pub(crate) fn report(report: &mut String, s: &Setup<'_>) {
     let dir = s.dir;
-    let (chat, prompt) = stream_prompt();
+    let (chat, prompt) = stream_prompt(s);
     let responses = serde_json::json!({
         "model": chat["model"],
         "stream": true,
