@@ -15,10 +15,9 @@ use crate::{STREAM, Setup, gateway_with, wrk_path};
 /// reasoning model's long answer).
 pub(crate) fn stream_prompt(s: &Setup<'_>) -> (serde_json::Value, String) {
     let mut chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
-    if let Some((reasoning, answer)) = s.api_tokens {
-        chat["x_sim"]["reasoning_tokens"] = reasoning.into();
-        chat["x_sim"]["answer_tokens"] = answer.into();
-    }
+    let (reasoning, answer) = stream_tokens(s);
+    chat["x_sim"]["reasoning_tokens"] = reasoning.into();
+    chat["x_sim"]["answer_tokens"] = answer.into();
     let sim: Vec<String> = chat["x_sim"]
         .as_object()
         .map(|o| o.iter().map(|(k, v)| format!("{k}={v}")).collect())
@@ -29,6 +28,16 @@ pub(crate) fn stream_prompt(s: &Setup<'_>) -> (serde_json::Value, String) {
         sim.join(",")
     );
     (chat, prompt)
+}
+
+/// The stream's reasoning and answer tokens: `--api-tokens`, else the
+/// stream workload's.
+pub(crate) fn stream_tokens(s: &Setup<'_>) -> (u64, u64) {
+    s.api_tokens.unwrap_or_else(|| {
+        let chat: serde_json::Value = serde_json::from_str(STREAM).expect("the stream body");
+        let n = |k: &str| chat["x_sim"][k].as_u64().expect("the stream's lengths");
+        (n("reasoning_tokens"), n("answer_tokens"))
+    })
 }
 
 /// The other API's side: its name (`--apis` and the title), its path, the
@@ -54,7 +63,8 @@ pub(crate) fn against_chat(report: &mut String, s: &Setup<'_>, api: &Api<'_>, ch
         ..
     } = *s;
     // A delta an event, and the role, finish and usage events.
-    let events = s.api_tokens.map_or(100, |(r, a)| r + a + 3);
+    let (reasoning, answer) = stream_tokens(s);
+    let events = reasoning + answer + 3;
     let _ = writeln!(
         report,
         "\n### The {}: streamed ({events} events), 8 connections, {secs} s each (two rounds, interleaved)\n",

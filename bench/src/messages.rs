@@ -8,13 +8,14 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::apis::{Api, against_chat, stream_prompt};
+use crate::apis::{Api, against_chat, stream_prompt, stream_tokens};
 use crate::{Setup, write_body};
 
 /// `max_tokens` of both requests (the Messages API requires it): more
 /// than the simulator's tokens, so nothing is cut.
 fn max_tokens(s: &Setup<'_>) -> u64 {
-    s.api_tokens.map_or(0, |(r, a)| r + a + 64).max(1024)
+    let (reasoning, answer) = stream_tokens(s);
+    (reasoning + answer + 64).max(1024)
 }
 
 /// Appends the table to `report`.

@@ -221,6 +221,25 @@ impl PgServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// `bin usage --budgets --keys KEYS --postgres` on this server's ledger,
+    /// as JSON (the command must succeed).
+    pub fn budgets(&self, bin: &str, keys: &str) -> serde_json::Value {
+        let url = self.url();
+        let args = [
+            "usage",
+            "--budgets",
+            "--keys",
+            keys,
+            "--postgres",
+            &url,
+            "--format",
+            "json",
+        ];
+        let (code, out, err) = crate::process::run(bin, &args, &[]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
     /// The connection string of its Unix socket, user `postgres` (trusted
     /// whatever `pg_hba.conf` says of TCP).
     fn socket(&self) -> String {

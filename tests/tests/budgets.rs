@@ -470,21 +470,8 @@ fn three_instances_share_a_budget_through_redis_and_a_flushall_forgets_nothing(b
         .map(|r| r.cost_nano_usd)
         .sum();
     let path = gws[0].dir.path().join("keys.toml");
-    let url = pg.url();
     eventually("the last line shipped", || {
-        let args = [
-            "usage",
-            "--budgets",
-            "--keys",
-            path.to_str().unwrap(),
-            "--postgres",
-            &url,
-            "--format",
-            "json",
-        ];
-        let (code, out, err) = run(bin, &args, &[]);
-        assert_eq!(code, 0, "{err}");
-        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let j = pg.budgets(bin, path.to_str().unwrap());
         assert_eq!(j["budgets"][0]["budget_nano_usd"], budget, "{j}");
         j["budgets"][0]["spent_nano_usd"] == spent
     });

@@ -684,20 +684,7 @@ fn a_ledger_nobody_has_shipped_to_has_spent_nothing() {
         &[],
     );
     assert_eq!(code, 0, "{err}");
-    let url = pg.url();
-    let args = [
-        "usage",
-        "--budgets",
-        "--keys",
-        &keys,
-        "--postgres",
-        &url,
-        "--format",
-        "json",
-    ];
-    let (code, out, err) = run(bin, &args, &[]);
-    assert_eq!(code, 0, "{err}");
-    let j: Value = serde_json::from_str(&out).unwrap();
+    let j = pg.budgets(bin, &keys);
     assert_eq!(j["budgets"][0]["budget_nano_usd"], 5_000_000_000u64, "{j}");
     assert_eq!(j["budgets"][0]["spent_nano_usd"], 0, "{j}");
     assert!(try_rows(&pg).is_none(), "a read created the table");
