@@ -91,6 +91,23 @@ impl ChunkedDecoder {
                         State::Data { remaining }
                     };
                 }
+                // The usual shapes, whole in the input: a size line of
+                // hex digits and CRLF, and the CRLF after the data, each
+                // read at once; the same states and checks as `step`.
+                State::Size {
+                    value: 0,
+                    digits: 0,
+                } if let Some((value, used)) = self.size_line(&input[i..]) => {
+                    self.state = self.sized(value)?;
+                    i += used;
+                }
+                State::DataCr if input[i..].starts_with(b"\r\n") => {
+                    self.state = State::Size {
+                        value: 0,
+                        digits: 0,
+                    };
+                    i += 2;
+                }
                 _ => {
                     self.step(input[i])?;
                     i += 1;
@@ -98,6 +115,51 @@ impl ChunkedDecoder {
             }
         }
         Ok(i)
+    }
+
+    /// A size line at the start of `input` (no size byte read yet) that is
+    /// hex digits and CRLF, within the line limit: its size and length.
+    /// `None` for any other shape (whitespace, an extension, a line cut by
+    /// the input's end, an error), which `step` reads a byte at a time.
+    fn size_line(&self, input: &[u8]) -> Option<(u64, usize)> {
+        let digits = input
+            .iter()
+            .take(17)
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
+        // The CR is the line's last counted byte.
+        if digits == 0 || digits > 16 || self.line_len + digits + 1 > self.limits.max_chunk_line {
+            return None;
+        }
+        if input.get(digits..digits + 2) != Some(b"\r\n") {
+            return None;
+        }
+        let value = input[..digits].iter().fold(0u64, |v, &b| {
+            let d = match b {
+                b'0'..=b'9' => b - b'0',
+                b'a'..=b'f' => b - b'a' + 10,
+                _ => b - b'A' + 10,
+            };
+            (v << 4) | u64::from(d)
+        });
+        Some((value, digits + 2))
+    }
+
+    /// The state after a size line of `value` ended: the trailers after
+    /// the last chunk, or the chunk's data, within the body's cap.
+    fn sized(&mut self, value: u64) -> Result<State, HttpError> {
+        self.line_len = 0;
+        if value == 0 {
+            return Ok(State::Trailer {
+                at_line_start: true,
+                cr: false,
+            });
+        }
+        self.decoded = self.decoded.saturating_add(value);
+        if self.decoded > self.limits.max_body {
+            return Err(HttpError::BodyTooLarge);
+        }
+        Ok(State::Data { remaining: value })
     }
 
     /// Call when the peer closed: an unfinished body is an error.
@@ -167,19 +229,7 @@ impl ChunkedDecoder {
                 if b != b'\n' {
                     return Err(HttpError::BareLineEnding);
                 }
-                self.line_len = 0;
-                if value == 0 {
-                    State::Trailer {
-                        at_line_start: true,
-                        cr: false,
-                    }
-                } else {
-                    self.decoded = self.decoded.saturating_add(value);
-                    if self.decoded > self.limits.max_body {
-                        return Err(HttpError::BodyTooLarge);
-                    }
-                    State::Data { remaining: value }
-                }
+                self.sized(value)?
             }
             State::DataCr => match b {
                 b'\r' => State::DataLf,
@@ -329,6 +379,32 @@ mod tests {
             Err(HttpError::BodyTooLarge)
         );
         assert!(decode_all_ways(b"5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n", 10).is_ok());
+    }
+
+    /// The size line's cap counts its digits and CR, read whole or a byte
+    /// at a time (`all_ways` feeds both).
+    #[test]
+    fn size_line_cap_counts_digits_and_cr() {
+        let capped = |input: &[u8]| {
+            all_ways(input, || {
+                let limits = HttpLimits {
+                    max_chunk_line: 3,
+                    ..limits(1024)
+                };
+                Decoding::new(ChunkedDecoder::new(limits), false)
+            })
+            .map(|d| d.body)
+        };
+        assert_eq!(capped(b"05\r\nhello\r\n0\r\n\r\n"), Ok(b"hello".to_vec()));
+        assert_eq!(
+            capped(b"005\r\nhello\r\n0\r\n\r\n"),
+            Err(HttpError::BadChunk("chunk-size line too long"))
+        );
+        // 16 digits is the most a size has; this one is past any body.
+        assert_eq!(
+            decode_all_ways(b"FFFFFFFFFFFFFFFF\r\n", 1024),
+            Err(HttpError::BodyTooLarge)
+        );
     }
 
     #[test]
