@@ -309,23 +309,25 @@ fn scan_keys(data: &[u8], from: usize, until: usize) -> (bool, Option<usize>) {
     (false, first)
 }
 
-/// Length of the common suffix of two byte strings: eight bytes at a time
-/// from the ends (consecutive chunks share their last fifty bytes or so),
-/// the first difference found by the leading zeros of the words' xor.
+/// Length of the common suffix of two byte strings: sixteen bytes at a
+/// time from the ends (consecutive chunks share their last fifty bytes or
+/// so), the first difference found by the leading zeros of the words' xor.
 fn common_suffix(a: &[u8], b: &[u8]) -> usize {
     let n = a.len().min(b.len());
     let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
-    let word =
-        |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or_default());
     let mut i = 0;
-    while i + 8 <= n {
-        let at = n - i - 8;
-        let diff = word(a, at) ^ word(b, at);
-        if diff != 0 {
-            // Little-endian: the last byte is the most significant.
-            return i + (diff.leading_zeros() / 8) as usize;
+    while i + 16 <= n {
+        let at = n - i - 16;
+        if a[at..at + 16] != b[at..at + 16] {
+            // Little-endian: a word's last byte is its most significant.
+            let high = word(a, at + 8) ^ word(b, at + 8);
+            if high != 0 {
+                return i + (high.leading_zeros() / 8) as usize;
+            }
+            let low = word(a, at) ^ word(b, at);
+            return i + 8 + (low.leading_zeros() / 8) as usize;
         }
-        i += 8;
+        i += 16;
     }
     while i < n && a[n - 1 - i] == b[n - 1 - i] {
         i += 1;
@@ -333,18 +335,35 @@ fn common_suffix(a: &[u8], b: &[u8]) -> usize {
     i
 }
 
-/// Length of the common prefix of two byte strings.
+/// Length of the common prefix of two byte strings: sixteen bytes at a
+/// time, the first difference found by the trailing zeros of the words'
+/// xor.
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut i = 0;
-    while i + 16 <= n && a[i..i + 16] == b[i..i + 16] {
+    while i + 16 <= n {
+        if a[i..i + 16] != b[i..i + 16] {
+            // Little-endian: a word's first byte is its least significant.
+            let low = word(a, i) ^ word(b, i);
+            if low != 0 {
+                return i + (low.trailing_zeros() / 8) as usize;
+            }
+            let high = word(a, i + 8) ^ word(b, i + 8);
+            return i + 8 + (high.trailing_zeros() / 8) as usize;
+        }
         i += 16;
     }
     while i < n && a[i] == b[i] {
         i += 1;
     }
     i
+}
+
+/// The eight bytes of `s` at `at`, as a little-endian word.
+#[inline(always)]
+fn word(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or_default())
 }
 
 fn error_message(e: &serde_json::Value) -> String {
@@ -541,6 +560,17 @@ data: [DONE]\n\n";
             let (a, b) = ([&a[..], &shared].concat(), [&b[..], &shared].concat());
             let want = a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count();
             prop_assert_eq!(common_suffix(&a, &b), want);
+        }
+
+        #[test]
+        fn common_prefixes_agree_with_a_byte_scan(
+            shared in proptest::collection::vec(0u8..4, 0..40),
+            a in proptest::collection::vec(0u8..4, 0..20),
+            b in proptest::collection::vec(0u8..4, 0..20),
+        ) {
+            let (a, b) = ([&shared[..], &a].concat(), [&shared[..], &b].concat());
+            let want = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            prop_assert_eq!(common_prefix(&a, &b), want);
         }
 
         #[test]
