@@ -44,7 +44,7 @@
 //! | `plan/` | the response planned for a request: status, framing, pieces, timing (`mod.rs`), and its tests (`tests.rs`) |
 //! | `fault.rs` | the misbehaviours it can imitate |
 //! | `continuation.rs` | continuing a final assistant message (`--continuation`: `prefix`, `continue_final_message`, `final_assistant`, `refuse`, `none`), as DeepSeek, vLLM and llama.cpp do or refuse |
-//! | `server.rs` | the server state machine, the runtime fault, journal and totals, and the prompt cache: each `SimServer` remembers the fingerprints of the latest 65,536 message prefixes it answered (a prefix is the first 1, 2, … messages: role, text, image URLs, tool calls), and a request's `cached_tokens` (and `cache_read_input_tokens`) are the prompt tokens of its longest remembered prefix, the base 3 included and `template_tokens` never |
+//! | `server/` | the server state machine (`mod.rs`) and each connection's (`connection.rs`), the runtime fault, journal and totals, and the prompt cache: each `SimServer` remembers the fingerprints of the latest 65,536 message prefixes it answered (a prefix is the first 1, 2, … messages: role, text, image URLs, tool calls), and a request's `cached_tokens` (and `cache_read_input_tokens`) are the prompt tokens of its longest remembered prefix, the base 3 included and `template_tokens` never |
 
 mod ask;
 mod continuation;
