@@ -16,9 +16,11 @@
 //! | `models.rs` | the catalogue of the `[[model]]` tables: prices, endpoints, aliases, fallbacks |
 //! | `tables.rs` | one `[[upstream]]` or `[[model]]` table read field by field, its refusals naming table and field |
 //! | `listeners.rs` | TLS on the listeners ([`ListenerTls`]): certificate, key and the admin listener's client CAs, paired |
-//! | `redis.rs` | the shared limiter's URL ([`RedisUrl`]) |
+//! | `redis.rs` | the shared limiter's URL ([`RedisUrl`]), and which Redis the settings name: one server, Sentinels or a cluster |
+//! | `console.rs` | the console's settings: the admin token and single sign-on |
 //! | `traces.rs` | the trace exporter's settings, from chatgate's and the `OTEL_*` variables |
 
+mod console;
 mod endpoints;
 mod gateway;
 mod listeners;
@@ -183,12 +185,12 @@ impl ServeConfig {
             None => None,
         };
         gateway.reasoning = reasoning(&r)?;
-        gateway.console_token = console_token(&r)?;
-        gateway.sso = sso(&r, gateway.console_token.is_some())?;
+        gateway.console_token = console::token(&r)?;
+        gateway.sso = console::sso(&r, gateway.console_token.is_some())?;
         if let Some((var, _)) = r.get("admin_token_env") {
             gateway.console_token_name = var;
         }
-        let redis = redis(&r)?;
+        let redis = redis::shared(&r)?;
         let fallback = one_of(
             &r,
             "redis_fallback",
@@ -199,7 +201,7 @@ impl ServeConfig {
             gateway.shared_limits = Some(SharedLimits {
                 fail_closed: fallback == "fail-closed",
             });
-            within_shared_range(&r, default_limits)?;
+            redis::within_shared_range(&r, default_limits)?;
         }
         Ok(ServeConfig {
             listen: r.string("listen"),
@@ -345,99 +347,6 @@ fn reasoning(r: &Resolver) -> Result<ReasoningConfig, ConfigError> {
     Ok(config)
 }
 
-/// The admin token, from the variable `admin_token_env` names. The console
-/// is on the admin listener: a token without one is refused, as is a token
-/// short enough to guess.
-fn console_token(r: &Resolver) -> Result<Option<Secret>, ConfigError> {
-    let Some((var, _)) = r.get("admin_token_env") else {
-        return Ok(None);
-    };
-    if r.get("admin_listen").is_none() {
-        return Err(ConfigError(
-            "admin_token_env: the console is served on the admin listener; set admin_listen too"
-                .into(),
-        ));
-    }
-    match r.env.get(&var).filter(|v| !v.is_empty()) {
-        None => Err(ConfigError(format!(
-            "admin_token_env: the environment variable {var} is not set"
-        ))),
-        Some(t) if t.trim().chars().count() < 16 => Err(ConfigError(format!(
-            "admin_token_env: the token in {var} is shorter than 16 characters; use a long random one (e.g. `openssl rand -hex 32`)"
-        ))),
-        Some(t) => Ok(Some(Secret::new(t.clone()))),
-    }
-}
-
-/// Single sign-on, when `sso_issuer` is set: every setting it needs, or
-/// the one that is missing.
-fn sso(r: &Resolver, console: bool) -> Result<Option<crate::console::SsoConfig>, ConfigError> {
-    let Some((issuer, _)) = r.get("sso_issuer") else {
-        for k in [
-            "sso_client_id",
-            "sso_client_secret_env",
-            "sso_allowed",
-            "sso_admins",
-            "sso_redirect_url",
-        ] {
-            if r.get(k).is_some() {
-                return Err(ConfigError(format!(
-                    "{k}: single sign-on needs sso_issuer too"
-                )));
-            }
-        }
-        return Ok(None);
-    };
-    if !console {
-        return Err(ConfigError(
-            "sso_issuer: single sign-on opens the console, which needs admin_token_env (the token keeps working for automation)".into(),
-        ));
-    }
-    if !issuer.starts_with("https://") && !issuer.starts_with("http://") {
-        return Err(ConfigError(format!(
-            "sso_issuer: '{issuer}' is not an http(s) URL"
-        )));
-    }
-    let need = |k: &str| {
-        r.get(k)
-            .map(|(v, _)| v)
-            .filter(|v| !v.trim().is_empty())
-            .ok_or_else(|| ConfigError(format!("{k}: single sign-on (sso_issuer) needs it")))
-    };
-    let client_id = need("sso_client_id")?;
-    let var = need("sso_client_secret_env")?;
-    let secret = r.env.get(&var).filter(|v| !v.is_empty()).ok_or_else(|| {
-        ConfigError(format!(
-            "sso_client_secret_env: the environment variable {var} is not set"
-        ))
-    })?;
-    let list = |k: &str| -> Vec<String> {
-        r.get(k)
-            .map(|(v, _)| {
-                v.split(',')
-                    .map(|e| e.trim().to_owned())
-                    .filter(|e| !e.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let (allowed, admins) = (list("sso_allowed"), list("sso_admins"));
-    if allowed.is_empty() && admins.is_empty() {
-        return Err(ConfigError(
-            "sso_allowed: say who may sign in (sso_allowed and/or sso_admins: addresses or @domains)".into(),
-        ));
-    }
-    Ok(Some(crate::console::SsoConfig {
-        issuer,
-        client_id,
-        client_secret: Secret::new(secret.as_str()),
-        allowed,
-        admins,
-        redirect_url: r.get("sso_redirect_url").map(|(v, _)| v),
-        login_timeout_ms: r.duration("sso_login_timeout")?.as_millis() as u64,
-    }))
-}
-
 /// A switch: `true` or `false` (also `1`/`0`, `yes`/`no`, `on`/`off`;
 /// a flag given without a value is `true`).
 fn boolean(r: &Resolver, key: &str) -> Result<bool, ConfigError> {
@@ -565,125 +474,6 @@ fn timeouts(r: &Resolver) -> Result<Timeouts, ConfigError> {
         stream_tail: r.duration("stream_tail_timeout")?,
         drain: r.duration("drain_timeout")?,
     })
-}
-
-/// The shared limiter's Redis, if configured: one server (`redis`), a
-/// primary behind Sentinels (`redis_sentinels` with
-/// `redis_sentinel_master`), or a cluster (`redis_cluster`); one of them.
-fn redis(r: &Resolver) -> Result<Option<SharedRedis>, ConfigError> {
-    let given: Vec<&str> = ["redis", "redis_sentinels", "redis_cluster"]
-        .into_iter()
-        .filter(|k| r.get(k).is_some())
-        .collect();
-    if given.len() > 1 {
-        let names: Vec<String> = given
-            .iter()
-            .map(|k| format!("--{}", flag_name(k)))
-            .collect();
-        return Err(ConfigError(format!(
-            "{} are exclusive: Redis is one server, a primary behind Sentinels, or a cluster",
-            names.join(" and ")
-        )));
-    }
-    let master = r.get("redis_sentinel_master");
-    if let Some((name, src)) = &master {
-        if r.get("redis_sentinels").is_none() {
-            return Err(bad(
-                "redis_sentinel_master",
-                name,
-                *src,
-                "to be given with --redis-sentinels",
-            ));
-        }
-        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad(
-                "redis_sentinel_master",
-                name,
-                *src,
-                "the name the Sentinels monitor the primary under",
-            ));
-        }
-    }
-    let list = |key: &str, default_port: u16| -> Result<Option<Vec<RedisUrl>>, ConfigError> {
-        match r.get(key) {
-            None => Ok(None),
-            Some((v, src)) => parse_redis_list(&v, default_port).map(Some).map_err(|e| {
-                bad(
-                    key,
-                    "…",
-                    src,
-                    &format!(
-                        "HOST:PORT,HOST:PORT or redis[s]://[[user]:password@]HOST:PORT,…[/db] ({})",
-                        e.to_lowercase()
-                    ),
-                )
-            }),
-        }
-    };
-    let addrs = |v: &[RedisUrl]| v.iter().map(|u| (u.host.clone(), u.port)).collect();
-    if let Some(sentinels) = list("redis_sentinels", 26379)? {
-        let Some((primary, _)) = master else {
-            return Err(ConfigError(
-                "--redis-sentinels needs --redis-sentinel-master: the name the Sentinels monitor the primary under".into(),
-            ));
-        };
-        return Ok(Some(SharedRedis {
-            url: sentinels[0].clone(),
-            topology: RedisTopology::Sentinel {
-                sentinels: addrs(&sentinels),
-                primary,
-            },
-        }));
-    }
-    if let Some(seeds) = list("redis_cluster", 6379)? {
-        if seeds[0].db != 0 {
-            let src = r.get("redis_cluster").map_or(Source::Default, |(_, s)| s);
-            return Err(bad(
-                "redis_cluster",
-                "…",
-                src,
-                "database 0: a Redis Cluster has no other",
-            ));
-        }
-        return Ok(Some(SharedRedis {
-            url: seeds[0].clone(),
-            topology: RedisTopology::Cluster {
-                seeds: addrs(&seeds),
-            },
-        }));
-    }
-    match r.get("redis") {
-        None => Ok(None),
-        Some((url, src)) => RedisUrl::parse(&url)
-            .map(|url| {
-                Some(SharedRedis {
-                    url,
-                    topology: RedisTopology::Server,
-                })
-            })
-            .map_err(|e| bad("redis", "…", src, &e.to_lowercase())),
-    }
-}
-
-/// With Redis, the default limits must be within what the shared limiter's
-/// script computes exactly (its doubles).
-fn within_shared_range(r: &Resolver, defaults: Limits) -> Result<(), ConfigError> {
-    let max = crate::limits::SHARED_MAX_PER_MINUTE;
-    for (key, n) in [
-        ("default_rpm", defaults.requests_per_minute),
-        ("default_tpm", defaults.tokens_per_minute),
-    ] {
-        if n > max {
-            let src = r.get(key).map_or(Source::Default, |(_, s)| s);
-            return Err(bad(
-                key,
-                &n.to_string(),
-                src,
-                &format!("at most {max} with --redis (the shared limiter's exact range)"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Budgets and in-flight caps for keys that set none, the reserve for

@@ -1,6 +1,9 @@
 //! Where the shared limiter's Redis is: one server, a primary that
 //! Sentinels watch, or a cluster.
 
+use super::ConfigError;
+use super::settings::{Resolver, Source, bad, flag_name};
+use crate::limits::Limits;
 use crate::url::{Url, UrlError, host_for_url};
 
 /// Where the shared limiter's Redis is: `redis://[[user]:password@]host[:port][/db]`
@@ -181,6 +184,125 @@ pub fn parse_redis_list(list: &str, default_port: u16) -> Result<Vec<RedisUrl>, 
         out.push(url);
     }
     Ok(out)
+}
+
+/// The shared limiter's Redis, if configured: one server (`redis`), a
+/// primary behind Sentinels (`redis_sentinels` with
+/// `redis_sentinel_master`), or a cluster (`redis_cluster`); one of them.
+pub(super) fn shared(r: &Resolver) -> Result<Option<SharedRedis>, ConfigError> {
+    let given: Vec<&str> = ["redis", "redis_sentinels", "redis_cluster"]
+        .into_iter()
+        .filter(|k| r.get(k).is_some())
+        .collect();
+    if given.len() > 1 {
+        let names: Vec<String> = given
+            .iter()
+            .map(|k| format!("--{}", flag_name(k)))
+            .collect();
+        return Err(ConfigError(format!(
+            "{} are exclusive: Redis is one server, a primary behind Sentinels, or a cluster",
+            names.join(" and ")
+        )));
+    }
+    let master = r.get("redis_sentinel_master");
+    if let Some((name, src)) = &master {
+        if r.get("redis_sentinels").is_none() {
+            return Err(bad(
+                "redis_sentinel_master",
+                name,
+                *src,
+                "to be given with --redis-sentinels",
+            ));
+        }
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad(
+                "redis_sentinel_master",
+                name,
+                *src,
+                "the name the Sentinels monitor the primary under",
+            ));
+        }
+    }
+    let list = |key: &str, default_port: u16| -> Result<Option<Vec<RedisUrl>>, ConfigError> {
+        match r.get(key) {
+            None => Ok(None),
+            Some((v, src)) => parse_redis_list(&v, default_port).map(Some).map_err(|e| {
+                bad(
+                    key,
+                    "…",
+                    src,
+                    &format!(
+                        "HOST:PORT,HOST:PORT or redis[s]://[[user]:password@]HOST:PORT,…[/db] ({})",
+                        e.to_lowercase()
+                    ),
+                )
+            }),
+        }
+    };
+    let addrs = |v: &[RedisUrl]| v.iter().map(|u| (u.host.clone(), u.port)).collect();
+    if let Some(sentinels) = list("redis_sentinels", 26379)? {
+        let Some((primary, _)) = master else {
+            return Err(ConfigError(
+                "--redis-sentinels needs --redis-sentinel-master: the name the Sentinels monitor the primary under".into(),
+            ));
+        };
+        return Ok(Some(SharedRedis {
+            url: sentinels[0].clone(),
+            topology: RedisTopology::Sentinel {
+                sentinels: addrs(&sentinels),
+                primary,
+            },
+        }));
+    }
+    if let Some(seeds) = list("redis_cluster", 6379)? {
+        if seeds[0].db != 0 {
+            let src = r.get("redis_cluster").map_or(Source::Default, |(_, s)| s);
+            return Err(bad(
+                "redis_cluster",
+                "…",
+                src,
+                "database 0: a Redis Cluster has no other",
+            ));
+        }
+        return Ok(Some(SharedRedis {
+            url: seeds[0].clone(),
+            topology: RedisTopology::Cluster {
+                seeds: addrs(&seeds),
+            },
+        }));
+    }
+    match r.get("redis") {
+        None => Ok(None),
+        Some((url, src)) => RedisUrl::parse(&url)
+            .map(|url| {
+                Some(SharedRedis {
+                    url,
+                    topology: RedisTopology::Server,
+                })
+            })
+            .map_err(|e| bad("redis", "…", src, &e.to_lowercase())),
+    }
+}
+
+/// With Redis, the default limits must be within what the shared limiter's
+/// script computes exactly (its doubles).
+pub(super) fn within_shared_range(r: &Resolver, defaults: Limits) -> Result<(), ConfigError> {
+    let max = crate::limits::SHARED_MAX_PER_MINUTE;
+    for (key, n) in [
+        ("default_rpm", defaults.requests_per_minute),
+        ("default_tpm", defaults.tokens_per_minute),
+    ] {
+        if n > max {
+            let src = r.get(key).map_or(Source::Default, |(_, s)| s);
+            return Err(bad(
+                key,
+                &n.to_string(),
+                src,
+                &format!("at most {max} with --redis (the shared limiter's exact range)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
