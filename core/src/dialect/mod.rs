@@ -3,7 +3,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `responses/` | the OpenAI Responses API (`POST /v1/responses`): its request as a chat request (`request.rs`), a chat answer as its events or its response object (`events/`) |
+//! | `responses/` | the OpenAI Responses API (`POST /v1/responses`): its request as a chat request (`request/`), a chat answer as its events or its response object (`events/`) |
 //! | `gemini/` | Google's Gemini API (`generateContent`, `streamGenerateContent`, `countTokens`): its request as a chat request (`request.rs`), a chat answer as its response stream or object (`events.rs`), the gateway's errors in its shape (`errors.rs`), its model list (`models.rs`) |
 //! | `messages/` | the Anthropic Messages API (`POST /v1/messages`): its request as a chat request (`request.rs`), a chat answer as its events or its message object (`events.rs`), the gateway's errors in its shape (`errors.rs`) |
 //! | `splice/` | a chat stream cut mid-answer finished by another request: what the client has, the continuation's request in each server's dialect of prefill, its chunks rewritten into the client's stream |

@@ -3,7 +3,7 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `request.rs` | a Responses request as one chat-completions request ([`request::translate`]), and the Responses name of a chat parameter |
+//! | `request/` | a Responses request as one chat-completions request ([`request::translate`]), and the Responses name of a chat parameter |
 //! | `text.rs` | a freeform call's input, read from its chat arguments |
 //! | `stored.rs` | the state: what a request needs from the store, its input as kept, a kept response and its encoding, the conversation a chain holds, the bodies of `GET`, `DELETE` and `input_items` |
 //! | `events/` | the chat stream as the Responses event stream ([`events::ResponseStream`]), a chat completion as a response object ([`events::body`]) |

@@ -17,7 +17,7 @@
 //! A request that asked for `reasoning.encrypted_content` gets each
 //! reasoning item's text sealed in it when the item is done
 //! ([`crate::reasoning::ReasoningSeal::seal`]): a client that sends the
-//! item back gives the provider its reasoning back (`request.rs`). What
+//! item back gives the provider its reasoning back (`request/`). What
 //! the answer may make the translator hold is bounded
 //! ([`crate::dialect::Budget`]).
 //!
